@@ -1,0 +1,118 @@
+"""The CuPy implementation of the `Timer` the sampling loop in `timing` drives.
+
+Three things make a GPU timing honest, and each has a home here:
+
+* Events, not host clocks. A launch returns as soon as the kernel is queued;
+  CUDA events recorded on the same stream before and after it measure the
+  time the GPU spent, to about half a microsecond.
+* A cold L2. An attention kernel that reads K and V left in L2 by the previous
+  call looks far faster than it will in a model. Before every sample we write
+  a buffer of at least twice the L2 size, which pushes out whatever was there.
+* No leftover "persisting" L2 lines. A process may pin part of L2 with an
+  access-policy window; those lines would survive the flush, so the state is
+  reset once when the timer is created.
+
+The flush also hides the host's launch latency: it is queued before the start
+event and keeps the GPU busy for tens of microseconds, long enough for Python
+to queue the timed kernel, so the GPU never waits idle between the start event
+and the kernel. What remains of the fixed cost, the events themselves and the
+gap between them and a kernel, is what `overhead_ms` reports.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import cupy
+
+from labrunner.timing import Stats, TimingOptions, measure
+
+EMPTY_KERNEL_SOURCE = 'extern "C" __global__ void attnlab_empty() {}'
+
+# Some devices (and MIG slices) report no L2 size; never flush less than this.
+MINIMUM_FLUSH_BYTES = 8 * 1024 * 1024
+
+
+def reset_persisting_l2() -> bool:
+    """Return persisting L2 lines to normal; True when the reset ran.
+
+    CuPy has no wrapper for this call, so it goes through NVIDIA's
+    cuda-python bindings. They are optional: without them, or on a driver
+    that refuses the call, the timer still works, just without this guarantee.
+    """
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        try:
+            from cuda import cudart as runtime
+        except ImportError:
+            return False
+    try:
+        (error,) = runtime.cudaCtxResetPersistingL2Cache()
+    except Exception:
+        return False
+    return error == runtime.cudaError_t.cudaSuccess
+
+
+class CupyTimer:
+    """Times launches on the current CuPy device and stream with CUDA events.
+
+    The timed work must be queued on the current stream: the events are
+    recorded there, and a kernel on another stream would escape them.
+    """
+
+    def __init__(self, flush_factor: float = 2) -> None:
+        if flush_factor < 2:
+            # L2 is split into partitions with their own replacement policy;
+            # writing just one L2's worth leaves some old lines resident.
+            raise ValueError(f"flush_factor must be at least 2, got {flush_factor}")
+        device_id = cupy.cuda.Device().id
+        properties = cupy.cuda.runtime.getDeviceProperties(device_id)
+        self.l2_bytes = int(properties["l2CacheSize"])
+        self.flush_bytes = max(int(flush_factor * self.l2_bytes), MINIMUM_FLUSH_BYTES)
+        self._flush_buffer = cupy.empty(self.flush_bytes, dtype=cupy.uint8)
+        self._start = cupy.cuda.Event()
+        self._end = cupy.cuda.Event()
+        self._empty_kernel: cupy.RawKernel | None = None
+        self.persisting_l2_reset = reset_persisting_l2()
+
+    def flush_caches(self) -> None:
+        # A memset writes every byte of the buffer through L2, evicting the
+        # previous call's data. It is queued, not awaited: stream order puts
+        # it before the start event, so it is never inside the timing.
+        self._flush_buffer.data.memset_async(0, self.flush_bytes)
+
+    def time_ms(self, launch: Callable[[], None]) -> float:
+        self._start.record()
+        launch()
+        self._end.record()
+        self._end.synchronize()
+        return cupy.cuda.get_elapsed_time(self._start, self._end)
+
+    def overhead_ms(self, options: TimingOptions | None = None) -> Stats:
+        """Time an empty kernel through the same path (flush, events, one launch).
+
+        A kernel that measures close to this figure is too fast to time this
+        way: the number is mostly the harness, not the kernel.
+        """
+        if self._empty_kernel is None:
+            self._empty_kernel = cupy.RawKernel(EMPTY_KERNEL_SOURCE, "attnlab_empty")
+        return measure(EmptyKernel(self._empty_kernel), 1, self, options)
+
+
+class EmptyKernel:
+    """A contender that launches one block of one thread doing nothing."""
+
+    name = "empty kernel"
+
+    def __init__(self, kernel: cupy.RawKernel) -> None:
+        self._kernel = kernel
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        """Nothing to poison: the empty kernel has no output."""
+
+    def launch(self, input_index: int) -> None:
+        self._kernel((1,), (1,), ())
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        """Nothing to check: the empty kernel has no output."""

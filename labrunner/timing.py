@@ -1,0 +1,407 @@
+"""How attnlab times a kernel, and how it decides the number is worth reporting.
+
+Everything here is arithmetic and bookkeeping; the GPU work happens behind two
+small protocols. A `Timer` knows how to flush the caches and how to time one
+launch with events; a `Contender` knows how to prepare, launch and check one
+call. Keeping the loop ignorant of CUDA lets the tests drive it on a CPU with
+scripted durations, so the rules below are checked exactly, not approximately.
+
+The rules follow NVIDIA's nvbench, Triton's do_bench and the GPU MODE
+leaderboard harness:
+
+* Every sample is one call, cold: caches are flushed before it, and the input
+  sets rotate so no call reads what the previous one left behind.
+* Sampling stops when the mean is known well enough (its relative standard
+  error is below the noise target), never before a minimum number of samples,
+  and always when the wall-clock budget or the sample cap runs out. If the
+  target was not reached, the result says so, with numbers.
+* A comparison interleaves the two contenders call by call, so a clock change
+  or a noisy neighbour hurts both equally instead of biasing the ratio.
+* A few timed calls, picked at random, are verified: a kernel cannot be fast
+  only on the calls nobody checks.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+
+class Timer(Protocol):
+    """The two things the sampling loop needs from a GPU backend."""
+
+    def flush_caches(self) -> None:
+        """Evict the caches, so the next timed call starts cold."""
+
+    def time_ms(self, launch: Callable[[], None]) -> float:
+        """Run `launch` between timing events, wait for it, return elapsed ms."""
+
+
+class Contender(Protocol):
+    """One implementation being timed: the student's kernel, or the baseline.
+
+    `prepare` and `collect` run outside the timing events. When `verify` is
+    true, `prepare` must re-poison the output of that input set and `collect`
+    must check it afterwards, so the check proves that this very call wrote it.
+    """
+
+    name: str
+
+    def prepare(self, input_index: int, verify: bool) -> None: ...
+
+    def launch(self, input_index: int) -> None: ...
+
+    def collect(self, input_index: int, verify: bool) -> None: ...
+
+
+@dataclass
+class TimingOptions:
+    """The knobs of the sampling loop; the defaults suit kernels of 10 µs to 10 ms."""
+
+    noise_target: float = 0.005
+    min_samples: int = 20
+    max_samples: int = 2000
+    budget_s: float = 3.0
+    warmup: int = 3
+    verify_fraction: float = 0.1
+    seed: int = 0
+    min_verified: int = 2
+
+    def __post_init__(self) -> None:
+        # Reject nonsense early: a loop running on a silly setting produces a
+        # figure that looks fine and means nothing.
+        if not self.noise_target > 0:
+            raise ValueError(f"noise_target must be positive, got {self.noise_target}")
+        if self.min_samples < 2:
+            raise ValueError(f"min_samples must be at least 2, got {self.min_samples}")
+        if self.max_samples < self.min_samples:
+            raise ValueError(
+                f"max_samples ({self.max_samples}) is below min_samples ({self.min_samples})"
+            )
+        if not self.budget_s > 0:
+            raise ValueError(f"budget_s must be positive, got {self.budget_s}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup cannot be negative, got {self.warmup}")
+        if not 0.0 <= self.verify_fraction <= 1.0:
+            raise ValueError(f"verify_fraction must lie in [0, 1], got {self.verify_fraction}")
+        if not 0 <= self.min_verified <= self.min_samples:
+            raise ValueError(
+                f"min_verified must lie in [0, min_samples], got {self.min_verified}"
+            )
+
+
+@dataclass
+class Stats:
+    """The summary of one timed series, in milliseconds.
+
+    `noise_met` is true when this series reached the noise target with at
+    least `min_samples` samples; otherwise `warning` explains, with numbers,
+    why the figure is less certain than asked for. `stopped_by` names the
+    rule that ended the loop: "noise", "max_samples" or "budget".
+    """
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    count: int
+    rse: float
+    noise_met: bool
+    warning: str | None
+    samples_ms: list[float] = field(repr=False)
+    verified_count: int = 0
+    stopped_by: str = ""
+
+    def to_json(self, include_samples: bool = False) -> dict:
+        data = asdict(self)
+        if not include_samples:
+            del data["samples_ms"]
+        if not math.isfinite(data["rse"]):
+            # JSON has no infinity; None says "not measurable" honestly.
+            data["rse"] = None
+        return data
+
+
+@dataclass
+class Comparison:
+    """Student against baseline, timed pairwise; speedup > 1 means the student is faster."""
+
+    student: Stats
+    baseline: Stats
+    speedup: float
+    ci_low: float
+    ci_high: float
+    level: float = 0.95
+
+    def to_json(self, include_samples: bool = False) -> dict:
+        return {
+            "student": self.student.to_json(include_samples),
+            "baseline": self.baseline.to_json(include_samples),
+            "speedup": self.speedup,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "level": self.level,
+        }
+
+
+class RunningMoments:
+    """Mean and variance updated one sample at a time (Welford's method).
+
+    The stopping rule is checked after every sample; recomputing the standard
+    deviation from scratch each time would make a 2000-sample run quadratic.
+    Welford's update is also numerically stable, unlike sum-of-squares.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean = 0.0
+        self._sum_sq_dev = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        delta = value - self.mean
+        self.mean += delta / self.count
+        self._sum_sq_dev += delta * (value - self.mean)
+
+    def relative_standard_error(self) -> float:
+        """std / sqrt(n) / mean: how uncertain the mean is, as a fraction of it."""
+        if self.count < 2 or self.mean <= 0:
+            return math.inf
+        std = math.sqrt(self._sum_sq_dev / (self.count - 1))
+        return std / math.sqrt(self.count) / self.mean
+
+
+class VerificationSchedule:
+    """Decides which timed calls are also verified, reproducibly from a seed.
+
+    About `verify_fraction` of the calls are picked at random, and on top of
+    that `min_verified` positions are drawn among the first `min_samples`
+    calls, so even a short run checks a few. Being random, the choice cannot
+    be predicted by a kernel that counts its calls.
+    """
+
+    def __init__(self, options: TimingOptions, role: str) -> None:
+        # A string seed keeps the two contenders of a comparison on different,
+        # yet reproducible, schedules.
+        self._rng = random.Random(f"{options.seed}:{role}")
+        self._fraction = options.verify_fraction
+        self.minimum = options.min_verified
+        self._guaranteed = set(self._rng.sample(range(options.min_samples), self.minimum))
+
+    def should_verify(self, sample_index: int) -> bool:
+        # Always draw, so the sequence of decisions does not depend on which
+        # positions happen to be guaranteed.
+        picked = self._rng.random() < self._fraction
+        return picked or sample_index in self._guaranteed
+
+
+class SampleSeries:
+    """The samples of one contender, with what the stopping rule needs to know."""
+
+    def __init__(self, options: TimingOptions, role: str) -> None:
+        self.samples_ms: list[float] = []
+        self.moments = RunningMoments()
+        self.verified_count = 0
+        self.schedule = VerificationSchedule(options, role)
+        self._options = options
+
+    @property
+    def count(self) -> int:
+        return self.moments.count
+
+    def next_call_is_verified(self, must_verify: bool) -> bool:
+        return self.schedule.should_verify(self.count) or must_verify
+
+    def add(self, elapsed_ms: float, verified: bool) -> None:
+        self.samples_ms.append(elapsed_ms)
+        self.moments.add(elapsed_ms)
+        self.verified_count += int(verified)
+
+    def noise_met(self) -> bool:
+        return (
+            self.count >= self._options.min_samples
+            and self.moments.relative_standard_error() < self._options.noise_target
+        )
+
+    def verification_short(self) -> bool:
+        return self.verified_count < self.schedule.minimum
+
+
+def run_call(contender: Contender, input_index: int, verify: bool, timer: Timer) -> float:
+    """One call, in the order that keeps the measurement cold and the check honest.
+
+    The flush comes after `prepare`, because re-poisoning the output writes it
+    and would otherwise leave it warm in L2 for the timed launch.
+    """
+    contender.prepare(input_index, verify)
+    timer.flush_caches()
+    elapsed_ms = timer.time_ms(lambda: contender.launch(input_index))
+    contender.collect(input_index, verify)
+    return elapsed_ms
+
+
+def stop_reason(series: list[SampleSeries], options: TimingOptions, elapsed_s: float,
+                budget_s: float) -> str | None:
+    """Why the loop should stop now, or None to keep going.
+
+    Two samples are the least that gives a spread, so no rule stops sooner.
+    """
+    if series[0].count < 2:
+        return None
+    if all(s.noise_met() for s in series):
+        return "noise"
+    if series[0].count >= options.max_samples:
+        return "max_samples"
+    if elapsed_s >= budget_s:
+        return "budget"
+    return None
+
+
+def noise_warning(series: SampleSeries, options: TimingOptions, budget_s: float) -> str | None:
+    """A sentence with numbers when the series did not reach the noise target."""
+    if series.noise_met():
+        return None
+    rse = series.moments.relative_standard_error()
+    if series.count < options.min_samples:
+        return (
+            f"only {series.count} samples (minimum {options.min_samples}), noise {rse:.2%}"
+            f" (budget {budget_s:.1f} s)"
+        )
+    return (
+        f"noise {rse:.2%} > {options.noise_target:.2%} after {series.count} samples"
+        f" (budget {budget_s:.1f} s)"
+    )
+
+
+def summarize(series: SampleSeries, options: TimingOptions, stopped_by: str,
+              budget_s: float) -> Stats:
+    samples = np.asarray(series.samples_ms, dtype=float)
+    return Stats(
+        median_ms=float(np.median(samples)),
+        min_ms=float(samples.min()),
+        max_ms=float(samples.max()),
+        mean_ms=float(samples.mean()),
+        count=series.count,
+        rse=series.moments.relative_standard_error(),
+        noise_met=series.noise_met(),
+        warning=noise_warning(series, options, budget_s),
+        samples_ms=list(series.samples_ms),
+        verified_count=series.verified_count,
+        stopped_by=stopped_by,
+    )
+
+
+def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
+                       options: TimingOptions, clock: Callable[[], float],
+                       budget_s: float) -> tuple[list[SampleSeries], str]:
+    """The shared loop: one call per contender per round, all on the same input set.
+
+    Round k uses input set k % n_inputs for every contender. The loop keeps
+    going past a stopping reason only to reach the minimum number of verified
+    calls, and then it verifies every call until it has.
+    """
+    if n_inputs < 1:
+        raise ValueError(f"n_inputs must be at least 1, got {n_inputs}")
+    roles = ["student", "baseline"] if len(contenders) == 2 else ["single"]
+    series = [SampleSeries(options, role) for role in roles]
+
+    # Warm-up runs the same path as a sample (flush, events and all), so
+    # lazy compilation, module loading and clock ramp-up happen here, unrecorded.
+    for k in range(options.warmup):
+        for contender in contenders:
+            run_call(contender, k % n_inputs, False, timer)
+
+    # The budget clock starts after warm-up: a first-call compile must not
+    # eat the time meant for sampling.
+    start_s = clock()
+    reason: str | None = None
+    while True:
+        input_index = series[0].count % n_inputs
+        for contender, own in zip(contenders, series):
+            must_verify = reason is not None and own.verification_short()
+            verify = own.next_call_is_verified(must_verify)
+            own.add(run_call(contender, input_index, verify, timer), verify)
+        reason = stop_reason(series, options, clock() - start_s, budget_s)
+        if reason is not None and not any(s.verification_short() for s in series):
+            return series, reason
+
+
+def measure(contender: Contender, n_inputs: int, timer: Timer,
+            options: TimingOptions | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> Stats:
+    """Time one contender until its mean is known to `options.noise_target`."""
+    options = options or TimingOptions()
+    budget_s = options.budget_s
+    (series,), reason = sample_interleaved([contender], n_inputs, timer, options, clock, budget_s)
+    return summarize(series, options, reason, budget_s)
+
+
+def compare(student: Contender, baseline: Contender, n_inputs: int, timer: Timer,
+            options: TimingOptions | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> Comparison:
+    """Time student and baseline interleaved, and give the speedup with its 95% interval.
+
+    Two things are measured, so the wall-clock budget is `budget_s` for each,
+    `2 * budget_s` for the pair; the warnings quote the pair's budget because
+    that is the limit the loop ran under.
+    """
+    options = options or TimingOptions()
+    budget_s = 2 * options.budget_s
+    (student_series, baseline_series), reason = sample_interleaved(
+        [student, baseline], n_inputs, timer, options, clock, budget_s
+    )
+    level = 0.95
+    speedup, ci_low, ci_high = paired_speedup_ci(
+        student_series.samples_ms, baseline_series.samples_ms, level=level, seed=options.seed
+    )
+    return Comparison(
+        student=summarize(student_series, options, reason, budget_s),
+        baseline=summarize(baseline_series, options, reason, budget_s),
+        speedup=speedup,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        level=level,
+    )
+
+
+def paired_speedup_ci(student_ms, baseline_ms, level: float = 0.95, resamples: int = 2000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """Speedup median(baseline) / median(student), with a bootstrap confidence interval.
+
+    Returns (speedup, low, high). The bootstrap resamples pair indices, not
+    the two series separately: sample k of the student and sample k of the
+    baseline ran back to back on the same input set, under the same clock and
+    temperature, and keeping them together keeps that shared condition inside
+    each resample. The seed makes the interval reproducible run to run.
+    """
+    student = np.asarray(student_ms, dtype=float)
+    baseline = np.asarray(baseline_ms, dtype=float)
+    if student.shape != baseline.shape or student.ndim != 1 or student.size == 0:
+        raise ValueError("paired samples must be two non-empty sequences of equal length")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speedup = float(np.median(baseline) / np.median(student))
+        rng = np.random.default_rng(seed)
+        n = student.size
+        ratios = np.empty(resamples)
+        # Resample in chunks: one (resamples x n) index matrix at n = 2000
+        # would take tens of megabytes for no benefit.
+        chunk = max(1, 2_000_000 // n)
+        for first in range(0, resamples, chunk):
+            rows = min(chunk, resamples - first)
+            pairs = rng.integers(0, n, size=(rows, n))
+            ratios[first:first + rows] = (
+                np.median(baseline[pairs], axis=1) / np.median(student[pairs], axis=1)
+            )
+    tail = (1 - level) / 2 * 100
+    ci_low, ci_high = np.percentile(ratios, [tail, 100 - tail])
+    return speedup, float(ci_low), float(ci_high)

@@ -1,0 +1,424 @@
+"""The timing rules, checked on the CPU with a scripted timer and clock.
+
+A fake timer returns the duration each contender scripts for its call, and a
+fake clock advances a fixed step per reading, so every stopping decision is
+deterministic and the expected counts can be worked out by hand.
+"""
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labrunner.device_state import (
+    DeviceState,
+    clock_drop_warning,
+    cuda_version_text,
+    read_device_state,
+)
+from labrunner.timing import (
+    Comparison,
+    Stats,
+    TimingOptions,
+    compare,
+    measure,
+    paired_speedup_ci,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class FakeTimer:
+    """Runs the launch and returns whatever duration the launching contender set."""
+
+    def __init__(self, log: list):
+        self.log = log
+        self.pending_ms: float | None = None
+
+    def flush_caches(self) -> None:
+        self.log.append(("flush",))
+
+    def time_ms(self, launch) -> float:
+        self.pending_ms = None
+        launch()
+        assert self.pending_ms is not None, "launch did not run inside the timer"
+        return self.pending_ms
+
+
+class ScriptedContender:
+    """Logs every call and hands the timer its next scripted duration, cycling."""
+
+    def __init__(self, name: str, durations_ms, timer: FakeTimer):
+        self.name = name
+        self._durations = list(durations_ms)
+        self._calls = 0
+        self._timer = timer
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        self._timer.log.append(("prepare", self.name, input_index, verify))
+
+    def launch(self, input_index: int) -> None:
+        self._timer.log.append(("launch", self.name, input_index))
+        self._timer.pending_ms = self._durations[self._calls % len(self._durations)]
+        self._calls += 1
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        self._timer.log.append(("collect", self.name, input_index, verify))
+
+
+class SteppingClock:
+    """A clock that moves `step_s` forward every time it is read."""
+
+    def __init__(self, step_s: float):
+        self.now = 0.0
+        self.step_s = step_s
+
+    def __call__(self) -> float:
+        self.now += self.step_s
+        return self.now
+
+
+def frozen_clock() -> float:
+    return 0.0
+
+
+def single(durations, **option_overrides):
+    log: list = []
+    timer = FakeTimer(log)
+    contender = ScriptedContender("A", durations, timer)
+    return contender, timer, log, TimingOptions(**option_overrides)
+
+
+def timed_calls(log, name):
+    """The (prepare, launch, collect) of every call of `name`, in order, warm-up included."""
+    prepares = [e for e in log if e[0] == "prepare" and e[1] == name]
+    launches = [e for e in log if e[0] == "launch" and e[1] == name]
+    collects = [e for e in log if e[0] == "collect" and e[1] == name]
+    assert len(prepares) == len(launches) == len(collects)
+    return list(zip(prepares, launches, collects))
+
+
+def test_summary_statistics_are_exact_on_a_known_sequence():
+    durations = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]
+    contender, timer, _, options = single(
+        durations, min_samples=7, max_samples=7, warmup=0, noise_target=1e-9
+    )
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert stats.count == 7
+    assert stats.samples_ms == durations
+    assert stats.median_ms == 3.0
+    assert stats.min_ms == 1.0
+    assert stats.max_ms == 9.0
+    assert stats.mean_ms == pytest.approx(25.0 / 7)
+    expected_rse = np.std(durations, ddof=1) / math.sqrt(7) / np.mean(durations)
+    assert stats.rse == pytest.approx(expected_rse)
+    assert stats.stopped_by == "max_samples"
+    assert not stats.noise_met
+
+
+def test_warmup_calls_are_not_recorded():
+    contender, timer, log, options = single(
+        [100.0, 100.0, 100.0, 1.0], warmup=3, min_samples=4, max_samples=4
+    )
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert len(timed_calls(log, "A")) == 3 + 4
+    # The three 100 ms calls were the warm-up; the samples start with the 1 ms one.
+    assert stats.samples_ms == [1.0, 100.0, 100.0, 100.0]
+
+
+def test_stops_at_min_samples_when_already_quiet():
+    contender, timer, _, options = single([2.0], min_samples=20, warmup=0)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert stats.count == 20
+    assert stats.noise_met
+    assert stats.warning is None
+    assert stats.stopped_by == "noise"
+
+
+def test_stops_as_soon_as_the_noise_target_is_met():
+    # Noisy at first, then steady: the rse falls below 0.5% somewhere past 20.
+    rng = np.random.default_rng(7)
+    durations = list(1.0 + rng.uniform(-0.2, 0.2, 30)) + [1.0] * 2000
+    target = 0.005
+    expected = next(
+        n for n in range(20, len(durations))
+        if np.std(durations[:n], ddof=1) / math.sqrt(n) / np.mean(durations[:n]) < target
+    )
+    assert expected > 30  # the case really exercises "keep going past min_samples"
+
+    contender, timer, _, options = single(durations, warmup=0, noise_target=target)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert stats.count == expected
+    assert stats.noise_met
+    assert stats.rse < target
+
+
+def test_stops_at_the_budget_with_an_exact_warning():
+    # Alternating 1 ms and 2 ms: after 10 samples the mean is 1.5 and the
+    # rse is sqrt(10 * 0.25 / 9) / sqrt(10) / 1.5 = 11.11%. The clock reads
+    # 0.5 s further on each time, so the 5 s budget runs out after sample 10.
+    contender, timer, _, options = single(
+        [1.0, 2.0], warmup=0, budget_s=5.0, min_samples=5
+    )
+    stats = measure(contender, 1, timer, options, clock=SteppingClock(0.5))
+    assert stats.count == 10
+    assert stats.stopped_by == "budget"
+    assert not stats.noise_met
+    assert stats.warning == "noise 11.11% > 0.50% after 10 samples (budget 5.0 s)"
+
+
+def test_budget_before_min_samples_is_reported_as_too_few_samples():
+    contender, timer, _, options = single([1.0, 2.0], warmup=0, budget_s=2.0)
+    stats = measure(contender, 1, timer, options, clock=SteppingClock(0.5))
+    assert stats.count < options.min_samples
+    assert not stats.noise_met
+    assert stats.warning.startswith(f"only {stats.count} samples (minimum 20), noise ")
+    assert stats.warning.endswith("(budget 2.0 s)")
+
+
+def test_max_samples_ends_an_unreachable_target():
+    contender, timer, _, options = single([1.0, 2.0], warmup=0, max_samples=50, noise_target=1e-6)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert stats.count == 50
+    assert stats.stopped_by == "max_samples"
+    assert stats.warning == "noise 4.76% > 0.00% after 50 samples (budget 3.0 s)"
+
+
+def test_each_call_prepares_then_flushes_then_launches_then_collects():
+    contender, timer, log, options = single([1.0], warmup=2, min_samples=5, max_samples=5)
+    measure(contender, 3, timer, options, clock=frozen_clock)
+    kinds = [entry[0] for entry in log]
+    assert kinds == ["prepare", "flush", "launch", "collect"] * (2 + 5)
+
+
+def test_single_contender_rotates_its_input_sets():
+    contender, timer, log, options = single([1.0], warmup=2, min_samples=7, max_samples=7)
+    measure(contender, 3, timer, options, clock=frozen_clock)
+    launched = [e[2] for e in log if e[0] == "launch"]
+    # Warm-up 0 1, then samples 0 1 2 0 1 2 0.
+    assert launched == [0, 1] + [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_compare_interleaves_student_and_baseline_on_the_same_inputs():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", [1.0], timer)
+    baseline = ScriptedContender("baseline", [2.0], timer)
+    options = TimingOptions(warmup=2, min_samples=8, max_samples=8)
+    result = compare(student, baseline, 3, timer, options, clock=frozen_clock)
+
+    launches = [(e[1], e[2]) for e in log if e[0] == "launch"]
+    warmup = [(name, k % 3) for k in range(2) for name in ("student", "baseline")]
+    timed = [(name, k % 3) for k in range(8) for name in ("student", "baseline")]
+    assert launches == warmup + timed
+    assert result.student.count == result.baseline.count == 8
+
+
+def test_compare_stops_only_when_both_series_are_quiet():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", [1.0], timer)
+    # The baseline settles only after 40 noisy calls.
+    baseline = ScriptedContender("baseline", [1.0, 3.0] * 20 + [2.0] * 5000, timer)
+    options = TimingOptions(warmup=0)
+    result = compare(student, baseline, 1, timer, options, clock=frozen_clock)
+    assert result.student.count == result.baseline.count > 40
+    assert result.student.noise_met and result.baseline.noise_met
+    assert result.student.stopped_by == "noise"
+
+
+def test_speedup_is_baseline_median_over_student_median():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", [1.0, 2.0, 9.0], timer)
+    baseline = ScriptedContender("baseline", [5.0, 7.0, 6.0], timer)
+    options = TimingOptions(warmup=0, min_samples=3, max_samples=3, min_verified=2)
+    result = compare(student, baseline, 1, timer, options, clock=frozen_clock)
+    assert isinstance(result, Comparison)
+    assert result.student.median_ms == 2.0
+    assert result.baseline.median_ms == 6.0
+    assert result.speedup == 3.0
+
+
+def verified_call_indices(log, name, warmup):
+    calls = timed_calls(log, name)[warmup:]
+    prepared = {k for k, (p, _, _) in enumerate(calls) if p[3]}
+    collected = {k for k, (_, _, c) in enumerate(calls) if c[3]}
+    return prepared, collected
+
+
+def test_verified_calls_are_announced_to_prepare_and_collect_alike():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", [1.0], timer)
+    baseline = ScriptedContender("baseline", [2.0], timer)
+    options = TimingOptions(warmup=3)
+    result = compare(student, baseline, 4, timer, options, clock=frozen_clock)
+
+    for name, stats in (("student", result.student), ("baseline", result.baseline)):
+        prepared, collected = verified_call_indices(log, name, options.warmup)
+        assert prepared == collected
+        assert len(prepared) >= 2
+        assert stats.verified_count == len(prepared)
+    # Warm-up calls are never verified: they are not the calls being reported.
+    warm = [c for name in ("student", "baseline") for c in timed_calls(log, name)[:3]]
+    assert not any(p[3] or c[3] for p, _, c in warm)
+
+
+def test_about_a_tenth_of_calls_are_verified_and_the_choice_is_seeded():
+    def verified_set(seed):
+        contender, timer, log, options = single(
+            [1.0, 2.0], warmup=0, max_samples=1000, noise_target=1e-9, seed=seed
+        )
+        measure(contender, 1, timer, options, clock=frozen_clock)
+        prepared, collected = verified_call_indices(log, "A", 0)
+        assert prepared == collected
+        return prepared
+
+    first = verified_set(0)
+    assert 50 <= len(first) <= 150
+    assert verified_set(0) == first
+    assert verified_set(1) != first
+
+
+def test_a_budget_cut_short_still_verifies_two_calls():
+    # The budget is gone by the first reading, so the loop stops after the
+    # two samples any spread needs, plus at most two forced-verified calls.
+    contender, timer, log, options = single(
+        [1.0], warmup=0, budget_s=0.1, verify_fraction=0.0
+    )
+    stats = measure(contender, 1, timer, options, clock=SteppingClock(1.0))
+    prepared, _ = verified_call_indices(log, "A", 0)
+    assert len(prepared) == 2
+    assert stats.verified_count == 2
+    assert stats.stopped_by == "budget"
+    assert stats.count <= 4
+
+
+def synthetic_pairs(true_ratio, n, seed):
+    """Paired samples sharing a per-pair drift, with independent jitter on each."""
+    rng = np.random.default_rng(seed)
+    drift = rng.uniform(0.9, 1.1, n)
+    student = 1.0 * drift * rng.lognormal(0.0, 0.05, n)
+    baseline = true_ratio * drift * rng.lognormal(0.0, 0.05, n)
+    return student, baseline
+
+
+def test_bootstrap_interval_contains_the_true_ratio_and_is_tight():
+    student, baseline = synthetic_pairs(2.0, 400, seed=3)
+    speedup, low, high = paired_speedup_ci(student, baseline, seed=0)
+    assert speedup == pytest.approx(np.median(baseline) / np.median(student))
+    assert low < 2.0 < high
+    assert low <= speedup <= high
+    assert high - low < 0.2
+
+
+def test_bootstrap_keeps_pairs_together():
+    # A large drift shared by both calls of each pair (clock changes, say) and
+    # almost no independent jitter: resampling the pairs intact sees a ratio
+    # of almost exactly 2 every time, whereas resampling the two series
+    # separately would let the drift through and widen the interval tenfold.
+    rng = np.random.default_rng(6)
+    drift = rng.uniform(0.5, 1.5, 300)
+    student = drift * rng.lognormal(0.0, 0.001, 300)
+    baseline = 2.0 * drift * rng.lognormal(0.0, 0.001, 300)
+    _, low, high = paired_speedup_ci(student, baseline)
+    assert low < 2.0 < high
+    assert high - low < 0.01
+
+
+def test_bootstrap_is_reproducible_with_its_seed():
+    student, baseline = synthetic_pairs(1.5, 200, seed=4)
+    assert paired_speedup_ci(student, baseline, seed=11) == paired_speedup_ci(
+        student, baseline, seed=11
+    )
+    assert paired_speedup_ci(student, baseline, seed=11) != paired_speedup_ci(
+        student, baseline, seed=12
+    )
+
+
+def test_interval_width_follows_the_level():
+    # The bootstrap ratio is close to normal here, so a 50% interval spans
+    # about z(0.75) / z(0.975) = 0.674 / 1.960 = 0.34 of the 95% one.
+    student, baseline = synthetic_pairs(1.2, 400, seed=5)
+    _, low_50, high_50 = paired_speedup_ci(student, baseline, level=0.50)
+    _, low_95, high_95 = paired_speedup_ci(student, baseline, level=0.95)
+    _, low_99, high_99 = paired_speedup_ci(student, baseline, level=0.99)
+    assert low_99 < low_95 < low_50 < high_50 < high_95 < high_99
+    assert 0.25 < (high_50 - low_50) / (high_95 - low_95) < 0.45
+
+
+def test_paired_samples_must_match_in_length():
+    with pytest.raises(ValueError):
+        paired_speedup_ci([1.0, 2.0], [1.0])
+
+
+def test_nonsense_options_are_rejected():
+    with pytest.raises(ValueError):
+        TimingOptions(max_samples=10, min_samples=20)
+    with pytest.raises(ValueError):
+        TimingOptions(noise_target=0)
+    with pytest.raises(ValueError):
+        TimingOptions(verify_fraction=1.5)
+
+
+def test_json_leaves_out_raw_samples_unless_asked():
+    contender, timer, _, options = single([1.0], warmup=0, min_samples=5, max_samples=5)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert isinstance(stats, Stats)
+    plain = stats.to_json()
+    assert "samples_ms" not in plain
+    assert plain["median_ms"] == 1.0 and plain["count"] == 5 and plain["noise_met"]
+    assert stats.to_json(include_samples=True)["samples_ms"] == [1.0] * 5
+
+    comparison = Comparison(stats, stats, 1.0, 0.9, 1.1)
+    data = comparison.to_json()
+    assert data["speedup"] == 1.0 and data["ci_low"] == 0.9 and data["ci_high"] == 1.1
+    assert "samples_ms" not in data["student"]
+
+
+def test_cuda_versions_read_as_major_dot_minor():
+    assert cuda_version_text(12040) == "12.4"
+    assert cuda_version_text(13000) == "13.0"
+
+
+def test_clock_drop_warning_text_is_exact():
+    warning = clock_drop_warning(DeviceState(sm_clock_mhz=1980), DeviceState(sm_clock_mhz=1755))
+    assert warning == (
+        "SM clock fell from 1980 MHz to 1755 MHz during timing (-11.4%):"
+        " the GPU may be throttling; rerun for a trustworthy figure"
+    )
+
+
+def test_clock_drop_warning_stays_quiet_for_small_drops_rises_and_unknowns():
+    assert clock_drop_warning(1980, 1950) is None
+    assert clock_drop_warning(1755, 1980) is None
+    assert clock_drop_warning(DeviceState(), DeviceState(sm_clock_mhz=1000)) is None
+    assert clock_drop_warning(1980, None) is None
+    assert clock_drop_warning(1980, 1800, threshold=0.05) is not None
+
+
+def test_device_state_without_nvml_or_cupy_is_all_none(monkeypatch):
+    # A None entry in sys.modules makes the import fail, as on a machine
+    # without the packages.
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    assert read_device_state() == DeviceState()
+
+
+def test_device_state_never_raises_on_this_machine():
+    state = read_device_state()
+    assert isinstance(state, DeviceState)
+    assert state.sm_clock_mhz is None or state.sm_clock_mhz > 0
+    assert state.driver != "0.0"
+
+
+def test_timing_module_does_not_import_cupy():
+    script = "import sys, labrunner.timing; print('cupy' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
