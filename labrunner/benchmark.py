@@ -1,0 +1,153 @@
+"""The driver's side of timing: what to time, the verified calls checked, the figures derived.
+
+Only correct kernels get here (grading checks every case first). The worker times; this module
+sends it fresh input sets, checks every verified call's output against the oracle (a failed
+check means no time is reported at all), and turns medians into the figures the labs print:
+lab 1's cost table, lab 2's SPEEDUP and TFLOP/s.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict
+
+import numpy as np
+
+from labrunner import oracle
+from labrunner.cases import random_inputs
+from labrunner.check import check_output
+from labrunner.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.device_state import clock_drop_warning
+from labrunner.labs.definition import Lab
+from labrunner.results import CaseResult
+from labrunner.timing import TimingOptions
+from labrunner.worker import Worker, WorkerFailure
+
+TIMING_INPUT_SETS = 3
+MIB = 1024 * 1024
+PROJECTED_SIZES = (4096, 32768)
+
+
+def attention_flops(rows: int, prefix: int) -> float:
+    """4 * 64 FLOPs per visible (query, key) pair per query head: QK^T and PV, a multiply and an add each."""
+    visible_pairs = rows * prefix + rows * (rows + 1) // 2
+    return 4.0 * HEAD_DIM * visible_pairs * QUERY_HEADS
+
+
+def timing_inputs(seed: int, rows: int, prefix: int, count: int = TIMING_INPUT_SETS) -> list[dict]:
+    """Fresh inputs for timed calls, never the correctness cases' own (a replayed answer must fail)."""
+    sets = []
+    for index in range(count):
+        rng = np.random.default_rng([seed, zlib.crc32(b"timing"), rows, prefix, index])
+        inputs = random_inputs(rng, rows, prefix)
+        sets.append({"q": inputs.q, "k": inputs.k, "v": inputs.v})
+    return sets
+
+
+def timing_budget_s(options: TimingOptions, things: int) -> float:
+    """How long the worker may take before the driver calls it a hang: budgets plus compile and warm-up."""
+    return 120.0 + things * 2.5 * options.budget_s
+
+
+def verify_timed_outputs(label: str, verified: list, input_sets: list[dict], rows: int, prefix: int,
+                         references: dict[int, np.ndarray]) -> CaseResult | None:
+    """Every verified call must match the oracle on its (V-negated) input set; else a verdict."""
+    for input_index, out in verified:
+        if input_index not in references:
+            s = input_sets[input_index]
+            references[input_index] = oracle.attention(s["q"], s["k"], s["v"], prefix=prefix)
+        checked = check_output(out.reshape(rows, QUERY_HEADS, HEAD_DIM), -references[input_index])
+        if not checked.passed:
+            return CaseResult(f"timed {label}", checked.status,
+                              f"a timed call on fresh input set {input_index} (V negated, output re-poisoned) failed: "
+                              f"{checked.message}; a kernel must compute every call, so no time is reported",
+                              rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
+                              checked.failing_rows)
+    return None
+
+
+def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict,
+                 rows: int, prefix: int, seed: int, options: TimingOptions,
+                 student_label: str, baseline_label: str) -> tuple[dict | None, CaseResult | None]:
+    """Student and baseline interleaved on the same input sets. Returns (timing, failure)."""
+    input_sets = timing_inputs(seed, rows, prefix)
+    request = {
+        "kind": "speedup", "input_sets": input_sets, "options": asdict(options),
+        "student_launches": lab.plan_launches(student_constants, rows, prefix),
+        "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix),
+        "out_count": rows * QUERY_HEADS * HEAD_DIM,
+    }
+    try:
+        reply = worker.time(request, timing_budget_s(options, 2))
+    except WorkerFailure as failure:
+        status = "timeout" if failure.kind == "timeout" else "crash"
+        return None, CaseResult(f"timed C{rows}-P{prefix}", status, failure.detail, rows, prefix)
+    references: dict[int, np.ndarray] = {}
+    for who, label in (("student", student_label), ("baseline", baseline_label)):
+        failure = verify_timed_outputs(f"C{rows}-P{prefix} ({label})", reply["verified"][who], input_sets, rows,
+                                       prefix, references)
+        if failure:
+            return None, failure
+    comparison = reply["comparison"]
+    timing = {
+        "kind": "speedup", "rows": rows, "prefix": prefix, "gflop": attention_flops(rows, prefix) / 1e9,
+        "student_label": student_label, "baseline_label": baseline_label, "comparison": comparison,
+        "speedup": comparison["speedup"], "verified_calls": {k: len(v) for k, v in reply["verified"].items()},
+        **_common(reply),
+    }
+    timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
+    return timing, None
+
+
+def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
+                  options: TimingOptions) -> tuple[dict | None, CaseResult | None]:
+    """Each kernel alone and the whole call at every size: lab 1's cost table."""
+    size_requests = []
+    for t in sizes:
+        input_sets = timing_inputs(seed, t, 0, count=2)
+        size_requests.append({"T": t, "input_sets": input_sets, "launches": lab.plan_launches(constants, t, 0),
+                              "workspace": lab.workspace(t, 0), "out_count": t * QUERY_HEADS * HEAD_DIM})
+    request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options)}
+    try:
+        reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
+    except WorkerFailure as failure:
+        status = "timeout" if failure.kind == "timeout" else "crash"
+        return None, CaseResult("timed pipeline", status, failure.detail, sizes[-1], 0)
+    rows = []
+    for size, measured in zip(size_requests, reply["sizes"]):
+        t = size["T"]
+        failure = verify_timed_outputs(f"T{t}", measured["verified"], size["input_sets"], t, 0, {})
+        if failure:
+            return None, failure
+        rows.append(pipeline_row(t, measured["stats"]))
+    timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
+              **_common(reply)}
+    for row in rows:
+        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in
+                               {**row["kernels"], "total": row["total"]}.items() if stats.get("warning")]
+    return timing, None
+
+
+def pipeline_row(t: int, stats: dict | None) -> dict:
+    """The cost of lab 1's matrix at T tokens: sizes always; times where measured."""
+    matrix_bytes = QUERY_HEADS * t * t * 4
+    tensor_bytes = (2 * t * QUERY_HEADS * HEAD_DIM + 2 * t * KV_HEADS * HEAD_DIM) * 4  # q, out, k, v
+    traffic = 4 * matrix_bytes  # scores writes it; softmax reads and writes it; the weighted sum reads it
+    row = {"T": t, "matrix_mib": matrix_bytes / MIB, "tensors_mib": tensor_bytes / MIB,
+           "matrix_over_tensors": matrix_bytes / tensor_bytes, "matrix_traffic_mib": traffic / MIB,
+           "projected": stats is None}
+    if stats is not None:
+        row["kernels"] = {k: v for k, v in stats.items() if k != "total"}
+        row["total"] = stats["total"]
+        row["implied_gb_s"] = traffic / (stats["total"]["median_ms"] * 1e-3) / 1e9
+    return row
+
+
+def _common(reply: dict) -> dict:
+    warnings = []
+    drop = clock_drop_warning(reply["state_before"].get("sm_clock_mhz"), reply["state_after"].get("sm_clock_mhz"))
+    if drop:
+        warnings.append(drop)
+    return {"overhead_ms": reply["overhead"]["median_ms"], "device_before": reply["state_before"],
+            "device_after": reply["state_after"], "l2_flush_bytes": reply["l2_flush_bytes"], "warnings": warnings}
+

@@ -1,0 +1,35 @@
+"""Every exit code attnlab returns, in one place, and the error type that carries one.
+
+A CI job branches on these numbers, so they never change meaning. README.md lists them too.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    PASS = 0             # every case correct (and the speed gate met, where one applies)
+    WRONG_ANSWER = 1     # a value outside the pass rule, or an element never written
+    USAGE = 2            # unknown lab, missing or unreadable file, bad option
+    COMPILE_ERROR = 3    # the compiler rejected the file, or an entry point is missing or wrong
+    MISBEHAVED = 4       # crash, timeout, out-of-bounds write, mutated input
+    SPEED_GATE = 5       # correct, but slower than this GPU's calibrated gate
+    ENVIRONMENT = 6      # no GPU, driver, CuPy, NVRTC or C++ compiler for the chosen backend
+
+
+class AttnlabError(Exception):
+    """An error the user can act on: one clear line (what, where, how to fix) and its exit code."""
+
+    def __init__(self, message: str, exit_code: ExitCode):
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+def usage_error(message: str) -> AttnlabError:
+    return AttnlabError(message, ExitCode.USAGE)
+
+
+def environment_error(message: str) -> AttnlabError:
+    return AttnlabError(message, ExitCode.ENVIRONMENT)

@@ -1,0 +1,60 @@
+"""Speed gates: per-GPU thresholds a course calibrates once and commits.
+
+`attnlab calibrate lab2` times the shipped solution against the starter on this GPU and writes
+`{"schema": "attnlab.gates/1", "lab2": {"NVIDIA H200": {...}}}`. A gate passes a student whose
+SPEEDUP over the starter is at least `fraction` times the solution's calibrated SPEEDUP. The
+fraction is the course's choice (`--fraction` at calibration, or edit the file): 0.5 means
+"half as much speedup as the reference solution".
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from labrunner.exit_codes import usage_error
+
+SCHEMA = "attnlab.gates/1"
+DEFAULT_FRACTION = 0.5
+
+
+def load_gates(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise usage_error(f"--gates {path}: no such file (`attnlab calibrate lab2 -o {path}` writes one)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise usage_error(f"--gates {path}: not a gates file ({exc})") from None
+    if data.get("schema") != SCHEMA:
+        raise usage_error(f"--gates {path}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    return data
+
+
+def gate_for(gates: dict | None, lab: str, gpu_name: str | None) -> dict | None:
+    if not gates or not gpu_name:
+        return None
+    return gates.get(lab, {}).get(gpu_name)
+
+
+def apply_gate(gates: dict | None, lab: str, gpu_name: str | None, speedup: float) -> dict:
+    gate = gate_for(gates, lab, gpu_name)
+    if gate is None:
+        return {"status": "none", "passed": True, "message": f"no speed gate for {gpu_name or 'this device'}"}
+    required = gate["fraction"] * gate["solution_speedup"]
+    passed = speedup >= required
+    verb = "met" if passed else "missed"
+    return {
+        "status": "met" if passed else "missed", "passed": passed, "required_speedup": required, "speedup": speedup,
+        "message": (f"{verb}: SPEEDUP {speedup:.2f}x against the {required:.2f}x required on {gpu_name} "
+                    f"({gate['fraction']:g} of the solution's calibrated {gate['solution_speedup']:.2f}x)"),
+    }
+
+
+def write_gate(path: Path, lab: str, gpu_name: str, solution_speedup: float, fraction: float, details: dict) -> dict:
+    gates = load_gates(path) if path.exists() else {"schema": SCHEMA}
+    entry = {"solution_speedup": round(solution_speedup, 3), "fraction": fraction,
+             "calibrated": datetime.date.today().isoformat(), **details}
+    gates.setdefault(lab, {})[gpu_name] = entry
+    path.write_text(json.dumps(gates, indent=2) + "\n")
+    return entry

@@ -1,0 +1,88 @@
+"""The GPU backend: the student's module through CuPy's RawModule (NVRTC), launches, buffers.
+
+It runs only inside the worker process (see `worker.py`): the driver itself never touches the
+GPU, so a kernel that poisons its CUDA context takes nothing of the driver's with it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labrunner.buffers import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
+from labrunner.compile import INCLUDE_DIR
+from labrunner.labs.definition import Launch
+
+DEFAULT_SHARED_LIMIT = 48 * 1024  # a launch above this needs the kernel's opt-in attribute raised
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+class GuardedBuffer:
+    """A device buffer framed by canary bands; `inner` is what the kernel is given."""
+
+    def __init__(self, xp, count: int, fill_bits: int):
+        self.count = count
+        self.full = xp.empty(GUARD_ELEMENTS + count + GUARD_ELEMENTS, dtype=np.float32)
+        self.full.view(np.uint32).fill(CANARY_BITS)
+        self.inner = self.full[GUARD_ELEMENTS:GUARD_ELEMENTS + count]
+        self.inner.view(np.uint32).fill(fill_bits)
+
+    def repoison(self) -> None:
+        self.inner.view(np.uint32).fill(POISON_BITS)
+
+    def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
+        return to_host(self.full[:GUARD_ELEMENTS]), to_host(self.full[GUARD_ELEMENTS + self.count:])
+
+
+class GpuDevice:
+    name = "gpu"
+
+    def __init__(self):
+        self.xp = _cupy()
+        self.xp.cuda.runtime.getDeviceCount()  # fails early, with the driver's words, where no GPU is
+
+    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]]):
+        module = self.xp.RawModule(
+            code=composed_source,
+            options=("--std=c++17", f"--include-path={INCLUDE_DIR}", "--no-source-include", "-lineinfo"),
+        )
+        return {name: module.get_function(name) for name in entry_types}
+
+    def upload(self, array: np.ndarray):
+        return self.xp.asarray(array)
+
+    def to_host(self, buffer) -> np.ndarray:
+        return self.xp.asnumpy(buffer)
+
+    def guarded(self, count: int, fill_bits: int = POISON_BITS) -> GuardedBuffer:
+        return GuardedBuffer(self.xp, count, fill_bits)
+
+    def launch(self, kernels, launch: Launch, buffers: dict, reverse_threads: bool = False) -> None:
+        kernel = kernels[launch.kernel]
+        if launch.shared_bytes > DEFAULT_SHARED_LIMIT and kernel.max_dynamic_shared_size_bytes < launch.shared_bytes:
+            kernel.max_dynamic_shared_size_bytes = launch.shared_bytes
+        args = tuple(buffers[a] if isinstance(a, str) else np.int32(a) for a in launch.args)
+        kernel(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+    def synchronize(self) -> None:
+        self.xp.cuda.runtime.deviceSynchronize()
+
+    def describe_fault(self, exc: BaseException) -> str | None:
+        """A launch the driver refused (too many threads, too much shared memory) is the kernel's fault."""
+        if isinstance(exc, self.xp.cuda.driver.CUDADriverError) and "INVALID" in str(exc):
+            return str(exc)
+        return None
+
+    def describe_error(self, exc: BaseException) -> str | None:
+        """The CUDA error's name for a sticky fault (cudaErrorIllegalAddress, ...), else None."""
+        if self.describe_fault(exc):
+            return None
+        runtime_error = self.xp.cuda.runtime.CUDARuntimeError
+        driver_error = self.xp.cuda.driver.CUDADriverError
+        if isinstance(exc, (runtime_error, driver_error)):
+            return str(exc).split(":")[0].strip()
+        return None

@@ -1,0 +1,171 @@
+"""Grading: the golden proof, the compile gate, every case in an isolated worker, the verdicts.
+
+Correctness gates timing: nothing is timed (see `benchmark.py`) until every case passed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from labrunner import oracle
+from labrunner.buffers import inspect_guards
+from labrunner.cases import Case, Seed, load_catalogue, make_inputs
+from labrunner.check import check_output, describe_rows
+from labrunner.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
+from labrunner.exit_codes import environment_error, usage_error
+from labrunner.labs.definition import Lab
+from labrunner.results import CaseResult
+from labrunner.submission import Submission
+from labrunner.worker import Worker, WorkerFailure
+
+DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
+BACKENDS = ("gpu", "cpu", "auto")
+
+
+@dataclass
+class CaseOptions:
+    seed: Seed
+    timeout_s: float | None = None
+    full: bool = False          # CPU: run the cases outside the default budget too
+    race_check: bool = False    # CPU: run every case again with each block's threads reversed
+    only: tuple[str, ...] = ()  # case names to run (empty: all)
+
+
+@dataclass
+class Progress:
+    """Callbacks the CLI's progress display implements; the default does nothing."""
+
+    start: Callable[[str, int], None] = lambda description, total: None
+    advance: Callable[[str], None] = lambda description: None
+    done: Callable[[], None] = lambda: None
+
+
+def gpu_status() -> tuple[bool, str]:
+    """Whether CuPy sees a GPU, and the words to say so (one line)."""
+    try:
+        import cupy
+    except ImportError:
+        return False, "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, or a driver too old for this CuPy
+        return False, f"no usable GPU ({str(exc).split(':')[0]})"
+    if count == 0:
+        return False, "no GPU found"
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    return True, name.decode() if isinstance(name, bytes) else str(name)
+
+
+def resolve_backend(requested: str) -> tuple[str, list[str]]:
+    """gpu, cpu, or auto (the GPU where there is one, else the CPU, said plainly). Returns notes."""
+    if requested not in BACKENDS:
+        raise usage_error(f"--device {requested}: choose gpu, cpu or auto")
+    if requested == "cpu":
+        return "cpu", []
+    available, words = gpu_status()
+    if available:
+        return "gpu", []
+    if requested == "auto":
+        return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)"]
+    raise environment_error(f"{words}. Grade on the CPU instead with --device cpu (correctness only), "
+                            "or --device auto to fall back to it automatically")
+
+
+def select_cases(lab: Lab, backend: str, options: CaseOptions) -> tuple[list[Case], list[tuple[Case, str]]]:
+    """The cases to run, and those skipped with the reason (the CPU backend's time budget)."""
+    catalogue = load_catalogue(lab.name)
+    cases = list(catalogue.cases)
+    if options.only:
+        unknown = [n for n in options.only if n not in {c.name for c in cases}]
+        if unknown:
+            raise usage_error(f"--case {unknown[0]}: {lab.name} has no such case (it has {', '.join(c.name for c in cases)})")
+        cases = [c for c in cases if c.name in options.only]
+    if backend != "cpu" or options.full:
+        return cases, []
+    skipped = [(c, "outside the CPU backend's time budget; --full runs it") for c in cases if not c.cpu]
+    return [c for c in cases if c.cpu], skipped
+
+
+def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, options: CaseOptions,
+              progress: Progress = Progress()) -> list[CaseResult]:
+    cases, skipped = select_cases(lab, backend, options)
+    timeout = options.timeout_s or DEFAULT_TIMEOUT_S[backend]
+    results: list[CaseResult] = []
+    progress.start("checking cases", len(cases))
+    stopped_by: str | None = None
+    for case in cases:
+        if stopped_by:
+            results.append(CaseResult(case.name, "not-run", f"not run: {stopped_by}", case.rows, case.prefix))
+            continue
+        progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
+        result = run_one_case(lab, submission, worker, case, options, timeout)
+        results.append(result)
+        if result.status in ("crash", "timeout"):
+            stopped_by = f"case {case.name} ended in a {result.status}"
+    progress.done()
+    results += [CaseResult(c.name, "skipped", f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
+    return results
+
+
+def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, options: CaseOptions,
+                 timeout_s: float) -> CaseResult:
+    inputs = make_inputs(case, options.seed.value)
+    given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
+    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)}
+    try:
+        run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
+        reversed_run = (worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=True)
+                        if options.race_check else None)
+    except WorkerFailure as failure:
+        return misbehaved(case, failure)
+    reference = oracle.attention(inputs.q, inputs.k, inputs.v, prefix=case.prefix)
+    return judge_case(case, run, given, writable, reference, reversed_run)
+
+
+def misbehaved(case: Case, failure: WorkerFailure) -> CaseResult:
+    status = "timeout" if failure.kind == "timeout" else "crash"
+    where = "" if failure.kind == "timeout" else " in a kernel launch"
+    message = f"{failure.detail}" if failure.kind != "error" else f"the run failed{where}: {failure.detail}"
+    return CaseResult(case.name, status, message, case.rows, case.prefix)
+
+
+def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str, int],
+               reference: np.ndarray, reversed_run=None) -> CaseResult:
+    """Guards first (they explain everything after them), then inputs, then every output value."""
+    for name in writable:
+        damage = inspect_guards(name, *run.bands[name])
+        if damage:
+            return CaseResult(case.name, "out-of-bounds", damage.describe(writable[name]), case.rows, case.prefix)
+    for name, original in given.items():
+        after = run.inputs_after[name]
+        changed = np.flatnonzero(after.view(np.uint32).ravel() != original.view(np.uint32).ravel())
+        if changed.size:
+            return CaseResult(case.name, "input-mutated",
+                              f"input {name} was modified: {changed.size} element(s) changed, the first at flat "
+                              f"index {changed[0]}; kernels must treat q, k and v as read-only",
+                              case.rows, case.prefix)
+    out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
+    checked = check_output(out, reference)
+    result = CaseResult(case.name, checked.status, checked.message, case.rows, case.prefix, checked.max_abs_err,
+                        checked.bad_elements, checked.first_bad, checked.failing_rows)
+    if not checked.passed:
+        result.message += f"; {describe_rows(checked.failing_rows, case.rows)}"
+    elif reversed_run is not None:
+        other = reversed_run.outputs["out"].reshape(out.shape)
+        agree = within_tolerance(other, out.astype(np.float64))
+        if not agree.all():
+            row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
+            result.status = "race"
+            result.message = (f"the output depends on thread order: with each block's threads run in reverse, row {row}, "
+                              f"head {head}, col {col} is {other[row, head, col]:.6g} instead of {out[row, head, col]:.6g}; "
+                              "a missing __syncthreads()?")
+    return result
+
+
+def load_worker_modules(worker: Worker, lab: Lab, submission: Submission) -> None:
+    worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+

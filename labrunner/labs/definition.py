@@ -1,0 +1,114 @@
+"""What a lab is, as data and a few functions: entry points, launch geometry, buffers, files.
+
+A lab names its kernels with their exact signatures, the launch constants a student may export
+from the `.cu` (`extern "C" __constant__ int attnlab_<name> = <value>;`) with their defaults, and
+turns those constants and a shape into the launches the backends run. Everything else (cases,
+tolerances, seeds) is data in `cases/<lab>.toml`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+KERNELS_DIR = REPO_ROOT / "kernels"
+MAX_THREADS_PER_BLOCK = 1024
+
+
+@dataclass(frozen=True)
+class Parameter:
+    c_type: str  # "const float*", "float*" or "int"
+    name: str
+
+    @property
+    def ptx_type(self) -> str:
+        return "u64" if self.c_type.endswith("*") else "u32"
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    name: str
+    parameters: tuple[Parameter, ...]
+    duty: str  # what the kernel must do, for messages and the starter
+
+    @property
+    def signature(self) -> str:
+        params = ", ".join(f"{p.c_type} {p.name}" for p in self.parameters)
+        return f'extern "C" __global__ void {self.name}({params})'
+
+
+def entry(name: str, signature: str, duty: str) -> EntryPoint:
+    """`entry("k", "const float* q, int T", ...)`: signatures read as they are written in C."""
+    parameters = []
+    for part in signature.split(","):
+        c_type, _, param = part.strip().rpartition(" ")
+        parameters.append(Parameter(c_type.replace(" *", "*"), param))
+    return EntryPoint(name, tuple(parameters), duty)
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    args: tuple[str | int, ...]  # buffer names ("q", "k", "v", "out", workspace names) or integers
+
+
+@dataclass(frozen=True)
+class Lab:
+    name: str
+    title: str
+    teaches: str
+    entry_points: tuple[EntryPoint, ...]
+    launch_defaults: dict[str, int]               # attnlab_* constant -> default value
+    plan_launches: Callable[[dict[str, int], int, int], list[Launch]]  # (constants, rows, prefix)
+    workspace: Callable[[int, int], dict[str, int]] = lambda rows, prefix: {}  # name -> float count
+    validate: Callable[[dict[str, int]], list[str]] = lambda constants: []
+    timing_kernels: tuple[str, ...] = ()          # kernels timed one by one in the cost table
+    baseline: str = "starter"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def starter_path(self) -> Path:
+        return KERNELS_DIR / self.name / "starter.cu"
+
+    @property
+    def solution_path(self) -> Path:
+        return KERNELS_DIR / self.name / "solution.cu"
+
+    def entry_point_types(self) -> dict[str, list[str]]:
+        """Kernel name -> "float*"/"int" per parameter, for the CPU backend's launch wrappers."""
+        return {e.name: ["int" if p.c_type == "int" else "float*" for p in e.parameters] for e in self.entry_points}
+
+    def constants(self, exported: dict[str, int]) -> dict[str, int]:
+        """The defaults, overridden by what the student's module exports."""
+        return {**self.launch_defaults, **{k: v for k, v in exported.items() if k in self.launch_defaults}}
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_block(constants: dict[str, int], x: str, y: str | None = None) -> list[str]:
+    """Thread counts a GPU can launch: positive, and at most 1024 per block."""
+    counts = [constants[x]] + ([constants[y]] if y else [])
+    names = " * ".join(n for n in (x, y) if n)
+    if any(c <= 0 for c in counts):
+        return [f"{names} must be positive"]
+    total = 1
+    for c in counts:
+        total *= c
+    if total > MAX_THREADS_PER_BLOCK:
+        return [f"{names} = {total} threads: a block holds at most {MAX_THREADS_PER_BLOCK}"]
+    return []
+
+
+def check_positive(constants: dict[str, int], *names: str) -> list[str]:
+    return [f"{n} = {constants[n]} must be positive" for n in names if constants[n] <= 0]
+
+
+def check_nonnegative(constants: dict[str, int], *names: str) -> list[str]:
+    return [f"{n} = {constants[n]} must not be negative" for n in names if constants[n] < 0]

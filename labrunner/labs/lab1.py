@@ -1,0 +1,79 @@
+"""Lab 1, the full score matrix: three kernels with a [32][T][T] workspace between them."""
+
+from __future__ import annotations
+
+from labrunner.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.labs.definition import (
+    Lab, Launch, ceil_div, check_block, check_nonnegative, check_positive, entry,
+)
+
+DEFAULTS = {
+    # scores: thread (x, y) of block (bx, by, bz) owns score (row = by*tile_rows + y, key = bx*tile_keys + x) of head bz
+    "attnlab_scores_threads_x": 16,
+    "attnlab_scores_threads_y": 16,
+    "attnlab_scores_tile_keys": 16,
+    "attnlab_scores_tile_rows": 16,
+    "attnlab_scores_smem_bytes": 0,
+    # softmax: one block per (row, head) by default
+    "attnlab_softmax_threads": 256,
+    "attnlab_softmax_rows_per_block": 1,
+    "attnlab_softmax_smem_bytes": 0,
+    # weighted sum: thread (x, y) owns output (row = by*tile_rows + y, dim = bx*tile_dims + x) of head bz
+    "attnlab_wsum_threads_x": 16,
+    "attnlab_wsum_threads_y": 16,
+    "attnlab_wsum_tile_dims": 16,
+    "attnlab_wsum_tile_rows": 16,
+    "attnlab_wsum_smem_bytes": 0,
+}
+
+
+def plan_launches(c: dict[str, int], rows: int, prefix: int) -> list[Launch]:
+    t = rows
+    return [
+        Launch("attn_scores",
+               (ceil_div(t, c["attnlab_scores_tile_keys"]), ceil_div(t, c["attnlab_scores_tile_rows"]), QUERY_HEADS),
+               (c["attnlab_scores_threads_x"], c["attnlab_scores_threads_y"], 1),
+               c["attnlab_scores_smem_bytes"], ("q", "k", "scores", t)),
+        Launch("attn_softmax",
+               (ceil_div(t, c["attnlab_softmax_rows_per_block"]), QUERY_HEADS, 1),
+               (c["attnlab_softmax_threads"], 1, 1),
+               c["attnlab_softmax_smem_bytes"], ("scores", t)),
+        Launch("attn_weighted_sum",
+               (ceil_div(HEAD_DIM, c["attnlab_wsum_tile_dims"]), ceil_div(t, c["attnlab_wsum_tile_rows"]), QUERY_HEADS),
+               (c["attnlab_wsum_threads_x"], c["attnlab_wsum_threads_y"], 1),
+               c["attnlab_wsum_smem_bytes"], ("scores", "v", "out", t)),
+    ]
+
+
+def validate(c: dict[str, int]) -> list[str]:
+    return (
+        check_block(c, "attnlab_scores_threads_x", "attnlab_scores_threads_y")
+        + check_block(c, "attnlab_softmax_threads")
+        + check_block(c, "attnlab_wsum_threads_x", "attnlab_wsum_threads_y")
+        + check_positive(c, "attnlab_scores_tile_keys", "attnlab_scores_tile_rows", "attnlab_softmax_rows_per_block",
+                         "attnlab_wsum_tile_dims", "attnlab_wsum_tile_rows")
+        + check_nonnegative(c, "attnlab_scores_smem_bytes", "attnlab_softmax_smem_bytes", "attnlab_wsum_smem_bytes")
+    )
+
+
+LAB1 = Lab(
+    name="lab1",
+    title="The full score matrix",
+    teaches="attention as three eager kernels (scores matmul, row softmax, weighted sum) with the whole "
+            "T x T score matrix in global memory, and what that matrix costs as the prompt grows",
+    entry_points=(
+        entry("attn_scores", "const float* q, const float* k, float* scores, int T",
+              "scores[h][i][j] = (q[i][h] . k[j][h/4]) / 8 for j <= i, and -INFINITY above the diagonal (j > i)"),
+        entry("attn_softmax", "float* scores, int T",
+              "normalize every row of scores in place: subtract the row max, exponentiate, divide by the sum; "
+              "0 above the diagonal"),
+        entry("attn_weighted_sum", "const float* scores, const float* v, float* out, int T",
+              "out[i][h][d] = sum over j of scores[h][i][j] * v[j][h/4][d]"),
+    ),
+    launch_defaults=DEFAULTS,
+    plan_launches=plan_launches,
+    workspace=lambda rows, prefix: {"scores": QUERY_HEADS * rows * rows},
+    validate=validate,
+    timing_kernels=("attn_scores", "attn_softmax", "attn_weighted_sum"),
+    baseline="none",
+)

@@ -1,0 +1,53 @@
+"""Lab 2, flash prefill against a cached prefix: one kernel, no workspace."""
+
+from __future__ import annotations
+
+from labrunner.contract import QUERY_HEADS
+from labrunner.labs.definition import Lab, Launch, ceil_div, check_block, check_nonnegative, entry
+
+DEFAULTS = {
+    "attnlab_threads": 256,          # threads per block
+    "attnlab_rows_per_block": 64,    # query rows of the chunk one block serves: grid.x = ceil(C / rows)
+    "attnlab_heads_per_block": 1,    # query heads one block serves: grid.y = 32 / heads (4 = one KV group)
+    "attnlab_smem_bytes": 0,         # dynamic shared memory per block; above 48 KB the driver raises the limit
+}
+MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in maximum per block
+
+
+def plan_launches(c: dict[str, int], rows: int, prefix: int) -> list[Launch]:
+    return [Launch(
+        "flash_prefill",
+        (ceil_div(rows, c["attnlab_rows_per_block"]), QUERY_HEADS // c["attnlab_heads_per_block"], 1),
+        (c["attnlab_threads"], 1, 1),
+        c["attnlab_smem_bytes"],
+        ("q", "k", "v", "out", rows, prefix),
+    )]
+
+
+def validate(c: dict[str, int]) -> list[str]:
+    problems = check_block(c, "attnlab_threads") + check_nonnegative(c, "attnlab_smem_bytes")
+    heads = c["attnlab_heads_per_block"]
+    if heads <= 0 or QUERY_HEADS % heads:
+        problems.append(f"attnlab_heads_per_block = {heads} must divide {QUERY_HEADS}")
+    if c["attnlab_rows_per_block"] <= 0:
+        problems.append(f"attnlab_rows_per_block = {c['attnlab_rows_per_block']} must be positive")
+    if c["attnlab_smem_bytes"] > MAX_SHARED_BYTES:
+        problems.append(f"attnlab_smem_bytes = {c['attnlab_smem_bytes']} exceeds the {MAX_SHARED_BYTES} bytes a block may have")
+    return problems
+
+
+LAB2 = Lab(
+    name="lab2",
+    title="Flash prefill against a cached prefix",
+    teaches="chunked prefill as a serving engine runs it: tile the query rows, stage each K/V tile in shared "
+            "memory once, carry the online softmax across tiles; no score matrix exists",
+    entry_points=(
+        entry("flash_prefill",
+              "const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, int prefixLen",
+              "out[i][h] = softmax over keys j <= prefixLen + i of (q[i][h] . kCache[j][h/4]) / 8, weighting vCache[j][h/4]"),
+    ),
+    launch_defaults=DEFAULTS,
+    plan_launches=plan_launches,
+    validate=validate,
+    timing_kernels=("flash_prefill",),
+)

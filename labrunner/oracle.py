@@ -1,0 +1,51 @@
+"""The float64 oracle: attention as its definition, made literal and vectorized.
+
+Score every visible key, subtract the row maximum, exponentiate, normalize, take the weighted
+sum of the values. Double precision throughout, so float32 kernels are judged against a
+reference whose own error is far below the pass rule. No Python loop runs over rows or heads:
+the grouped-query structure becomes one extra axis, and keys are processed in blocks so the
+lab-2 timing shape (2048 rows against 4096 keys) never materializes a 2 GiB score tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labrunner.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
+
+# Rows per block: bounds the float64 score block to rows * 32 heads * keys * 8 bytes.
+_ROW_BLOCK = 256
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0) -> np.ndarray:
+    """Causal grouped-query attention in float64.
+
+    q: `[rows][32][64]`; k, v: `[prefix + rows][8][64]`; row i sees keys j <= prefix + i.
+    Returns float64 `[rows][32][64]`.
+    """
+    rows = q.shape[0]
+    keys = prefix + rows
+    if q.shape[1:] != (QUERY_HEADS, HEAD_DIM):
+        raise ValueError(f"q must be [rows][{QUERY_HEADS}][{HEAD_DIM}], got {list(q.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape != (keys, KV_HEADS, HEAD_DIM):
+            raise ValueError(f"{name} must be [{keys}][{KV_HEADS}][{HEAD_DIM}], got {list(t.shape)}")
+
+    # [kv][group][rows][dim]: query head h = kv * GROUP + group, so head h reads KV head h // GROUP.
+    q64 = q.astype(np.float64).reshape(rows, KV_HEADS, GROUP, HEAD_DIM).transpose(1, 2, 0, 3)
+    k64 = k.astype(np.float64).transpose(1, 0, 2)  # [kv][keys][dim]
+    v64 = v.astype(np.float64).transpose(1, 0, 2)
+    out = np.empty((KV_HEADS, GROUP, rows, HEAD_DIM))
+    for start in range(0, rows, _ROW_BLOCK):
+        stop = min(rows, start + _ROW_BLOCK)
+        visible_keys = prefix + stop  # no row of this block sees past its last row's position
+        scores = np.matmul(q64[:, :, start:stop, :], k64[:, None, :visible_keys, :].transpose(0, 1, 3, 2))
+        scores *= SCALE
+        positions = prefix + np.arange(start, stop)
+        hidden = np.arange(visible_keys)[None, :] > positions[:, None]
+        scores[..., hidden] = -np.inf
+        scores -= scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores)
+        weights /= weights.sum(axis=-1, keepdims=True)
+        out[:, :, start:stop, :] = np.matmul(weights, v64[:, None, :visible_keys, :])
+    return out.transpose(2, 0, 1, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)

@@ -1,0 +1,114 @@
+"""Results: what a case and a run ended as, their exit codes, and the versioned JSON schema.
+
+Statuses, most severe first. A run's verdict is its most severe case status (ties: the first
+such case), and its exit code follows from that verdict alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labrunner.exit_codes import ExitCode
+
+SCHEMA = "attnlab.result/1"
+
+STATUS_EXIT_CODES: dict[str, ExitCode] = {
+    "crash": ExitCode.MISBEHAVED,
+    "timeout": ExitCode.MISBEHAVED,
+    "out-of-bounds": ExitCode.MISBEHAVED,
+    "input-mutated": ExitCode.MISBEHAVED,
+    "race": ExitCode.MISBEHAVED,
+    "never-written": ExitCode.WRONG_ANSWER,
+    "wrong": ExitCode.WRONG_ANSWER,
+    "speed-gate": ExitCode.SPEED_GATE,
+    "pass": ExitCode.PASS,
+}
+SEVERITY = list(STATUS_EXIT_CODES)
+NOT_RUN = ("not-run", "skipped")  # cases that say nothing about the kernel
+
+
+@dataclass
+class CaseResult:
+    name: str
+    status: str
+    message: str
+    rows: int
+    prefix: int = 0
+    max_abs_err: float | None = None
+    bad_elements: int = 0
+    first_bad: dict | None = None
+    failing_rows: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "status": self.status, "rows": self.rows, "prefix": self.prefix,
+            "max_abs_err": self.max_abs_err, "bad_elements": self.bad_elements, "first_bad": self.first_bad,
+            "failing_rows": self.failing_rows, "message": self.message,
+        }
+
+
+@dataclass
+class RunResult:
+    command: str                       # grade, bench, check or doctor
+    lab: str | None = None
+    file: str | None = None
+    backend: str | None = None
+    device: dict | None = None
+    seed: str | None = None
+    oracle_proof: dict | None = None
+    cases: list[CaseResult] = field(default_factory=list)
+    timing: dict | None = None
+    gate: dict | None = None
+    compile: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    kernel_output: list[str] = field(default_factory=list)
+    error: str | None = None
+    error_code: ExitCode | None = None
+
+    @property
+    def decisive_case(self) -> CaseResult | None:
+        ran = [c for c in self.cases if c.status not in NOT_RUN]
+        failing = [c for c in ran if c.status != "pass"]
+        if not failing:
+            return None
+        return min(failing, key=lambda c: SEVERITY.index(c.status))
+
+    @property
+    def verdict(self) -> str:
+        if self.error_code is not None:
+            return {ExitCode.COMPILE_ERROR: "compile-error", ExitCode.USAGE: "usage-error",
+                    ExitCode.ENVIRONMENT: "environment-missing"}.get(self.error_code, "error")
+        case = self.decisive_case
+        if case is not None:
+            return case.status
+        if self.gate and not self.gate.get("passed", True):
+            return "speed-gate"
+        return "pass"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.error_code is not None:
+            return self.error_code
+        return STATUS_EXIT_CODES.get(self.verdict, ExitCode.PASS)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA, "command": self.command, "lab": self.lab, "file": self.file,
+            "backend": self.backend, "device": self.device, "seed": self.seed,
+            "verdict": self.verdict, "exit_code": int(self.exit_code), "error": self.error,
+            "oracle_proof": self.oracle_proof, "compile": self.compile,
+            "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
+            "notes": self.notes, "kernel_output": self.kernel_output,
+        }
+
+
+def write_json(result: RunResult, path: Path) -> None:
+    path.write_text(json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n")
+
+
+def _plain(value):
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -1,0 +1,203 @@
+"""The commands that run kernels (grade, bench, calibrate), step by step, filling one RunResult.
+
+Order matters and is the same everywhere: prove the oracle, compile-gate the file, pick the
+backend, run every case in the worker, and only then time. Rendering happens as each step
+finishes, so a long run shows its cases before its timing starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from labrunner import report
+from labrunner.benchmark import time_pipeline, time_speedup
+from labrunner.cases import Case, load_catalogue, resolve_seed
+from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.gates import DEFAULT_FRACTION, apply_gate, load_gates, write_gate
+from labrunner.golden import require_proven_oracle
+from labrunner.grade import CaseOptions, resolve_backend, run_cases, run_one_case
+from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
+from labrunner.results import RunResult
+from labrunner.submission import Submission, load_submission
+from labrunner.timing import TimingOptions
+from labrunner.worker import Worker
+
+
+@dataclass
+class GradeRequest:
+    lab: str
+    file: Path
+    device: str = "gpu"
+    seed: int | None = None
+    timeout_s: float | None = None
+    arch: str = "sm_90"
+    budget_s: float = 3.0
+    noise_target: float = 0.005
+    full: bool = False
+    race_check: bool = False
+    only: tuple[str, ...] = ()
+    gates_path: Path | None = None
+    timing: bool = True
+
+
+@dataclass
+class BenchRequest:
+    lab: str
+    file: Path | None
+    device: str = "gpu"
+    seed: int | None = None
+    timeout_s: float | None = None
+    arch: str = "sm_90"
+    budget_s: float = 3.0
+    noise_target: float = 0.005
+    chunk: int | None = None
+    prefix: int | None = None
+    versus: str = "starter"
+
+
+def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None):
+    """Oracle proof, compile gate, backend: everything before the first kernel runs."""
+    lab = get_lab(lab_name)
+    result.oracle_proof = require_proven_oracle().to_json()
+    submission = load_submission(lab, path, str(path), arch)
+    backend, notes = resolve_backend(device)
+    for words in notes:
+        report.note(words)
+    result.backend, result.notes = backend, result.notes + notes
+    chosen = resolve_seed(seed)
+    result.seed = chosen.shown
+    return lab, submission, backend, chosen
+
+
+def device_facts(worker_backend: str) -> dict | None:
+    if worker_backend != "gpu":
+        return {"name": "CPU (attnlab's fiber backend)"}
+    from labrunner.device_state import read_device_state
+
+    return read_device_state().to_json()
+
+
+def grade_submission(request: GradeRequest, result: RunResult) -> None:
+    lab, submission, backend, seed = prepare(result, request.lab, request.file, request.device, request.arch,
+                                             request.seed)
+    gates = load_gates(request.gates_path) if request.gates_path else None
+    options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
+                          race_check=request.race_check, only=request.only)
+    result.device = device_facts(backend)
+    with Worker(backend) as worker:
+        worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+        with report.progress_display() as progress:
+            result.cases = run_cases(lab, submission, worker, backend, options, progress)
+        report.cases_report(result)
+        correct = result.decisive_case is None
+        if correct and request.timing and backend == "gpu" and not request.only:
+            timing_options = TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target,
+                                           seed=seed.value)
+            run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
+                           baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch)
+            if result.timing and result.timing.get("kind") == "speedup":
+                result.gate = apply_gate(gates, lab.name, (result.device or {}).get("name"), result.timing["speedup"])
+        elif correct and backend == "cpu":
+            result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
+        result.kernel_output = worker.kernel_output()
+    report.timing_report(result)
+    report.gate_report(result)
+    report.kernel_output(result.kernel_output)
+    report.verdict_line(result)
+
+
+def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, options: TimingOptions,
+                   result: RunResult, timeout_s: float | None, baseline: Path | None, arch: str,
+                   chunk: int | None = None, prefix: int | None = None) -> None:
+    catalogue = load_catalogue(lab.name)
+    if lab.baseline == "none":
+        report.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in catalogue.timing["sizes"]))
+        timing, failure = time_pipeline(lab, worker, submission.constants, catalogue.timing["sizes"], seed, options)
+    else:
+        rows = chunk or catalogue.timing["rows"]
+        cached = catalogue.timing["prefix"] if prefix is None else prefix
+        base = load_submission(lab, baseline, str(baseline), arch)
+        worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
+        report.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved")
+        timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
+                                       submission.label, base.label)
+    if failure:
+        result.cases.append(failure)
+        report.error(f"{failure.name}: {failure.message}")
+    result.timing = timing
+
+
+def bench_submission(request: BenchRequest, result: RunResult) -> None:
+    lab = get_lab(request.lab)
+    path = request.file or lab.solution_path
+    result.file = str(path)
+    lab, submission, backend, seed = prepare(result, request.lab, path, request.device, request.arch, request.seed)
+    if backend != "gpu":
+        raise AttnlabError("bench times kernels, which needs a GPU; use `attnlab grade --device cpu` to check "
+                           "correctness on the CPU", ExitCode.ENVIRONMENT)
+    if lab.baseline == "none" and (request.chunk or request.prefix is not None or request.versus != "starter"):
+        raise usage_error(f"--chunk, --prefix and --vs apply to lab2; {lab.name} times its pipeline at fixed sizes")
+    baseline = resolve_baseline(lab, request.versus)
+    result.device = device_facts(backend)
+    catalogue = load_catalogue(lab.name)
+    check_case = bench_check_case(lab, catalogue, request)
+    with Worker(backend) as worker:
+        worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+        options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
+        result.cases = [run_one_case(lab, submission, worker, check_case, options,
+                                     request.timeout_s or 60.0)]
+        if result.decisive_case is None:
+            timing_options = TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target,
+                                           seed=seed.value)
+            run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s, baseline,
+                           request.arch, request.chunk, request.prefix)
+        result.kernel_output = worker.kernel_output()
+    report.cases_report(result)
+    report.timing_report(result)
+    report.kernel_output(result.kernel_output)
+    report.verdict_line(result)
+
+
+def bench_check_case(lab: Lab, catalogue, request: BenchRequest) -> Case:
+    """The one correctness check before timing: at the timed shape itself."""
+    if lab.baseline == "none":
+        return next(c for c in catalogue.cases if c.rows == max(c.rows for c in catalogue.cases))
+    rows = request.chunk or catalogue.timing["rows"]
+    prefix = catalogue.timing["prefix"] if request.prefix is None else request.prefix
+    return Case(f"C{rows}-P{prefix}", rows, prefix, why="the timed shape, checked once before timing")
+
+
+def resolve_baseline(lab: Lab, versus: str) -> Path | None:
+    if lab.baseline == "none":
+        return None
+    if versus == "starter":
+        return lab.starter_path
+    if versus == "solution":
+        return lab.solution_path
+    path = Path(versus)
+    if not path.exists():
+        raise usage_error(f"--vs {versus}: choose starter, solution, or the path of an existing .cu file")
+    return path
+
+
+def calibrate_gate(request: BenchRequest, output: Path, fraction: float, result: RunResult) -> None:
+    lab = get_lab(request.lab)
+    if lab.baseline == "none":
+        raise usage_error(f"{lab.name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
+    bench_submission(request, result)
+    if result.decisive_case is not None or not result.timing:
+        raise AttnlabError("calibration needs a correct, timed solution; see the failure above", ExitCode.WRONG_ANSWER)
+    name = (result.device or {}).get("name") or "unknown GPU"
+    comparison = result.timing["comparison"]
+    entry = write_gate(output, lab.name, name, result.timing["speedup"], fraction or DEFAULT_FRACTION, {
+        "ci_low": comparison["ci_low"], "ci_high": comparison["ci_high"],
+        "solution_ms": comparison["student"]["median_ms"], "starter_ms": comparison["baseline"]["median_ms"],
+        "shape": {"rows": result.timing["rows"], "prefix": result.timing["prefix"]},
+    })
+    result.gate = {"status": "calibrated", "passed": True, "file": str(output), **entry,
+                   "message": f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
+                              f"{entry['fraction'] * entry['solution_speedup']:.2f}x "
+                              f"({entry['fraction']:g} of the solution's {entry['solution_speedup']:.2f}x)"}
+    report.gate_report(result)

@@ -1,0 +1,103 @@
+"""The worker's side of timing: buffers per input set, contenders, and the calls to `timing`.
+
+Runs inside the worker process, on the GPU backend only. It returns statistics and the raw
+outputs of the verified calls; the driver checks those against the oracle, so a kernel that is
+fast because it skips work, or correct only on its first call, gets no time.
+
+A verified call re-poisons its output and runs on fresh values: V of its input set is negated
+first (and restored after, untimed). Attention is linear in V, and negation is exact in floating
+point, so the expected output is exactly the negated reference, and a kernel that replays an
+earlier result cannot pass.
+"""
+
+from __future__ import annotations
+
+from labrunner.labs.definition import Launch
+
+
+class KernelCall:
+    """One contender: a list of launches run on input set i with its own poisoned output."""
+
+    def __init__(self, name: str, device, kernels, launches_per_set: list[list[Launch]], inputs: list[dict],
+                 out_count: int, workspace: dict):
+        self.name = name
+        self.device = device
+        self.kernels = kernels
+        self.launches_per_set = launches_per_set
+        self.inputs = inputs
+        self.outs = [device.guarded(out_count) for _ in inputs]
+        self.workspace = workspace
+        self.verified: list[tuple[int, object]] = []
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        if verify:
+            self.outs[input_index].repoison()
+            self.inputs[input_index]["v"] *= -1
+
+    def launch(self, input_index: int) -> None:
+        buffers = {**self.inputs[input_index], "out": self.outs[input_index].inner, **self.workspace}
+        for launch in self.launches_per_set[input_index]:
+            self.device.launch(self.kernels, launch, buffers)
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        if verify:
+            self.device.synchronize()
+            self.verified.append((input_index, self.device.to_host(self.outs[input_index].inner)))
+            self.inputs[input_index]["v"] *= -1
+
+
+class Unverified(KernelCall):
+    """A single kernel of a pipeline, timed alone: its output is not the lab's, so there is nothing to check."""
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        pass
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        pass
+
+
+def run_timing(device, modules: dict, request: dict) -> dict:
+    if device.name != "gpu":
+        raise RuntimeError("timing needs the GPU backend")
+    from labrunner.device_state import read_device_state
+    from labrunner.gpu_timer import CupyTimer
+    from labrunner.timing import TimingOptions, compare, measure
+
+    options = TimingOptions(**request["options"])
+    timer = CupyTimer()
+    # The empty-kernel overhead first: it also wakes the GPU, so the clock read after it is a
+    # working clock, and a drop during the real timing shows up against it.
+    overhead = timer.overhead_ms(TimingOptions(budget_s=0.5, min_samples=20, seed=options.seed))
+    state_before = read_device_state()
+    reply: dict = {"overhead": overhead.to_json(), "l2_flush_bytes": timer.flush_bytes,
+                   "persisting_l2_reset": timer.persisting_l2_reset}
+
+    if request["kind"] == "speedup":
+        inputs = [{n: device.upload(a) for n, a in s.items()} for s in request["input_sets"]]
+        student = KernelCall("student", device, modules["student"], [request["student_launches"]] * len(inputs),
+                             inputs, request["out_count"], {})
+        baseline = KernelCall("baseline", device, modules["baseline"], [request["baseline_launches"]] * len(inputs),
+                              inputs, request["out_count"], {})
+        comparison = compare(student, baseline, len(inputs), timer, options)
+        reply["comparison"] = comparison.to_json()
+        reply["verified"] = {"student": student.verified, "baseline": baseline.verified}
+    else:  # one pipeline, each kernel alone and the whole call, at several sizes
+        reply["sizes"] = []
+        for size in request["sizes"]:
+            inputs = [{n: device.upload(a) for n, a in s.items()} for s in size["input_sets"]]
+            workspace = {n: device.guarded(count).inner for n, count in size["workspace"].items()}
+            launches = size["launches"]
+            stats = {}
+            for index, launch in enumerate(launches):
+                alone = Unverified(launch.kernel, device, modules["student"], [[launch]] * len(inputs), inputs,
+                                   size["out_count"], workspace)
+                stats[launch.kernel] = measure(alone, len(inputs), timer, options).to_json()
+            whole = KernelCall("total", device, modules["student"], [launches] * len(inputs), inputs,
+                               size["out_count"], workspace)
+            stats["total"] = measure(whole, len(inputs), timer, options).to_json()
+            reply["sizes"].append({"T": size["T"], "stats": stats, "verified": whole.verified})
+            del workspace, inputs
+            device.xp.get_default_memory_pool().free_all_blocks()
+    reply["state_before"] = state_before.to_json()
+    reply["state_after"] = read_device_state().to_json()
+    return reply
