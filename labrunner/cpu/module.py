@@ -49,6 +49,9 @@ CXXFLAGS = [
     "-fno-math-errno",
     # Fault handling longjmps off the fiber stacks; keep the unchecked longjmp.
     "-U_FORTIFY_SOURCE",
+    # Probe every page of a large stack frame so a fiber that outgrows its
+    # stack hits the guard page below it instead of a neighbour's stack.
+    "-fstack-clash-protection",
     "-Wno-unknown-pragmas",
     "-fmax-errors=20",
 ]
@@ -132,7 +135,7 @@ def _mask_code(src: str) -> str:
 
 
 _ALIGN_RE = re.compile(r"\b(?:__align__|alignas)\s*\([^()]*\)|__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
-_EXTERN_SHARED_RE = re.compile(r"\bextern\s+__shared__\b([^;{}()\[\]]*?)\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+_EXTERN_SHARED_RE = re.compile(r"\bextern\s+__shared__\b([^;{}\[\]]*?)\b([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 _SHARED_RE = re.compile(r"\b__shared__\b")
 _IDENT_RE = re.compile(r"[A-Za-z_]\w*")
 
@@ -182,6 +185,8 @@ def rewrite_source(src: str) -> str:
         line_start = masked.rfind("\n", 0, m.start()) + 1
         if masked[line_start:m.start()].lstrip().startswith("#"):
             continue  # inside a macro definition: leave it to the plain `static`
+        if re.search(r"\bextern\s+$", masked[max(0, m.start() - 40):m.start()]):
+            continue  # an extern __shared__ declaration not rewritten above: the compiler will say
         # a `static` next to __shared__ would make `static static`
         before = re.search(r"\bstatic\s+$", masked[max(0, m.start() - 40):m.start()])
         if before:
