@@ -381,14 +381,15 @@ def _attention_ref(q, k, v, C, P):
     return out
 
 
-def _run_starter(mod, C, P, seed=0, reverse=False):
+def _run_starter(mod, C, P, seed=0, reverse=False, shared=0):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((C, 32, 64), dtype=np.float32)
     k = rng.standard_normal((P + C, 8, 64), dtype=np.float32)
     v = rng.standard_normal((P + C, 8, 64), dtype=np.float32)
     out = np.full((C, 32, 64), np.nan, np.float32)
     t0 = time.perf_counter()
-    mod.launch("flash_prefill", ((C + 63) // 64, 32, 1), (256, 1, 1), 0, [q, k, v, out, C, P], reverse_threads=reverse)
+    mod.launch("flash_prefill", ((C + 63) // 64, 32, 1), (256, 1, 1), shared, [q, k, v, out, C, P],
+               reverse_threads=reverse)
     return q, k, v, out, time.perf_counter() - t0
 
 
@@ -411,3 +412,14 @@ def test_lab2_starter_timing(cache):
     print(f"\nlab-2 starter on the CPU, C=33 P=31: {dt:.3f} s")
     ref = _attention_ref(q, k, v, 33, 31)
     assert np.all(np.abs(out - ref) <= 1e-4 + 1e-3 * np.abs(ref))
+
+
+@pytest.mark.parametrize("C,P", [(17, 31), (70, 5)])
+def test_tiled_kernel_with_dynamic_shared(cache, C, P):
+    mod = build(cache, "tiled.cu", STARTER_EP)
+    shared = (64 * 65 + 64 * 64) * 4
+    q, k, v, out, _ = _run_starter(mod, C, P, seed=C, shared=shared)
+    ref = _attention_ref(q, k, v, C, P)
+    assert np.all(np.abs(out - ref) <= 1e-4 + 1e-3 * np.abs(ref))
+    _, _, _, out_rev, _ = _run_starter(mod, C, P, seed=C, shared=shared, reverse=True)
+    np.testing.assert_array_equal(out_rev, out)
