@@ -49,7 +49,7 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
     return 120.0 + things * 2.5 * options.budget_s
 
 
-def verify_timed_outputs(label: str, verified: list, input_sets: list[dict], rows: int, prefix: int,
+def verify_timed_outputs(case_name: str, who: str, verified: list, input_sets: list[dict], rows: int, prefix: int,
                          references: dict[int, np.ndarray]) -> CaseResult | None:
     """Every verified call must match the oracle on its (V-negated) input set; else a verdict."""
     for input_index, out in verified:
@@ -58,8 +58,8 @@ def verify_timed_outputs(label: str, verified: list, input_sets: list[dict], row
             references[input_index] = oracle.attention(s["q"], s["k"], s["v"], prefix=prefix)
         checked = check_output(out.reshape(rows, QUERY_HEADS, HEAD_DIM), -references[input_index])
         if not checked.passed:
-            return CaseResult(f"timed {label}", checked.status,
-                              f"a timed call on fresh input set {input_index} (V negated, output re-poisoned) failed: "
+            return CaseResult(case_name, checked.status,
+                              f"{who}: a timed call on fresh input set {input_index} (V negated, output re-poisoned) failed: "
                               f"{checked.message}; a kernel must compute every call, so no time is reported",
                               rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
                               checked.failing_rows)
@@ -84,7 +84,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         return None, CaseResult(f"timed C{rows}-P{prefix}", status, failure.detail, rows, prefix)
     references: dict[int, np.ndarray] = {}
     for who, label in (("student", student_label), ("baseline", baseline_label)):
-        failure = verify_timed_outputs(f"C{rows}-P{prefix} ({label})", reply["verified"][who], input_sets, rows,
+        failure = verify_timed_outputs(f"timed C{rows}-P{prefix}", label, reply["verified"][who], input_sets, rows,
                                        prefix, references)
         if failure:
             return None, failure
@@ -116,7 +116,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
     rows = []
     for size, measured in zip(size_requests, reply["sizes"]):
         t = size["T"]
-        failure = verify_timed_outputs(f"T{t}", measured["verified"], size["input_sets"], t, 0, {})
+        failure = verify_timed_outputs(f"timed T{t}", "the pipeline", measured["verified"], size["input_sets"], t, 0, {})
         if failure:
             return None, failure
         rows.append(pipeline_row(t, measured["stats"]))

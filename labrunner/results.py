@@ -98,6 +98,7 @@ class RunResult:
             "schema": SCHEMA, "command": self.command, "lab": self.lab, "file": self.file,
             "backend": self.backend, "device": self.device, "seed": self.seed,
             "verdict": self.verdict, "exit_code": int(self.exit_code), "error": self.error,
+            "decisive_case": self.decisive_case.name if self.decisive_case else None,
             "oracle_proof": self.oracle_proof, "compile": self.compile,
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
             "notes": self.notes, "kernel_output": self.kernel_output,

@@ -1,0 +1,51 @@
+"""CPU and GPU backends on the same inputs: the shipped solutions' outputs must agree within 1e-5.
+
+Runs each solution through both workers (the same code path `grade` uses) on the CPU backend's
+default cases and prints the largest difference per case. Needs the GPU and a C++ compiler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labrunner.cases import DEFAULT_SEED, load_catalogue, make_inputs
+from labrunner.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.labs import LABS
+from labrunner.submission import load_submission
+from labrunner.worker import Worker
+
+AGREEMENT = 1e-5
+
+
+def outputs(backend: str, lab, submission, cases) -> dict[str, np.ndarray]:
+    results = {}
+    with Worker(backend) as worker:
+        worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+        for case in cases:
+            inputs = make_inputs(case, DEFAULT_SEED)
+            run = worker.run_case("student", lab.plan_launches(submission.constants, case.rows, case.prefix),
+                                  {"q": inputs.q, "k": inputs.k, "v": inputs.v},
+                                  {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)},
+                                  ("out",), timeout_s=300)
+            results[case.name] = run.outputs["out"]
+    return results
+
+
+def main() -> None:
+    worst = 0.0
+    print(f"{'solution':28} {'case':20} {'max |cpu - gpu|':>16}")
+    for lab in LABS.values():
+        submission = load_submission(lab, lab.solution_path, str(lab.solution_path.relative_to(lab.solution_path.parents[2])))
+        cases = [c for c in load_catalogue(lab.name).cases if c.cpu]
+        gpu, cpu = outputs("gpu", lab, submission, cases), outputs("cpu", lab, submission, cases)
+        for case in cases:
+            difference = float(np.max(np.abs(gpu[case.name].astype(np.float64) - cpu[case.name])))
+            worst = max(worst, difference)
+            print(f"{submission.label:28} {case.name:20} {difference:16.3e}")
+    verdict = "agree" if worst <= AGREEMENT else "DISAGREE"
+    print(f"CPU and GPU outputs {verdict}: largest difference {worst:.3e} (bound {AGREEMENT:g})")
+    raise SystemExit(0 if worst <= AGREEMENT else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Every GPU test and check in one go, for a machine with an NVIDIA GPU. Logs go to $OUT (or
+# ./gpu-check-out); the short table at the end is what to read.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=. PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
+out=${OUT:-gpu-check-out}
+mkdir -p "$out"
+summary=()
+step() {  # step NAME COMMAND...: runs it, logs it, records its exit status
+    local name=$1; shift
+    echo "=== $name: $*"
+    local started=$SECONDS
+    "$@" 2>&1 | tee "$out/$name.log"
+    local status=${PIPESTATUS[0]}
+    summary+=("$(printf '%-28s exit %-3s %4ss' "$name" "$status" $((SECONDS - started)))")
+}
+
+step gpu-tests python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
+step grade-lab1-solution python3 -m labrunner grade lab1 kernels/lab1/solution.cu --budget 0.5 --json "$out/lab1.json"
+step grade-lab2-solution python3 -m labrunner grade lab2 kernels/lab2/solution.cu --json "$out/lab2.json"
+step grade-lab2-starter python3 -m labrunner grade lab2 kernels/lab2/starter.cu --budget 1
+step calibrate-lab2 python3 -m labrunner calibrate lab2 -o "$out/gates.json" --fraction 0.5
+step gated-solution python3 -m labrunner grade lab2 kernels/lab2/solution.cu --gates "$out/gates.json" --budget 1
+step gated-starter python3 -m labrunner grade lab2 kernels/lab2/starter.cu --gates "$out/gates.json" --budget 1
+step cpu-vs-gpu python3 scripts/compare_backends.py
+step bench-stability python3 scripts/bench_stability.py
+
+echo
+echo "=== summary"
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,125 @@
+"""The fixture suite: every known-correct, known-wrong and hostile kernel, graded for real.
+
+Each fixture's expected verdict, decisive case, first bad row and exit code are data in
+`tests/fixtures/<lab>/expected.toml`. Grading goes through the real command line
+(`python -m labrunner grade ... --json`), so what is checked is exactly what a CI grading
+job would see. Run it directly for the table: `python tests/fixture_suite.py --device gpu`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REPO = FIXTURES.parent.parent
+
+
+@dataclass
+class Fixture:
+    lab: str
+    path: Path
+    expected: dict
+
+    @property
+    def name(self) -> str:
+        return f"{self.lab}/{self.path.relative_to(FIXTURES / self.lab)}"
+
+    def runs_on(self, backend: str) -> bool:
+        return backend in self.expected.get("backends", ["gpu", "cpu"])
+
+
+@dataclass
+class Outcome:
+    fixture: Fixture
+    got: dict
+    seconds: float
+
+    @property
+    def mismatches(self) -> list[str]:
+        wrong = []
+        for key in ("verdict", "exit_code", "case", "row"):
+            if key in self.fixture.expected or key in ("verdict", "exit_code"):
+                want = self.fixture.expected.get(key)
+                if self.got.get(key) != want:
+                    wrong.append(f"{key}: expected {want!r}, got {self.got.get(key)!r}")
+        return wrong
+
+
+def load_fixtures(lab: str | None = None) -> list[Fixture]:
+    fixtures = []
+    for lab_dir in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        if lab and lab_dir.name != lab:
+            continue
+        with open(lab_dir / "expected.toml", "rb") as handle:
+            table = tomllib.load(handle)
+        on_disk = {str(p.relative_to(lab_dir)) for p in lab_dir.rglob("*.cu")}
+        missing = on_disk ^ set(table)
+        if missing:
+            raise AssertionError(f"{lab_dir.name}: fixtures and expected.toml disagree about {sorted(missing)}")
+        fixtures += [Fixture(lab_dir.name, lab_dir / rel, expected) for rel, expected in table.items()]
+    return fixtures
+
+
+def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcome:
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "result.json"
+        command = [sys.executable, "-m", "labrunner", "grade", fixture.lab, str(fixture.path), "--device", backend,
+                   "--json", str(report), *extra]
+        if not fixture.expected.get("timing"):
+            command.append("--no-timing")
+        else:
+            command += ["--budget", "0.3"]
+        if "timeout" in fixture.expected:
+            command += ["--timeout", str(fixture.expected["timeout"])]
+        started = time.perf_counter()
+        completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+        seconds = time.perf_counter() - started
+        result = json.loads(report.read_text()) if report.exists() else {}
+    decisive = next((c for c in result.get("cases", []) if c["name"] == result.get("decisive_case")), None)
+    got = {
+        "verdict": result.get("verdict"),
+        "exit_code": completed.returncode,
+        "json_exit_code": result.get("exit_code"),
+        "case": result.get("decisive_case"),
+        "row": (decisive or {}).get("first_bad", {}).get("row") if decisive and decisive.get("first_bad") else None,
+        "message": (decisive or {}).get("message") or result.get("error") or completed.stderr.strip()[-300:],
+    }
+    return Outcome(fixture, got, seconds)
+
+
+def run_suite(backend: str, lab: str | None = None, extra: tuple[str, ...] = ()) -> list[Outcome]:
+    return [grade(f, backend, extra) for f in load_fixtures(lab) if f.runs_on(backend)]
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = [f"{'kernel':40} {'expected':32} {'got':32} {'s':>6}  ok"]
+    for o in outcomes:
+        e, g = o.fixture.expected, o.got
+        want = f"{e['verdict']} {e.get('case', '')} r{e.get('row', '-')} x{e['exit_code']}"
+        have = f"{g['verdict']} {g.get('case') or ''} r{'-' if g.get('row') is None else g['row']} x{g['exit_code']}"
+        lines.append(f"{o.fixture.name:40} {want:32} {have:32} {o.seconds:6.1f}  {'ok' if not o.mismatches else 'MISMATCH'}")
+    bad = sum(1 for o in outcomes if o.mismatches)
+    lines.append(f"{len(outcomes) - bad} passed, {bad} failed")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
+    parser.add_argument("--lab", default=None)
+    args = parser.parse_args()
+    outcomes = run_suite(args.device, args.lab)
+    for o in outcomes:
+        for problem in o.mismatches:
+            print(f"{o.fixture.name}: {problem}\n    {o.got['message']}")
+    print(table(outcomes))
+    sys.exit(1 if any(o.mismatches for o in outcomes) else 0)
