@@ -73,6 +73,16 @@ def test_syncthreads_count_and_or(cache):
         assert out[3 * b + 2] == float((xb[b] > 100).any())
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_exited_threads_do_not_hold_barriers(cache, reverse):
+    mod = build(cache, "reduce.cu", {"early_exit_barrier": ["float*", "float*", "int"]})
+    x = np.arange(128, dtype=np.float32)
+    out = np.full(128, -1.0, np.float32)
+    mod.launch("early_exit_barrier", (1, 1, 1), (128, 1, 1), 0, [x, out, 77], reverse_threads=reverse)
+    np.testing.assert_array_equal(out[:77], x[:77][::-1])
+    np.testing.assert_array_equal(out[77:], -1.0)
+
+
 def test_warp_reductions(cache, fibers):
     mod = build(cache, "warp.cu", {"warp_reduce": ["float*", "float*", "float*"]})
     x = np.arange(128, dtype=np.float32) * 0.5

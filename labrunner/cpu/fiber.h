@@ -196,10 +196,12 @@ inline void switch_to(Fiber* from, Fiber* to) {
 #if ATTNLAB_HAVE_ASM_FIBERS
     if (!rt.use_uc) {
         attnlab_fiber_switch(from ? &from->sp : &rt.sched_sp, to ? to->sp : rt.sched_sp);
+        __asm__ __volatile__("" ::: "memory");  // another fiber ran: reload everything
         return;
     }
 #endif
     swapcontext(from ? from->uc : &rt.sched_uc, to ? to->uc : &rt.sched_uc);
+    __asm__ __volatile__("" ::: "memory");
 }
 
 [[noreturn]] void switch_to_scheduler_forever() {

@@ -29,3 +29,14 @@ extern "C" __global__ void sync_votes(const float* in, float* out) {
   const int o = __syncthreads_or(v > 100.0f);
   if (threadIdx.x == 3) { out[3 * blockIdx.x] = c; out[3 * blockIdx.x + 1] = a; out[3 * blockIdx.x + 2] = o; }
 }
+
+// Threads past n exit early; the remaining threads still synchronise (exited
+// threads do not hold a barrier back, as on Volta and later GPUs).
+extern "C" __global__ void early_exit_barrier(const float* in, float* out, int n) {
+  __shared__ float s[128];
+  const int t = threadIdx.x;
+  if (t >= n) return;
+  s[t] = in[t];
+  __syncthreads();
+  out[t] = s[n - 1 - t];
+}
