@@ -13,8 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 POISON_BITS = 0x7FEDBEEF   # quiet NaN, payload "edbeef": the output before the kernel ran
+# A workspace gets a poison of its own: on a CPU a NaN keeps its payload through arithmetic, so
+# an output computed from an unwritten workspace value must not look like an unwritten output.
+WORKSPACE_POISON_BITS = 0x7FEDF00D
 CANARY_BITS = 0x7FCA11ED   # quiet NaN, payload "ca11ed": the guard bands either side
 GUARD_ELEMENTS = 4096      # 16 KiB of canaries before and after every writable buffer
+
+
+def poison_for(buffer: str) -> int:
+    return POISON_BITS if buffer == "out" else WORKSPACE_POISON_BITS
 
 
 def filled(count: int, bits: int) -> np.ndarray:

@@ -12,6 +12,7 @@ earlier result cannot pass.
 
 from __future__ import annotations
 
+from labrunner.buffers import poison_for
 from labrunner.labs.definition import Launch
 
 
@@ -85,7 +86,7 @@ def run_timing(device, modules: dict, request: dict) -> dict:
         reply["sizes"] = []
         for size in request["sizes"]:
             inputs = [{n: device.upload(a) for n, a in s.items()} for s in size["input_sets"]]
-            workspace = {n: device.guarded(count).inner for n, count in size["workspace"].items()}
+            workspace = {n: device.guarded(count, poison_for(n)).inner for n, count in size["workspace"].items()}
             launches = size["launches"]
             stats = {}
             for index, launch in enumerate(launches):

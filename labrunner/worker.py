@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labrunner.buffers import poison_for
 from labrunner.labs.definition import Launch
 
 COMPILE_TIMEOUT_S = 300.0
@@ -207,7 +208,7 @@ def serve(conn, backend: str, log_path: str) -> None:
 def run_case(device, kernels, request: dict) -> dict:
     """Upload inputs, poison and guard the writable buffers, run the launches, read everything back."""
     buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
-    guarded = {name: device.guarded(count) for name, count in request["writable"].items()}
+    guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
     buffers.update({name: g.inner for name, g in guarded.items()})
     for launch in request["launches"]:
         device.launch(kernels, launch, buffers, reverse_threads=request["reverse_threads"])

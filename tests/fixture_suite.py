@@ -76,6 +76,7 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
             command.append("--no-timing")
         else:
             command += ["--budget", "0.3"]
+        command += fixture.expected.get("args", [])
         if "timeout" in fixture.expected:
             command += ["--timeout", str(fixture.expected["timeout"])]
         started = time.perf_counter()
