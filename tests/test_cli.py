@@ -1,0 +1,384 @@
+"""The command line: what each command prints, writes and exits with, on a machine without a GPU.
+
+Most tests call `labrunner.cli.main` through click's CliRunner; a few run `python -m labrunner`
+as a user would, to prove the module entry point and that errors never end in a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from labrunner import grade as grade_module
+from labrunner.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+STARTER = REPO / "kernels/lab2/starter.cu"
+UNKNOWN_LAB = "error: unknown lab 'lab9': choose one of lab1, lab2 (`attnlab labs` lists them)\n"
+NO_GPU = ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
+          "or --device auto to fall back to it automatically\n")
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    """A CliRunner in an empty folder, wide enough that tables do not wrap."""
+    monkeypatch.chdir(tmp_path)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """The same answer on every machine: CuPy sees no GPU."""
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+
+
+def has_gpu() -> bool:
+    return grade_module.gpu_status()[0]
+
+
+def cpu_backend_ready() -> bool:
+    from labrunner.cpu_device import cpu_backend_status
+
+    return cpu_backend_status()[0]
+
+
+def invoke(runner: CliRunner, *args: str):
+    result = runner.invoke(main, list(args))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    return result
+
+
+def attnlab(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=120)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# --- labs and starter ------------------------------------------------------------------------
+
+def test_labs_lists_both_labs(runner):
+    result = invoke(runner, "labs")
+    assert result.exit_code == 0
+    assert re.search(r"│ lab1 +│ The full score matrix +│", result.stdout)
+    assert re.search(r"│ lab2 +│ Flash prefill against a cached prefix +│", result.stdout)
+    assert result.stderr == ""
+
+
+def test_starter_prints_the_starter_exactly(runner):
+    result = invoke(runner, "starter", "lab2")
+    assert result.exit_code == 0
+    assert result.stdout == STARTER.read_text()
+
+
+def test_starter_writes_the_file_and_says_how_to_grade_it(runner, tmp_path):
+    result = invoke(runner, "starter", "lab2", "-o", "attention.cu")
+    assert result.exit_code == 0
+    assert (tmp_path / "attention.cu").read_text() == STARTER.read_text()
+    assert result.stderr == "note: wrote attention.cu; grade it with: attnlab grade lab2 attention.cu\n"
+    assert result.stdout == ""
+
+
+def test_starter_refuses_to_overwrite_without_force(runner, tmp_path):
+    target = write(tmp_path / "attention.cu", "// my work\n")
+    result = invoke(runner, "starter", "lab2", "-o", "attention.cu")
+    assert result.exit_code == 2
+    assert result.stderr == "error: attention.cu exists; nothing was written (use --force to overwrite it)\n"
+    assert target.read_text() == "// my work\n"
+
+
+def test_starter_overwrites_with_force(runner, tmp_path):
+    target = write(tmp_path / "attention.cu", "// my work\n")
+    result = invoke(runner, "starter", "lab2", "-o", "attention.cu", "--force")
+    assert result.exit_code == 0
+    assert target.read_text() == STARTER.read_text()
+
+
+@pytest.mark.xfail(strict=True, reason="starter -o into a folder that does not exist ends in a "
+                                       "FileNotFoundError traceback instead of a usage error")
+def test_starter_into_a_missing_folder_is_a_usage_error(runner):
+    result = runner.invoke(main, ["starter", "lab2", "-o", "no/such/folder/attention.cu"])
+    assert isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2
+
+
+# --- usage errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["starter", "lab9"],
+    ["check", "lab9", str(STARTER)],
+    ["grade", "lab9", str(STARTER), "--device", "cpu"],
+])
+def test_an_unknown_lab_is_one_line_and_exit_2(runner, args):
+    result = invoke(runner, *args)
+    assert result.exit_code == 2
+    assert result.stderr == UNKNOWN_LAB
+    assert "Traceback" not in result.output
+
+
+def test_a_missing_file_is_one_line_and_exit_2(runner):
+    result = invoke(runner, "check", "lab2", "nope.cu")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: nope.cu: no such file; pass the path of your .cu file "
+                             "(`attnlab starter LAB` writes one)\n")
+    assert result.stdout == ""
+
+
+def test_a_folder_is_not_a_kernel_file(runner, tmp_path):
+    (tmp_path / "kernels").mkdir()
+    result = invoke(runner, "check", "lab2", "kernels")
+    assert result.exit_code == 2
+    assert result.stderr == "error: kernels: is a folder, not a .cu file\n"
+
+
+def test_a_file_that_is_not_utf8_is_a_usage_error(runner, tmp_path):
+    (tmp_path / "bad.cu").write_bytes(b"// caf\xe9\n")
+    result = invoke(runner, "check", "lab2", "bad.cu")
+    assert result.exit_code == 2
+    assert result.stderr == "error: bad.cu: is not UTF-8 text (byte 6); save it as UTF-8\n"
+
+
+# --- check -----------------------------------------------------------------------------------
+
+def test_check_passes_the_starter(runner):
+    result = invoke(runner, "check", "lab2", str(STARTER))
+    assert result.exit_code == 0
+    assert result.stdout.rstrip().endswith("PASS (exit 0)")
+    assert f"{STARTER}: compiles for lab2 (sm_90, NVRTC " in result.stdout
+    assert re.search(r"│ flash_prefill +│ +\d+ │", result.stdout)  # the registers column
+    assert re.search(r"│ attnlab_smem_bytes +│ +0 │", result.stdout)
+
+
+def test_check_reports_a_syntax_error_at_the_students_line(runner, tmp_path):
+    source = STARTER.read_text().splitlines()
+    source[40] = source[40] + " int x = ;"
+    write(tmp_path / "broken.cu", "\n".join(source) + "\n")
+    result = invoke(runner, "check", "lab2", "broken.cu")
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: broken.cu(41): error: expected an expression\n")
+    assert result.stdout == ""
+
+
+def test_check_names_a_missing_entry_point(runner, tmp_path):
+    write(tmp_path / "empty.cu", "// nothing yet\n")
+    result = invoke(runner, "check", "lab2", "empty.cu")
+    assert result.exit_code == 3
+    assert result.stderr == (
+        'error: empty.cu: error: missing entry point flash_prefill; lab2 needs: extern "C" __global__ void '
+        "flash_prefill(const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, "
+        "int prefixLen)\n")
+
+
+def test_check_json(runner, tmp_path):
+    result = invoke(runner, "check", "lab2", str(STARTER), "--json", "out.json")
+    assert result.exit_code == 0
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["schema"] == "attnlab.result/1"
+    assert (data["command"], data["lab"], data["file"]) == ("check", "lab2", str(STARTER))
+    assert (data["backend"], data["verdict"], data["exit_code"], data["error"]) == (None, "pass", 0, None)
+    assert data["oracle_proof"] is None and data["cases"] == []
+    assert data["compile"]["entry_points"] == {"flash_prefill": ["u64", "u64", "u64", "u64", "u32", "u32"]}
+    assert data["compile"]["constants"] == {"attnlab_threads": 256, "attnlab_rows_per_block": 64,
+                                            "attnlab_heads_per_block": 1, "attnlab_smem_bytes": 0}
+    assert data["compile"]["resources"]["flash_prefill"]["registers"] > 0
+
+
+def test_check_json_of_a_compile_error(runner, tmp_path):
+    write(tmp_path / "broken.cu", "int int x;\n")
+    result = invoke(runner, "check", "lab2", "broken.cu", "--json", "out.json")
+    assert result.exit_code == 3
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert (data["verdict"], data["exit_code"], data["file"]) == ("compile-error", 3, "broken.cu")
+    assert data["error"].startswith("broken.cu(1): error: ")
+
+
+def test_json_to_an_unwritable_path_is_a_usage_error(runner):
+    result = invoke(runner, "check", "lab2", str(STARTER), "--json", "no/such/folder/out.json")
+    assert result.exit_code == 2
+    assert result.stderr == "error: --json no/such/folder/out.json: cannot write (No such file or directory)\n"
+
+
+# --- grade -----------------------------------------------------------------------------------
+
+def test_grade_on_the_gpu_without_one_says_use_device_cpu(runner, no_gpu, tmp_path):
+    result = invoke(runner, "grade", "lab2", str(STARTER), "--json", "out.json")
+    assert result.exit_code == 6
+    assert result.stderr == NO_GPU
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["schema"] == "attnlab.result/1"
+    assert (data["command"], data["lab"], data["file"], data["backend"]) == ("grade", "lab2", str(STARTER), None)
+    assert (data["verdict"], data["exit_code"]) == ("environment-missing", 6)
+    assert data["oracle_proof"]["passed"] is True and data["oracle_proof"]["max_error"] <= 1e-12
+    assert data["cases"] == []
+
+
+def test_grade_compiles_before_it_looks_for_a_gpu(runner, no_gpu, tmp_path):
+    write(tmp_path / "broken.cu", "int int x;\n")
+    result = invoke(runner, "grade", "lab2", "broken.cu")
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: broken.cu(1): error: ")
+
+
+def test_grade_with_an_unknown_case_is_a_usage_error(runner):
+    if not cpu_backend_ready():
+        pytest.skip("no C++ compiler for the CPU backend")
+    result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C5")
+    assert result.exit_code == 2
+    assert result.stderr.endswith("error: --case C5: lab2 has no such case (it has C1-P31, C17-P31, C33-P31, "
+                                  "C1-P1000, C17-P1000, C33-P1000, planted-C33-P31, planted-C33-P1000, "
+                                  "lastkey-C33-P1000, lastkey-C17-P31, C2048-P2048)\n")
+
+
+def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch):
+    if not cpu_backend_ready():
+        pytest.skip("no C++ compiler for the CPU backend")
+    monkeypatch.delenv("ATTNLAB_SEED", raising=False)
+    result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C1-P31", "--json", "g.json")
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert (data["backend"], data["verdict"], data["exit_code"], data["seed"]) == ("cpu", "pass", 0, "20261129")
+    assert [(c["name"], c["status"], c["rows"], c["prefix"], c["bad_elements"]) for c in data["cases"]] == [
+        ("C1-P31", "pass", 1, 31, 0)]
+    assert data["cases"][0]["message"] == "all 2048 elements within the pass rule"
+    assert data["cases"][0]["max_abs_err"] < 1e-5
+    assert result.stdout.rstrip().endswith("PASS (exit 0)")
+
+
+@pytest.mark.xfail(strict=True, reason="--seed -1 is accepted and crashes make_inputs with numpy's "
+                                       "ValueError (a traceback) instead of a usage error")
+def test_a_negative_seed_is_a_usage_error(runner):
+    if not cpu_backend_ready():
+        pytest.skip("no C++ compiler for the CPU backend")
+    result = runner.invoke(main, ["grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C1-P31",
+                                  "--seed", "-1"])
+    assert isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2
+
+
+# --- doctor ----------------------------------------------------------------------------------
+
+def test_doctor_without_a_gpu_exits_0_and_shows_the_golden_proof(runner, no_gpu, tmp_path):
+    result = invoke(runner, "doctor", "--json", "d.json")
+    assert result.exit_code == 0
+    assert re.search(r"│ GPU and driver +│ missing │ no GPU found: grade with --device cpu \(correctness only\)",
+                     result.stdout)
+    assert re.search(r"│ oracle golden proof +│ ok +│ max error \d\.\de-\d\d \(must be <= 1e-12\)", result.stdout)
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["schema"] == "attnlab.result/1"
+    assert (data["command"], data["lab"], data["file"], data["backend"]) == ("doctor", None, None, None)
+    assert (data["verdict"], data["exit_code"]) == ("pass", 0)
+    assert data["notes"][0] == "GPU and driver: missing: no GPU found: grade with --device cpu (correctness only)"
+    assert data["oracle_proof"]["passed"] is True and data["oracle_proof"]["max_error"] <= 1e-12
+    assert data["cases"] == []
+
+
+# --- help ------------------------------------------------------------------------------------
+
+def context(command: click.Command, name: str) -> click.Context:
+    """The context click itself would build, so the help option is the real -h/--help."""
+    return command.context_class(command, info_name=name, **command.context_settings)
+
+
+def test_the_group_and_every_command_and_option_have_help():
+    missing = [] if (main.help or "").strip() else ["attnlab"]
+    for param in main.get_params(context(main, "attnlab")):
+        if isinstance(param, click.Option) and not (param.help or "").strip():
+            missing.append(f"attnlab {param.opts[0]}")
+    for name, command in main.commands.items():
+        if not (command.help or "").strip():
+            missing.append(name)
+        for param in command.get_params(context(command, name)):
+            if isinstance(param, click.Option) and not (param.help or "").strip():
+                missing.append(f"{name} {param.opts[0]}")
+    assert missing == []
+
+
+def test_the_command_set():
+    assert sorted(main.commands) == ["bench", "calibrate", "check", "doctor", "grade", "labs", "starter"]
+
+
+@pytest.mark.parametrize("name", ["labs", "starter", "check", "doctor", "grade", "bench", "calibrate"])
+def test_dash_h_shows_each_commands_help(runner, name):
+    result = invoke(runner, name, "-h")
+    assert result.exit_code == 0
+    summary = " ".join(main.commands[name].help.split("\n\n")[0].split())
+    assert summary in " ".join(result.stdout.split())
+
+
+# --- as a user runs it -----------------------------------------------------------------------
+
+def test_python_m_labrunner_labs():
+    completed = attnlab("labs")
+    assert completed.returncode == 0
+    assert "│ lab1 " in completed.stdout and "│ lab2 " in completed.stdout
+
+
+def test_python_m_labrunner_unknown_lab_has_no_traceback():
+    completed = attnlab("starter", "lab9")
+    assert completed.returncode == 2
+    assert completed.stderr == UNKNOWN_LAB
+    assert completed.stdout == ""
+
+
+def test_python_m_labrunner_check_with_a_syntax_error(tmp_path):
+    write(tmp_path / "attention.cu", "// one\n// two\nint int x;\n")
+    completed = attnlab("check", "lab2", "attention.cu", cwd=tmp_path)
+    assert completed.returncode == 3
+    assert completed.stderr.startswith("error: attention.cu(3): error: ")
+    assert "Traceback" not in completed.stderr
+
+
+def test_python_m_labrunner_grade_without_a_gpu_exits_6():
+    if has_gpu():
+        pytest.skip("this machine has a GPU")
+    completed = attnlab("grade", "lab2", str(STARTER))
+    assert completed.returncode == 6
+    assert completed.stderr.startswith("error: ")
+    assert completed.stderr.endswith(". Grade on the CPU instead with --device cpu (correctness only), "
+                                     "or --device auto to fall back to it automatically\n")
+
+
+def test_python_m_labrunner_doctor_without_a_gpu():
+    if has_gpu():
+        pytest.skip("this machine has a GPU")
+    completed = attnlab("doctor")
+    assert completed.returncode == 0
+    assert re.search(r"│ GPU and driver +│ missing │", completed.stdout)
+    assert re.search(r"│ oracle golden proof +│ ok +│", completed.stdout)
+
+
+@pytest.mark.xfail(strict=True, reason="the built package leaves out cases/ and kernels/ (they sit beside "
+                                       "labrunner/, outside its package data), so an installed attnlab "
+                                       "cannot find its starters, catalogues or golden case")
+def test_the_built_package_runs_outside_the_source_tree(tmp_path):
+    pytest.importorskip("setuptools")
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        if (REPO / name).exists():
+            shutil.copy(REPO / name, source / name)
+    for name in ("labrunner", "cases", "kernels"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build",
+                            "--build-base", str(tmp_path / "build")], cwd=source, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    completed = subprocess.run([sys.executable, "-m", "labrunner", "starter", "lab2"], cwd=elsewhere,
+                               env={**os.environ, "PYTHONPATH": str(tmp_path / "build" / "lib")},
+                               capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr[-500:]
+    assert completed.stdout == STARTER.read_text()
