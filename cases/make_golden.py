@@ -11,6 +11,10 @@ arithmetic done here, not from attention code:
   The other keys of KV head 0 alternate +x, -x over the 64 dims, so they score exactly 0 against
   the planted query, while key 6 scores 64 * 4 * 4 / 8 = 128. So head 0 of row 4 is
   (e^128 v_6 + sum of the other seven v_j) / (e^128 + 7).
+* Row 0, head 4 (KV head 1) has query 8.0 in dim 0 and 0 elsewhere, so its score against key j
+  is 8 * k[j, 1, 0] / 8 = k[j, 1, 0] exactly (values like -0.25 and 0.625): the output is the
+  softmax of those four numbers, written out with math.exp, weighting v. A wrong scale, a wrong
+  head mapping or a shifted causal edge changes it.
 * Every other head of every row sees query 0, whatever K holds: the uniform mean above.
 """
 
@@ -25,6 +29,7 @@ ROWS, PREFIX = 5, 3
 KEYS = PREFIX + ROWS
 HEADS, KV_HEADS, DIM = 32, 8, 64
 PLANTED_ROW, PLANTED_KEY = 4, 6
+SCORED_ROW, SCORED_HEAD = 0, 4
 
 
 def v_value(j: int, g: int, d: int) -> float:
@@ -34,6 +39,7 @@ def v_value(j: int, g: int, d: int) -> float:
 def derive() -> dict[str, np.ndarray]:
     q = np.zeros((ROWS, HEADS, DIM), np.float32)
     q[PLANTED_ROW, 0, :] = 4.0
+    q[SCORED_ROW, SCORED_HEAD, 0] = 8.0
     signs = np.where(np.arange(DIM) % 2 == 0, 1.0, -1.0)
     k = np.zeros((KEYS, KV_HEADS, DIM), np.float32)
     for j in range(KEYS):
@@ -49,6 +55,11 @@ def derive() -> dict[str, np.ndarray]:
             g = h // 4
             for d in range(DIM):
                 expected[i, h, d] = (position / 2 - 2 * d + 100 * g) / 8
+    g = SCORED_HEAD // 4
+    scores = [float(k[j, g, 0]) for j in range(PREFIX + SCORED_ROW + 1)]  # 8 * k / 8, exactly
+    weights = [math.exp(score) for score in scores]
+    for d in range(DIM):
+        expected[SCORED_ROW, SCORED_HEAD, d] = sum(w * v_value(j, g, d) for j, w in enumerate(weights)) / sum(weights)
     e128 = math.exp(128)
     for d in range(DIM):
         others = sum(v_value(j, 0, d) for j in range(KEYS) if j != PLANTED_KEY)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from labrunner.contract import DTYPE, HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.exit_codes import usage_error
 
 CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 DEFAULT_SEED = 20261129
@@ -57,15 +58,18 @@ class Seed:
 def resolve_seed(option: int | None) -> Seed:
     """--seed wins, then $ATTNLAB_SEED (a CI job's secret seed), then the public default."""
     if option is not None:
+        if option < 0:
+            raise usage_error(f"--seed must not be negative, got {option}")
         return Seed(option, "--seed")
     secret = os.environ.get(SEED_ENVIRONMENT_VARIABLE, "").strip()
     if secret:
         try:
-            return Seed(int(secret, 0), SEED_ENVIRONMENT_VARIABLE)
+            value = int(secret, 10) if secret.lstrip("+-").isdigit() else int(secret, 0)
         except ValueError:
-            from labrunner.exit_codes import usage_error
-
             raise usage_error(f"${SEED_ENVIRONMENT_VARIABLE} must be an integer, got {secret!r}") from None
+        if value < 0:
+            raise usage_error(f"${SEED_ENVIRONMENT_VARIABLE} must not be negative, got {value}")
+        return Seed(value, SEED_ENVIRONMENT_VARIABLE)
     return Seed(DEFAULT_SEED, "default")
 
 

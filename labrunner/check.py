@@ -85,8 +85,8 @@ def describe_rows(rows: list[int], total: int) -> str:
         if start is not None:
             runs.append(str(start) if start == previous else f"{start}-{previous}")
         start = previous = row
-    label = "row" if len(rows) == 1 else "rows"
-    return f"{label} {', '.join(runs)} fail ({len(rows)} of {total})"
+    label, verb = ("row", "fails") if len(rows) == 1 else ("rows", "fail")
+    return f"{label} {', '.join(runs)} {verb} ({len(rows)} of {total})"
 
 
 def _number(value: float) -> str:

@@ -103,7 +103,10 @@ def starter(lab, output, force):
             return
         if output.exists() and not force:
             raise usage_error(f"{output} exists; nothing was written (use --force to overwrite it)")
-        output.write_text(text)
+        try:
+            output.write_text(text)
+        except OSError as exc:
+            raise usage_error(f"{output}: cannot be written ({exc.strerror}); check the folder exists") from None
         report.note(f"wrote {output}; grade it with: attnlab grade {lab} {output}")
 
     guarded(result, None, body)

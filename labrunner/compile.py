@@ -49,36 +49,103 @@ def compose_source(user_source: str, filename: str) -> str:
     return f'{PRELUDE_INCLUDE}\n#line 1 "{quoted}"\n{user_source}'
 
 
-_INCLUDE_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(include_next|include|import|embed)\b(.*)$", re.MULTILINE)
-_ALLOWED_INCLUDE = re.compile(r"^\s*<attnlab/[A-Za-z0-9_./-]+>\s*$")
+_FILE_DIRECTIVES = ("include", "include_next", "import", "embed")
+_ALLOWED_INCLUDE = re.compile(r"^<attnlab/[A-Za-z0-9_]+\.cuh>$")
+_HAS_INCLUDE = re.compile(r"\b__has_include(_next)?\b")
 
 
 def refuse_foreign_includes(user_source: str, filename: str) -> None:
-    """A submission may include only the driver's own headers, before any compiler runs.
+    """A submission may include only the driver's own headers, checked before any compiler runs.
 
     A grading job must never print a server's file into a log, so `#include "/etc/passwd"`,
-    `#include "../secret.h"` and macro-built names are refused here, by text; NVRTC is also run
-    with no search path but the driver's own include folder, as a second line of defence.
+    `#include "../secret.h"`, macro-built names and `__has_include` probes are refused here. The
+    scan follows the preprocessor's own first phases (line splices, then comments replaced by a
+    space, block comments across lines included, and the `%:` digraph for `#`), so a directive
+    cannot hide from it. NVRTC is also run with no search path but the driver's include folder.
     """
-    source_lines = user_source.split("\n")
-    for number, line in enumerate(source_lines, start=1):
-        continued = line  # a directive may be split over lines with backslashes
-        follow = number
-        while continued.endswith("\\") and follow < len(source_lines):
-            continued = continued[:-1] + source_lines[follow]
-            follow += 1
-        match = _INCLUDE_DIRECTIVE.match(_strip_comments(continued))
-        if match and not (match.group(1) == "include" and _ALLOWED_INCLUDE.match(match.group(2))):
-            directive = f"#{match.group(1)}{match.group(2)}".strip()
-            raise AttnlabError(
-                f"{filename}({number}): error: `{directive}` is refused: a submission may include only "
-                "the driver's headers (<attnlab/...>); paste what you need into the file itself",
-                ExitCode.COMPILE_ERROR,
-            )
+    for line_number, text in _logical_lines(user_source):
+        if match := _HAS_INCLUDE.search(text):
+            raise _refused(filename, line_number, match.group(0))
+        stripped = text.lstrip()
+        if stripped.startswith("%:"):
+            stripped = "#" + stripped[2:]
+        if not stripped.startswith("#"):
+            continue
+        words = stripped[1:].lstrip()
+        name = re.match(r"[A-Za-z_]\w*", words)
+        if not name or name.group(0) not in _FILE_DIRECTIVES:
+            continue
+        argument = words[name.end():].strip()
+        if name.group(0) != "include" or not _ALLOWED_INCLUDE.match(argument):
+            raise _refused(filename, line_number, f"#{name.group(0)} {argument}".strip())
 
 
-def _strip_comments(line: str) -> str:
-    return re.sub(r"/\*.*?\*/", " ", line.split("//", 1)[0])
+def _refused(filename: str, line_number: int, what: str) -> AttnlabError:
+    return AttnlabError(
+        f"{filename}({line_number}): error: `{what}` is refused: a submission may include only "
+        "the driver's headers (<attnlab/...>); paste what you need into the file itself",
+        ExitCode.COMPILE_ERROR,
+    )
+
+
+def _logical_lines(source: str) -> list[tuple[int, str]]:
+    """The source as the preprocessor sees its directives: (first physical line, text) per logical line.
+
+    Backslash-newlines are spliced away; comments become one space (so a block comment spanning
+    lines joins them); string and character literals are kept whole.
+    """
+    chars: list[tuple[str, int]] = []  # each surviving character with its physical line
+    line, i = 1, 0
+    while i < len(source):
+        if source[i] == "\\" and source[i + 1:i + 2] == "\n":
+            line, i = line + 1, i + 2
+            continue
+        chars.append((source[i], line))
+        line += source[i] == "\n"
+        i += 1
+    lines: list[tuple[int, str]] = []
+    current: list[str] = []
+    start = 1
+    i = 0
+    while i < len(chars):
+        c = chars[i][0]
+        following = chars[i + 1][0] if i + 1 < len(chars) else ""
+        if c == "/" and following == "/":
+            while i < len(chars) and chars[i][0] != "\n":
+                i += 1
+            current.append(" ")
+            continue
+        if c == "/" and following == "*":
+            i += 2
+            while i < len(chars) and not (chars[i][0] == "*" and i + 1 < len(chars) and chars[i + 1][0] == "/"):
+                i += 1
+            i += 2
+            current.append(" ")
+            continue
+        if c in "\"'":
+            quote, current_literal = c, [c]
+            i += 1
+            while i < len(chars) and chars[i][0] not in (quote, "\n"):
+                if chars[i][0] == "\\" and i + 1 < len(chars):
+                    current_literal.append(chars[i][0])
+                    i += 1
+                current_literal.append(chars[i][0])
+                i += 1
+            if i < len(chars) and chars[i][0] == quote:
+                current_literal.append(quote)
+                i += 1
+            current.extend(current_literal)
+            continue
+        if c == "\n":
+            lines.append((start, "".join(current)))
+            current = []
+            start = chars[i + 1][1] if i + 1 < len(chars) else chars[i][1] + 1
+            i += 1
+            continue
+        current.append(c)
+        i += 1
+    lines.append((start, "".join(current)))
+    return lines
 
 
 def _nvrtc():
@@ -157,7 +224,8 @@ def _compiler_errors(log: str, filename: str) -> str:
 
 _ENTRY = re.compile(r"\.visible\s+\.entry\s+(\w+)\s*\(([^)]*)\)", re.DOTALL)
 _PARAM = re.compile(r"\.param\s+\.(\w+)")
-_CONSTANT = re.compile(r"\.const\s+\.align\s+\d+\s+\.[bsu]32\s+(" + LAUNCH_CONSTANT_PREFIX + r"\w+)\s*=\s*(-?\d+)\s*;")
+# A constant exported as 0 is emitted with no initializer (the memory starts zeroed).
+_CONSTANT = re.compile(r"\.const\s+\.align\s+\d+\s+\.[bsu]32\s+(" + LAUNCH_CONSTANT_PREFIX + r"\w+)\s*(?:=\s*(-?\d+)\s*)?;")
 
 
 def parse_entry_points(ptx: str) -> dict[str, list[str]]:
@@ -168,7 +236,7 @@ def parse_launch_constants(ptx: str) -> dict[str, int]:
     """`extern "C" __constant__ int attnlab_x = N;` values, exactly as the compiled module holds them."""
     values = {}
     for name, value in _CONSTANT.findall(ptx):
-        number = int(value)
+        number = int(value or 0)
         values[name] = number - (1 << 32) if number >= 1 << 31 else number
     return values
 

@@ -118,7 +118,7 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
     else:
         rows = chunk or catalogue.timing["rows"]
         cached = catalogue.timing["prefix"] if prefix is None else prefix
-        base = load_submission(lab, baseline, str(baseline), arch)
+        base = load_submission(lab, baseline, display_path(baseline), arch)
         worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
         report.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved")
         timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
@@ -129,11 +129,20 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
     result.timing = timing
 
 
+def display_path(path: Path) -> str:
+    """A path as short as it can be said: relative to the working folder when it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def bench_submission(request: BenchRequest, result: RunResult) -> None:
     lab = get_lab(request.lab)
     path = request.file or lab.solution_path
-    result.file = str(path)
-    lab, submission, backend, seed = prepare(result, request.lab, path, request.device, request.arch, request.seed)
+    result.file = display_path(path)
+    lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
+                                             request.seed)
     if backend != "gpu":
         raise AttnlabError("bench times kernels, which needs a GPU; use `attnlab grade --device cpu` to check "
                            "correctness on the CPU", ExitCode.ENVIRONMENT)

@@ -16,6 +16,12 @@ from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs.definition import Lab
 
 MAX_SOURCE_BYTES = 1 << 20
+# How PTX spells a kernel parameter, in the words a message should use.
+PTX_PARAMETER_KINDS = {
+    "u64": "a pointer", "b64": "a pointer",
+    "s64": "a 64-bit integer", "u32": "a 32-bit integer", "s32": "a 32-bit integer", "b32": "a 32-bit integer",
+    "f32": "a float", "f64": "a double",
+}
 
 
 @dataclass
@@ -70,7 +76,7 @@ def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
         for index, (got, want) in enumerate(zip(found, expected)):
             if got != want:
                 param = wanted.parameters[index]
-                kind = "a pointer" if got == "u64" else "a 32-bit value"
+                kind = PTX_PARAMETER_KINDS.get(got, f"a .{got} value")
                 raise AttnlabError(f"{label}: error: parameter {index + 1} of {wanted.name} is {kind}, but "
                                    f"`{param.c_type} {param.name}` is expected; {needs}", ExitCode.COMPILE_ERROR)
 

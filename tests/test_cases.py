@@ -121,15 +121,11 @@ def test_a_non_integer_environment_seed_is_a_usage_error(monkeypatch, value):
     assert caught.value.message == f"$ATTNLAB_SEED must be an integer, got {value!r}"
 
 
-@pytest.mark.xfail(strict=True, reason="int(secret, 0) rejects leading zeros: a seed of 007 is called "
-                                       "'not an integer'")
 def test_an_environment_seed_with_leading_zeros_is_an_integer(monkeypatch):
     monkeypatch.setenv("ATTNLAB_SEED", "007")
     assert resolve_seed(None) == Seed(7, "ATTNLAB_SEED")
 
 
-@pytest.mark.xfail(strict=True, reason="a negative seed passes resolve_seed and then crashes make_inputs "
-                                       "with numpy's ValueError instead of a usage error")
 def test_a_negative_environment_seed_never_crashes(monkeypatch):
     """Either the seed is refused as a usage error, or it yields inputs; never a traceback."""
     monkeypatch.setenv("ATTNLAB_SEED", "-5")

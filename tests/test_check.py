@@ -186,7 +186,6 @@ def test_describe_rows_folds_runs(rows, total, words):
     assert describe_rows(rows, total) == words
 
 
-@pytest.mark.xfail(strict=True, reason="describe_rows says 'row 3 fail' for a single row (verb not agreed)")
 def test_describe_rows_with_one_row_is_grammatical():
     assert describe_rows([3], 10) == "row 3 fails (1 of 10)"
 

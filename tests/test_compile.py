@@ -185,12 +185,10 @@ def test_a_pointer_where_an_int_belongs_is_named(tmp_path):
 
 def test_an_int_where_a_pointer_belongs_is_named(tmp_path):
     error = refusal(tmp_path, flash(FLASH_PARAMS.replace("const float* q", "int q")))
-    assert error.message == (f"attention.cu: error: parameter 1 of flash_prefill is a 32-bit value, but "
+    assert error.message == (f"attention.cu: error: parameter 1 of flash_prefill is a 32-bit integer, but "
                              f"`const float* q` is expected; {NEEDS}")
 
 
-@pytest.mark.xfail(strict=True, reason="a float where an int belongs is reported as 'a 32-bit value, but "
-                                       "`int chunkLen` is expected', which contradicts itself")
 def test_a_float_where_an_int_belongs_is_named_as_a_float(tmp_path):
     error = refusal(tmp_path, flash(FLASH_PARAMS.replace("int chunkLen", "float chunkLen")))
     assert "parameter 5 of flash_prefill is a float" in error.message
@@ -222,20 +220,14 @@ def test_an_include_in_a_comment_is_not_a_directive():
     refuse_foreign_includes('// #include "/etc/passwd"\n/* #include "/etc/passwd" */\n', "a.cu")
 
 
-@pytest.mark.xfail(strict=True, reason='<attnlab/../../...> passes the include filter (dots and slashes are '
-                                       'allowed after attnlab/) and NVRTC then reads and echoes any file')
 def test_a_dotdot_escape_from_the_drivers_headers_is_refused(tmp_path, no_nvrtc):
     refusal(tmp_path, "#include <attnlab/../../../../../../etc/passwd>\n" + flash())
 
 
-@pytest.mark.xfail(strict=True, reason="a block comment across lines between # and include hides the "
-                                       "directive from the line-by-line filter; NVRTC includes the file")
 def test_an_include_split_by_a_multiline_comment_is_refused(tmp_path, no_nvrtc):
     refusal(tmp_path, '#/*\n*/include "/etc/passwd"\n' + flash())
 
 
-@pytest.mark.xfail(strict=True, reason="the digraph %: is # in C++, and the filter only knows #; "
-                                       'NVRTC includes %:include "/etc/passwd"')
 def test_a_digraph_include_is_refused(tmp_path, no_nvrtc):
     refusal(tmp_path, '%:include "/etc/passwd"\n' + flash())
 
@@ -261,8 +253,6 @@ def test_every_invalid_constant_is_listed(tmp_path):
                              "at most 1024; attnlab_smem_bytes = 300000 exceeds the 232448 bytes a block may have")
 
 
-@pytest.mark.xfail(strict=True, reason="a constant exported as 0 has no initializer in PTX, so the gate "
-                                       "never sees it: the default (64) is used and 0 is not refused")
 def test_a_zero_rows_per_block_is_refused(tmp_path):
     error = refusal(tmp_path, 'extern "C" __constant__ int attnlab_rows_per_block = 0;\n' + flash())
     assert error.message == "attention.cu: error: launch constants: attnlab_rows_per_block = 0 must be positive"
