@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from labrunner import data_dir
 from labrunner.contract import DTYPE, HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.exit_codes import usage_error
 
-CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+CASES_DIR = data_dir("cases")
 DEFAULT_SEED = 20261129
 SEED_ENVIRONMENT_VARIABLE = "ATTNLAB_SEED"
 PLANT_VALUE = 4.0  # in query head 0 and KV head 0, all 64 dims: planted meets planted at score 128
@@ -31,6 +32,7 @@ class Case:
     planted: tuple[int, ...] = ()
     why: str = ""
     cpu: bool = False
+    exact: bool = False  # every element must equal the reference exactly (lab 1's single token)
 
     @property
     def keys(self) -> int:
@@ -84,6 +86,7 @@ def load_catalogue(lab: str, cases_dir: Path = CASES_DIR) -> Catalogue:
             planted=tuple(entry.get("planted", ())),
             why=entry.get("why", ""),
             cpu=entry.get("cpu", False),
+            exact=entry.get("exact", False),
         )
         for entry in data["case"]
     )

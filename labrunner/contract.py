@@ -20,6 +20,7 @@ DTYPE = np.float32
 ABS_TOLERANCE = 1e-4
 REL_TOLERANCE = 1e-3
 PASS_RULE = "|err| > 1e-4 + 1e-3*|ref|"
+EXACT_RULE = "this case must reproduce the reference exactly"
 
 
 def kv_head_of(query_head: int | np.ndarray) -> int | np.ndarray:
@@ -41,6 +42,11 @@ def within_tolerance(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
     out64 = out.astype(np.float64, copy=False)
     ok = np.abs(out64 - ref) <= ABS_TOLERANCE + REL_TOLERANCE * np.abs(ref)
     return ok & np.isfinite(out64)
+
+
+def exactly_equal(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """The stricter rule of an exact case: a probability of exactly 1 leaves V's row untouched."""
+    return (out.astype(np.float64, copy=False) == ref) & np.isfinite(out)
 
 
 def query_shape(rows: int) -> tuple[int, int, int]:

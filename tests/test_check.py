@@ -226,3 +226,13 @@ def test_guard_damage_on_one_side_only():
     damage = inspect_guards("out", before, after)
     assert (damage.before, damage.after, damage.farthest_before, damage.farthest_after) == (1, 0, 96, 0)
     assert damage.describe(64) == "out-of-bounds write to out: 1 element(s) before its start (up to 96 before element 0)"
+
+
+def test_an_exact_case_refuses_what_the_tolerance_would_pass():
+    ref = np.ones((1, 32, 64))
+    out = np.full((1, 32, 64), np.float32(1.0) - np.float32(2 ** -23))
+    assert check_output(out, ref).passed
+    checked = check_output(out, ref, exact=True)
+    assert checked.status == WRONG
+    assert checked.message == ("row 0, head 0, col 0: got 0.999999881, expected 1 (this case must reproduce the reference "
+                               "exactly); 2048 of 2048 elements wrong")

@@ -356,9 +356,6 @@ def test_python_m_labrunner_doctor_without_a_gpu():
     assert re.search(r"│ oracle golden proof +│ ok +│", completed.stdout)
 
 
-@pytest.mark.xfail(strict=True, reason="the built package leaves out cases/ and kernels/ (they sit beside "
-                                       "labrunner/, outside its package data), so an installed attnlab "
-                                       "cannot find its starters, catalogues or golden case")
 def test_the_built_package_runs_outside_the_source_tree(tmp_path):
     pytest.importorskip("setuptools")
     source = tmp_path / "src"

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-KERNELS_DIR = REPO_ROOT / "kernels"
+from labrunner import data_dir
+
+KERNELS_DIR = data_dir("kernels")
 MAX_THREADS_PER_BLOCK = 1024
 
 
