@@ -170,17 +170,19 @@ def doctor(json_path):
               help="CPU backend: run every case again with each block's threads in reverse order; "
                    "different outputs mean a missing __syncthreads().")
 @click.option("--case", "only", multiple=True, help="Run only this case (repeatable).")
+@click.option("--diagnose/--no-diagnose", default=True, show_default=True,
+              help="GPU: after a crash, replay that case under compute-sanitizer (where installed) to name the line.")
 @click.option("--gates", "gates_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Speed gates file written by `attnlab calibrate` (applied when this GPU's name is in it).")
 @click.option("--no-timing", is_flag=True, help="Check correctness only.")
 def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, full, race_check, only,
-          gates_path, no_timing):
+          diagnose, gates_path, no_timing):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
     from labrunner.session import GradeRequest, grade_submission
 
     request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, full=full, race_check=race_check,
-                           only=tuple(only), gates_path=gates_path, timing=not no_timing)
+                           only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing)
     result = RunResult("grade", lab, str(file))
     guarded(result, json_path, lambda: grade_submission(request, result))
 

@@ -32,6 +32,7 @@ class CaseOptions:
     full: bool = False          # CPU: run the cases outside the default budget too
     race_check: bool = False    # CPU: run every case again with each block's threads reversed
     only: tuple[str, ...] = ()  # case names to run (empty: all)
+    diagnose: bool = True       # GPU: replay a crashing case under compute-sanitizer, where installed
 
 
 @dataclass
@@ -105,6 +106,9 @@ def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, op
             continue
         progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
         result = run_one_case(lab, submission, worker, case, options, timeout)
+        if result.status == "crash" and backend == "gpu" and options.diagnose:
+            progress.advance(f"{case.name}: replaying under compute-sanitizer")
+            add_diagnosis(lab, submission, case, options, timeout, result)
         results.append(result)
         if result.status in ("crash", "timeout"):
             stopped_by = f"case {case.name} ended in a {result.status}"
@@ -127,6 +131,23 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
         return misbehaved(case, failure)
     reference = oracle.attention(inputs.q, inputs.k, inputs.v, prefix=case.prefix)
     return judge_case(case, run, given, writable, reference, reversed_run)
+
+
+def add_diagnosis(lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float,
+                  result: CaseResult) -> None:
+    from labrunner.diagnose import replay_under_sanitizer
+
+    inputs = make_inputs(case, options.seed.value)
+    request = {"launches": lab.plan_launches(submission.constants, case.rows, case.prefix),
+               "inputs": {"q": inputs.q, "k": inputs.k, "v": inputs.v},
+               "writable": {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)},
+               "returned": ("out",), "reverse_threads": False}
+    report = replay_under_sanitizer({"source": submission.module.composed_source, "filename": submission.label,
+                                     "entry_types": lab.entry_point_types(), "request": request},
+                                    timeout_s=20 * timeout_s + 60)
+    if report:
+        result.diagnosis = report
+        result.message += "; compute-sanitizer: " + " | ".join(line.strip() for line in report.splitlines())
 
 
 def misbehaved(case: Case, failure: WorkerFailure) -> CaseResult:

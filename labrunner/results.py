@@ -40,12 +40,13 @@ class CaseResult:
     bad_elements: int = 0
     first_bad: dict | None = None
     failing_rows: list[int] = field(default_factory=list)
+    diagnosis: str | None = None  # compute-sanitizer's report on a crash, where it ran
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "status": self.status, "rows": self.rows, "prefix": self.prefix,
             "max_abs_err": self.max_abs_err, "bad_elements": self.bad_elements, "first_bad": self.first_bad,
-            "failing_rows": self.failing_rows, "message": self.message,
+            "failing_rows": self.failing_rows, "message": self.message, "diagnosis": self.diagnosis,
         }
 
 

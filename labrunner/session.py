@@ -38,6 +38,7 @@ class GradeRequest:
     full: bool = False
     race_check: bool = False
     only: tuple[str, ...] = ()
+    diagnose: bool = True
     gates_path: Path | None = None
     timing: bool = True
 
@@ -84,7 +85,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
                                              request.seed)
     gates = load_gates(request.gates_path) if request.gates_path else None
     options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
-                          race_check=request.race_check, only=request.only)
+                          race_check=request.race_check, only=request.only, diagnose=request.diagnose)
     result.device = device_facts(backend)
     with Worker(backend) as worker:
         worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
