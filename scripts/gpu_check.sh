@@ -17,6 +17,8 @@ step() {  # step NAME COMMAND...: runs it, logs it, records its exit status
 }
 
 step gpu-tests python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
+step cli-on-gpu python3 -m labrunner grade lab1 kernels/lab1/starter.cu --no-timing
+step bench-lab1 python3 -m labrunner bench lab1 --budget 0.5
 step grade-lab1-solution python3 -m labrunner grade lab1 kernels/lab1/solution.cu --budget 0.5 --json "$out/lab1.json"
 step grade-lab2-solution python3 -m labrunner grade lab2 kernels/lab2/solution.cu --json "$out/lab2.json"
 step grade-lab2-starter python3 -m labrunner grade lab2 kernels/lab2/starter.cu --budget 1

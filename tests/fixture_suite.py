@@ -40,6 +40,7 @@ class Outcome:
     fixture: Fixture
     got: dict
     seconds: float
+    backend: str = "cpu"
 
     @property
     def mismatches(self) -> list[str]:
@@ -49,6 +50,9 @@ class Outcome:
                 want = self.fixture.expected.get(key)
                 if self.got.get(key) != want:
                     wrong.append(f"{key}: expected {want!r}, got {self.got.get(key)!r}")
+        for needle in self.fixture.expected.get("gpu_diagnosis_names", []) if self.backend == "gpu" else []:
+            if needle not in (self.got.get("diagnosis") or ""):
+                wrong.append(f"diagnosis: expected it to name {needle!r}, got {self.got.get('diagnosis')!r}")
         return wrong
 
 
@@ -91,8 +95,9 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
         "case": result.get("decisive_case"),
         "row": (decisive or {}).get("first_bad", {}).get("row") if decisive and decisive.get("first_bad") else None,
         "message": (decisive or {}).get("message") or result.get("error") or completed.stderr.strip()[-300:],
+        "diagnosis": (decisive or {}).get("diagnosis"),
     }
-    return Outcome(fixture, got, seconds)
+    return Outcome(fixture, got, seconds, backend)
 
 
 def run_suite(backend: str, lab: str | None = None, extra: tuple[str, ...] = ()) -> list[Outcome]:
