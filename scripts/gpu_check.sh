@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Every GPU test and check in one go, for a machine with an NVIDIA GPU. Logs go to $OUT (or
-# ./gpu-check-out); the short table at the end is what to read.
+# Every GPU test and check in one go, for a machine with an NVIDIA GPU. Results and a tarball of
+# each step's log go to $OUT (or ./gpu-check-out); the short table at the end is what to read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
 out=${OUT:-gpu-check-out}
+logs=$(mktemp -d)
 mkdir -p "$out"
 summary=()
 step() {  # step NAME COMMAND...: runs it, logs it, records its exit status
     local name=$1; shift
     echo "=== $name: $*"
     local started=$SECONDS
-    "$@" 2>&1 | tee "$out/$name.log"
+    "$@" 2>&1 | tee "$logs/$name.log"
     local status=${PIPESTATUS[0]}
     summary+=("$(printf '%-28s exit %-3s %4ss' "$name" "$status" $((SECONDS - started)))")
 }
@@ -28,6 +29,7 @@ step gated-starter python3 -m labrunner grade lab2 kernels/lab2/starter.cu --gat
 step cpu-vs-gpu python3 scripts/compare_backends.py
 step bench-stability python3 scripts/bench_stability.py
 
+tar czf "$out/step-logs.tgz" -C "$logs" .
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
