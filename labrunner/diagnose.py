@@ -38,6 +38,7 @@ def replay_under_sanitizer(payload: dict, timeout_s: float) -> str | None:
             completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return f"{SANITIZER} did not finish within {timeout_s:g} s"
-    lines = [line.removeprefix("=========").rstrip() for line in completed.stdout.splitlines()
-             if line.startswith("=========") and _KEEP.search(line)]
+    reported = [line.removeprefix("=========").rstrip() for line in completed.stdout.splitlines()
+                if line.startswith("=========")]
+    lines = [line for line in reported if _KEEP.search(line)]
     return "\n".join(lines[:8]) or None
