@@ -16,14 +16,17 @@ from labrunner import report
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.golden import prove_oracle
 from labrunner.labs import LABS, get_lab
-from labrunner.results import RunResult, write_json
+from labrunner.results import RunResult, write_json, write_junit
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def json_option(command):
+    command = click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
+                           help="Also write the cases as a JUnit XML report (one test case per case).")(command)
     return click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
                         help="Also write the result as JSON (schema attnlab.result/1) to this file.")(command)
+
 
 
 def run_options(command):
@@ -46,27 +49,28 @@ def run_options(command):
     return functools.reduce(lambda c, d: d(c), reversed(decorators), command)
 
 
-def finish(result: RunResult, json_path: Path | None) -> None:
-    """Render what is there, write --json, exit with the result's code. Never a traceback."""
+def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None) -> None:
+    """Render what is there, write --json and --junit, exit with the result's code. Never a traceback."""
     if result.error:
         report.error(result.error)
-    if json_path:
-        try:
-            write_json(result, json_path)
-        except OSError as exc:
-            report.error(f"--json {json_path}: cannot write ({exc.strerror})")
-            sys.exit(int(ExitCode.USAGE))
+    for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
+        if path:
+            try:
+                write(result, path)
+            except OSError as exc:
+                report.error(f"{option} {path}: cannot write ({exc.strerror})")
+                sys.exit(int(ExitCode.USAGE))
     sys.exit(int(result.exit_code))
 
 
-def guarded(result: RunResult, json_path: Path | None, body) -> None:
+def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | None = None) -> None:
     try:
         body()
     except AttnlabError as exc:
         result.error, result.error_code = exc.message, exc.exit_code
     except KeyboardInterrupt:
         result.error, result.error_code = "interrupted", ExitCode.ENVIRONMENT
-    finish(result, json_path)
+    finish(result, json_path, junit_path)
 
 
 @click.group(context_settings=CONTEXT)
@@ -117,7 +121,7 @@ def starter(lab, output, force):
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--arch", default="sm_90", show_default=True, help="GPU architecture to compile for.")
 @json_option
-def check(lab, file, arch, json_path):
+def check(lab, file, arch, json_path, junit_path):
     """Compile FILE for LAB through NVRTC (no GPU needed) and show its kernels' resources."""
     from labrunner.compile import nvrtc_version
     from labrunner.submission import load_submission
@@ -130,7 +134,7 @@ def check(lab, file, arch, json_path):
         report.check_report(result)
         report.verdict_line(result)
 
-    guarded(result, json_path, body)
+    guarded(result, json_path, body, junit_path)
 
 
 def compile_summary(submission, arch: str, nvrtc: str) -> dict:
@@ -144,7 +148,7 @@ def compile_summary(submission, arch: str, nvrtc: str) -> dict:
 
 @main.command(context_settings=CONTEXT)
 @json_option
-def doctor(json_path):
+def doctor(json_path, junit_path):
     """Check this machine: GPU and driver, CuPy, NVRTC, a C++ compiler, and the oracle's golden proof."""
     from labrunner.doctor import diagnose
 
@@ -158,7 +162,7 @@ def doctor(json_path):
         if not result.oracle_proof["passed"]:
             raise AttnlabError("the oracle failed its golden proof", ExitCode.ENVIRONMENT)
 
-    guarded(result, json_path, body)
+    guarded(result, json_path, body, junit_path)
 
 
 @main.command(context_settings=CONTEXT)
@@ -175,7 +179,7 @@ def doctor(json_path):
 @click.option("--gates", "gates_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Speed gates file written by `attnlab calibrate` (applied when this GPU's name is in it).")
 @click.option("--no-timing", is_flag=True, help="Check correctness only.")
-def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, full, race_check, only,
+def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path, full, race_check, only,
           diagnose, gates_path, no_timing):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
     from labrunner.session import GradeRequest, grade_submission
@@ -184,7 +188,7 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
                            budget_s=budget_s, noise_target=noise_target, full=full, race_check=race_check,
                            only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing)
     result = RunResult("grade", lab, str(file))
-    guarded(result, json_path, lambda: grade_submission(request, result))
+    guarded(result, json_path, lambda: grade_submission(request, result), junit_path)
 
 
 @main.command(context_settings=CONTEXT)
@@ -195,14 +199,14 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
 @click.option("--prefix", type=click.IntRange(min=0), default=None, help="lab2: cached prefix length (default 2048).")
 @click.option("--vs", "versus", default="starter", show_default=True,
               help="lab2 baseline: starter, solution, or a .cu file.")
-def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, chunk, prefix, versus):
+def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path, chunk, prefix, versus):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
     from labrunner.session import BenchRequest, bench_submission
 
     request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, chunk=chunk, prefix=prefix, versus=versus)
     result = RunResult("bench", lab, str(file) if file else None)
-    guarded(result, json_path, lambda: bench_submission(request, result))
+    guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
 
 
 @main.command(context_settings=CONTEXT)
@@ -212,12 +216,12 @@ def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
 @click.option("--fraction", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.5, show_default=True,
               help="Fraction of the solution's SPEEDUP a student needs to pass the gate.")
 @run_options
-def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, json_path):
+def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path):
     """Time the shipped solution against the starter on this GPU and write its speed gate."""
     from labrunner.session import BenchRequest, calibrate_gate
 
     request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, chunk=None, prefix=None, versus="starter")
     result = RunResult("calibrate", lab)
-    guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result))
+    guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path)
 

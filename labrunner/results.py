@@ -110,6 +110,28 @@ def write_json(result: RunResult, path: Path) -> None:
     path.write_text(json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n")
 
 
+def write_junit(result: RunResult, path: Path) -> None:
+    """One JUnit test case per grading case, for CI systems that render test reports."""
+    from xml.etree import ElementTree
+
+    suite = ElementTree.Element("testsuite", name=f"attnlab {result.lab} {result.file}",
+                                tests=str(len(result.cases)))
+    failures = 0
+    for case in result.cases:
+        element = ElementTree.SubElement(suite, "testcase", classname=f"{result.lab}.{result.file}", name=case.name)
+        if case.status in NOT_RUN:
+            ElementTree.SubElement(element, "skipped", message=case.message)
+        elif case.status != "pass":
+            failures += 1
+            ElementTree.SubElement(element, "failure", type=case.status, message=case.message)
+    if result.error:
+        failures += 1
+        element = ElementTree.SubElement(suite, "testcase", classname=str(result.lab), name=result.verdict)
+        ElementTree.SubElement(element, "failure", type=result.verdict, message=result.error)
+    suite.set("failures", str(failures))
+    ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
+
+
 def _plain(value):
     if hasattr(value, "item"):
         return value.item()

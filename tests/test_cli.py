@@ -375,3 +375,20 @@ def test_the_built_package_runs_outside_the_source_tree(tmp_path):
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr[-500:]
     assert completed.stdout == STARTER.read_text()
+
+
+def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_path):
+    if not cpu_backend_ready():
+        pytest.skip("no C++ compiler for the CPU backend")
+    from xml.etree import ElementTree
+
+    wrong = REPO / "tests" / "fixtures" / "lab2" / "wrong" / "causal_off_by_one.cu"
+    result = invoke(runner, "grade", "lab2", str(wrong), "--device", "cpu", "--case", "C1-P31", "--case", "C17-P31",
+                    "--junit", "report.xml")
+    assert result.exit_code == 1
+    suite = ElementTree.parse(tmp_path / "report.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "2")
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["C1-P31", "C17-P31"]
+    assert [c.find("failure").get("type") for c in cases] == ["wrong", "wrong"]
+    assert cases[0].find("failure").get("message").startswith("row 0, head 0, col ")
