@@ -26,15 +26,21 @@ from labrunner.worker import Worker
 
 
 @dataclass
-class GradeRequest:
+class RunRequest:
+    """What grade, bench and calibrate share: the file, the backend, and how to time."""
+
     lab: str
-    file: Path
+    file: Path | None
     device: str = "gpu"
     seed: int | None = None
     timeout_s: float | None = None
     arch: str = "sm_90"
     budget_s: float = 3.0
     noise_target: float = 0.005
+
+
+@dataclass
+class GradeRequest(RunRequest):
     full: bool = False
     race_check: bool = False
     only: tuple[str, ...] = ()
@@ -44,15 +50,7 @@ class GradeRequest:
 
 
 @dataclass
-class BenchRequest:
-    lab: str
-    file: Path | None
-    device: str = "gpu"
-    seed: int | None = None
-    timeout_s: float | None = None
-    arch: str = "sm_90"
-    budget_s: float = 3.0
-    noise_target: float = 0.005
+class BenchRequest(RunRequest):
     chunk: int | None = None
     prefix: int | None = None
     versus: str = "starter"
