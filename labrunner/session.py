@@ -56,6 +56,10 @@ class BenchRequest(RunRequest):
     versus: str = "starter"
 
 
+def timing_options_for(request: RunRequest, seed: int) -> TimingOptions:
+    return TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target, seed=seed)
+
+
 def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None):
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
@@ -92,8 +96,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         report.cases_report(result)
         correct = result.decisive_case is None
         if correct and request.timing and backend == "gpu" and not request.only:
-            timing_options = TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target,
-                                           seed=seed.value)
+            timing_options = timing_options_for(request, seed.value)
             run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
                            baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch)
             if result.timing and result.timing.get("kind") == "speedup":
@@ -157,8 +160,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
         result.cases = [run_one_case(lab, submission, worker, check_case, options,
                                      request.timeout_s or 60.0)]
         if result.decisive_case is None:
-            timing_options = TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target,
-                                           seed=seed.value)
+            timing_options = timing_options_for(request, seed.value)
             run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s, baseline,
                            request.arch, request.chunk, request.prefix)
         result.kernel_output = worker.kernel_output()
