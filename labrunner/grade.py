@@ -5,7 +5,7 @@ Correctness gates timing: nothing is timed (see `benchmark.py`) until every case
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -190,6 +190,6 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
     return result
 
 
-def load_worker_modules(worker: Worker, lab: Lab, submission: Submission) -> None:
+def load_student(worker: Worker, lab: Lab, submission: Submission) -> None:
     worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
 

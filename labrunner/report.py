@@ -123,7 +123,8 @@ def timing_report(result: RunResult) -> None:
 
 def _pipeline_table(timing: dict) -> None:
     table = Table(title="what the score matrix costs (median of cold calls, L2 flushed)")
-    columns = ["T", "matrix MiB", "Q,K,V,out MiB", "ratio", "scores ms", "softmax ms", "wsum ms", "total ms",
+    kernel_names = list(timing["rows"][0]["kernels"]) if timing["rows"] else []
+    columns = ["T", "matrix MiB", "Q,K,V,out MiB", "ratio", *(f"{k} ms" for k in kernel_names), "total ms",
                "matrix traffic", "implied GB/s"]
     for column in columns:
         table.add_column(column, justify="right")
@@ -131,13 +132,13 @@ def _pipeline_table(timing: dict) -> None:
         kernels = row["kernels"]
         table.add_row(
             str(row["T"]), f"{row['matrix_mib']:g}", f"{row['tensors_mib']:.1f}", f"{row['matrix_over_tensors']:.1f}x",
-            *(f"{kernels[k]['median_ms']:.3f}" for k in ("attn_scores", "attn_softmax", "attn_weighted_sum")),
+            *(f"{kernels[k]['median_ms']:.3f}" for k in kernel_names),
             f"{row['total']['median_ms']:.3f}", f"{row['matrix_traffic_mib']:g} MiB", f"{row['implied_gb_s']:.0f}",
         )
     for row in timing.get("projections", []):
         table.add_row(f"[dim]{row['T']}[/]", f"[dim]{_mib(row['matrix_mib'])} (projected)[/]",
                       f"[dim]{row['tensors_mib']:.1f}[/]", f"[dim]{row['matrix_over_tensors']:.0f}x[/]",
-                      "", "", "", "", f"[dim]{_mib(row['matrix_traffic_mib'])}[/]", "")
+                      *([""] * (len(kernel_names) + 1)), f"[dim]{_mib(row['matrix_traffic_mib'])}[/]", "")
     stdout.print(table)
     stdout.print("[dim]matrix traffic: 4 passes over the [32][T][T] float32 matrix (scores writes it, softmax reads "
                  "and writes it, the weighted sum reads it); projected rows are arithmetic, nothing was allocated[/]")

@@ -16,7 +16,7 @@ from labrunner.cases import Case, load_catalogue, resolve_seed
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.gates import DEFAULT_FRACTION, apply_gate, load_gates, write_gate
 from labrunner.golden import require_proven_oracle
-from labrunner.grade import CaseOptions, resolve_backend, run_cases, run_one_case
+from labrunner.grade import CaseOptions, load_student, resolve_backend, run_cases, run_one_case
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.results import RunResult
@@ -90,7 +90,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
                           race_check=request.race_check, only=request.only, diagnose=request.diagnose)
     result.device = device_facts(backend)
     with Worker(backend) as worker:
-        worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+        load_student(worker, lab, submission)
         with report.progress_display() as progress:
             result.cases = run_cases(lab, submission, worker, backend, options, progress)
         report.cases_report(result)
@@ -155,7 +155,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     catalogue = load_catalogue(lab.name)
     check_case = bench_check_case(lab, catalogue, request)
     with Worker(backend) as worker:
-        worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+        load_student(worker, lab, submission)
         options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
         result.cases = [run_one_case(lab, submission, worker, check_case, options,
                                      request.timeout_s or 60.0)]

@@ -86,7 +86,7 @@ def cpu_compiler_available() -> str | None:
         return f"the CPU backend needs Linux (this is {sys.platform})"
     cxx = _cxx()
     if _compiler_identity(cxx) is None:
-        return f"no C++ compiler: install g++ (apt-get install g++)" + (
+        return "no C++ compiler: install g++ (apt-get install g++)" + (
             f" or fix CXX={cxx}" if os.environ.get("CXX") else ""
         )
     return None

@@ -8,7 +8,7 @@ tolerances, seeds) is data in `cases/<lab>.toml`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -68,9 +68,7 @@ class Lab:
     plan_launches: Callable[[dict[str, int], int, int], list[Launch]]  # (constants, rows, prefix)
     workspace: Callable[[int, int], dict[str, int]] = lambda rows, prefix: {}  # name -> float count
     validate: Callable[[dict[str, int]], list[str]] = lambda constants: []
-    timing_kernels: tuple[str, ...] = ()          # kernels timed one by one in the cost table
     baseline: str = "starter"
-    extra: dict = field(default_factory=dict)
 
     @property
     def starter_path(self) -> Path:

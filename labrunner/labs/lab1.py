@@ -74,6 +74,5 @@ LAB1 = Lab(
     plan_launches=plan_launches,
     workspace=lambda rows, prefix: {"scores": QUERY_HEADS * rows * rows},
     validate=validate,
-    timing_kernels=("attn_scores", "attn_softmax", "attn_weighted_sum"),
     baseline="none",
 )

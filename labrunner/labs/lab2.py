@@ -49,5 +49,4 @@ LAB2 = Lab(
     launch_defaults=DEFAULTS,
     plan_launches=plan_launches,
     validate=validate,
-    timing_kernels=("flash_prefill",),
 )

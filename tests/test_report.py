@@ -1,0 +1,50 @@
+"""The timing tables render what the timing produced: lab 1's cost table and lab 2's SPEEDUP line."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from labrunner import report
+from labrunner.benchmark import PROJECTED_SIZES, attention_flops, pipeline_row
+from labrunner.results import RunResult
+
+
+@pytest.fixture
+def printed(monkeypatch):
+    buffer = io.StringIO()
+    monkeypatch.setattr(report, "stdout", Console(file=buffer, width=250, highlight=False))
+    return buffer
+
+
+def stats(ms: float) -> dict:
+    return {"median_ms": ms, "min_ms": ms, "max_ms": ms, "count": 20, "rse": 0.001, "warning": None}
+
+
+def test_the_cost_table_shows_sizes_times_traffic_and_projections(printed):
+    measured = {"attn_scores": stats(1.5), "attn_softmax": stats(0.25), "attn_weighted_sum": stats(1.25),
+                "total": stats(3.0)}
+    timing = {"kind": "pipeline", "rows": [pipeline_row(2048, measured)],
+              "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES], "warnings": []}
+    report.timing_report(RunResult("grade", "lab1", timing=timing))
+    text = printed.getvalue()
+    assert "attn_scores ms" in text and "attn_softmax ms" in text and "attn_weighted_sum ms" in text
+    row = next(line for line in text.splitlines() if line.startswith("│  2048"))
+    cells = [cell.strip() for cell in row.strip("│").split("│")]
+    # 512 MiB matrix, 40 MiB of tensors, 12.8x; 4 passes = 2048 MiB in 3 ms = 716 GB/s
+    assert cells == ["2048", "512", "40.0", "12.8x", "1.500", "0.250", "1.250", "3.000", "2048 MiB", "716"]
+    assert "2 GiB (projected)" in text and "128 GiB (projected)" in text
+
+
+def test_the_speedup_line_quotes_its_interval(printed):
+    comparison = {"student": stats(2.0), "baseline": stats(26.0), "speedup": 13.0, "ci_low": 12.8, "ci_high": 13.1}
+    timing = {"kind": "speedup", "rows": 2048, "prefix": 2048, "gflop": attention_flops(2048, 2048) / 1e9,
+              "student_label": "flash.cu", "baseline_label": "starter.cu", "comparison": comparison,
+              "overhead_ms": 0.0028, "warnings": []}
+    report.timing_report(RunResult("grade", "lab2", timing=timing))
+    text = printed.getvalue()
+    assert "SPEEDUP 13.00x (95% CI 12.80x to 13.10x, vs starter.cu)" in text
+    assert "51.55 GFLOP" in text
+    assert "25.77" in text  # 51.55 GFLOP in 2.0 ms
