@@ -124,7 +124,8 @@ def timing_report(result: RunResult) -> None:
 def _pipeline_table(timing: dict) -> None:
     table = Table(title="what the score matrix costs (median of cold calls, L2 flushed)")
     kernel_names = list(timing["rows"][0]["kernels"]) if timing["rows"] else []
-    columns = ["T", "matrix MiB", "Q,K,V,out MiB", "ratio", *(f"{k} ms" for k in kernel_names), "total ms",
+    columns = ["T", "matrix MiB", "Q,K,V,out MiB", "ratio", *(f"{k.removeprefix('attn_')} ms" for k in kernel_names),
+               "total ms",
                "matrix traffic", "implied GB/s"]
     for column in columns:
         table.add_column(column, justify="right")
