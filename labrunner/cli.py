@@ -182,7 +182,7 @@ def doctor(json_path, junit_path):
 def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path, full, race_check, only,
           diagnose, gates_path, no_timing):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
-    from labrunner.session import GradeRequest, grade_submission
+    from labrunner.runs import GradeRequest, grade_submission
 
     request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, full=full, race_check=race_check,
@@ -201,7 +201,7 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
               help="lab2 baseline: starter, solution, or a .cu file.")
 def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path, chunk, prefix, versus):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
-    from labrunner.session import BenchRequest, bench_submission
+    from labrunner.runs import BenchRequest, bench_submission
 
     request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, chunk=chunk, prefix=prefix, versus=versus)
@@ -218,7 +218,7 @@ def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
 @run_options
 def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path):
     """Time the shipped solution against the starter on this GPU and write its speed gate."""
-    from labrunner.session import BenchRequest, calibrate_gate
+    from labrunner.runs import BenchRequest, calibrate_gate
 
     request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, chunk=None, prefix=None, versus="starter")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from labrunner.results import RunResult
-from labrunner.session import BenchRequest, bench_submission
+from labrunner.runs import BenchRequest, bench_submission
 
 RUNS = 5
 REPO = Path(__file__).resolve().parent.parent
