@@ -80,8 +80,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     try:
         reply = worker.time(request, timing_budget_s(options, 2))
     except WorkerFailure as failure:
-        status = "timeout" if failure.kind == "timeout" else "crash"
-        return None, CaseResult(f"timed C{rows}-P{prefix}", status, failure.detail, rows, prefix)
+        return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
     references: dict[int, np.ndarray] = {}
     for who, label in (("student", student_label), ("baseline", baseline_label)):
         failure = verify_timed_outputs(f"timed C{rows}-P{prefix}", label, reply["verified"][who], input_sets, rows,
@@ -111,8 +110,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
     try:
         reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
     except WorkerFailure as failure:
-        status = "timeout" if failure.kind == "timeout" else "crash"
-        return None, CaseResult("timed pipeline", status, failure.detail, sizes[-1], 0)
+        return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
     rows = []
     for size, measured in zip(size_requests, reply["sizes"]):
         t = size["T"]

@@ -151,10 +151,8 @@ def add_diagnosis(lab: Lab, submission: Submission, case: Case, options: CaseOpt
 
 
 def misbehaved(case: Case, failure: WorkerFailure) -> CaseResult:
-    status = "timeout" if failure.kind == "timeout" else "crash"
-    where = "" if failure.kind == "timeout" else " in a kernel launch"
-    message = f"{failure.detail}" if failure.kind != "error" else f"the run failed{where}: {failure.detail}"
-    return CaseResult(case.name, status, message, case.rows, case.prefix)
+    message = failure.detail if failure.kind != "error" else f"the run failed in a kernel launch: {failure.detail}"
+    return CaseResult(case.name, failure.status, message, case.rows, case.prefix)
 
 
 def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str, int],

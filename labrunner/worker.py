@@ -42,6 +42,11 @@ class WorkerFailure(Exception):
         self.kind = kind
         self.detail = detail
 
+    @property
+    def status(self) -> str:
+        """The case status it means: a time limit is `timeout`, every other failure to answer a `crash`."""
+        return "timeout" if self.kind == "timeout" else "crash"
+
 
 @dataclass
 class CaseRun:
