@@ -53,6 +53,11 @@ def progress_display(enabled: bool = True):
         yield Progress(start=start, advance=advance, done=lambda: None)
 
 
+def heading(text: str) -> None:
+    """A title that names a file: printed whole on one line (never wrapped), so the path stays copyable."""
+    stdout.print(f"[bold]{escape(text)}[/]", markup=True, soft_wrap=True)
+
+
 def labs_table(labs) -> None:
     table = Table(title="attnlab labs", show_lines=False)
     table.add_column("lab", style="bold")
@@ -65,7 +70,8 @@ def labs_table(labs) -> None:
 
 def check_report(result: RunResult) -> None:
     info = result.compile or {}
-    table = Table(title=f"{result.file}: compiles for {result.lab} ({info.get('arch')}, NVRTC {info.get('nvrtc')})")
+    heading(f"{result.file}: compiles for {result.lab} ({info.get('arch')}, NVRTC {info.get('nvrtc')})")
+    table = Table()
     for column in ("kernel", "registers", "shared (static)", "stack", "spills (st/ld)"):
         table.add_column(column, justify="right" if column != "kernel" else "left")
     for name, r in info.get("resources", {}).items():
@@ -97,7 +103,8 @@ def cases_report(result: RunResult) -> None:
     if not result.cases:
         return
     title = f"{result.lab} · {result.file} · {result.backend}" + (f" ({result.device.get('name')})" if result.device else "")
-    table = Table(title=title)
+    heading(title)
+    table = Table()
     for column in ("case", "rows", "prefix", "status", "max |err|", "details"):
         table.add_column(column, justify="right" if column in ("rows", "prefix", "max |err|") else "left",
                          overflow="fold")

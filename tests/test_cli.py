@@ -160,6 +160,15 @@ def test_check_passes_the_starter(runner):
     assert re.search(r"│ attnlab_smem_bytes +│ +0 │", result.stdout)
 
 
+def test_a_long_path_in_a_heading_is_never_wrapped(runner, tmp_path):
+    deep = tmp_path / ("a_folder_with_a_long_name_" * 4) / "attention_submission.cu"
+    deep.parent.mkdir()
+    shutil.copy(STARTER, deep)
+    result = invoke(runner, "check", "lab2", str(deep))
+    assert result.exit_code == 0
+    assert f"{deep}: compiles for lab2 (sm_90, NVRTC " in result.stdout
+
+
 def test_check_reports_a_syntax_error_at_the_students_line(runner, tmp_path):
     source = STARTER.read_text().splitlines()
     source[40] = source[40] + " int x = ;"
