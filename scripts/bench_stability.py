@@ -37,7 +37,7 @@ def ncu_starter_ms() -> list[float] | None:
         return None
     command = ["ncu", "--clock-control", "none", "--kernel-name", "flash_prefill", "--launch-skip", "1",
                "--launch-count", "3", "--metrics", "gpu__time_duration.sum", "--csv",
-               sys.executable, str(REPO / "scripts" / "starter_once.py")]
+               sys.executable, str(REPO / "scripts" / "kernel_once.py")]
     completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     rows = [r for r in csv.reader(io.StringIO(completed.stdout)) if len(r) > 10]
     if not rows:

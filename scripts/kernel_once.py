@@ -1,6 +1,12 @@
-"""Launches the lab-2 starter a few times at C = P = 2048: the target ncu profiles in bench_stability.py."""
+"""Launches one lab-2 kernel file a few times at C = P = 2048: the target ncu profiles in the timing scripts.
+
+usage: python scripts/kernel_once.py [FILE]   (default: the lab-2 starter)
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import cupy
 
@@ -11,9 +17,10 @@ from labrunner.labs import get_lab
 from labrunner.submission import load_submission
 
 lab = get_lab("lab2")
-submission = load_submission(lab, lab.starter_path, "starter.cu")
+path = Path(sys.argv[1]) if len(sys.argv) > 1 else lab.starter_path
+submission = load_submission(lab, path, path.name)
 device = GpuDevice()
-kernels = device.compile(compose_source(submission.source, "starter.cu"), "starter.cu", lab.entry_point_types())
+kernels = device.compile(compose_source(submission.source, path.name), path.name, lab.entry_point_types())
 inputs = {name: device.upload(array) for name, array in timing_inputs(0, 2048, 2048, count=1)[0].items()}
 out = device.guarded(2048 * 32 * 64)
 for launch in lab.plan_launches(submission.constants, 2048, 2048) * 4:

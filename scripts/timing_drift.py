@@ -1,0 +1,156 @@
+"""Where does run-to-run drift in lab 2's SPEEDUP come from: the clock, buffer placement, or the process?
+
+1. `bench lab2` RUNS times (each in a fresh worker process) while a thread samples the SM clock,
+   power and temperature through NVML: each run's two medians beside the clock it ran at.
+2. One process, ROUNDS rounds: each round first allocates a pad of random size (so the buffers land
+   on other physical pages), uploads fresh copies of the inputs and times solution against starter,
+   interleaved. If the solution's median moves between rounds here, placement alone moves it.
+3. ncu (--clock-control none) on the solution in separate processes: duration, elapsed cycles and
+   the SM clock ncu saw, per launch. Constant cycles with a moving duration point at the clock.
+
+Prints figures; asserts nothing. Needs the GPU.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cupy
+
+from labrunner.benchmark import timing_inputs
+from labrunner.compile import compose_source
+from labrunner.gpu_backend import GpuDevice
+from labrunner.gpu_timer import CupyTimer
+from labrunner.labs import get_lab
+from labrunner.results import RunResult
+from labrunner.runs import BenchRequest, bench_submission
+from labrunner.submission import load_submission
+from labrunner.timed_runs import KernelCall
+from labrunner.timing import TimingOptions, compare
+
+RUNS = 5
+ROUNDS = 5
+NCU_PROCESSES = 3
+REPO = Path(__file__).resolve().parent.parent
+SOLUTION = REPO / "kernels/lab2/solution.cu"
+
+
+class ClockSampler:
+    """NVML readings every `period_s` on a thread: (time, SM MHz, watts, degrees C)."""
+
+    def __init__(self, period_s: float = 0.02):
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nvml = pynvml
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.period_s = period_s
+        self.readings: list[tuple[float, int, float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n, h = self.nvml, self.handle
+        while not self._stop.is_set():
+            self.readings.append((time.monotonic(), n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                                  n.nvmlDeviceGetPowerUsage(h) / 1000, n.nvmlDeviceGetTemperature(h, 0)))
+            time.sleep(self.period_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float) -> str:
+        window = [r for r in self.readings if start <= r[0] <= end and r[1] > 1000]  # busy readings only
+        if not window:
+            return "no busy readings"
+        clocks = [r[1] for r in window]
+        return (f"SM {statistics.median(clocks):.0f} MHz (min {min(clocks)}, max {max(clocks)}), "
+                f"{statistics.median(r[2] for r in window):.0f} W, {max(r[3] for r in window)} C")
+
+
+def bench_runs(sampler: ClockSampler) -> None:
+    print(f"\n--- 1. {RUNS} bench runs, fresh worker each")
+    for run in range(1, RUNS + 1):
+        start = time.monotonic()
+        result = RunResult("bench", "lab2")
+        bench_submission(BenchRequest(lab="lab2", file=None), result)
+        c = result.timing["comparison"]
+        print(f"run {run}: solution {c['student']['median_ms']:.4f} ms (rse {100 * c['student']['rse']:.2f}%, "
+              f"n={c['student']['count']}), starter {c['baseline']['median_ms']:.3f} ms, "
+              f"SPEEDUP {c['speedup']:.3f}; {sampler.between(start, time.monotonic())}")
+
+
+def placement_rounds(sampler: ClockSampler) -> None:
+    print(f"\n--- 2. one process, {ROUNDS} rounds of fresh allocations")
+    lab = get_lab("lab2")
+    device = GpuDevice()
+    modules, launches = {}, {}
+    for role, path in (("solution", SOLUTION), ("starter", lab.starter_path)):
+        submission = load_submission(lab, path, path.name)
+        modules[role] = device.compile(compose_source(submission.source, path.name), path.name,
+                                       lab.entry_point_types())
+        launches[role] = lab.plan_launches(submission.constants, 2048, 2048)
+    timer = CupyTimer()
+    host_sets = timing_inputs(0, 2048, 2048)
+    rng = random.Random(1)
+    pads = []
+    for round_index in range(1, ROUNDS + 1):
+        pads.append(cupy.empty(rng.randrange(1, 512) * 2 * 1024 * 1024 + rng.randrange(0, 4096) * 256, cupy.uint8))
+        inputs = [{n: device.upload(a) for n, a in s.items()} for s in host_sets]
+        calls = [KernelCall(role, device, modules[role], [launches[role]] * len(inputs), inputs, 2048 * 32 * 64, {})
+                 for role in ("solution", "starter")]
+        start = time.monotonic()
+        comparison = compare(calls[0], calls[1], len(inputs), timer, TimingOptions(seed=round_index))
+        s, b = comparison.student, comparison.baseline
+        per_set = {i: statistics.median(x for j, x in enumerate(s.samples_ms) if j % len(inputs) == i)
+                   for i in range(len(inputs))}
+        print(f"round {round_index}: solution {s.median_ms:.4f} ms (rse {100 * s.rse:.2f}%, n={s.count}, "
+              f"per input set {', '.join(f'{v:.4f}' for v in per_set.values())}), starter {b.median_ms:.3f} ms, "
+              f"SPEEDUP {comparison.speedup:.3f}; {sampler.between(start, time.monotonic())}")
+        del inputs, calls
+
+
+def ncu_solution() -> None:
+    print(f"\n--- 3. ncu on the solution, {NCU_PROCESSES} processes")
+    if not shutil.which("ncu"):
+        print("ncu: not available here")
+        return
+    metrics = "gpu__time_duration.sum,sm__cycles_elapsed.max,gpc__cycles_elapsed.avg.per_second"
+    for process in range(1, NCU_PROCESSES + 1):
+        command = ["ncu", "--clock-control", "none", "--kernel-name", "flash_prefill", "--launch-skip", "1",
+                   "--launch-count", "3", "--metrics", metrics, "--csv",
+                   sys.executable, str(REPO / "scripts/kernel_once.py"), str(SOLUTION)]
+        completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        rows = [r for r in csv.reader(io.StringIO(completed.stdout)) if len(r) > 10]
+        if not rows:
+            print(completed.stdout[-1500:], completed.stderr[-1500:])
+            continue
+        header = rows[0]
+        name, unit, value, launch = (header.index(k) for k in ("Metric Name", "Metric Unit", "Metric Value", "ID"))
+        for row in rows[1:]:
+            print(f"process {process} launch {row[launch]}: {row[name]} = {row[value]} {row[unit]}")
+
+
+def main() -> None:
+    with ClockSampler() as sampler:
+        bench_runs(sampler)
+        placement_rounds(sampler)
+    ncu_solution()
+
+
+if __name__ == "__main__":
+    main()
