@@ -9,7 +9,7 @@ lab 1's cost table, lab 2's SPEEDUP and TFLOP/s.
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from labrunner.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.device_state import clock_drop_warning
 from labrunner.labs.definition import Lab
 from labrunner.results import CaseResult
-from labrunner.timing import TimingOptions
+from labrunner.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.worker import Worker, WorkerFailure
 
 TIMING_INPUT_SETS = 3
@@ -69,30 +69,42 @@ def verify_timed_outputs(case_name: str, who: str, verified: list, input_sets: l
 def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict,
                  rows: int, prefix: int, seed: int, options: TimingOptions,
                  student_label: str, baseline_label: str) -> tuple[dict | None, CaseResult | None]:
-    """Student and baseline interleaved on the same input sets. Returns (timing, failure)."""
+    """Student and baseline interleaved on the same input sets, in `options.rounds` independent
+    rounds (a fresh worker process each), pooled. Returns (timing, failure)."""
     input_sets = timing_inputs(seed, rows, prefix)
-    request = {
-        "kind": "speedup", "input_sets": input_sets, "options": asdict(options),
-        "student_launches": lab.plan_launches(student_constants, rows, prefix),
-        "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix),
-        "out_count": rows * QUERY_HEADS * HEAD_DIM,
-    }
-    try:
-        reply = worker.time(request, timing_budget_s(options, 2))
-    except WorkerFailure as failure:
-        return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
+    launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
+                "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix)}
     references: dict[int, np.ndarray] = {}
-    for who, label in (("student", student_label), ("baseline", baseline_label)):
-        failure = verify_timed_outputs(f"timed C{rows}-P{prefix}", label, reply["verified"][who], input_sets, rows,
-                                       prefix, references)
-        if failure:
-            return None, failure
-    comparison = reply["comparison"]
+    replies = []
+    for round_index in range(options.rounds):
+        if round_index:
+            worker.restart()
+        # each round draws its own verification schedule
+        round_options = replace(options, seed=options.seed + round_index)
+        request = {"kind": "speedup", "input_sets": input_sets, "options": asdict(round_options),
+                   "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches}
+        try:
+            reply = worker.time(request, timing_budget_s(options, 2))
+        except WorkerFailure as failure:
+            return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
+        for who, label in (("student", student_label), ("baseline", baseline_label)):
+            failure = verify_timed_outputs(f"timed C{rows}-P{prefix}", label, reply["verified"][who], input_sets,
+                                           rows, prefix, references)
+            if failure:
+                return None, failure
+        replies.append(reply)
+    rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
+    comparison = pool_rounds(rounds, seed=options.seed).to_json()
     timing = {
         "kind": "speedup", "rows": rows, "prefix": prefix, "gflop": attention_flops(rows, prefix) / 1e9,
         "student_label": student_label, "baseline_label": baseline_label, "comparison": comparison,
-        "speedup": comparison["speedup"], "verified_calls": {k: len(v) for k, v in reply["verified"].items()},
-        **_common(reply),
+        "speedup": comparison["speedup"],
+        "rounds": [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                    "student_median_ms": r.student.median_ms, "baseline_median_ms": r.baseline.median_ms}
+                   for r in rounds],
+        "verified_calls": {who: sum(len(reply["verified"][who]) for reply in replies)
+                           for who in ("student", "baseline")},
+        **_common(replies[0], replies[-1]),
     }
     timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
     return timing, None
@@ -119,7 +131,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
             return None, failure
         rows.append(pipeline_row(t, measured["stats"]))
     timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
-              **_common(reply)}
+              **_common(reply, reply)}
     for row in rows:
         timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in
                                {**row["kernels"], "total": row["total"]}.items() if stats.get("warning")]
@@ -141,11 +153,12 @@ def pipeline_row(t: int, stats: dict | None) -> dict:
     return row
 
 
-def _common(reply: dict) -> dict:
+def _common(first: dict, last: dict) -> dict:
+    """What every timing reports about its conditions: from the first reply's start to the last reply's end."""
+    before, after = first["state_before"], last["state_after"]
     warnings = []
-    drop = clock_drop_warning(reply["state_before"].get("sm_clock_mhz"), reply["state_after"].get("sm_clock_mhz"))
+    drop = clock_drop_warning(before.get("sm_clock_mhz"), after.get("sm_clock_mhz"))
     if drop:
         warnings.append(drop)
-    return {"overhead_ms": reply["overhead"]["median_ms"], "device_before": reply["state_before"],
-            "device_after": reply["state_after"], "l2_flush_bytes": reply["l2_flush_bytes"], "warnings": warnings}
-
+    return {"overhead_ms": first["overhead"]["median_ms"], "device_before": before, "device_after": after,
+            "l2_flush_bytes": first["l2_flush_bytes"], "warnings": warnings}

@@ -44,6 +44,9 @@ def run_options(command):
                      help="Seconds of sampling per timed kernel."),
         click.option("--noise", "noise_target", type=click.FloatRange(min=1e-5, max=0.5), default=0.005,
                      show_default=True, help="Stop sampling once the relative standard error is below this."),
+        click.option("--rounds", type=click.IntRange(min=1, max=20), default=1, show_default=True,
+                     help="Lab 2: time the comparison this many times, each in a fresh worker process on fresh "
+                          "buffers, and pool them; SPEEDUP's interval then includes the spread between rounds."),
         json_option,
     ]
     return functools.reduce(lambda c, d: d(c), reversed(decorators), command)
@@ -179,13 +182,13 @@ def doctor(json_path, junit_path):
 @click.option("--gates", "gates_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Speed gates file written by `attnlab calibrate` (applied when this GPU's name is in it).")
 @click.option("--no-timing", is_flag=True, help="Check correctness only.")
-def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path, full, race_check, only,
+def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, full, race_check, only,
           diagnose, gates_path, no_timing):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
     from labrunner.runs import GradeRequest, grade_submission
 
     request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, full=full, race_check=race_check,
+                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, full=full, race_check=race_check,
                            only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing)
     result = RunResult("grade", lab, str(file))
     guarded(result, json_path, lambda: grade_submission(request, result), junit_path)
@@ -199,12 +202,12 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
 @click.option("--prefix", type=click.IntRange(min=0), default=None, help="lab2: cached prefix length (default 2048).")
 @click.option("--vs", "versus", default="starter", show_default=True,
               help="lab2 baseline: starter, solution, or a .cu file.")
-def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path, chunk, prefix, versus):
+def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, chunk, prefix, versus):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
     from labrunner.runs import BenchRequest, bench_submission
 
     request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, chunk=chunk, prefix=prefix, versus=versus)
+                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=chunk, prefix=prefix, versus=versus)
     result = RunResult("bench", lab, str(file) if file else None)
     guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
 
@@ -216,12 +219,12 @@ def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, json
 @click.option("--fraction", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.5, show_default=True,
               help="Fraction of the solution's SPEEDUP a student needs to pass the gate.")
 @run_options
-def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, json_path, junit_path):
+def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path):
     """Time the shipped solution against the starter on this GPU and write its speed gate."""
     from labrunner.runs import BenchRequest, calibrate_gate
 
     request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, chunk=None, prefix=None, versus="starter")
+                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")
     result = RunResult("calibrate", lab)
     guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path)
 

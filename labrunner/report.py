@@ -166,6 +166,10 @@ def _speedup_table(timing: dict) -> None:
     stdout.print(table)
     stdout.print(f"[bold]SPEEDUP {comparison['speedup']:.2f}x[/] "
                  f"(95% CI {comparison['ci_low']:.2f}x to {comparison['ci_high']:.2f}x, vs {timing['baseline_label']})")
+    rounds = timing.get("rounds", [])
+    if len(rounds) > 1:
+        stdout.print(f"{len(rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
+                     + ", ".join(f"{r['speedup']:.2f}x" for r in rounds), soft_wrap=True)
     if timing.get("overhead_ms") is not None:
         stdout.print(f"[dim]measurement overhead (empty kernel, same path): {timing['overhead_ms']:.4f} ms[/]")
 

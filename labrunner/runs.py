@@ -37,6 +37,7 @@ class RunRequest:
     arch: str = "sm_90"
     budget_s: float = 3.0
     noise_target: float = 0.005
+    rounds: int = 1
 
 
 @dataclass
@@ -57,7 +58,24 @@ class BenchRequest(RunRequest):
 
 
 def timing_options_for(request: RunRequest, seed: int) -> TimingOptions:
-    return TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target, seed=seed)
+    return TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target, seed=seed,
+                         rounds=request.rounds)
+
+
+def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
+    """Options that shape a SPEEDUP mean nothing to a lab that times a pipeline: say so before any work."""
+    if lab.baseline != "none":
+        return
+    given = [flag for flag, present in (
+        ("--chunk", getattr(request, "chunk", None) is not None),
+        ("--prefix", getattr(request, "prefix", None) is not None),
+        ("--vs", getattr(request, "versus", "starter") != "starter"),
+        ("--rounds", request.rounds > 1),
+    ) if present]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise usage_error(f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline "
+                          "at fixed sizes")
 
 
 def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None):
@@ -83,6 +101,7 @@ def device_facts(worker_backend: str) -> dict | None:
 
 
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
+    refuse_speedup_options(get_lab(request.lab), request)
     lab, submission, backend, seed = prepare(result, request.lab, request.file, request.device, request.arch,
                                              request.seed)
     gates = load_gates(request.gates_path) if request.gates_path else None
@@ -122,7 +141,8 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
         cached = catalogue.timing["prefix"] if prefix is None else prefix
         base = load_submission(lab, baseline, display_path(baseline), arch)
         worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
-        report.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved")
+        rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
+        report.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved{rounds}")
         timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
                                        submission.label, base.label)
     if failure:
@@ -141,6 +161,7 @@ def display_path(path: Path) -> str:
 
 def bench_submission(request: BenchRequest, result: RunResult) -> None:
     lab = get_lab(request.lab)
+    refuse_speedup_options(lab, request)
     path = request.file or lab.solution_path
     result.file = display_path(path)
     lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
@@ -148,8 +169,6 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     if backend != "gpu":
         raise AttnlabError("bench times kernels, which needs a GPU; use `attnlab grade --device cpu` to check "
                            "correctness on the CPU", ExitCode.ENVIRONMENT)
-    if lab.baseline == "none" and (request.chunk or request.prefix is not None or request.versus != "starter"):
-        raise usage_error(f"--chunk, --prefix and --vs apply to lab2; {lab.name} times its pipeline at fixed sizes")
     baseline = resolve_baseline(lab, request.versus)
     result.device = device_facts(backend)
     catalogue = load_catalogue(lab.name)

@@ -71,6 +71,9 @@ class TimingOptions:
     verify_fraction: float = 0.1
     seed: int = 0
     min_verified: int = 2
+    # Independent repetitions of a whole comparison, each in a fresh worker process on fresh
+    # buffers. The driver runs them and pools them (`pool_rounds`); this loop runs one.
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         # Reject nonsense early: a loop running on a silly setting produces a
@@ -89,6 +92,8 @@ class TimingOptions:
             raise ValueError(f"warmup cannot be negative, got {self.warmup}")
         if not 0.0 <= self.verify_fraction <= 1.0:
             raise ValueError(f"verify_fraction must lie in [0, 1], got {self.verify_fraction}")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {self.rounds}")
         if not 0 <= self.min_verified <= self.min_samples:
             raise ValueError(
                 f"min_verified must lie in [0, min_samples], got {self.min_verified}"
@@ -405,3 +410,79 @@ def paired_speedup_ci(student_ms, baseline_ms, level: float = 0.95, resamples: i
     tail = (1 - level) / 2 * 100
     ci_low, ci_high = np.percentile(ratios, [tail, 100 - tail])
     return speedup, float(ci_low), float(ci_high)
+
+
+def pool_rounds(rounds: list[Comparison], level: float = 0.95, resamples: int = 2000,
+                seed: int = 0) -> Comparison:
+    """Independent rounds of one comparison, pooled into one SPEEDUP with an honest interval.
+
+    Each round ran in its own process on its own buffers. A round's interval only knows the
+    noise between its own samples; whatever differs between processes (where the buffers
+    landed, the device's state) moves a round's median as a whole and is invisible to it.
+    So the pooled figure is the ratio of medians over every sample, and its interval comes
+    from a two-level bootstrap: draw rounds with replacement, then pairs within each drawn
+    round. A spread between rounds widens the interval, as it should. One round is returned
+    as it is.
+    """
+    if not rounds:
+        raise ValueError("pool_rounds needs at least one round")
+    if len(rounds) == 1:
+        return rounds[0]
+    pairs = [(np.asarray(r.student.samples_ms, dtype=float), np.asarray(r.baseline.samples_ms, dtype=float))
+             for r in rounds]
+    if any(s.size == 0 or s.shape != b.shape for s, b in pairs):
+        raise ValueError("every round needs its raw paired samples (Stats.samples_ms) to be pooled")
+    student_all = np.concatenate([s for s, _ in pairs])
+    baseline_all = np.concatenate([b for _, b in pairs])
+    rng = np.random.default_rng(seed)
+    ratios = np.empty(resamples)
+    for k in range(resamples):
+        drawn = rng.integers(0, len(pairs), size=len(pairs))
+        student_parts, baseline_parts = [], []
+        for index in drawn:
+            s, b = pairs[index]
+            picks = rng.integers(0, s.size, size=s.size)
+            student_parts.append(s[picks])
+            baseline_parts.append(b[picks])
+        ratios[k] = np.median(np.concatenate(baseline_parts)) / np.median(np.concatenate(student_parts))
+    tail = (1 - level) / 2 * 100
+    ci_low, ci_high = np.percentile(ratios, [tail, 100 - tail])
+    return Comparison(
+        student=pool_stats([r.student for r in rounds]),
+        baseline=pool_stats([r.baseline for r in rounds]),
+        speedup=float(np.median(baseline_all) / np.median(student_all)),
+        ci_low=float(ci_low),
+        ci_high=float(ci_high),
+        level=level,
+    )
+
+
+def pool_stats(rounds: list[Stats]) -> Stats:
+    """One series' rounds as one summary: figures over all samples, warnings and counts kept."""
+    samples = np.concatenate([np.asarray(r.samples_ms, dtype=float) for r in rounds])
+    moments = RunningMoments()
+    for value in samples:
+        moments.add(float(value))
+    warnings = [f"round {i}: {r.warning}" for i, r in enumerate(rounds, 1) if r.warning]
+    return Stats(
+        median_ms=float(np.median(samples)),
+        min_ms=float(samples.min()),
+        max_ms=float(samples.max()),
+        mean_ms=float(samples.mean()),
+        count=int(samples.size),
+        rse=moments.relative_standard_error(),
+        noise_met=all(r.noise_met for r in rounds),
+        warning="; ".join(warnings) or None,
+        samples_ms=samples.tolist(),
+        verified_count=sum(r.verified_count for r in rounds),
+        stopped_by=",".join(sorted({r.stopped_by for r in rounds})),
+    )
+
+
+def comparison_from_json(data: dict) -> Comparison:
+    """The inverse of `Comparison.to_json(include_samples=True)`: a worker's reply, read back."""
+    def stats(d: dict) -> Stats:
+        return Stats(**{**d, "rse": math.inf if d["rse"] is None else d["rse"]})
+
+    return Comparison(student=stats(data["student"]), baseline=stats(data["baseline"]), speedup=data["speedup"],
+                      ci_low=data["ci_low"], ci_high=data["ci_high"], level=data["level"])

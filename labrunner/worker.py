@@ -79,6 +79,15 @@ class Worker:
             self._call(load, COMPILE_TIMEOUT_S)
 
     def close(self) -> None:
+        """Stop the worker and delete its kernel-output log: read `kernel_output()` before this."""
+        self._stop()
+        self.log_path.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        """A fresh process for the next request: new CUDA context, new allocations, modules loaded again."""
+        self._stop()
+
+    def _stop(self) -> None:
         if self._process is not None and self._process.is_alive():
             try:
                 self._conn.send({"op": "exit"})

@@ -1,5 +1,7 @@
 """Is SPEEDUP stable? `attnlab bench lab2` five times in one process, each SPEEDUP and the spread.
 
+usage: python scripts/bench_stability.py [ROUNDS]   (bench's --rounds; default 1)
+
 Then the starter's reported time beside Nsight Compute's `gpu__time_duration` for the same
 kernel and shape (ncu runs with --clock-control none, leaving the GPU's clocks alone, and its
 default cache control, which flushes caches before each profiled launch as attnlab does).
@@ -23,11 +25,11 @@ RUNS = 5
 REPO = Path(__file__).resolve().parent.parent
 
 
-def bench_runs() -> list[RunResult]:
+def bench_runs(rounds: int) -> list[RunResult]:
     results = []
     for _ in range(RUNS):
         result = RunResult("bench", "lab2")
-        bench_submission(BenchRequest(lab="lab2", file=None), result)
+        bench_submission(BenchRequest(lab="lab2", file=None, rounds=rounds), result)
         results.append(result)
     return results
 
@@ -50,14 +52,15 @@ def ncu_starter_ms() -> list[float] | None:
 
 
 def main() -> None:
-    results = bench_runs()
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    results = bench_runs(rounds)
     speedups = [r.timing["speedup"] for r in results]
     starter_ms = [r.timing["comparison"]["baseline"]["median_ms"] for r in results]
     median = statistics.median(speedups)
     print("\nrun  SPEEDUP  vs median   starter ms")
     for i, (s, t) in enumerate(zip(speedups, starter_ms), 1):
         print(f"{i:>3}  {s:7.3f}  {100 * (s / median - 1):+8.2f}%  {t:10.3f}")
-    print(f"SPEEDUP median {median:.3f}, spread {100 * (max(speedups) - min(speedups)) / median:.2f}% "
+    print(f"--rounds {rounds}: SPEEDUP median {median:.3f}, spread {100 * (max(speedups) - min(speedups)) / median:.2f}% "
           f"(max deviation from median {100 * max(abs(s / median - 1) for s in speedups):.2f}%)")
     ncu = ncu_starter_ms()
     if ncu:

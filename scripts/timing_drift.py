@@ -2,9 +2,10 @@
 
 1. `bench lab2` RUNS times (each in a fresh worker process) while a thread samples the SM clock,
    power and temperature through NVML: each run's two medians beside the clock it ran at.
-2. One process, ROUNDS rounds: each round first allocates a pad of random size (so the buffers land
-   on other physical pages), uploads fresh copies of the inputs and times solution against starter,
-   interleaved. If the solution's median moves between rounds here, placement alone moves it.
+2. One process, PLACEMENTS sets of buffers, each uploaded after a pad of random size (so each set
+   lands on other physical pages), timed in rounds that cycle through them twice (1 2 3 1 2 3).
+   A time that repeats with its placement means placement moves it; a time that drifts from round
+   to round whatever the placement means something in the device's state moves it.
 3. ncu (--clock-control none) on the solution in separate processes: duration, elapsed cycles and
    the SM clock ncu saw, per launch. Constant cycles with a moving duration point at the clock.
 
@@ -38,7 +39,7 @@ from labrunner.timed_runs import KernelCall
 from labrunner.timing import TimingOptions, compare
 
 RUNS = 5
-ROUNDS = 5
+PLACEMENTS = 3
 NCU_PROCESSES = 3
 REPO = Path(__file__).resolve().parent.parent
 SOLUTION = REPO / "kernels/lab2/solution.cu"
@@ -95,7 +96,7 @@ def bench_runs(sampler: ClockSampler) -> None:
 
 
 def placement_rounds(sampler: ClockSampler) -> None:
-    print(f"\n--- 2. one process, {ROUNDS} rounds of fresh allocations")
+    print(f"\n--- 2. one process, {PLACEMENTS} placements, each timed twice")
     lab = get_lab("lab2")
     device = GpuDevice()
     modules, launches = {}, {}
@@ -107,21 +108,22 @@ def placement_rounds(sampler: ClockSampler) -> None:
     timer = CupyTimer()
     host_sets = timing_inputs(0, 2048, 2048)
     rng = random.Random(1)
-    pads = []
-    for round_index in range(1, ROUNDS + 1):
+    placements, pads = [], []
+    for _ in range(PLACEMENTS):
         pads.append(cupy.empty(rng.randrange(1, 512) * 2 * 1024 * 1024 + rng.randrange(0, 4096) * 256, cupy.uint8))
         inputs = [{n: device.upload(a) for n, a in s.items()} for s in host_sets]
-        calls = [KernelCall(role, device, modules[role], [launches[role]] * len(inputs), inputs, 2048 * 32 * 64, {})
-                 for role in ("solution", "starter")]
+        placements.append([KernelCall(role, device, modules[role], [launches[role]] * len(inputs), inputs,
+                                      2048 * 32 * 64, {}) for role in ("solution", "starter")])
+    for round_index, placement in enumerate(list(range(PLACEMENTS)) * 2, 1):
+        solution, starter = placements[placement]
         start = time.monotonic()
-        comparison = compare(calls[0], calls[1], len(inputs), timer, TimingOptions(seed=round_index))
+        comparison = compare(solution, starter, len(host_sets), timer, TimingOptions(seed=round_index))
         s, b = comparison.student, comparison.baseline
-        per_set = {i: statistics.median(x for j, x in enumerate(s.samples_ms) if j % len(inputs) == i)
-                   for i in range(len(inputs))}
-        print(f"round {round_index}: solution {s.median_ms:.4f} ms (rse {100 * s.rse:.2f}%, n={s.count}, "
-              f"per input set {', '.join(f'{v:.4f}' for v in per_set.values())}), starter {b.median_ms:.3f} ms, "
-              f"SPEEDUP {comparison.speedup:.3f}; {sampler.between(start, time.monotonic())}")
-        del inputs, calls
+        per_set = [statistics.median(s.samples_ms[i::len(host_sets)]) for i in range(len(host_sets))]
+        print(f"round {round_index} placement {placement + 1}: solution {s.median_ms:.4f} ms "
+              f"(rse {100 * s.rse:.2f}%, n={s.count}, per input set {', '.join(f'{v:.4f}' for v in per_set)}), "
+              f"starter {b.median_ms:.3f} ms, SPEEDUP {comparison.speedup:.3f}; "
+              f"{sampler.between(start, time.monotonic())}")
 
 
 def ncu_solution() -> None:

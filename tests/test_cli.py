@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -239,6 +240,21 @@ def test_grade_compiles_before_it_looks_for_a_gpu(runner, no_gpu, tmp_path):
     assert result.stderr.startswith("error: broken.cu(1): error: ")
 
 
+@pytest.mark.parametrize("command", ["grade", "bench"])
+def test_rounds_for_lab1_is_a_usage_error(runner, command):
+    result = invoke(runner, command, "lab1", str(REPO / "kernels/lab1/solution.cu"), "--rounds", "3",
+                    "--device", "cpu")
+    assert result.exit_code == 2
+    assert result.stderr == "error: --rounds applies to lab2's SPEEDUP; lab1 times its pipeline at fixed sizes\n"
+
+
+def test_bench_lab1_names_every_speedup_option_given(runner):
+    result = invoke(runner, "bench", "lab1", "--chunk", "64", "--vs", "solution", "--device", "cpu")
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --chunk and --vs apply to lab2's SPEEDUP; lab1 times its pipeline "
+                             "at fixed sizes\n")
+
+
 def test_grade_with_an_unknown_case_is_a_usage_error(runner):
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")
@@ -262,6 +278,17 @@ def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch
     assert data["cases"][0]["message"] == "all 2048 elements within the pass rule"
     assert data["cases"][0]["max_abs_err"] < 1e-5
     assert result.stdout.rstrip().endswith("PASS (exit 0)")
+
+
+def test_grading_leaves_no_kernel_output_log_behind(runner, tmp_path, monkeypatch):
+    if not cpu_backend_ready():
+        pytest.skip("no C++ compiler for the CPU backend")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C1-P31")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in temp.glob("attnlab-kernel-output-*")) == []
 
 
 def test_a_negative_seed_is_a_usage_error(runner):

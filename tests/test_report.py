@@ -48,3 +48,23 @@ def test_the_speedup_line_quotes_its_interval(printed):
     assert "SPEEDUP 13.00x (95% CI 12.80x to 13.10x, vs starter.cu)" in text
     assert "51.55 GFLOP" in text
     assert "25.77" in text  # 51.55 GFLOP in 2.0 ms
+
+
+def test_rounds_are_listed_beside_the_pooled_speedup(printed):
+    comparison = {"student": stats(2.0), "baseline": stats(26.0), "speedup": 13.0, "ci_low": 12.6, "ci_high": 13.3}
+    rounds = [{"speedup": x} for x in (12.7, 13.0, 13.3)]
+    timing = {"kind": "speedup", "rows": 2048, "prefix": 2048, "gflop": attention_flops(2048, 2048) / 1e9,
+              "student_label": "flash.cu", "baseline_label": "starter.cu", "comparison": comparison,
+              "rounds": rounds, "overhead_ms": 0.0028, "warnings": []}
+    report.timing_report(RunResult("grade", "lab2", timing=timing))
+    assert ("3 rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: 12.70x, 13.00x, 13.30x\n"
+            in printed.getvalue())
+
+
+def test_one_round_needs_no_rounds_line(printed):
+    comparison = {"student": stats(2.0), "baseline": stats(26.0), "speedup": 13.0, "ci_low": 12.8, "ci_high": 13.1}
+    timing = {"kind": "speedup", "rows": 2048, "prefix": 2048, "gflop": attention_flops(2048, 2048) / 1e9,
+              "student_label": "flash.cu", "baseline_label": "starter.cu", "comparison": comparison,
+              "rounds": [{"speedup": 13.0}], "overhead_ms": 0.0028, "warnings": []}
+    report.timing_report(RunResult("grade", "lab2", timing=timing))
+    assert "round" not in printed.getvalue()

@@ -23,9 +23,11 @@ from labrunner.timing import (
     Comparison,
     Stats,
     TimingOptions,
+    comparison_from_json,
     compare,
     measure,
     paired_speedup_ci,
+    pool_rounds,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -422,3 +424,62 @@ def test_timing_module_does_not_import_cupy():
         [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == "False"
+
+
+def paired_round(student_ms, baseline_ms, warning=None) -> Comparison:
+    def series(samples):
+        return Stats(median_ms=float(np.median(samples)), min_ms=min(samples), max_ms=max(samples),
+                     mean_ms=float(np.mean(samples)), count=len(samples), rse=0.001, noise_met=warning is None,
+                     warning=warning, samples_ms=list(samples), verified_count=2, stopped_by="noise")
+
+    speedup, low, high = paired_speedup_ci(student_ms, baseline_ms)
+    return Comparison(series(student_ms), series(baseline_ms), speedup, low, high)
+
+
+def test_one_round_pools_to_itself():
+    alone = paired_round([2.0, 2.1, 2.2], [26.0, 26.1, 26.2])
+    assert pool_rounds([alone]) is alone
+
+
+def test_pooled_rounds_take_medians_over_every_sample_and_keep_counts_and_warnings():
+    first = paired_round([2.0, 2.0, 3.0], [20.0, 20.0, 20.0])
+    second = paired_round([4.0, 4.0, 4.0], [20.0, 20.0, 20.0], warning="noise 0.80% > 0.50% after 3 samples")
+    pooled = pool_rounds([first, second])
+    assert pooled.speedup == 20.0 / 3.5  # the median of 2, 2, 3, 4, 4, 4
+    assert (pooled.student.count, pooled.student.verified_count) == (6, 4)
+    assert (pooled.student.min_ms, pooled.student.max_ms) == (2.0, 4.0)
+    assert not pooled.student.noise_met and pooled.baseline.noise_met is False
+    assert pooled.student.warning == "round 2: noise 0.80% > 0.50% after 3 samples"
+
+
+def test_a_shift_between_rounds_widens_the_pooled_interval():
+    # Three rounds, each with almost no noise of its own, at 12.7x, 13.0x and 13.3x: each
+    # round's own interval is a hair wide, but the pooled one must reach from one end to the other.
+    rng = np.random.default_rng(2)
+    rounds = []
+    for ratio in (12.7, 13.0, 13.3):
+        student = 2.0 * rng.lognormal(0.0, 0.001, 40)
+        rounds.append(paired_round(student, ratio * student))
+    assert all(r.ci_high - r.ci_low < 0.05 for r in rounds)
+    pooled = pool_rounds(rounds, seed=0)
+    assert pooled.speedup == pytest.approx(13.0, abs=0.01)
+    assert pooled.ci_low < 12.75 and pooled.ci_high > 13.25
+
+
+def test_rounds_without_raw_samples_cannot_be_pooled():
+    bare = paired_round([2.0], [26.0])
+    bare.student.samples_ms = []
+    with pytest.raises(ValueError, match="raw paired samples"):
+        pool_rounds([bare, bare])
+
+
+def test_a_comparison_survives_its_json_with_samples():
+    contender, timer, _, options = single([1.0, 3.0], warmup=0, min_samples=4, max_samples=4)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    original = Comparison(stats, stats, 1.0, 0.9, 1.1)
+    assert comparison_from_json(original.to_json(include_samples=True)) == original
+    # JSON has no infinity: an unmeasurable noise travels as None and comes back as inf
+    unmeasurable = Stats(1.0, 1.0, 1.0, 1.0, 1, math.inf, False, "only 1 samples", [1.0])
+    data = Comparison(unmeasurable, unmeasurable, 1.0, 1.0, 1.0).to_json(include_samples=True)
+    assert data["student"]["rse"] is None
+    assert comparison_from_json(data).student.rse == math.inf

@@ -1,0 +1,105 @@
+"""The driver's side of lab 2's timing: rounds in fresh workers, every verified call checked, rounds pooled.
+
+A scripted worker stands in for the GPU: it answers each timing request with chosen samples and
+with outputs for the verified calls, computed by the oracle (or deliberately wrong), so what the
+driver does with them is checked exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labrunner import oracle
+from labrunner.benchmark import time_speedup
+from labrunner.labs import get_lab
+from labrunner.timing import Stats, TimingOptions
+
+LAB = get_lab("lab2")
+ROWS, PREFIX = 3, 31
+
+
+def stats(samples: list[float]) -> dict:
+    return Stats(median_ms=float(np.median(samples)), min_ms=min(samples), max_ms=max(samples),
+                 mean_ms=float(np.mean(samples)), count=len(samples), rse=0.001, noise_met=True, warning=None,
+                 samples_ms=samples, verified_count=1, stopped_by="noise").to_json(include_samples=True)
+
+
+class ScriptedWorker:
+    """Answers round k with student samples `student_ms[k]` and baseline samples `baseline_ms[k]`."""
+
+    def __init__(self, student_ms, baseline_ms, wrong_in_round: int | None = None):
+        self.student_ms, self.baseline_ms = student_ms, baseline_ms
+        self.wrong_in_round = wrong_in_round
+        self.events: list[str] = []
+        self.seeds: list[int] = []
+        self.round = 0
+
+    def restart(self) -> None:
+        self.events.append("restart")
+
+    def time(self, request: dict, timeout_s: float) -> dict:
+        self.events.append("time")
+        self.seeds.append(request["options"]["seed"])
+        s = request["input_sets"][0]
+        # a verified call runs with V negated, so its right answer is the negated reference
+        right = (-oracle.attention(s["q"], s["k"], s["v"], prefix=PREFIX)).astype(np.float32).ravel()
+        student_out = right.copy()
+        if self.round == self.wrong_in_round:
+            student_out[5] += 1.0
+        k = self.round
+        self.round += 1
+        student, baseline = self.student_ms[k], self.baseline_ms[k]
+        ratio = float(np.median(baseline) / np.median(student))
+        state = {"sm_clock_mhz": 1980}
+        return {"comparison": {"student": stats(student), "baseline": stats(baseline), "speedup": ratio,
+                               "ci_low": ratio, "ci_high": ratio, "level": 0.95},
+                "verified": {"student": [(0, student_out)], "baseline": [(0, right)]},
+                "overhead": {"median_ms": 0.003}, "l2_flush_bytes": 1 << 27,
+                "state_before": state, "state_after": state}
+
+
+def run(worker: ScriptedWorker, rounds: int):
+    constants = LAB.constants({})
+    return time_speedup(LAB, worker, constants, constants, ROWS, PREFIX, seed=7,
+                        options=TimingOptions(rounds=rounds, seed=7), student_label="flash.cu",
+                        baseline_label="starter.cu")
+
+
+def test_one_round_is_one_request_and_its_own_figures():
+    worker = ScriptedWorker([[2.0, 2.0, 2.2]], [[26.0, 26.0, 26.4]])
+    timing, failure = run(worker, rounds=1)
+    assert failure is None
+    assert worker.events == ["time"]
+    assert timing["speedup"] == 13.0
+    assert (timing["comparison"]["ci_low"], timing["comparison"]["ci_high"]) == (13.0, 13.0)
+    assert [r["speedup"] for r in timing["rounds"]] == [13.0]
+    assert timing["verified_calls"] == {"student": 1, "baseline": 1}
+    assert "samples_ms" not in timing["comparison"]["student"]
+
+
+def test_rounds_run_in_fresh_workers_and_pool_every_sample():
+    student = [[2.0, 2.0, 2.0], [2.1, 2.1, 2.1], [2.2, 2.2, 2.2]]
+    baseline = [[26.0, 26.0, 26.0]] * 3
+    worker = ScriptedWorker(student, baseline)
+    timing, failure = run(worker, rounds=3)
+    assert failure is None
+    assert worker.events == ["time", "restart", "time", "restart", "time"]
+    assert worker.seeds == [7, 8, 9]  # each round draws its own verification schedule
+    assert timing["speedup"] == pytest.approx(26.0 / 2.1)  # medians over all nine pairs
+    assert [round(r["speedup"], 4) for r in timing["rounds"]] == [13.0, 12.381, 11.8182]
+    assert timing["comparison"]["student"]["count"] == 9
+    assert timing["verified_calls"] == {"student": 3, "baseline": 3}
+    # the spread between rounds is in the interval, though each round alone looks exact
+    assert timing["comparison"]["ci_low"] < 12.0 and timing["comparison"]["ci_high"] > 12.9
+
+
+def test_a_wrong_verified_call_in_a_later_round_means_no_time():
+    worker = ScriptedWorker([[2.0]] * 3, [[26.0]] * 3, wrong_in_round=1)
+    timing, failure = run(worker, rounds=3)
+    assert timing is None
+    assert worker.events == ["time", "restart", "time"]  # nothing more is timed after a failed check
+    assert failure.status == "wrong"
+    assert failure.message == ("flash.cu: a timed call on fresh input set 0 (V negated, output re-poisoned) failed: "
+                               "row 0, head 0, col 5: got 1.20987, expected 0.209866 (|err| > 1e-4 + 1e-3*|ref|); "
+                               "1 of 6144 elements wrong; a kernel must compute every call, so no time is reported")

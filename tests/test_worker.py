@@ -1,0 +1,51 @@
+"""The worker process: a restart gives a fresh process that has the modules again; close leaves nothing behind."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labrunner import oracle
+from labrunner.cases import random_inputs
+from labrunner.check import check_output
+from labrunner.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.cpu.module import cpu_compiler_available
+from labrunner.labs import get_lab
+from labrunner.submission import load_submission
+from labrunner.worker import Worker
+
+pytestmark = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend")
+
+LAB = get_lab("lab2")
+STARTER = load_submission(LAB, LAB.starter_path, "starter.cu")
+ROWS, PREFIX = 2, 31
+
+
+def run_starter(worker: Worker, inputs) -> np.ndarray:
+    launches = LAB.plan_launches(STARTER.constants, ROWS, PREFIX)
+    given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    run = worker.run_case("student", launches, given, {"out": ROWS * QUERY_HEADS * HEAD_DIM}, ("out",), 60.0)
+    return run.outputs["out"].reshape(ROWS, QUERY_HEADS, HEAD_DIM)
+
+
+def test_a_restarted_worker_is_a_new_process_with_the_module_loaded_again():
+    inputs = random_inputs(np.random.default_rng(3), ROWS, PREFIX)
+    reference = oracle.attention(inputs.q, inputs.k, inputs.v, prefix=PREFIX)
+    with Worker("cpu") as worker:
+        worker.load("student", STARTER.module.composed_source, "starter.cu", LAB.entry_point_types())
+        first = run_starter(worker, inputs)
+        first_pid = worker._process.pid
+        worker.restart()
+        assert worker._process is None
+        second = run_starter(worker, inputs)
+        assert worker._process.pid != first_pid
+    assert check_output(first, reference).passed
+    np.testing.assert_array_equal(first, second)
+
+
+def test_close_deletes_the_kernel_output_log():
+    worker = Worker("cpu")
+    assert worker.log_path.exists()
+    worker.close()
+    assert not worker.log_path.exists()
+    assert worker.kernel_output() == []
