@@ -428,3 +428,15 @@ def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_pat
     assert [c.get("name") for c in cases] == ["C1-P31", "C17-P31"]
     assert [c.find("failure").get("type") for c in cases] == ["wrong", "wrong"]
     assert cases[0].find("failure").get("message").startswith("row 0, head 0, col ")
+
+
+def test_ci_runs_the_two_commands_at_the_top_of_the_readme():
+    readme = (REPO / "README.md").read_text()
+    top = readme[readme.index("```bash"):readme.index("```", readme.index("```bash") + 7)]
+    commands = [line for line in top.splitlines() if line and not line.startswith(("#", "```"))]
+    setup_and_grade, tests = commands
+    ci = (REPO / ".ci/run").read_text()
+    assert tests in ci.splitlines()
+    grade = setup_and_grade.split(" && ")[-1]
+    assert grade == ".venv/bin/attnlab grade lab2 kernels/lab2/solution.cu --device auto"
+    assert grade in ci.splitlines()
