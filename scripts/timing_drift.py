@@ -27,7 +27,7 @@ from pathlib import Path
 
 import cupy
 
-from labrunner.benchmark import timing_inputs
+from labrunner.benchmark import per_input_set_medians, timing_inputs
 from labrunner.compile import compose_source
 from labrunner.gpu_backend import GpuDevice
 from labrunner.gpu_timer import CupyTimer
@@ -119,7 +119,7 @@ def placement_rounds(sampler: ClockSampler) -> None:
         start = time.monotonic()
         comparison = compare(solution, starter, len(host_sets), timer, TimingOptions(seed=round_index))
         s, b = comparison.student, comparison.baseline
-        per_set = [statistics.median(s.samples_ms[i::len(host_sets)]) for i in range(len(host_sets))]
+        per_set = per_input_set_medians(s.samples_ms, len(host_sets))
         print(f"round {round_index} placement {placement + 1}: solution {s.median_ms:.4f} ms "
               f"(rse {100 * s.rse:.2f}%, n={s.count}, per input set {', '.join(f'{v:.4f}' for v in per_set)}), "
               f"starter {b.median_ms:.3f} ms, SPEEDUP {comparison.speedup:.3f}; "

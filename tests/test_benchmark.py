@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from labrunner import oracle
-from labrunner.benchmark import time_speedup
+from labrunner.benchmark import per_input_set_medians, time_speedup
 from labrunner.labs import get_lab
 from labrunner.timing import Stats, TimingOptions
 
@@ -89,6 +89,7 @@ def test_rounds_run_in_fresh_workers_and_pool_every_sample():
     assert timing["speedup"] == pytest.approx(26.0 / 2.1)  # medians over all nine pairs
     assert [round(r["speedup"], 4) for r in timing["rounds"]] == [13.0, 12.381, 11.8182]
     assert timing["comparison"]["student"]["count"] == 9
+    assert timing["rounds"][1]["student_per_input_set_ms"] == [2.1, 2.1, 2.1]  # three timing input sets
     assert timing["verified_calls"] == {"student": 3, "baseline": 3}
     # the spread between rounds is in the interval, though each round alone looks exact
     assert timing["comparison"]["ci_low"] < 12.0 and timing["comparison"]["ci_high"] > 12.9
@@ -103,3 +104,9 @@ def test_a_wrong_verified_call_in_a_later_round_means_no_time():
     assert failure.message == ("flash.cu: a timed call on fresh input set 0 (V negated, output re-poisoned) failed: "
                                "row 0, head 0, col 5: got 1.20987, expected 0.209866 (|err| > 1e-4 + 1e-3*|ref|); "
                                "1 of 6144 elements wrong; a kernel must compute every call, so no time is reported")
+
+
+def test_per_input_set_medians_follow_the_rotation():
+    # sample k ran on input set k % 3
+    assert per_input_set_medians([1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0], 3) == [2.0, 5.5, 9.5]
+    assert per_input_set_medians([4.0], 3) == [4.0]
