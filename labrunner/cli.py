@@ -7,6 +7,7 @@ results go to stdout, progress to stderr, and `--json PATH` writes the versioned
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -66,7 +67,23 @@ def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = 
     sys.exit(int(result.exit_code))
 
 
-def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | None = None) -> None:
+def unwritable(path: Path) -> str | None:
+    """Why a file cannot be written there, or None. Asked before the work, so no result is lost to it."""
+    folder = path.parent
+    if not folder.is_dir():
+        return "No such file or directory"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "Permission denied"
+    return None
+
+
+def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | None = None,
+            also_writes: tuple[tuple[str, Path], ...] = ()) -> None:
+    for option, path in (("--json", json_path), ("--junit", junit_path), *also_writes):
+        problem = path and unwritable(path)
+        if problem:
+            report.error(f"{option} {path}: cannot write ({problem})")
+            sys.exit(int(ExitCode.USAGE))
     try:
         body()
     except AttnlabError as exc:
@@ -226,5 +243,6 @@ def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, no
     request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")
     result = RunResult("calibrate", lab)
-    guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path)
+    guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path,
+            also_writes=(("-o", output),))
 

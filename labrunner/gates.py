@@ -19,16 +19,29 @@ SCHEMA = "attnlab.gates/1"
 DEFAULT_FRACTION = 0.5
 
 
-def load_gates(path: Path) -> dict:
+def load_gates(path: Path, option: str = "--gates") -> dict:
+    """Read and check a gates file; every problem is a usage error naming the file and the entry."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise usage_error(f"--gates {path}: no such file (`attnlab calibrate lab2 -o {path}` writes one)") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise usage_error(f"--gates {path}: not a gates file ({exc})") from None
-    if data.get("schema") != SCHEMA:
-        raise usage_error(f"--gates {path}: schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+        raise usage_error(f"{option} {path}: no such file (`attnlab calibrate lab2 -o {path}` writes one)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise usage_error(f"{option} {path}: not a gates file ({exc})") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema != SCHEMA:
+        raise usage_error(f"{option} {path}: schema is {schema!r}, expected {SCHEMA!r}")
+    for lab, gpus in data.items():
+        if lab == "schema":
+            continue
+        for gpu, gate in (gpus.items() if isinstance(gpus, dict) else [("?", None)]):
+            if not (isinstance(gate, dict) and all(positive_number(gate.get(k)) for k in ("fraction", "solution_speedup"))):
+                raise usage_error(f"{option} {path}: the {lab} gate for {gpu} needs a positive fraction and "
+                                  f"solution_speedup; recalibrate it with `attnlab calibrate {lab} -o {path}`")
     return data
+
+
+def positive_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def gate_for(gates: dict | None, lab: str, gpu_name: str | None) -> dict | None:
@@ -52,9 +65,12 @@ def apply_gate(gates: dict | None, lab: str, gpu_name: str | None, speedup: floa
 
 
 def write_gate(path: Path, lab: str, gpu_name: str, solution_speedup: float, fraction: float, details: dict) -> dict:
-    gates = load_gates(path) if path.exists() else {"schema": SCHEMA}
+    gates = load_gates(path, "-o") if path.exists() else {"schema": SCHEMA}
     entry = {"solution_speedup": round(solution_speedup, 3), "fraction": fraction,
              "calibrated": datetime.date.today().isoformat(), **details}
     gates.setdefault(lab, {})[gpu_name] = entry
-    path.write_text(json.dumps(gates, indent=2) + "\n")
+    try:
+        path.write_text(json.dumps(gates, indent=2) + "\n")
+    except OSError as exc:
+        raise usage_error(f"-o {path}: cannot write ({exc.strerror})") from None
     return entry

@@ -215,6 +215,8 @@ def calibrate_gate(request: BenchRequest, output: Path, fraction: float, result:
     lab = get_lab(request.lab)
     if lab.baseline == "none":
         raise usage_error(f"{lab.name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
+    if output.exists():
+        load_gates(output, "-o")  # a broken file is refused now, not after the timing
     bench_submission(request, result)
     if result.decisive_case is not None or not result.timing:
         raise AttnlabError("calibration needs a correct, timed solution; see the failure above", ExitCode.WRONG_ANSWER)

@@ -221,6 +221,13 @@ def test_json_to_an_unwritable_path_is_a_usage_error(runner):
 
 # --- grade -----------------------------------------------------------------------------------
 
+def test_an_unwritable_report_path_is_refused_before_grading(runner):
+    result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--junit", "no/such/folder/j.xml")
+    assert result.exit_code == 2
+    assert result.stderr == "error: --junit no/such/folder/j.xml: cannot write (No such file or directory)\n"
+    assert result.stdout == ""  # nothing was graded, so nothing was lost
+
+
 def test_grade_on_the_gpu_without_one_says_use_device_cpu(runner, no_gpu, tmp_path):
     result = invoke(runner, "grade", "lab2", str(STARTER), "--json", "out.json")
     assert result.exit_code == 6
