@@ -1,0 +1,60 @@
+"""The crash replay: what of compute-sanitizer's report reaches the user, and what happens without one.
+
+A stand-in `compute-sanitizer` on PATH prints a memcheck report in the tool's own format, so the
+filter is checked line by line on a machine with no GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from labrunner.diagnose import replay_under_sanitizer
+
+REPORT = """\
+========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at flash_prefill+0x1f0 in illegal_address.cu:5
+=========     by thread (66,0,0) in block (0,8,0)
+=========     Address 0x83e432a26000 is out of bounds
+=========     and is 8,589,934,592 bytes after the nearest allocation at 0x7f0000000000 of size 262,144 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: [0x2a7d5f] in libcuda.so.1
+=========
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def fake_sanitizer(tmp_path, monkeypatch, body: str) -> None:
+    tool = tmp_path / "bin" / "compute-sanitizer"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_the_kernel_line_thread_and_address_are_kept_and_the_rest_dropped(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, f"cat <<'EOF'\n{REPORT}EOF\nexit 1\n")
+    assert replay_under_sanitizer({"source": ""}, timeout_s=30).splitlines() == [
+        " Invalid __global__ write of size 4 bytes",
+        "     at flash_prefill+0x1f0 in illegal_address.cu:5",
+        "     by thread (66,0,0) in block (0,8,0)",
+        "     Address 0x83e432a26000 is out of bounds",
+    ]
+
+
+def test_a_sanitizer_that_reports_nothing_gives_no_diagnosis(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, "echo '========= ERROR SUMMARY: 0 errors'\n")
+    assert replay_under_sanitizer({"source": ""}, timeout_s=30) is None
+
+
+def test_a_sanitizer_that_hangs_is_stopped_and_said_so(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, "exec sleep 30\n")
+    assert replay_under_sanitizer({"source": ""}, timeout_s=0.5) == "compute-sanitizer did not finish within 0.5 s"
+
+
+def test_without_a_sanitizer_there_is_no_replay(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert replay_under_sanitizer({"source": ""}, timeout_s=30) is None
