@@ -110,3 +110,119 @@ def test_per_input_set_medians_follow_the_rotation():
     # sample k ran on input set k % 3
     assert per_input_set_medians([1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0], 3) == [2.0, 5.5, 9.5]
     assert per_input_set_medians([4.0], 3) == [4.0]
+
+
+# --- the worker's real timing code, in process, on a numpy stand-in for the GPU ---------------
+
+class NumpyGpu:
+    """Just enough of GpuDevice for `run_timing`: numpy buffers, and a 'kernel' that is the oracle itself."""
+
+    name = "gpu"
+
+    def __init__(self, prefix: int, skip_after: int | None = None):
+        self.prefix = prefix
+        self.skip_after = skip_after  # a kernel that stops computing after this many launches
+        self.launches = 0
+
+    def upload(self, array):
+        return array.copy()
+
+    def guarded(self, count, fill_bits=None):
+        from labrunner.buffers import POISON_BITS
+        from labrunner.gpu_backend import GuardedBuffer
+
+        return GuardedBuffer(np, count, POISON_BITS if fill_bits is None else fill_bits)
+
+    def launch(self, kernels, launch, buffers):
+        self.launches += 1
+        if self.skip_after is not None and self.launches > self.skip_after:
+            return
+        q, k, v = buffers["q"], buffers["k"], buffers["v"]
+        buffers["out"][:] = oracle.attention(q, k, v, prefix=self.prefix).astype(np.float32).ravel()
+
+    def synchronize(self):
+        pass
+
+    def to_host(self, buffer):
+        return buffer.copy()
+
+
+class CountingTimer:
+    """Times nothing: every call, the empty kernel's too, takes 1 ms."""
+
+    flush_bytes = 1 << 27
+    persisting_l2_reset = True
+
+    def flush_caches(self):
+        pass
+
+    def time_ms(self, launch):
+        launch()
+        return 1.0
+
+    def overhead_ms(self, options):
+        from labrunner.timing import measure
+
+        class Empty:
+            name = "empty"
+
+            def prepare(self, i, verify): pass
+
+            def launch(self, i): pass
+
+            def collect(self, i, verify): pass
+
+        return measure(Empty(), 1, self, options)
+
+
+class InProcessWorker:
+    """The worker's `run_timing` behind the Worker interface, requests and replies pickled as on the pipe."""
+
+    def __init__(self, device):
+        self.device = device
+        self.restarts = 0
+
+    def restart(self):
+        self.restarts += 1
+
+    def time(self, request, timeout_s):
+        import pickle
+
+        from labrunner.timed_runs import run_timing
+
+        reply = run_timing(self.device, {"student": None, "baseline": None}, pickle.loads(pickle.dumps(request)))
+        return pickle.loads(pickle.dumps(reply))
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    import labrunner.gpu_timer
+
+    monkeypatch.setattr(labrunner.gpu_timer, "CupyTimer", CountingTimer)
+
+
+def timed(worker, rounds):
+    constants = LAB.constants({})
+    return time_speedup(LAB, worker, constants, constants, ROWS, PREFIX, seed=3,
+                        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+                        student_label="flash.cu", baseline_label="starter.cu")
+
+
+def test_the_worker_side_and_the_driver_side_agree_on_the_reply(in_process):
+    worker = InProcessWorker(NumpyGpu(PREFIX))
+    timing, failure = timed(worker, rounds=2)
+    assert failure is None
+    assert worker.restarts == 1
+    assert timing["speedup"] == 1.0 and timing["comparison"]["ci_low"] == timing["comparison"]["ci_high"] == 1.0
+    assert [r["student_per_input_set_ms"] for r in timing["rounds"]] == [[1.0, 1.0, 1.0]] * 2
+    assert timing["verified_calls"]["student"] >= 4  # at least two verified calls in each round
+    assert timing["overhead_ms"] == 1.0 and timing["l2_flush_bytes"] == 1 << 27
+
+
+def test_a_kernel_that_stops_computing_gets_no_time(in_process):
+    # correct for its first launches (warm-up included), then it writes nothing: a re-poisoned,
+    # verified call must catch it
+    timing, failure = timed(InProcessWorker(NumpyGpu(PREFIX, skip_after=8)), rounds=1)
+    assert timing is None
+    assert failure.status == "never-written"
+    assert failure.message.startswith("flash.cu: a timed call on fresh input set ")
