@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import stat
 
-
 from labrunner.diagnose import replay_under_sanitizer
 
 REPORT = """\
