@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from labrunner import oracle
-from labrunner.benchmark import per_input_set_medians, time_speedup
+from labrunner.benchmark import per_input_set_medians, time_pipeline, time_speedup
 from labrunner.labs import get_lab
 from labrunner.timing import Stats, TimingOptions
 
@@ -133,10 +133,17 @@ class NumpyGpu:
 
         return GuardedBuffer(np, count, POISON_BITS if fill_bits is None else fill_bits)
 
+    class xp:  # noqa: N801 - stands in for the cupy module
+        @staticmethod
+        def get_default_memory_pool():
+            return type("Pool", (), {"free_all_blocks": staticmethod(lambda: None)})
+
     def launch(self, kernels, launch, buffers):
         self.launches += 1
         if self.skip_after is not None and self.launches > self.skip_after:
             return
+        if launch.kernel in ("attn_scores", "attn_softmax"):
+            return  # lab 1: the stand-in computes everything in its last kernel
         q, k, v = buffers["q"], buffers["k"], buffers["v"]
         buffers["out"][:] = oracle.attention(q, k, v, prefix=self.prefix).astype(np.float32).ravel()
 
@@ -226,3 +233,16 @@ def test_a_kernel_that_stops_computing_gets_no_time(in_process):
     assert timing is None
     assert failure.status == "never-written"
     assert failure.message.startswith("flash.cu: a timed call on fresh input set ")
+
+
+def test_lab_1s_pipeline_timing_goes_through_the_same_worker_code(in_process):
+    lab1 = get_lab("lab1")
+    worker = InProcessWorker(NumpyGpu(prefix=0))
+    timing, failure = time_pipeline(lab1, worker, lab1.constants({}), [16, 32], seed=3,
+                                    options=TimingOptions(seed=3, min_samples=6, budget_s=0.05))
+    assert failure is None
+    assert [row["T"] for row in timing["rows"]] == [16, 32]
+    assert list(timing["rows"][0]["kernels"]) == ["attn_scores", "attn_softmax", "attn_weighted_sum"]
+    assert timing["rows"][1]["total"]["median_ms"] == 1.0
+    assert timing["rows"][1]["implied_gb_s"] == pytest.approx(4 * 32 * 32 * 32 * 4 / 1e-3 / 1e9)
+    assert [row["T"] for row in timing["projections"]] == [4096, 32768]
