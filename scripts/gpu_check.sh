@@ -29,6 +29,7 @@ step gated-solution 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu -
 step gated-starter 5 python3 -m labrunner grade lab2 kernels/lab2/starter.cu --gates "$out/gates.json" --budget 1
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
 step bench-stability 0 python3 scripts/bench_stability.py
+step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3
 
 tar czf "$out/step-logs.tgz" -C "$logs" .
 echo
