@@ -33,7 +33,10 @@ def load_gates(path: Path, option: str = "--gates") -> dict:
     for lab, gpus in data.items():
         if lab == "schema":
             continue
-        for gpu, gate in (gpus.items() if isinstance(gpus, dict) else [("?", None)]):
+        if not isinstance(gpus, dict):
+            raise usage_error(f"{option} {path}: {lab!r} must map GPU names to gates; recalibrate with "
+                              f"`attnlab calibrate {lab} -o {path}`")
+        for gpu, gate in gpus.items():
             if not (isinstance(gate, dict) and all(positive_number(gate.get(k)) for k in ("fraction", "solution_speedup"))):
                 raise usage_error(f"{option} {path}: the {lab} gate for {gpu} needs a positive fraction and "
                                   f"solution_speedup; recalibrate it with `attnlab calibrate {lab} -o {path}`")

@@ -77,6 +77,12 @@ def test_a_hand_edited_gate_without_its_numbers_is_refused(tmp_path, gate):
                                    f"solution_speedup; recalibrate it with `attnlab calibrate lab2 -o {path}`")
 
 
+def test_a_lab_entry_that_is_not_a_table_of_gpus_is_refused(tmp_path):
+    path = gates_file(tmp_path, {"schema": SCHEMA, "lab2": 13.1})
+    assert refusal(path) == (f"--gates {path}: 'lab2' must map GPU names to gates; recalibrate with "
+                             f"`attnlab calibrate lab2 -o {path}`")
+
+
 def test_writing_a_gate_keeps_the_other_gpus_and_replaces_its_own(tmp_path):
     path = gates_file(tmp_path, {"schema": SCHEMA, "lab2": {"NVIDIA H100 80GB HBM3": {"solution_speedup": 11.0,
                                                                                     "fraction": 0.6}}})
