@@ -20,9 +20,6 @@ class HostGuardedBuffer:
         self.inner = self.full[GUARD_ELEMENTS:GUARD_ELEMENTS + count]
         self.inner.view(np.uint32)[:] = fill_bits
 
-    def repoison(self) -> None:
-        self.inner.view(np.uint32)[:] = POISON_BITS
-
     def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
         return self.full[:GUARD_ELEMENTS].copy(), self.full[GUARD_ELEMENTS + self.count:].copy()
 

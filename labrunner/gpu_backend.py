@@ -26,13 +26,15 @@ class GuardedBuffer:
 
     def __init__(self, xp, count: int, fill_bits: int):
         self.count = count
+        self.fill_bits = fill_bits
         self.full = xp.empty(GUARD_ELEMENTS + count + GUARD_ELEMENTS, dtype=np.float32)
         self.full.view(np.uint32).fill(CANARY_BITS)
         self.inner = self.full[GUARD_ELEMENTS:GUARD_ELEMENTS + count]
-        self.inner.view(np.uint32).fill(fill_bits)
+        self.repoison()
 
     def repoison(self) -> None:
-        self.inner.view(np.uint32).fill(POISON_BITS)
+        """Back to the buffer's own poison pattern, as if no kernel had ever written it."""
+        self.inner.view(np.uint32).fill(self.fill_bits)
 
     def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
         return to_host(self.full[:GUARD_ELEMENTS]), to_host(self.full[GUARD_ELEMENTS + self.count:])

@@ -4,16 +4,29 @@ Runs inside the worker process, on the GPU backend only. It returns statistics a
 outputs of the verified calls; the driver checks those against the oracle, so a kernel that is
 fast because it skips work, or correct only on its first call, gets no time.
 
-A verified call re-poisons its output and runs on fresh values: V of its input set is negated
-first (and restored after, untimed). Attention is linear in V, and negation is exact in floating
-point, so the expected output is exactly the negated reference, and a kernel that replays an
-earlier result cannot pass.
+Every timed call starts from nothing a kernel could reuse. Before each one (untimed, and before
+the cache flush) its output and workspace are re-poisoned, and V of its input set is made anew
+as V times a random factor (a random sign, a magnitude between 1/2 and 2), so no input is ever
+seen twice. A kernel therefore cannot find its previous answer in its output, cannot recognise an
+input and replay what it kept, and cannot tell the calls that are checked from those that are
+not. Attention is linear in V, so the expected output is the reference times the factor; the
+driver divides it out and checks the rest against the oracle (the factor's rounding, about 1e-7
+relative, is far inside the pass rule). What stays the same from call to call is Q and K: a
+kernel that kept what depends on them alone (the softmax weights, 1 GiB at the timing shape) and
+worked out the factor is beyond what this guards against.
 """
 
 from __future__ import annotations
 
+import random
+
 from labrunner.buffers import poison_for
 from labrunner.labs.definition import Launch
+
+
+def fresh_factor(draw: random.Random) -> float:
+    """A random sign times a magnitude between 1/2 and 2: never the same twice, far from overflow and subnormals."""
+    return draw.choice((-1.0, 1.0)) * 2.0 ** draw.uniform(-1.0, 1.0)
 
 
 class KernelCall:
@@ -27,28 +40,37 @@ class KernelCall:
         self.launches_per_set = launches_per_set
         self.inputs = inputs
         self.outs = [device.guarded(out_count) for _ in inputs]
-        self.workspace = workspace
-        self.verified: list[tuple[int, object]] = []
+        self.workspace = workspace  # name -> guarded buffer
+        self.v_base = [s["v"].copy() for s in inputs]
+        self.factors: list[float] = [1.0] * len(inputs)
+        # Not seeded: a kernel that knew the sequence could replay its kept answer times the factor.
+        self._draw = random.SystemRandom()
+        self.verified: list[tuple[int, float, object]] = []  # (input set, factor of V, output)
 
     def prepare(self, input_index: int, verify: bool) -> None:
-        if verify:
-            self.outs[input_index].repoison()
-            self.inputs[input_index]["v"] *= -1
+        self.outs[input_index].repoison()
+        for buffer in self.workspace.values():
+            buffer.repoison()
+        self.factors[input_index] = fresh_factor(self._draw)
+        # in place, in the buffer the kernel is given: the student's and the baseline's calls share it
+        self.inputs[input_index]["v"][...] = self.v_base[input_index] * self.factors[input_index]
 
     def launch(self, input_index: int) -> None:
-        buffers = {**self.inputs[input_index], "out": self.outs[input_index].inner, **self.workspace}
+        buffers = {**self.inputs[input_index], "out": self.outs[input_index].inner,
+                   **{name: buffer.inner for name, buffer in self.workspace.items()}}
         for launch in self.launches_per_set[input_index]:
             self.device.launch(self.kernels, launch, buffers)
 
     def collect(self, input_index: int, verify: bool) -> None:
         if verify:
             self.device.synchronize()
-            self.verified.append((input_index, self.device.to_host(self.outs[input_index].inner)))
-            self.inputs[input_index]["v"] *= -1
+            self.verified.append((input_index, self.factors[input_index],
+                                  self.device.to_host(self.outs[input_index].inner)))
 
 
 class Unverified(KernelCall):
-    """A single kernel of a pipeline, timed alone: its output is not the lab's, so there is nothing to check."""
+    """A single kernel of a pipeline, timed alone: its output is not the lab's, so there is nothing to
+    check, and its workspace must keep what the kernel before it wrote, so nothing is re-poisoned."""
 
     def prepare(self, input_index: int, verify: bool) -> None:
         pass
@@ -86,7 +108,7 @@ def run_timing(device, modules: dict, request: dict) -> dict:
         reply["sizes"] = []
         for size in request["sizes"]:
             inputs = [{n: device.upload(a) for n, a in s.items()} for s in size["input_sets"]]
-            workspace = {n: device.guarded(count, poison_for(n)).inner for n, count in size["workspace"].items()}
+            workspace = {n: device.guarded(count, poison_for(n)) for n, count in size["workspace"].items()}
             launches = size["launches"]
             stats = {}
             for index, launch in enumerate(launches):

@@ -7,16 +7,20 @@ driver does with them is checked exactly.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from labrunner import oracle
-from labrunner.benchmark import per_input_set_medians, time_pipeline, time_speedup
+from labrunner.benchmark import divide_out, per_input_set_medians, time_pipeline, time_speedup
+from labrunner.buffers import POISON_BITS
 from labrunner.labs import get_lab
 from labrunner.timing import Stats, TimingOptions
 
 LAB = get_lab("lab2")
 ROWS, PREFIX = 3, 31
+FACTOR = -1.5
 
 
 def stats(samples: list[float]) -> dict:
@@ -42,8 +46,8 @@ class ScriptedWorker:
         self.events.append("time")
         self.seeds.append(request["options"]["seed"])
         s = request["input_sets"][0]
-        # a verified call runs with V negated, so its right answer is the negated reference
-        right = (-oracle.attention(s["q"], s["k"], s["v"], prefix=PREFIX)).astype(np.float32).ravel()
+        # a verified call runs with V scaled by a factor, so its right answer is the reference times it
+        right = (FACTOR * oracle.attention(s["q"], s["k"], s["v"], prefix=PREFIX)).astype(np.float32).ravel()
         student_out = right.copy()
         if self.round == self.wrong_in_round:
             student_out[5] += 1.0
@@ -54,7 +58,7 @@ class ScriptedWorker:
         state = {"sm_clock_mhz": 1980}
         return {"comparison": {"student": stats(student), "baseline": stats(baseline), "speedup": ratio,
                                "ci_low": ratio, "ci_high": ratio, "level": 0.95},
-                "verified": {"student": [(0, student_out)], "baseline": [(0, right)]},
+                "verified": {"student": [(0, FACTOR, student_out)], "baseline": [(0, FACTOR, right)]},
                 "overhead": {"median_ms": 0.003}, "l2_flush_bytes": 1 << 27,
                 "state_before": state, "state_after": state}
 
@@ -101,8 +105,10 @@ def test_a_wrong_verified_call_in_a_later_round_means_no_time():
     assert timing is None
     assert worker.events == ["time", "restart", "time"]  # nothing more is timed after a failed check
     assert failure.status == "wrong"
-    assert failure.message == ("flash.cu: a timed call on fresh input set 0 (V negated, output re-poisoned) failed: "
-                               "row 0, head 0, col 5: got 1.20987, expected 0.209866 (|err| > 1e-4 + 1e-3*|ref|); "
+    # the student's element was off by 1.0 at V scaled by -1.5: -0.209866 + 1.0 / -1.5 once divided out
+    assert failure.message == ("flash.cu: a timed call on fresh input set 0 (V scaled by -1.5, output re-poisoned) "
+                               "failed: row 0, head 0, col 5: got -0.876533, expected -0.209866 "
+                               "(|err| > 1e-4 + 1e-3*|ref|); "
                                "1 of 6144 elements wrong; a kernel must compute every call, so no time is reported")
 
 
@@ -246,3 +252,61 @@ def test_lab_1s_pipeline_timing_goes_through_the_same_worker_code(in_process):
     assert timing["rows"][1]["total"]["median_ms"] == 1.0
     assert timing["rows"][1]["implied_gb_s"] == pytest.approx(4 * 32 * 32 * 32 * 4 / 1e-3 / 1e9)
     assert [row["T"] for row in timing["projections"]] == [4096, 32768]
+
+
+class SkipsWhenWritten(NumpyGpu):
+    """The one-line cheat: return at once when the output already holds an answer (is not the poison)."""
+
+    def __init__(self, prefix: int):
+        super().__init__(prefix)
+        self.skipped = 0
+
+    def launch(self, kernels, launch, buffers):
+        if buffers["out"][:1].view(np.uint32)[0] != POISON_BITS:
+            self.skipped += 1
+            return
+        super().launch(kernels, launch, buffers)
+
+
+class Memoizes(NumpyGpu):
+    """Keeps each answer under its exact inputs and replays it when the same inputs come again."""
+
+    def __init__(self, prefix: int):
+        super().__init__(prefix)
+        self.kept: dict[bytes, np.ndarray] = {}
+        self.replayed = 0
+
+    def launch(self, kernels, launch, buffers):
+        key = hashlib.sha256(buffers["q"].tobytes() + buffers["k"].tobytes() + buffers["v"].tobytes()).digest()
+        if key in self.kept:
+            self.replayed += 1
+            buffers["out"][:] = self.kept[key]
+            return
+        super().launch(kernels, launch, buffers)
+        self.kept[key] = buffers["out"].copy()
+
+
+def test_every_timed_call_starts_from_a_poisoned_output(in_process):
+    device = SkipsWhenWritten(PREFIX)
+    timing, failure = timed(InProcessWorker(device), rounds=1)
+    assert failure is None and timing["speedup"] == 1.0
+    assert device.skipped == 0  # it never once found an answer in its output, so it computed every call
+    samples = timing["comparison"]["student"]["count"]
+    assert device.launches == 2 * (3 + samples)  # student and baseline, three warm-up calls each and every sample
+
+
+def test_no_timed_call_sees_inputs_it_has_seen_before(in_process):
+    device = Memoizes(PREFIX)
+    timing, failure = timed(InProcessWorker(device), rounds=2)
+    assert failure is None
+    assert device.replayed == 0
+    assert len(device.kept) == device.launches
+
+
+def test_dividing_out_the_factor_keeps_the_poison_bit_for_bit():
+    out = np.array([1.5, -3.0, 0.0, 0.0], dtype=np.float32)
+    out.view(np.uint32)[2] = POISON_BITS
+    restored = divide_out(out, -1.5)
+    assert restored.dtype == np.float32
+    assert restored[[0, 1, 3]].tolist() == [-1.0, 2.0, 0.0]
+    assert restored.view(np.uint32)[2] == POISON_BITS
