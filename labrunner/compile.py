@@ -174,30 +174,10 @@ def nvrtc_version() -> str:
 def compile_gate(user_source: str, filename: str, arch: str = DEFAULT_ARCH) -> CompiledModule:
     """Compiles like grading does and returns what the module holds, or raises with the compiler's words."""
     refuse_foreign_includes(user_source, filename)
-    nvrtc = _nvrtc()
-    nvrtc_version()
     composed = compose_source(user_source, filename)
-    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    result, program = nvrtc.nvrtcCreateProgram(composed.encode(), filename.encode(), 0, [], [])
-    if result != ok:
-        raise environment_error(f"NVRTC could not start a program: {result.name}")
-    options = [
-        f"--gpu-architecture={arch}".encode(),
-        b"--std=c++17",
-        b"--ptxas-options=-v",
-        b"--no-source-include",
-        f"--include-path={INCLUDE_DIR}".encode(),
-    ]
-    try:
-        (compiled,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-        log = _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, program)
-        if compiled != ok:
-            if compiled == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
-                raise AttnlabError(f"--arch {arch} is not a GPU architecture NVRTC knows (try sm_90)", ExitCode.USAGE)
-            raise AttnlabError(_compiler_errors(log, filename), ExitCode.COMPILE_ERROR)
-        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program)
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
+    compiled, log, ptx = run_nvrtc(composed, filename, arch, [b"--ptxas-options=-v"])
+    if not compiled:
+        raise AttnlabError(_compiler_errors(log, filename), ExitCode.COMPILE_ERROR)
     return CompiledModule(
         filename=filename,
         composed_source=composed,
@@ -207,6 +187,32 @@ def compile_gate(user_source: str, filename: str, arch: str = DEFAULT_ARCH) -> C
         resources=parse_resources(log),
         warnings=[line for line in log.splitlines() if ": warning" in line],
     )
+
+
+def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[bytes]) -> tuple[bool, str, str]:
+    """One NVRTC compile with the driver's include folder and nothing else: (compiled, log, PTX)."""
+    nvrtc = _nvrtc()
+    nvrtc_version()
+    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    result, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
+    if result != ok:
+        raise environment_error(f"NVRTC could not start a program: {result.name}")
+    options = [
+        f"--gpu-architecture={arch}".encode(),
+        b"--std=c++17",
+        b"--no-source-include",
+        f"--include-path={INCLUDE_DIR}".encode(),
+        *extra_options,
+    ]
+    try:
+        (compiled,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        log = _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, program)
+        if compiled == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
+            raise AttnlabError(f"--arch {arch} is not a GPU architecture NVRTC knows (try sm_90)", ExitCode.USAGE)
+        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program) if compiled == ok else ""
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return compiled == ok, log, ptx
 
 
 def _read(size_fn, read_fn, program) -> str:

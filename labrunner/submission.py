@@ -8,10 +8,11 @@ clear line with its exit code, raised before any GPU or CPU work starts.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from labrunner.compile import CompiledModule, compile_gate
+from labrunner.compile import CompiledModule, compile_gate, run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs.definition import Lab
 
@@ -55,6 +56,7 @@ def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = 
     source = read_source(path, label)
     module = compile_gate(source, label, arch)
     check_entry_points(lab, module, label)
+    check_parameter_types(lab, module, label, arch)
     constants = check_launch_constants(lab, module, label)
     return Submission(path, label, source, module, constants)
 
@@ -79,6 +81,47 @@ def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
                 kind = PTX_PARAMETER_KINDS.get(got, f"a .{got} value")
                 raise AttnlabError(f"{label}: error: parameter {index + 1} of {wanted.name} is {kind}, but "
                                    f"`{param.c_type} {param.name}` is expected; {needs}", ExitCode.COMPILE_ERROR)
+
+
+SIGNATURE_CHECK_FILE = "attnlab-signature-check"
+# What each parameter kind of a lab's signature accepts (see include/attnlab/signature_check.cuh).
+PARAMETER_RULES = {"const float*": "input_pointer", "float*": "output_pointer", "int": "integer"}
+# '... "attnlab_signature::expect<false, T> [with T=const double *]" at line 2 of attnlab-signature-check'
+_MISMATCH = re.compile(r'\[with T=(?P<type>[^\]]+)\]"? at line (?P<line>\d+) of "?' + SIGNATURE_CHECK_FILE)
+
+
+def signature_probe(lab: Lab) -> tuple[str, list[tuple[str, int]]]:
+    """C++ that checks every parameter's type, one line each, and which (kernel, index) each line checks."""
+    lines, checked = [], []
+    for kernel in lab.entry_points:
+        for index, parameter in enumerate(kernel.parameters):
+            rule = PARAMETER_RULES[parameter.c_type]
+            type_of = f"attnlab_signature::parameter<{index}, decltype({kernel.name})>::type"
+            lines.append(f"constexpr int attnlab_check_{len(lines)} = "
+                         f"attnlab_signature::expect<attnlab_signature::{rule}<{type_of}>::value, {type_of}>::value;")
+            checked.append((kernel.name, index))
+    source = ("\n#include <attnlab/signature_check.cuh>\n"
+              f'#line 1 "{SIGNATURE_CHECK_FILE}"\n' + "\n".join(lines) + "\n")
+    return source, checked
+
+
+def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: str) -> None:
+    """Each parameter's C++ type against what the lab passes (PTX shows only widths): `double*`
+    where float data comes is a compile error naming the type, not garbage read at run time."""
+    probe, checked = signature_probe(lab)
+    compiled, log, _ = run_nvrtc(module.composed_source + probe, label, arch, [b"--fdevice-syntax-only"])
+    if compiled:
+        return
+    match = _MISMATCH.search(log)
+    if match is None:
+        return  # the student's file compiled on its own; a probe it trips over in some other way decides nothing
+    kernel_name, index = checked[int(match.group("line")) - 1]
+    wanted = next(k for k in lab.entry_points if k.name == kernel_name)
+    parameter = wanted.parameters[index]
+    written = re.sub(r"\s+\*", "*", match.group("type").strip())
+    raise AttnlabError(f"{label}: error: parameter {index + 1} of {kernel_name} is `{written}`, but "
+                       f"`{parameter.c_type} {parameter.name}` is expected; {lab.name} needs: {wanted.signature}",
+                       ExitCode.COMPILE_ERROR)
 
 
 def check_launch_constants(lab: Lab, module: CompiledModule, label: str) -> dict[str, int]:

@@ -194,6 +194,31 @@ def test_a_float_where_an_int_belongs_is_named_as_a_float(tmp_path):
     assert "parameter 5 of flash_prefill is a float" in error.message
 
 
+@pytest.mark.parametrize("old, new, message", [
+    ("const float* kCache", "const double* kCache", "parameter 2 of flash_prefill is `const double*`, but "
+                                                    "`const float* kCache` is expected"),
+    ("float* out", "int* out", "parameter 4 of flash_prefill is `int*`, but `float* out` is expected"),
+    ("float* out", "const float* out", "parameter 4 of flash_prefill is `const float*`, but `float* out` is expected"),
+    ("const float* q", "const __half* q", "parameter 1 of flash_prefill is `const __half*`, but "
+                                          "`const float* q` is expected"),
+])
+def test_a_pointer_to_the_wrong_type_is_named_with_the_type_written(tmp_path, old, new, message):
+    before = "struct __half { unsigned short bits; };\n" if "__half" in new else ""
+    error = refusal(tmp_path, flash(FLASH_PARAMS.replace(old, new), before=before))
+    assert error.message == f"attention.cu: error: {message}; {NEEDS}"
+
+
+@pytest.mark.parametrize("old, new", [
+    ("const float* q", "float* q"),                   # an input without its const
+    ("const float* kCache", "const float4* kCache"),  # a vector view of the same float data
+    ("float* out", "float2* __restrict__ out"),
+    ("int chunkLen", "unsigned int chunkLen"),
+    ("int prefixLen", "const int prefixLen"),
+])
+def test_parameter_types_that_read_the_same_data_are_accepted(tmp_path, old, new):
+    assert submit(tmp_path, flash(FLASH_PARAMS.replace(old, new))).module.entry_points["flash_prefill"]
+
+
 # --- includes --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("head, line, directive", [
