@@ -418,6 +418,13 @@ def test_the_built_package_runs_outside_the_source_tree(tmp_path):
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr[-500:]
     assert completed.stdout == STARTER.read_text()
+    # the compile gate finds the bundled headers (prelude, signature check) from the built package
+    (elsewhere / "attention.cu").write_text(completed.stdout)
+    checked = subprocess.run([sys.executable, "-m", "labrunner", "check", "lab2", "attention.cu"], cwd=elsewhere,
+                             env={**os.environ, "PYTHONPATH": str(tmp_path / "build" / "lib")},
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr[-500:]
+    assert checked.stdout.rstrip().endswith("PASS (exit 0)")
 
 
 def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_path):
