@@ -14,7 +14,7 @@ from pathlib import Path
 
 from labrunner.compile import CompiledModule, compile_gate, run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
-from labrunner.labs.definition import Lab
+from labrunner.labs.definition import EntryPoint, Lab
 
 MAX_SOURCE_BYTES = 1 << 20
 # How PTX spells a kernel parameter, in the words a message should use.
@@ -90,16 +90,18 @@ PARAMETER_RULES = {"const float*": "input_pointer", "float*": "output_pointer", 
 _MISMATCH = re.compile(r'\[with T=(?P<type>[^\]]+)\]"? at line (?P<line>\d+) of "?' + SIGNATURE_CHECK_FILE)
 
 
-def signature_probe(lab: Lab) -> tuple[str, list[tuple[str, int]]]:
+def signature_probe(lab: Lab) -> tuple[str, list[tuple[EntryPoint, int]]]:
     """C++ that checks every parameter's type, one line each, and which (kernel, index) each line checks."""
     lines, checked = [], []
     for kernel in lab.entry_points:
         for index, parameter in enumerate(kernel.parameters):
-            rule = PARAMETER_RULES[parameter.c_type]
+            rule = PARAMETER_RULES.get(parameter.c_type)
+            if rule is None:
+                continue  # a kind of parameter no rule is written for: its width is all PTX checks
             type_of = f"attnlab_signature::parameter<{index}, decltype({kernel.name})>::type"
             lines.append(f"constexpr int attnlab_check_{len(lines)} = "
                          f"attnlab_signature::expect<attnlab_signature::{rule}<{type_of}>::value, {type_of}>::value;")
-            checked.append((kernel.name, index))
+            checked.append((kernel, index))
     source = ("\n#include <attnlab/signature_check.cuh>\n"
               f'#line 1 "{SIGNATURE_CHECK_FILE}"\n' + "\n".join(lines) + "\n")
     return source, checked
@@ -115,11 +117,10 @@ def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: st
     match = _MISMATCH.search(log)
     if match is None:
         return  # the student's file compiled on its own; a probe it trips over in some other way decides nothing
-    kernel_name, index = checked[int(match.group("line")) - 1]
-    wanted = next(k for k in lab.entry_points if k.name == kernel_name)
+    wanted, index = checked[int(match.group("line")) - 1]
     parameter = wanted.parameters[index]
     written = re.sub(r"\s+\*", "*", match.group("type").strip())
-    raise AttnlabError(f"{label}: error: parameter {index + 1} of {kernel_name} is `{written}`, but "
+    raise AttnlabError(f"{label}: error: parameter {index + 1} of {wanted.name} is `{written}`, but "
                        f"`{parameter.c_type} {parameter.name}` is expected; {lab.name} needs: {wanted.signature}",
                        ExitCode.COMPILE_ERROR)
 
