@@ -1,8 +1,9 @@
-"""The driver's side of lab 2's timing: rounds in fresh workers, every verified call checked, rounds pooled.
+"""Timing's two sides: the driver's (rounds, verified calls checked, rounds pooled) and the worker's.
 
-A scripted worker stands in for the GPU: it answers each timing request with chosen samples and
-with outputs for the verified calls, computed by the oracle (or deliberately wrong), so what the
-driver does with them is checked exactly.
+First a scripted worker answers each timing request with chosen samples and with outputs for
+the verified calls (the oracle's, or deliberately wrong), so what the driver does with them is
+checked exactly. Then the worker's real timing code runs in process on a numpy stand-in for the
+GPU, whose "kernel" is the oracle itself, or a cheat that tries to skip work.
 """
 
 from __future__ import annotations
