@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labrunner.results import RunResult
-from labrunner.runs import BenchRequest, bench_submission
+from labrunner.commands.runs import BenchRequest, bench_submission
+from labrunner.report.results import RunResult
 
 RUNS = 5
 REPO = Path(__file__).resolve().parent.parent

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from labrunner.cases import DEFAULT_SEED, load_catalogue, make_inputs
-from labrunner.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.build.gate import load_submission
 from labrunner.labs import LABS
-from labrunner.submission import load_submission
-from labrunner.worker import Worker
+from labrunner.run.worker import Worker
+from labrunner.truth.cases import DEFAULT_SEED, load_catalogue, make_inputs
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 AGREEMENT = 1e-5
 

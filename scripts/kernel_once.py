@@ -10,11 +10,11 @@ from pathlib import Path
 
 import cupy
 
-from labrunner.benchmark import timing_inputs
-from labrunner.compile import compose_source
-from labrunner.gpu_backend import GpuDevice
+from labrunner.build.gate import load_submission
+from labrunner.build.nvrtc import compose_source
+from labrunner.commands.benchmark import timing_inputs
 from labrunner.labs import get_lab
-from labrunner.submission import load_submission
+from labrunner.run.gpu_device import GpuDevice
 
 lab = get_lab("lab2")
 path = Path(sys.argv[1]) if len(sys.argv) > 1 else lab.starter_path

@@ -27,16 +27,16 @@ from pathlib import Path
 
 import cupy
 
-from labrunner.benchmark import per_input_set_medians, timing_inputs
-from labrunner.compile import compose_source
-from labrunner.gpu_backend import GpuDevice
-from labrunner.gpu_timer import CupyTimer
+from labrunner.build.gate import load_submission
+from labrunner.build.nvrtc import compose_source
+from labrunner.commands.benchmark import per_input_set_medians, timing_inputs
+from labrunner.commands.runs import BenchRequest, bench_submission
 from labrunner.labs import get_lab
-from labrunner.results import RunResult
-from labrunner.runs import BenchRequest, bench_submission
-from labrunner.submission import load_submission
-from labrunner.timed_runs import KernelCall
-from labrunner.timing import TimingOptions, compare
+from labrunner.measure.gpu_timer import CupyTimer
+from labrunner.measure.timed_runs import KernelCall
+from labrunner.measure.timing import TimingOptions, compare
+from labrunner.report.results import RunResult
+from labrunner.run.gpu_device import GpuDevice
 
 RUNS = 5
 PLACEMENTS = 3

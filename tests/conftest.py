@@ -9,7 +9,7 @@ import pytest
 
 @functools.lru_cache(maxsize=1)
 def gpu_reason() -> str | None:
-    from labrunner.grade import gpu_status
+    from labrunner.commands.grade import gpu_status
 
     available, words = gpu_status()
     return None if available else words

@@ -13,11 +13,11 @@ import hashlib
 import numpy as np
 import pytest
 
-from labrunner import oracle
-from labrunner.benchmark import divide_out, per_input_set_medians, time_pipeline, time_speedup
-from labrunner.buffers import POISON_BITS
+from labrunner.commands.benchmark import divide_out, per_input_set_medians, time_pipeline, time_speedup
 from labrunner.labs import get_lab
-from labrunner.timing import Stats, TimingOptions
+from labrunner.measure.timing import Stats, TimingOptions
+from labrunner.truth import oracle
+from labrunner.truth.poison import POISON_BITS
 
 LAB = get_lab("lab2")
 ROWS, PREFIX = 3, 31
@@ -135,8 +135,8 @@ class NumpyGpu:
         return array.copy()
 
     def guarded(self, count, fill_bits=None):
-        from labrunner.buffers import POISON_BITS
-        from labrunner.gpu_backend import GuardedBuffer
+        from labrunner.run.gpu_device import GuardedBuffer
+        from labrunner.truth.poison import POISON_BITS
 
         return GuardedBuffer(np, count, POISON_BITS if fill_bits is None else fill_bits)
 
@@ -175,7 +175,7 @@ class CountingTimer:
         return 1.0
 
     def overhead_ms(self, options):
-        from labrunner.timing import measure
+        from labrunner.measure.timing import measure
 
         class Empty:
             name = "empty"
@@ -202,7 +202,7 @@ class InProcessWorker:
     def time(self, request, timeout_s):
         import pickle
 
-        from labrunner.timed_runs import run_timing
+        from labrunner.measure.timed_runs import run_timing
 
         reply = run_timing(self.device, {"student": None, "baseline": None}, pickle.loads(pickle.dumps(request)))
         return pickle.loads(pickle.dumps(reply))
@@ -210,9 +210,9 @@ class InProcessWorker:
 
 @pytest.fixture
 def in_process(monkeypatch):
-    import labrunner.gpu_timer
+    import labrunner.measure.gpu_timer
 
-    monkeypatch.setattr(labrunner.gpu_timer, "CupyTimer", CountingTimer)
+    monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
 
 
 def timed(worker, rounds):

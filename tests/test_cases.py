@@ -7,10 +7,16 @@ import zlib
 import numpy as np
 import pytest
 
-from labrunner.cases import (
-    DEFAULT_SEED, PLANT_VALUE, Case, Seed, load_catalogue, make_inputs, resolve_seed,
-)
 from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.truth.cases import (
+    DEFAULT_SEED,
+    PLANT_VALUE,
+    Case,
+    Seed,
+    load_catalogue,
+    make_inputs,
+    resolve_seed,
+)
 
 
 def table(catalogue):

@@ -5,10 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labrunner import buffers
-from labrunner.buffers import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, filled, inspect_guards, poisoned
-from labrunner.check import NEVER_WRITTEN, PASS, WRONG, check_output, describe_rows
-from labrunner.contract import within_tolerance
+from labrunner.truth.check import NEVER_WRITTEN, PASS, WRONG, check_output, describe_rows
+from labrunner.truth.contract import within_tolerance
+from labrunner.truth.poison import (
+    CANARY_BITS,
+    GUARD_ELEMENTS,
+    POISON_BITS,
+    filled,
+    inspect_guards,
+    never_written,
+    poisoned,
+)
 
 
 def reference(shape=(3, 32, 64), seed=0) -> np.ndarray:
@@ -109,8 +116,8 @@ def test_the_poison_and_canary_are_distinct_quiet_nans():
     poison, canary = filled(1, POISON_BITS), filled(1, CANARY_BITS)
     assert np.isnan(poison[0]) and np.isnan(canary[0])
     assert poison.view(np.uint32)[0] == 0x7FEDBEEF and canary.view(np.uint32)[0] == 0x7FCA11ED
-    assert buffers.never_written(poisoned((2, 3))).all()
-    assert not buffers.never_written(np.full((2, 3), np.nan, np.float32)).any()
+    assert never_written(poisoned((2, 3))).all()
+    assert not never_written(np.full((2, 3), np.nan, np.float32)).any()
 
 
 @pytest.mark.parametrize("bad, ref_value", [(np.nan, 0.0), (np.inf, 1e30), (-np.inf, -1e30)])

@@ -1,6 +1,6 @@
 """The command line: what each command prints, writes and exits with, on a machine without a GPU.
 
-Most tests call `labrunner.cli.main` through click's CliRunner; a few run `python -m labrunner`
+Most tests call `labrunner.commands.cli.main` through click's CliRunner; a few run `python -m labrunner`
 as a user would, to prove the module entry point and that errors never end in a traceback.
 """
 
@@ -19,8 +19,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from labrunner import grade as grade_module
-from labrunner.cli import main
+from labrunner.commands import grade as grade_module
+from labrunner.commands.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 STARTER = REPO / "kernels/lab2/starter.cu"
@@ -47,7 +47,7 @@ def has_gpu() -> bool:
 
 
 def cpu_backend_ready() -> bool:
-    from labrunner.cpu_device import cpu_backend_status
+    from labrunner.run.cpu_device import cpu_backend_status
 
     return cpu_backend_status()[0]
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from labrunner import compile as gate
-from labrunner.compile import compile_gate, compose_source, parse_resources, refuse_foreign_includes
+from labrunner.build import nvrtc
+from labrunner.build.gate import compile_gate, load_submission
+from labrunner.build.includes import refuse_foreign_includes
+from labrunner.build.nvrtc import compose_source, parse_resources
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
-from labrunner.submission import load_submission
 
 REPO = Path(__file__).resolve().parent.parent
 LAB2 = LABS["lab2"]
@@ -47,7 +48,7 @@ def no_nvrtc(monkeypatch):
     """Any attempt to reach NVRTC fails loudly: proves a refusal came before the compiler."""
     def unreachable():
         raise RuntimeError("NVRTC was reached")
-    monkeypatch.setattr(gate, "_nvrtc", unreachable)
+    monkeypatch.setattr(nvrtc, "_nvrtc", unreachable)
 
 
 # --- the shipped kernels ---------------------------------------------------------------------

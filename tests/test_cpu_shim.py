@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labrunner.cpu.module import CpuKernelError, CpuModule, cpu_compiler_available
+from labrunner.run.cpu.module import CpuKernelError, CpuModule, cpu_compiler_available
 
 KERNELS = Path(__file__).parent / "cpu_kernels"
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n'
@@ -257,7 +257,7 @@ def test_vector_types_and_shared_declarators(cache, fibers):
 
 
 def test_rewrite_keeps_lines():
-    from labrunner.cpu.module import rewrite_source
+    from labrunner.run.cpu.module import rewrite_source
 
     src = (KERNELS / "misc.cu").read_text() + (KERNELS / "shared_dyn.cu").read_text()
     out = rewrite_source(src)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from labrunner.diagnose import replay_under_sanitizer
+from labrunner.run.diagnose import replay_under_sanitizer
 
 REPORT = """\
 ========= COMPUTE-SANITIZER

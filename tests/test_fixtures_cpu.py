@@ -4,8 +4,7 @@ no GPU, checks the kernels' verdicts on every change. Same expectations as on th
 from __future__ import annotations
 
 import pytest
-
-from fixture_suite import load_fixtures, grade
+from fixture_suite import grade, load_fixtures
 
 
 @pytest.mark.parametrize("fixture", [f for f in load_fixtures() if f.runs_on("cpu")], ids=lambda f: f.name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from fixture_suite import run_suite, table
 
 

@@ -8,9 +8,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from labrunner.cli import main
+from labrunner.commands.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
-from labrunner.gates import SCHEMA, apply_gate, load_gates, write_gate
+from labrunner.measure.gates import SCHEMA, apply_gate, load_gates, write_gate
 
 H200 = {"solution_speedup": 13.1, "fraction": 0.5}
 

@@ -7,11 +7,11 @@ import importlib.util
 import numpy as np
 import pytest
 
-from labrunner import oracle
-from labrunner.cases import CASES_DIR
-from labrunner.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
 from labrunner.exit_codes import AttnlabError, ExitCode
-from labrunner.golden import GOLDEN_PATH, PROOF_TOLERANCE, prove_oracle, require_proven_oracle
+from labrunner.truth import oracle
+from labrunner.truth.cases import CASES_DIR
+from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
+from labrunner.truth.golden import GOLDEN_PATH, PROOF_TOLERANCE, prove_oracle, require_proven_oracle
 
 
 def load_make_golden():

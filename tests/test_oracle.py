@@ -3,7 +3,7 @@
 The reference loops over rows, heads and keys in plain Python: score every visible key
 (j <= prefix + i), scale by exactly 0.125, subtract the row max, exponentiate, normalize, and
 take the weighted sum of V, with query head h reading KV head h // 4. It shares no code with
-`labrunner.oracle`.
+`labrunner.truth.oracle`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from labrunner import oracle
+from labrunner.truth import oracle
 
 HEADS, KV_HEADS, DIM = 32, 8, 64
 

@@ -7,15 +7,15 @@ import io
 import pytest
 from rich.console import Console
 
-from labrunner import report
-from labrunner.benchmark import PROJECTED_SIZES, attention_flops, pipeline_row
-from labrunner.results import RunResult
+from labrunner.commands.benchmark import PROJECTED_SIZES, attention_flops, pipeline_row
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
 
 
 @pytest.fixture
 def printed(monkeypatch):
     buffer = io.StringIO()
-    monkeypatch.setattr(report, "stdout", Console(file=buffer, width=150, highlight=False))
+    monkeypatch.setattr(terminal, "stdout", Console(file=buffer, width=150, highlight=False))
     return buffer
 
 
@@ -28,7 +28,7 @@ def test_the_cost_table_shows_sizes_times_traffic_and_projections(printed):
                 "total": stats(3.0)}
     timing = {"kind": "pipeline", "rows": [pipeline_row(2048, measured)],
               "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES], "warnings": []}
-    report.timing_report(RunResult("grade", "lab1", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab1", timing=timing))
     text = printed.getvalue()
     assert "scores ms" in text and "softmax ms" in text and "weighted_sum ms" in text
     row = next(line for line in text.splitlines() if line.startswith("│  2048"))
@@ -43,7 +43,7 @@ def test_the_speedup_line_quotes_its_interval(printed):
     timing = {"kind": "speedup", "rows": 2048, "prefix": 2048, "gflop": attention_flops(2048, 2048) / 1e9,
               "student_label": "flash.cu", "baseline_label": "starter.cu", "comparison": comparison,
               "overhead_ms": 0.0028, "warnings": []}
-    report.timing_report(RunResult("grade", "lab2", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab2", timing=timing))
     text = printed.getvalue()
     assert "SPEEDUP 13.00x (95% CI 12.80x to 13.10x, vs starter.cu)" in text
     assert "51.55 GFLOP" in text
@@ -56,7 +56,7 @@ def test_rounds_are_listed_beside_the_pooled_speedup(printed):
     timing = {"kind": "speedup", "rows": 2048, "prefix": 2048, "gflop": attention_flops(2048, 2048) / 1e9,
               "student_label": "flash.cu", "baseline_label": "starter.cu", "comparison": comparison,
               "rounds": rounds, "overhead_ms": 0.0028, "warnings": []}
-    report.timing_report(RunResult("grade", "lab2", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab2", timing=timing))
     assert ("3 rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: 12.70x, 13.00x, 13.30x\n"
             in printed.getvalue())
 
@@ -66,5 +66,5 @@ def test_one_round_needs_no_rounds_line(printed):
     timing = {"kind": "speedup", "rows": 2048, "prefix": 2048, "gflop": attention_flops(2048, 2048) / 1e9,
               "student_label": "flash.cu", "baseline_label": "starter.cu", "comparison": comparison,
               "rounds": [{"speedup": 13.0}], "overhead_ms": 0.0028, "warnings": []}
-    report.timing_report(RunResult("grade", "lab2", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab2", timing=timing))
     assert "round" not in printed.getvalue()

@@ -13,18 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labrunner.device_state import (
+from labrunner.measure.device_state import (
     DeviceState,
     clock_drop_warning,
     cuda_version_text,
     read_device_state,
 )
-from labrunner.timing import (
+from labrunner.measure.timing import (
     Comparison,
     Stats,
     TimingOptions,
-    comparison_from_json,
     compare,
+    comparison_from_json,
     measure,
     paired_speedup_ci,
     pool_rounds,
@@ -419,7 +419,7 @@ def test_device_state_never_raises_on_this_machine():
 
 
 def test_timing_module_does_not_import_cupy():
-    script = "import sys, labrunner.timing; print('cupy' in sys.modules)"
+    script = "import sys, labrunner.measure.timing; print('cupy' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     )

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labrunner import oracle
-from labrunner.cases import random_inputs
-from labrunner.check import check_output
-from labrunner.contract import HEAD_DIM, QUERY_HEADS
-from labrunner.cpu.module import cpu_compiler_available
+from labrunner.build.gate import load_submission
 from labrunner.labs import get_lab
-from labrunner.submission import load_submission
-from labrunner.worker import Worker
+from labrunner.run.cpu.module import cpu_compiler_available
+from labrunner.run.worker import Worker
+from labrunner.truth import oracle
+from labrunner.truth.cases import random_inputs
+from labrunner.truth.check import check_output
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 pytestmark = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend")
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from labrunner.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.labs.definition import (
-    Lab, Launch, ceil_div, check_block, check_nonnegative, check_positive, entry,
+    Lab,
+    Launch,
+    ceil_div,
+    check_block,
+    check_nonnegative,
+    check_positive,
+    entry,
 )
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 DEFAULTS = {
     # scores: thread (x, y) of block (bx, by, bz) owns score (row = by*tile_rows + y, key = bx*tile_keys + x) of head bz

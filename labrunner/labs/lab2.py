@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from labrunner.contract import QUERY_HEADS
 from labrunner.labs.definition import Lab, Launch, ceil_div, check_block, check_nonnegative, entry
+from labrunner.truth.contract import QUERY_HEADS
 
 DEFAULTS = {
     "attnlab_threads": 256,          # threads per block

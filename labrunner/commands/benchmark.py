@@ -13,16 +13,16 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from labrunner import oracle
-from labrunner.buffers import never_written
-from labrunner.cases import random_inputs
-from labrunner.check import check_output
-from labrunner.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
-from labrunner.device_state import clock_drop_warning
 from labrunner.labs.definition import Lab
-from labrunner.results import CaseResult
-from labrunner.timing import TimingOptions, comparison_from_json, pool_rounds
-from labrunner.worker import Worker, WorkerFailure
+from labrunner.measure.device_state import clock_drop_warning
+from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
+from labrunner.report.results import CaseResult
+from labrunner.run.worker import Worker, WorkerFailure
+from labrunner.truth import oracle
+from labrunner.truth.cases import random_inputs
+from labrunner.truth.check import check_output
+from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.truth.poison import never_written
 
 TIMING_INPUT_SETS = 3
 MIB = 1024 * 1024

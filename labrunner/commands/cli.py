@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
-from labrunner import report
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
-from labrunner.golden import prove_oracle
 from labrunner.labs import LABS, get_lab
-from labrunner.results import RunResult, write_json, write_junit
+from labrunner.report import terminal
+from labrunner.report.results import RunResult, write_json, write_junit
+from labrunner.truth.golden import prove_oracle
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -56,13 +56,13 @@ def run_options(command):
 def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None) -> None:
     """Render what is there, write --json and --junit, exit with the result's code. Never a traceback."""
     if result.error:
-        report.error(result.error)
+        terminal.error(result.error)
     for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
         if path:
             try:
                 write(result, path)
             except OSError as exc:
-                report.error(f"{option} {path}: cannot write ({exc.strerror})")
+                terminal.error(f"{option} {path}: cannot write ({exc.strerror})")
                 sys.exit(int(ExitCode.USAGE))
     sys.exit(int(result.exit_code))
 
@@ -82,7 +82,7 @@ def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | 
     for option, path in (("--json", json_path), ("--junit", junit_path), *also_writes):
         problem = path and unwritable(path)
         if problem:
-            report.error(f"{option} {path}: cannot write ({problem})")
+            terminal.error(f"{option} {path}: cannot write ({problem})")
             sys.exit(int(ExitCode.USAGE))
     try:
         body()
@@ -108,7 +108,7 @@ def main():
 @main.command(context_settings=CONTEXT)
 def labs():
     """List the labs, one line on what each teaches."""
-    report.labs_table(LABS.values())
+    terminal.labs_table(LABS.values())
 
 
 @main.command(context_settings=CONTEXT)
@@ -131,7 +131,7 @@ def starter(lab, output, force):
             output.write_text(text)
         except OSError as exc:
             raise usage_error(f"{output}: cannot be written ({exc.strerror}); check the folder exists") from None
-        report.note(f"wrote {output}; grade it with: attnlab grade {lab} {output}")
+        terminal.note(f"wrote {output}; grade it with: attnlab grade {lab} {output}")
 
     guarded(result, None, body)
 
@@ -143,16 +143,16 @@ def starter(lab, output, force):
 @json_option
 def check(lab, file, arch, json_path, junit_path):
     """Compile FILE for LAB through NVRTC (no GPU needed) and show its kernels' resources."""
-    from labrunner.compile import nvrtc_version
-    from labrunner.submission import load_submission
+    from labrunner.build.gate import load_submission
+    from labrunner.build.nvrtc import nvrtc_version
 
     result = RunResult("check", lab, str(file))
 
     def body():
         submission = load_submission(get_lab(lab), file, str(file), arch)
         result.compile = compile_summary(submission, arch, nvrtc_version())
-        report.check_report(result)
-        report.verdict_line(result)
+        terminal.check_report(result)
+        terminal.verdict_line(result)
 
     guarded(result, json_path, body, junit_path)
 
@@ -170,7 +170,7 @@ def compile_summary(submission, arch: str, nvrtc: str) -> dict:
 @json_option
 def doctor(json_path, junit_path):
     """Check this machine: GPU and driver, CuPy, NVRTC, a C++ compiler, and the oracle's golden proof."""
-    from labrunner.doctor import diagnose
+    from labrunner.commands.doctor import diagnose
 
     result = RunResult("doctor")
 
@@ -178,7 +178,7 @@ def doctor(json_path, junit_path):
         rows = diagnose()
         result.notes = [f"{name}: {'ok' if ok else 'missing'}: {words}" for name, ok, words in rows]
         result.oracle_proof = prove_oracle().to_json()
-        report.doctor_report(rows)
+        terminal.doctor_report(rows)
         if not result.oracle_proof["passed"]:
             raise AttnlabError("the oracle failed its golden proof", ExitCode.ENVIRONMENT)
 
@@ -202,7 +202,7 @@ def doctor(json_path, junit_path):
 def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, full, race_check, only,
           diagnose, gates_path, no_timing):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
-    from labrunner.runs import GradeRequest, grade_submission
+    from labrunner.commands.runs import GradeRequest, grade_submission
 
     request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, rounds=rounds, full=full, race_check=race_check,
@@ -221,7 +221,7 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, roun
               help="lab2 baseline: starter, solution, or a .cu file.")
 def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, chunk, prefix, versus):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
-    from labrunner.runs import BenchRequest, bench_submission
+    from labrunner.commands.runs import BenchRequest, bench_submission
 
     request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=chunk, prefix=prefix, versus=versus)
@@ -238,7 +238,7 @@ def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, roun
 @run_options
 def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path):
     """Time the shipped solution against the starter on this GPU and write its speed gate."""
-    from labrunner.runs import BenchRequest, calibrate_gate
+    from labrunner.commands.runs import BenchRequest, calibrate_gate
 
     request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labrunner.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
+from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
 
 # Rows per block: bounds the float64 score block to rows * 32 heads * keys * 8 bytes.
 _ROW_BLOCK = 256

@@ -32,7 +32,7 @@ def replay_under_sanitizer(payload: dict, timeout_s: float) -> str | None:
     with tempfile.TemporaryDirectory(prefix="attnlab-diagnose-") as scratch:
         case_file = Path(scratch) / "case.pkl"
         case_file.write_bytes(pickle.dumps(payload))
-        command = [tool, "--tool", "memcheck", "--print-limit", "3", sys.executable, "-m", "labrunner.replay",
+        command = [tool, "--tool", "memcheck", "--print-limit", "3", sys.executable, "-m", "labrunner.run.replay",
                    str(case_file)]
         try:
             completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)

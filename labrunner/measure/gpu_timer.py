@@ -25,7 +25,7 @@ from typing import Callable
 
 import cupy
 
-from labrunner.timing import Stats, TimingOptions, measure
+from labrunner.measure.timing import Stats, TimingOptions, measure
 
 EMPTY_KERNEL_SOURCE = 'extern "C" __global__ void attnlab_empty() {}'
 

@@ -9,11 +9,12 @@ from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 from rich.table import Table
 
-from labrunner.grade import Progress
-from labrunner.results import RunResult
+from labrunner.report.progress import Progress
+from labrunner.report.results import RunResult
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)

@@ -6,20 +6,20 @@ Correctness gates timing: nothing is timed (see `benchmark.py`) until every case
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from labrunner import oracle
-from labrunner.buffers import inspect_guards
-from labrunner.cases import Case, Seed, load_catalogue, make_inputs
-from labrunner.check import check_output, describe_rows
-from labrunner.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
+from labrunner.build.gate import Submission
 from labrunner.exit_codes import environment_error, usage_error
 from labrunner.labs.definition import Lab
-from labrunner.results import CaseResult
-from labrunner.submission import Submission
-from labrunner.worker import Worker, WorkerFailure
+from labrunner.report.progress import Progress
+from labrunner.report.results import CaseResult
+from labrunner.run.worker import Worker, WorkerFailure
+from labrunner.truth import oracle
+from labrunner.truth.cases import Case, Seed, load_catalogue, make_inputs
+from labrunner.truth.check import check_output, describe_rows
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
+from labrunner.truth.poison import inspect_guards
 
 DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
 BACKENDS = ("gpu", "cpu", "auto")
@@ -33,15 +33,6 @@ class CaseOptions:
     race_check: bool = False    # CPU: run every case again with each block's threads reversed
     only: tuple[str, ...] = ()  # case names to run (empty: all)
     diagnose: bool = True       # GPU: replay a crashing case under compute-sanitizer, where installed
-
-
-@dataclass
-class Progress:
-    """Callbacks the CLI's progress display implements; the default does nothing."""
-
-    start: Callable[[str, int], None] = lambda description, total: None
-    advance: Callable[[str], None] = lambda description: None
-    done: Callable[[], None] = lambda: None
 
 
 def gpu_status() -> tuple[bool, str]:
@@ -135,7 +126,7 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
 
 def add_diagnosis(lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float,
                   result: CaseResult) -> None:
-    from labrunner.diagnose import replay_under_sanitizer
+    from labrunner.run.diagnose import replay_under_sanitizer
 
     inputs = make_inputs(case, options.seed.value)
     request = {"launches": lab.plan_launches(submission.constants, case.rows, case.prefix),

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from labrunner.buffers import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
-from labrunner.compile import INCLUDE_DIR
+from labrunner.build.nvrtc import INCLUDE_DIR
 from labrunner.labs.definition import Launch
+from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # a launch above this needs the kernel's opt-in attribute raised
 

@@ -1,64 +1,23 @@
-"""A student's file, read and compile-gated against a lab: the steps before anything runs.
+"""Entry points: every kernel the lab launches is present, `extern "C"`, and takes what the lab passes.
 
-Reading can fail (missing, unreadable, not text), compiling can fail (the compiler's own
-words with the student's line numbers), and a module that compiles can still be wrong for the
-lab (a missing or mis-typed entry point, an impossible launch constant). Each failure is one
-clear line with its exit code, raised before any GPU or CPU work starts.
+PTX shows each parameter's width only, so a second, syntax-only NVRTC pass checks the C++ types
+the student wrote (a `const double*` where float data comes is named, not read as garbage).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from pathlib import Path
 
-from labrunner.compile import CompiledModule, compile_gate, run_nvrtc
-from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.build.nvrtc import CompiledModule, run_nvrtc
+from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import EntryPoint, Lab
 
-MAX_SOURCE_BYTES = 1 << 20
 # How PTX spells a kernel parameter, in the words a message should use.
 PTX_PARAMETER_KINDS = {
     "u64": "a pointer", "b64": "a pointer",
     "s64": "a 64-bit integer", "u32": "a 32-bit integer", "s32": "a 32-bit integer", "b32": "a 32-bit integer",
     "f32": "a float", "f64": "a double",
 }
-
-
-@dataclass
-class Submission:
-    path: Path
-    label: str            # the name messages use: the path as the user typed it
-    source: str
-    module: CompiledModule
-    constants: dict[str, int]  # every launch constant of the lab: defaults overridden by the file's
-
-
-def read_source(path: Path, label: str) -> str:
-    if not path.exists():
-        raise usage_error(f"{label}: no such file; pass the path of your .cu file (`attnlab starter LAB` writes one)")
-    if path.is_dir():
-        raise usage_error(f"{label}: is a folder, not a .cu file")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise usage_error(f"{label}: cannot be read ({exc.strerror}); check its permissions") from None
-    if len(data) > MAX_SOURCE_BYTES:
-        raise usage_error(f"{label}: {len(data)} bytes is more than a kernel file needs (limit {MAX_SOURCE_BYTES})")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise usage_error(f"{label}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-
-
-def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = "sm_90") -> Submission:
-    label = label or str(path)
-    source = read_source(path, label)
-    module = compile_gate(source, label, arch)
-    check_entry_points(lab, module, label)
-    check_parameter_types(lab, module, label, arch)
-    constants = check_launch_constants(lab, module, label)
-    return Submission(path, label, source, module, constants)
 
 
 def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
@@ -123,17 +82,3 @@ def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: st
     raise AttnlabError(f"{label}: error: parameter {index + 1} of {wanted.name} is `{written}`, but "
                        f"`{parameter.c_type} {parameter.name}` is expected; {lab.name} needs: {wanted.signature}",
                        ExitCode.COMPILE_ERROR)
-
-
-def check_launch_constants(lab: Lab, module: CompiledModule, label: str) -> dict[str, int]:
-    unknown = sorted(set(module.launch_constants) - set(lab.launch_defaults))
-    if unknown:
-        known = ", ".join(lab.launch_defaults)
-        raise AttnlabError(f"{label}: error: unknown launch constant {unknown[0]} ({lab.name} reads "
-                           f"{known})", ExitCode.COMPILE_ERROR)
-    constants = lab.constants(module.launch_constants)
-    problems = lab.validate(constants)
-    if problems:
-        raise AttnlabError(f"{label}: error: launch constants: {'; '.join(problems)}", ExitCode.COMPILE_ERROR)
-    return constants
-

@@ -1,4 +1,4 @@
-"""`python -m labrunner.replay CASE.pkl`: one case run once, for compute-sanitizer to watch.
+"""`python -m labrunner.run.replay CASE.pkl`: one case run once, for compute-sanitizer to watch.
 
 It runs in its own process (never the driver's) through the worker's own `run_case`.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pickle
 import sys
 
-from labrunner.gpu_backend import GpuDevice
-from labrunner.worker import run_case
+from labrunner.run.gpu_device import GpuDevice
+from labrunner.run.worker import run_case
 
 
 def main(path: str) -> None:

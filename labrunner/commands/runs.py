@@ -10,19 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from labrunner import report
-from labrunner.benchmark import time_pipeline, time_speedup
-from labrunner.cases import Case, load_catalogue, resolve_seed
+from labrunner.build.gate import Submission, load_submission
+from labrunner.commands.benchmark import time_pipeline, time_speedup
+from labrunner.commands.grade import CaseOptions, load_student, resolve_backend, run_cases, run_one_case
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
-from labrunner.gates import DEFAULT_FRACTION, apply_gate, load_gates, write_gate
-from labrunner.golden import require_proven_oracle
-from labrunner.grade import CaseOptions, load_student, resolve_backend, run_cases, run_one_case
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
-from labrunner.results import RunResult
-from labrunner.submission import Submission, load_submission
-from labrunner.timing import TimingOptions
-from labrunner.worker import Worker
+from labrunner.measure.gates import DEFAULT_FRACTION, apply_gate, load_gates, write_gate
+from labrunner.measure.timing import TimingOptions
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.worker import Worker
+from labrunner.truth.cases import Case, load_catalogue, resolve_seed
+from labrunner.truth.golden import require_proven_oracle
 
 
 @dataclass
@@ -85,7 +85,7 @@ def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str
     submission = load_submission(lab, path, str(path), arch)
     backend, notes = resolve_backend(device)
     for words in notes:
-        report.note(words)
+        terminal.note(words)
     result.backend, result.notes = backend, result.notes + notes
     chosen = resolve_seed(seed)
     result.seed = chosen.shown
@@ -95,7 +95,7 @@ def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str
 def device_facts(worker_backend: str) -> dict | None:
     if worker_backend != "gpu":
         return {"name": "CPU (attnlab's fiber backend)"}
-    from labrunner.device_state import read_device_state
+    from labrunner.measure.device_state import read_device_state
 
     return read_device_state().to_json()
 
@@ -110,9 +110,9 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     result.device = device_facts(backend)
     with Worker(backend) as worker:
         load_student(worker, lab, submission)
-        with report.progress_display() as progress:
+        with terminal.progress_display() as progress:
             result.cases = run_cases(lab, submission, worker, backend, options, progress)
-        report.cases_report(result)
+        terminal.cases_report(result)
         correct = result.decisive_case is None
         if correct and request.timing and backend == "gpu" and not request.only:
             timing_options = timing_options_for(request, seed.value)
@@ -123,10 +123,10 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         elif correct and backend == "cpu":
             result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
         result.kernel_output = worker.kernel_output()
-    report.timing_report(result)
-    report.gate_report(result)
-    report.kernel_output(result.kernel_output)
-    report.verdict_line(result)
+    terminal.timing_report(result)
+    terminal.gate_report(result)
+    terminal.kernel_output(result.kernel_output)
+    terminal.verdict_line(result)
 
 
 def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, options: TimingOptions,
@@ -134,7 +134,7 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
                    chunk: int | None = None, prefix: int | None = None) -> None:
     catalogue = load_catalogue(lab.name)
     if lab.baseline == "none":
-        report.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in catalogue.timing["sizes"]))
+        terminal.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in catalogue.timing["sizes"]))
         timing, failure = time_pipeline(lab, worker, submission.constants, catalogue.timing["sizes"], seed, options)
     else:
         rows = chunk or catalogue.timing["rows"]
@@ -142,12 +142,12 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
         base = load_submission(lab, baseline, display_path(baseline), arch)
         worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-        report.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved{rounds}")
+        terminal.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved{rounds}")
         timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
                                        submission.label, base.label)
     if failure:
         result.cases.append(failure)
-        report.error(f"{failure.name}: {failure.message}")
+        terminal.error(f"{failure.name}: {failure.message}")
     result.timing = timing
 
 
@@ -183,10 +183,10 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
             run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s, baseline,
                            request.arch, request.chunk, request.prefix)
         result.kernel_output = worker.kernel_output()
-    report.cases_report(result)
-    report.timing_report(result)
-    report.kernel_output(result.kernel_output)
-    report.verdict_line(result)
+    terminal.cases_report(result)
+    terminal.timing_report(result)
+    terminal.kernel_output(result.kernel_output)
+    terminal.verdict_line(result)
 
 
 def bench_check_case(lab: Lab, catalogue, request: BenchRequest) -> Case:
@@ -231,4 +231,4 @@ def calibrate_gate(request: BenchRequest, output: Path, fraction: float, result:
                    "message": f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
                               f"{entry['fraction'] * entry['solution_speedup']:.2f}x "
                               f"({entry['fraction']:g} of the solution's {entry['solution_speedup']:.2f}x)"}
-    report.gate_report(result)
+    terminal.gate_report(result)

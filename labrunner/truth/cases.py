@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from labrunner import data_dir
-from labrunner.contract import DTYPE, HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.exit_codes import usage_error
+from labrunner.truth.contract import DTYPE, HEAD_DIM, KV_HEADS, QUERY_HEADS
 
 CASES_DIR = data_dir("cases")
 DEFAULT_SEED = 20261129

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from labrunner.buffers import poison_for
 from labrunner.labs.definition import Launch
+from labrunner.truth.poison import poison_for
 
 COMPILE_TIMEOUT_S = 300.0
 
@@ -175,10 +175,10 @@ def _describe_exit(code: int | None) -> str:
 # -- the worker process ----------------------------------------------------------------------
 def make_device(backend: str):
     if backend == "gpu":
-        from labrunner.gpu_backend import GpuDevice
+        from labrunner.run.gpu_device import GpuDevice
 
         return GpuDevice()
-    from labrunner.cpu_device import CpuDevice
+    from labrunner.run.cpu_device import CpuDevice
 
     return CpuDevice()
 
@@ -206,7 +206,7 @@ def serve(conn, backend: str, log_path: str) -> None:
             elif request["op"] == "run":
                 reply = run_case(device, kernels[request["role"]], request)
             else:
-                from labrunner.timed_runs import run_timing
+                from labrunner.measure.timed_runs import run_timing
 
                 reply = run_timing(device, kernels, request)
             conn.send({"ok": True, **reply})

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labrunner.buffers import never_written
-from labrunner.contract import EXACT_RULE, PASS_RULE, exactly_equal, within_tolerance
+from labrunner.truth.contract import EXACT_RULE, PASS_RULE, exactly_equal, within_tolerance
+from labrunner.truth.poison import never_written
 
 PASS = "pass"
 WRONG = "wrong"

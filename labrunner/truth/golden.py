@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from labrunner import oracle
-from labrunner.cases import CASES_DIR
 from labrunner.exit_codes import environment_error
+from labrunner.truth import oracle
+from labrunner.truth.cases import CASES_DIR
 
 GOLDEN_PATH = CASES_DIR / "golden.npz"
 PROOF_TOLERANCE = 1e-12

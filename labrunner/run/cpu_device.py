@@ -1,6 +1,6 @@
 """The CPU backend's device, seen through the same small interface as the GPU's.
 
-Buffers are host numpy arrays and launches go through `labrunner.cpu` (the student's file
+Buffers are host numpy arrays and launches go through `labrunner.run.cpu` (the student's file
 compiled as C++ with a shim that runs each block's threads as fibers). Everything around the
 launches (poison, guard bands, inputs read back, the checks) is the same code as on the GPU.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from labrunner.buffers import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, filled
 from labrunner.labs.definition import Launch
+from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, filled
 
 
 class HostGuardedBuffer:
@@ -28,7 +28,7 @@ class CpuDevice:
     name = "cpu"
 
     def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]]):
-        from labrunner.cpu.module import CpuModule
+        from labrunner.run.cpu.module import CpuModule
 
         return CpuModule.build(composed_source, filename, entry_types)
 
@@ -55,7 +55,7 @@ class CpuDevice:
 
     def describe_fault(self, exc: BaseException) -> str | None:
         """A barrier or shuffle that can never complete, a bad launch: the kernel's fault, named."""
-        from labrunner.cpu.module import CpuKernelError
+        from labrunner.run.cpu.module import CpuKernelError
 
         return str(exc) if isinstance(exc, CpuKernelError) else None
 
@@ -63,7 +63,7 @@ class CpuDevice:
 def cpu_backend_status() -> tuple[bool, str]:
     """Whether `--device cpu` can work here, in one line."""
     try:
-        from labrunner.cpu.module import cpu_compiler_available
+        from labrunner.run.cpu.module import cpu_compiler_available
     except ImportError as exc:
         return False, f"the CPU backend is not importable ({exc})"
     reason = cpu_compiler_available()

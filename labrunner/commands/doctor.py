@@ -6,10 +6,10 @@ import platform
 
 
 def diagnose() -> list[tuple[str, bool, str]]:
-    from labrunner.compile import nvrtc_version
+    from labrunner.build.nvrtc import nvrtc_version
+    from labrunner.commands.grade import gpu_status
     from labrunner.exit_codes import AttnlabError
-    from labrunner.golden import prove_oracle
-    from labrunner.grade import gpu_status
+    from labrunner.truth.golden import prove_oracle
 
     rows: list[tuple[str, bool, str]] = []
     gpu_ok, words = gpu_status()
@@ -24,7 +24,7 @@ def diagnose() -> list[tuple[str, bool, str]]:
         rows.append(("NVRTC (compile gate)", True, nvrtc_version()))
     except AttnlabError as exc:
         rows.append(("NVRTC (compile gate)", False, exc.message))
-    from labrunner.cpu_device import cpu_backend_status
+    from labrunner.run.cpu_device import cpu_backend_status
 
     cpu_ok, cpu_words = cpu_backend_status()
     rows.append(("C++ compiler (CPU backend)", cpu_ok, cpu_words))

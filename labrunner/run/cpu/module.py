@@ -21,12 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
+
 __all__ = ["CpuModule", "CpuKernelError", "cpu_compiler_available"]
 
 _HERE = Path(__file__).resolve().parent
 _SHIM = _HERE / "shim.h"
 _RUNTIME_FILES = (_HERE / "shim.h", _HERE / "fiber.h")
-_INCLUDE = _HERE.parent / "include"
 
 SHARED_LIMIT = 227 * 1024
 # Launches run on the calling OS thread; a library loaded twice is one copy,

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import random
 
-from labrunner.buffers import poison_for
 from labrunner.labs.definition import Launch
+from labrunner.truth.poison import poison_for
 
 
 def fresh_factor(draw: random.Random) -> float:
@@ -82,9 +82,9 @@ class Unverified(KernelCall):
 def run_timing(device, modules: dict, request: dict) -> dict:
     if device.name != "gpu":
         raise RuntimeError("timing needs the GPU backend")
-    from labrunner.device_state import read_device_state
-    from labrunner.gpu_timer import CupyTimer
-    from labrunner.timing import TimingOptions, compare, measure
+    from labrunner.measure.device_state import read_device_state
+    from labrunner.measure.gpu_timer import CupyTimer
+    from labrunner.measure.timing import TimingOptions, compare, measure
 
     options = TimingOptions(**request["options"])
     timer = CupyTimer()
