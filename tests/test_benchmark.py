@@ -87,7 +87,7 @@ def fixed_key(monkeypatch):
 def run(worker: ScriptedWorker, rounds: int):
     constants = LAB.constants({})
     return time_speedup(LAB, worker, constants, constants, ROWS, PREFIX, seed=7,
-                        options=TimingOptions(rounds=rounds, seed=7), student_label="flash.cu",
+                        options=TimingOptions(rounds=rounds, seed=7, min_verified=1), student_label="flash.cu",
                         baseline_label="starter.cu", references=CpuReferences())
 
 
@@ -152,17 +152,22 @@ def test_each_checked_set_is_referenced_once_and_by_its_own_number():
             asked.append((key, number, rows, prefix))
             return super().reference(key, number, rows, prefix)
 
-    checked = {"sets": np.array([4, 2]), "outputs": np.stack([right_answer(KEY, 4), right_answer(KEY, 2)])}
+    checked = {"sets": np.array([2, 4]), "outputs": np.stack([right_answer(KEY, 2), right_answer(KEY, 4)])}
     failure = verify_timed_outputs("timed", {"student": ("flash.cu", checked), "baseline": ("starter.cu", checked)},
                                    KEY, 5, ROWS, PREFIX, Recording())
     assert failure is None
     assert asked == [(tuple(KEY), 2, ROWS, PREFIX), (tuple(KEY), 4, ROWS, PREFIX)]
 
 
-def test_a_checked_call_on_a_set_never_drawn_is_refused():
-    checked = {"sets": np.array([5]), "outputs": right_answer(KEY, 5)[None, :]}
-    with pytest.raises(benchmark.WorkerFailure, match="name sets outside the 5 it drew"):
-        verify_timed_outputs("timed", {"student": ("flash.cu", checked)}, KEY, 5, ROWS, PREFIX, CpuReferences())
+@pytest.mark.parametrize("numbers, minimum", [([5], 0), ([2, 2], 0), ([3, 1], 0), ([1], 2)],
+                         ids=["never drawn", "a set twice", "out of order", "too few"])
+def test_a_record_of_checked_calls_the_loop_cannot_make_is_refused(numbers, minimum):
+    checked = {"sets": np.array(numbers), "outputs": np.stack([right_answer(KEY, n) for n in numbers])}
+    with pytest.raises(benchmark.WorkerFailure,
+                       match=rf"the worker's record of student's checked calls is not one the timing loop makes "
+                             rf"\({len(numbers)} calls, at least {minimum}, each on its own set of the 5 drawn\)"):
+        verify_timed_outputs("timed", {"student": ("flash.cu", checked)}, KEY, 5, ROWS, PREFIX, CpuReferences(),
+                             minimum)
 
 
 def test_per_input_set_medians_follow_the_rotation():

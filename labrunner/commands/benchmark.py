@@ -82,18 +82,23 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
 
 
 def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]], key: list[int], sets_drawn: int,
-                         rows: int, prefix: int, references: References) -> CaseResult | None:
+                         rows: int, prefix: int, references: References, minimum: int = 0) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
     `contenders` maps who ("student", "baseline") to (the label a message names, the worker's
     `checked` record: set numbers and outputs). A set checked for both is made and referenced
-    once. A student's failure is reported before a baseline's.
+    once. A student's failure is reported before a baseline's. A record that cannot be what the
+    timing loop produced (fewer checked calls than `minimum`, a set twice, a set never drawn) is
+    refused: a time is reported only for calls that were really checked.
     """
     by_set: dict[int, list[tuple[str, str, np.ndarray]]] = {}
     for who, (label, checked) in contenders.items():
-        numbers, outputs = checked["sets"], checked["outputs"]
-        if len(numbers) != len(outputs) or any(not 0 <= int(n) < sets_drawn for n in numbers):
-            raise WorkerFailure("error", f"the worker's checked calls name sets outside the {sets_drawn} it drew")
+        numbers, outputs = [int(n) for n in checked["sets"]], checked["outputs"]
+        if (len(numbers) != len(outputs) or len(numbers) < minimum or numbers != sorted(set(numbers))
+                or any(not 0 <= n < sets_drawn for n in numbers)):
+            raise WorkerFailure("error", f"the worker's record of {who}'s checked calls is not one the timing loop "
+                                         f"makes ({len(numbers)} calls, at least {minimum}, each on its own set of "
+                                         f"the {sets_drawn} drawn): no time is reported")
         for number, out in zip(numbers, outputs):
             by_set.setdefault(int(number), []).append((who, label, out))
     baseline_failure = None
@@ -140,7 +145,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
             failure = verify_timed_outputs(f"timed C{rows}-P{prefix}",
                                            {"student": (student_label, reply["checked"]["student"]),
                                             "baseline": (baseline_label, reply["checked"]["baseline"])},
-                                           key, reply["sets_drawn"], rows, prefix, references)
+                                           key, reply["sets_drawn"], rows, prefix, references, options.min_verified)
         except WorkerFailure as failure:
             return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
         if failure:
@@ -187,7 +192,8 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
         for size, measured in zip(size_requests, reply["sizes"]):
             t = size["T"]
             failure = verify_timed_outputs(f"timed T{t}", {"pipeline": ("the pipeline", measured["checked"])},
-                                           size["sets"]["key"], measured["sets_drawn"], t, 0, references)
+                                           size["sets"]["key"], measured["sets_drawn"], t, 0, references,
+                                           options.min_verified)
             if failure:
                 return None, failure
             rows.append(pipeline_row(t, measured["stats"]))
