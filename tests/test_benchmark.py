@@ -159,13 +159,16 @@ def test_each_checked_set_is_referenced_once_and_by_its_own_number():
     assert asked == [(tuple(KEY), 2, ROWS, PREFIX), (tuple(KEY), 4, ROWS, PREFIX)]
 
 
-@pytest.mark.parametrize("numbers, minimum", [([5], 0), ([2, 2], 0), ([3, 1], 0), ([1], 2)],
-                         ids=["never drawn", "a set twice", "out of order", "too few"])
-def test_a_record_of_checked_calls_the_loop_cannot_make_is_refused(numbers, minimum):
-    checked = {"sets": np.array(numbers), "outputs": np.stack([right_answer(KEY, n) for n in numbers])}
+@pytest.mark.parametrize("numbers, minimum, cut", [([5], 0, 0), ([2, 2], 0, 0), ([3, 1], 0, 0), ([1], 2, 0),
+                                                   ([1], 0, 64)],
+                         ids=["never drawn", "a set twice", "out of order", "too few", "an output cut short"])
+def test_a_record_of_checked_calls_the_loop_cannot_make_is_refused(numbers, minimum, cut):
+    outputs = np.stack([right_answer(KEY, n) for n in numbers])
+    checked = {"sets": np.array(numbers), "outputs": outputs[:, :outputs.shape[1] - cut]}
     with pytest.raises(benchmark.WorkerFailure,
                        match=rf"the worker's record of student's checked calls is not one the timing loop makes "
-                             rf"\({len(numbers)} calls, at least {minimum}, each on its own set of the 5 drawn\)"):
+                             rf"\({len(numbers)} calls, at least {minimum}, each on its own set of the 5 drawn, "
+                             rf"each output 3 x 32 x 64\)"):
         verify_timed_outputs("timed", {"student": ("flash.cu", checked)}, KEY, 5, ROWS, PREFIX, CpuReferences(),
                              minimum)
 

@@ -94,11 +94,13 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
     by_set: dict[int, list[tuple[str, str, np.ndarray]]] = {}
     for who, (label, checked) in contenders.items():
         numbers, outputs = [int(n) for n in checked["sets"]], checked["outputs"]
-        if (len(numbers) != len(outputs) or len(numbers) < minimum or numbers != sorted(set(numbers))
+        if (getattr(outputs, "shape", None) != (len(numbers), rows * QUERY_HEADS * HEAD_DIM)
+                or len(numbers) < minimum or numbers != sorted(set(numbers))
                 or any(not 0 <= n < sets_drawn for n in numbers)):
             raise WorkerFailure("error", f"the worker's record of {who}'s checked calls is not one the timing loop "
                                          f"makes ({len(numbers)} calls, at least {minimum}, each on its own set of "
-                                         f"the {sets_drawn} drawn): no time is reported")
+                                         f"the {sets_drawn} drawn, each output {rows} x {QUERY_HEADS} x {HEAD_DIM}): "
+                                         "no time is reported")
         for number, out in zip(numbers, outputs):
             by_set.setdefault(int(number), []).append((who, label, out))
     baseline_failure = None
@@ -127,7 +129,10 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
                  student_label: str, baseline_label: str,
                  references: References | None = None) -> tuple[dict | None, CaseResult | None]:
     """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
-    rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure)."""
+    rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
+
+    `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
+    kernel that knew its inputs could have their answers ready."""
     references = references or gpu_references()
     launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
                 "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix)}
@@ -180,7 +185,8 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
 
 def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
                   options: TimingOptions, references: References | None = None) -> tuple[dict | None, CaseResult | None]:
-    """Each kernel alone and the whole call at every size, every call on a fresh input set: lab 1's cost table."""
+    """Each kernel alone and the whole call at every size, every call on a fresh input set: lab 1's cost table.
+    (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
                       "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(t, 0),
