@@ -497,3 +497,56 @@ def test_no_timed_call_sees_inputs_it_has_seen_before(in_process):
     assert failure is None
     assert device.replayed == 0
     assert len(device.kept) == device.launches // 2  # every student call, warm-up included
+
+
+# --- the driver's GPU oracle, its logic run with numpy as the array module ----------------------
+
+def numpy_gpu_oracle(sets=None):
+    from labrunner.measure.input_pool import NumpySets
+    from labrunner.run.gpu_oracle import GpuOracle
+
+    return GpuOracle(xp=np, sets=sets or NumpySets)
+
+
+def test_the_gpu_oracle_proves_itself_then_judges_as_the_checker_does():
+    from labrunner.truth.check import check_output
+
+    gpu = numpy_gpu_oracle()
+    assert gpu.proof["golden_max_error"] <= 1e-12
+    assert gpu.proof["cpu_gpu_max_difference"] == 0.0  # one array module: the very same arithmetic
+    reference = gpu.reference(tuple(KEY), 3, ROWS, PREFIX)
+    assert np.array_equal(reference, CpuReferences().reference(tuple(KEY), 3, ROWS, PREFIX))
+    right = right_answer(KEY, 3).reshape(ROWS, 32, 64)
+    passed = gpu.check(right, reference)
+    assert (passed.status, passed.message) == ("pass", "all 6144 elements within the pass rule")
+    wrong = right.copy()
+    wrong[2, 7, 9] += 0.5
+    assert gpu.check(wrong, reference) == check_output(wrong, reference)
+    assert gpu.check(wrong, reference).first_bad["row"] == 2
+
+
+def test_a_gpu_whose_sets_differ_from_the_definition_refuses_to_time():
+    from labrunner.exit_codes import AttnlabError
+    from labrunner.measure.input_pool import NumpySets
+
+    class OneBitOff(NumpySets):
+        def fill(self, buffers, number):
+            super().fill(buffers, number)
+            buffers["k"].reshape(-1).view(np.uint32)[17] ^= 1
+
+    with pytest.raises(AttnlabError, match=r"^the GPU made 1 elements of a timing input set differently from its "
+                                           r"numpy definition: refusing to time; check the GPU and the CuPy install$"
+                       ) as refused:
+        numpy_gpu_oracle(OneBitOff)
+    assert refused.value.exit_code == 6
+
+
+def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_cheat(in_process):
+    constants = LAB.constants({})
+    options = TimingOptions(seed=3, min_samples=6, budget_s=0.05)
+    honest, failure = time_speedup(LAB, InProcessWorker(NumpyGpu(PREFIX)), constants, constants, ROWS, PREFIX, 3,
+                                   options, "flash.cu", "starter.cu", references=numpy_gpu_oracle())
+    assert failure is None and honest["oracle_proof"]["golden_max_error"] <= 1e-12
+    cheat, failure = time_speedup(LAB, InProcessWorker(RescalesKept(PREFIX, by="slot")), constants, constants, ROWS,
+                                  PREFIX, 3, options, "flash.cu", "starter.cu", references=numpy_gpu_oracle())
+    assert cheat is None and failure.status == "wrong"
