@@ -550,3 +550,19 @@ def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_c
     cheat, failure = time_speedup(LAB, InProcessWorker(RescalesKept(PREFIX, by="slot")), constants, constants, ROWS,
                                   PREFIX, 3, options, "flash.cu", "starter.cu", references=numpy_gpu_oracle())
     assert cheat is None and failure.status == "wrong"
+
+
+def test_a_gpu_the_driver_cannot_use_is_an_environment_error(monkeypatch):
+    import labrunner.run.gpu_oracle as gpu_oracle
+    from labrunner.exit_codes import AttnlabError
+
+    def busy():
+        raise RuntimeError("cudaErrorDevicesUnavailable: CUDA-capable device(s) is/are busy or unavailable")
+
+    monkeypatch.setattr(gpu_oracle, "_cupy", busy)
+    with pytest.raises(AttnlabError, match=r"^the driver checks timed calls with the oracle on the GPU and could not "
+                                           r"use it \(RuntimeError: cudaErrorDevicesUnavailable: .*\); a GPU in "
+                                           r"exclusive-process compute mode cannot serve the driver and the worker at "
+                                           r"once: `nvidia-smi -c DEFAULT` allows both$") as refused:
+        benchmark.gpu_references()
+    assert refused.value.exit_code == 6

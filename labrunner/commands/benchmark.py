@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.timed_runs import INPUT_SLOTS
@@ -59,9 +60,18 @@ class CpuReferences:
 
 
 def gpu_references() -> References:
+    """The driver's GPU oracle, proven; a GPU the driver cannot use is an environment error (exit 6)."""
     from labrunner.run.gpu_oracle import GpuOracle
 
-    return GpuOracle()
+    try:
+        return GpuOracle()
+    except AttnlabError:
+        raise
+    except Exception as exc:  # CuPy's own errors: no device for this process, out of memory, ...
+        raise environment_error(
+            f"the driver checks timed calls with the oracle on the GPU and could not use it ({type(exc).__name__}: "
+            f"{exc}); a GPU in exclusive-process compute mode cannot serve the driver and the worker at once: "
+            "`nvidia-smi -c DEFAULT` allows both") from None
 
 
 def attention_flops(rows: int, prefix: int) -> float:
