@@ -3,8 +3,9 @@
 The sets themselves are defined in `labrunner.truth.timing_sets`: set n of a round is made from
 the round's secret key and n, so only the key crosses the pipe and the driver can make the same
 set to check a call against. Here they are made on the GPU, by that module's CUDA twin, straight
-into the buffers the kernel reads: about 8 million normals, well under a millisecond on a recent
-GPU, queued before the cache flush so the timed call finds none of them in L2.
+into the buffers the kernel reads (about 8 million normals at lab 2's timing shape, some tens of
+floating-point operations each), queued before the cache flush so the timed call finds none of
+them in L2. It is never inside the timing events.
 
 Sets are numbered in the order they are drawn, so no two calls of a round ever see the same one.
 A comparison's baseline runs on the set its student just ran on (`refill`): made again from its
