@@ -18,7 +18,36 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: runs it, logs it, records its ex
     summary+=("$(printf '%-28s exit %-3s (expected %s) %4ss  %s' "$name" "$status" "$expected" $((SECONDS - started)) "$verdict")")
 }
 
+timed_grade() {  # the whole `grade lab2` of the shipped solution, end to end: seconds (budget 15 s) and SPEEDUP
+    local started ended
+    started=$(date +%s.%N)
+    python3 -m labrunner grade lab2 kernels/lab2/solution.cu --json "$out/lab2-timed.json"
+    local status=$?
+    ended=$(date +%s.%N)
+    python3 - "$started" "$ended" "$out/lab2-timed.json" <<'PY'
+import json, sys
+seconds = float(sys.argv[2]) - float(sys.argv[1])
+timing = json.load(open(sys.argv[3])).get("timing") or {}
+print(f"grade lab2 solution: {seconds:.1f} s end to end (budget 15 s: {'ok' if seconds <= 15 else 'OVER'}); "
+      f"SPEEDUP {timing.get('speedup', float('nan')):.2f}x (13.1x before fresh inputs; within 3%: 12.71x..13.49x); "
+      f"{timing.get('input_sets')} input sets, checked calls {timing.get('verified_calls')}, "
+      f"oracle proof {timing.get('oracle_proof')}")
+sys.exit(0 if seconds <= 15 else 1)
+PY
+    local over=$?
+    [ "$status" = 0 ] && return $over
+    return $status
+}
+fixture_verdict() {  # fixture_verdict FILE: grades one hostile fixture with timing and prints verdict and case
+    python3 -m labrunner grade lab2 "$1" --json "$out/fixture.json"
+    local status=$?
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('verdict', r['verdict'], 'case', r['decisive_case'], 'timing', r.get('timing'))" "$out/fixture.json"
+    return $status
+}
+
 step gpu-tests 0 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
+step grade-lab2-timed-15s 0 timed_grade
+step fixture-v-rescaled 1 fixture_verdict tests/fixtures/lab2/hostile/v_rescaled.cu
 step lab1-starter-unfilled 1 python3 -m labrunner grade lab1 kernels/lab1/starter.cu --no-timing
 step bench-lab1 0 python3 -m labrunner bench lab1 --budget 0.5
 step grade-lab1-solution 0 python3 -m labrunner grade lab1 kernels/lab1/solution.cu --budget 0.5 --json "$out/lab1.json"

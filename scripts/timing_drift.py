@@ -29,11 +29,12 @@ import cupy
 
 from labrunner.build.gate import load_submission
 from labrunner.build.nvrtc import compose_source
-from labrunner.commands.benchmark import per_input_set_medians, timing_inputs
+from labrunner.commands.benchmark import new_key, per_input_set_medians
 from labrunner.commands.runs import BenchRequest, bench_submission
 from labrunner.labs import get_lab
 from labrunner.measure.gpu_timer import CupyTimer
-from labrunner.measure.timed_runs import KernelCall
+from labrunner.measure.input_pool import InputPool
+from labrunner.measure.timed_runs import INPUT_SLOTS, KernelCall
 from labrunner.measure.timing import TimingOptions, compare
 from labrunner.report.results import RunResult
 from labrunner.run.gpu_device import GpuDevice
@@ -106,20 +107,19 @@ def placement_rounds(sampler: ClockSampler) -> None:
                                        lab.entry_point_types())
         launches[role] = lab.plan_launches(submission.constants, 2048, 2048)
     timer = CupyTimer()
-    host_sets = timing_inputs(0, 2048, 2048)
     rng = random.Random(1)
     placements, pads = [], []
     for _ in range(PLACEMENTS):
         pads.append(cupy.empty(rng.randrange(1, 512) * 2 * 1024 * 1024 + rng.randrange(0, 4096) * 256, cupy.uint8))
-        inputs = [{n: device.upload(a) for n, a in s.items()} for s in host_sets]
-        placements.append([KernelCall(role, device, modules[role], [launches[role]] * len(inputs), inputs,
-                                      2048 * 32 * 64, {}) for role in ("solution", "starter")])
+        pool = InputPool(device, {"key": new_key(), "rows": 2048, "prefix": 2048}, INPUT_SLOTS)
+        placements.append([KernelCall(role, device, modules[role], launches[role], pool, 2048 * 32 * 64, {},
+                                      leads=role == "solution") for role in ("solution", "starter")])
     for round_index, placement in enumerate(list(range(PLACEMENTS)) * 2, 1):
         solution, starter = placements[placement]
         start = time.monotonic()
-        comparison = compare(solution, starter, len(host_sets), timer, TimingOptions(seed=round_index))
+        comparison = compare(solution, starter, INPUT_SLOTS, timer, TimingOptions(seed=round_index))
         s, b = comparison.student, comparison.baseline
-        per_set = per_input_set_medians(s.samples_ms, len(host_sets))
+        per_set = per_input_set_medians(s.samples_ms, INPUT_SLOTS)
         print(f"round {round_index} placement {placement + 1}: solution {s.median_ms:.4f} ms "
               f"(rse {100 * s.rse:.2f}%, n={s.count}, per input set {', '.join(f'{v:.4f}' for v in per_set)}), "
               f"starter {b.median_ms:.3f} ms, SPEEDUP {comparison.speedup:.3f}; "

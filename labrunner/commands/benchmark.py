@@ -1,32 +1,77 @@
-"""The driver's side of timing: what to time, the verified calls checked, the figures derived.
+"""The driver's side of timing: what to time, the checked calls judged, the figures derived.
 
 Only correct kernels get here (grading checks every case first). The worker times; this module
-sends it fresh input sets, checks every verified call's output against the oracle (a failed
-check means no time is reported at all), and turns medians into the figures the labs print:
-lab 1's cost table, lab 2's SPEEDUP and TFLOP/s.
+gives it, for every round, a secret key to the pool of input sets (`labrunner.truth.timing_sets`:
+every timed call runs on a set of its own, made in the worker from the key and the set's
+number), and checks every checked call's output against the oracle's reference of that very set,
+made here from the same two numbers (a failed check means no time is reported at all). Then it
+turns medians into the figures the labs print: lab 1's cost table, lab 2's SPEEDUP and TFLOP/s.
+
+The references come from the oracle on the driver's own GPU (`labrunner.run.gpu_oracle`), which
+proves itself first; the tests pass `CpuReferences`, the same definitions in numpy.
 """
 
 from __future__ import annotations
 
-import zlib
+import random
 from dataclasses import asdict, replace
+from typing import Protocol
 
 import numpy as np
 
+from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
+from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.report.results import CaseResult
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
-from labrunner.truth.cases import random_inputs
-from labrunner.truth.check import check_output
+from labrunner.truth.check import OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
-from labrunner.truth.poison import never_written
+from labrunner.truth.timing_sets import KEY_BITS, make_set
 
-TIMING_INPUT_SETS = 3
 MIB = 1024 * 1024
 PROJECTED_SIZES = (4096, 32768)
+
+
+class References(Protocol):
+    """Where the references of checked timed calls come from: the driver's GPU, or numpy in the tests."""
+
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int): ...
+
+    def check(self, out: np.ndarray, reference) -> OutputCheck: ...
+
+    def release(self) -> None: ...
+
+
+class CpuReferences:
+    """The numpy definition of each set and the CPU oracle: exact, and seconds per set at the timing shape."""
+
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int) -> np.ndarray:
+        s = make_set(key, number, rows, prefix)
+        return oracle.attention(s["q"], s["k"], s["v"], prefix=prefix)
+
+    def check(self, out: np.ndarray, reference: np.ndarray) -> OutputCheck:
+        return check_output(out, reference)
+
+    def release(self) -> None:
+        pass
+
+
+def gpu_references() -> References:
+    """The driver's GPU oracle, proven; a GPU the driver cannot use is an environment error (exit 6)."""
+    from labrunner.run.gpu_oracle import GpuOracle
+
+    try:
+        return GpuOracle()
+    except AttnlabError:
+        raise
+    except Exception as exc:  # CuPy's own errors: no device for this process, out of memory, ...
+        raise environment_error(
+            f"the driver checks timed calls with the oracle on the GPU and could not use it ({type(exc).__name__}: "
+            f"{exc}); a GPU in exclusive-process compute mode cannot serve the driver and the worker at once: "
+            "`nvidia-smi -c DEFAULT` allows both") from None
 
 
 def attention_flops(rows: int, prefix: int) -> float:
@@ -35,14 +80,10 @@ def attention_flops(rows: int, prefix: int) -> float:
     return 4.0 * HEAD_DIM * visible_pairs * QUERY_HEADS
 
 
-def timing_inputs(seed: int, rows: int, prefix: int, count: int = TIMING_INPUT_SETS) -> list[dict]:
-    """Fresh inputs for timed calls, never the correctness cases' own (a replayed answer must fail)."""
-    sets = []
-    for index in range(count):
-        rng = np.random.default_rng([seed, zlib.crc32(b"timing"), rows, prefix, index])
-        inputs = random_inputs(rng, rows, prefix)
-        sets.append({"q": inputs.q, "k": inputs.k, "v": inputs.v})
-    return sets
+def new_key() -> list[int]:
+    """A round's key to the pool of input sets, from the operating system's entropy: no kernel can know it."""
+    draw = random.SystemRandom()
+    return [draw.getrandbits(KEY_BITS), draw.getrandbits(KEY_BITS)]
 
 
 def timing_budget_s(options: TimingOptions, things: int) -> float:
@@ -50,63 +91,80 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
     return 120.0 + things * 2.5 * options.budget_s
 
 
-def verify_timed_outputs(case_name: str, who: str, verified: list, input_sets: list[dict], rows: int, prefix: int,
-                         references: dict[int, np.ndarray]) -> CaseResult | None:
-    """Every verified call must match the oracle on its input set, V scaled by the call's factor; else a verdict.
+def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]], key: list[int], sets_drawn: int,
+                         rows: int, prefix: int, references: References, minimum: int = 0) -> CaseResult | None:
+    """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
-    The factor is divided out of the output and the rest is held to the same pass rule as every
-    case; the factor's own rounding (about 1e-7 relative) is far inside it.
+    `contenders` maps who ("student", "baseline") to (the label a message names, the worker's
+    `checked` record: set numbers and outputs). A set checked for both is made and referenced
+    once. A student's failure is reported before a baseline's. A record that cannot be what the
+    timing loop produced (fewer checked calls than `minimum`, a set twice, a set never drawn) is
+    refused: a time is reported only for calls that were really checked.
     """
-    for input_index, factor, out in verified:
-        if input_index not in references:
-            s = input_sets[input_index]
-            references[input_index] = oracle.attention(s["q"], s["k"], s["v"], prefix=prefix)
-        checked = check_output(divide_out(out, factor).reshape(rows, QUERY_HEADS, HEAD_DIM), references[input_index])
-        if not checked.passed:
-            return CaseResult(case_name, checked.status,
-                              f"{who}: a timed call on fresh input set {input_index} (V scaled by {factor:.4g}, "
-                              f"output re-poisoned) failed: {checked.message}; a kernel must compute every call, "
-                              "so no time is reported",
-                              rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
-                              checked.failing_rows)
-    return None
-
-
-def divide_out(out: np.ndarray, factor: float) -> np.ndarray:
-    """`out / factor`, where an element still holding the poison keeps it bit for bit (a NaN's payload
-    need not survive arithmetic, and it is how an unwritten element is told apart)."""
-    restored = (out / np.float64(factor)).astype(np.float32)
-    unwritten = never_written(out)
-    restored[unwritten] = out[unwritten]
-    return restored
+    by_set: dict[int, list[tuple[str, str, np.ndarray]]] = {}
+    for who, (label, checked) in contenders.items():
+        numbers, outputs = [int(n) for n in checked["sets"]], checked["outputs"]
+        if (getattr(outputs, "shape", None) != (len(numbers), rows * QUERY_HEADS * HEAD_DIM)
+                or len(numbers) < minimum or numbers != sorted(set(numbers))
+                or any(not 0 <= n < sets_drawn for n in numbers)):
+            raise WorkerFailure("error", f"the worker's record of {who}'s checked calls is not one the timing loop "
+                                         f"makes ({len(numbers)} calls, at least {minimum}, each on its own set of "
+                                         f"the {sets_drawn} drawn, each output {rows} x {QUERY_HEADS} x {HEAD_DIM}): "
+                                         "no time is reported")
+        for number, out in zip(numbers, outputs):
+            by_set.setdefault(int(number), []).append((who, label, out))
+    baseline_failure = None
+    for number in sorted(by_set):
+        reference = references.reference(tuple(key), number, rows, prefix)
+        for who, label, out in by_set[number]:
+            checked = references.check(out.reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
+            if checked.passed:
+                continue
+            failure = CaseResult(case_name, checked.status,
+                                 f"{label}: a timed call on fresh input set {number} (output re-poisoned) failed: "
+                                 f"{checked.message}; a kernel must compute every call, so no time is reported",
+                                 rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
+                                 checked.failing_rows)
+            if who != "baseline":
+                references.release()
+                return failure
+            baseline_failure = baseline_failure or failure
+        del reference
+    references.release()
+    return baseline_failure
 
 
 def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict,
                  rows: int, prefix: int, seed: int, options: TimingOptions,
-                 student_label: str, baseline_label: str) -> tuple[dict | None, CaseResult | None]:
-    """Student and baseline interleaved on the same input sets, in `options.rounds` independent
-    rounds (a fresh worker process each), pooled. Returns (timing, failure)."""
-    input_sets = timing_inputs(seed, rows, prefix)
+                 student_label: str, baseline_label: str,
+                 references: References | None = None) -> tuple[dict | None, CaseResult | None]:
+    """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
+    rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
+
+    `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
+    kernel that knew its inputs could have their answers ready."""
+    references = references or gpu_references()
     launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
                 "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix)}
-    references: dict[int, np.ndarray] = {}
     replies = []
     for round_index in range(options.rounds):
         if round_index:
             worker.restart()
-        # each round draws its own verification schedule
+        # each round its own bootstrap seed (the checked calls are drawn from the system's entropy)
         round_options = replace(options, seed=options.seed + round_index)
-        request = {"kind": "speedup", "input_sets": input_sets, "options": asdict(round_options),
-                   "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches}
+        key = new_key()
+        request = {"kind": "speedup", "sets": {"key": key, "rows": rows, "prefix": prefix},
+                   "options": asdict(round_options), "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches}
         try:
             reply = worker.time(request, timing_budget_s(options, 2))
+            failure = verify_timed_outputs(f"timed C{rows}-P{prefix}",
+                                           {"student": (student_label, reply["checked"]["student"]),
+                                            "baseline": (baseline_label, reply["checked"]["baseline"])},
+                                           key, reply["sets_drawn"], rows, prefix, references, options.min_verified)
         except WorkerFailure as failure:
             return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
-        for who, label in (("student", student_label), ("baseline", baseline_label)):
-            failure = verify_timed_outputs(f"timed C{rows}-P{prefix}", label, reply["verified"][who], input_sets,
-                                           rows, prefix, references)
-            if failure:
-                return None, failure
+        if failure:
+            return None, failure
         replies.append(reply)
     rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
     comparison = pool_rounds(rounds, seed=options.seed).to_json()
@@ -116,11 +174,13 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         "speedup": comparison["speedup"],
         "rounds": [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high,
                     "student_median_ms": r.student.median_ms, "baseline_median_ms": r.baseline.median_ms,
-                    "student_per_input_set_ms": per_input_set_medians(r.student.samples_ms, len(input_sets)),
-                    "baseline_per_input_set_ms": per_input_set_medians(r.baseline.samples_ms, len(input_sets))}
+                    "student_per_input_set_ms": per_input_set_medians(r.student.samples_ms, INPUT_SLOTS),
+                    "baseline_per_input_set_ms": per_input_set_medians(r.baseline.samples_ms, INPUT_SLOTS)}
                    for r in rounds],
-        "verified_calls": {who: sum(len(reply["verified"][who]) for reply in replies)
+        "verified_calls": {who: sum(len(reply["checked"][who]["sets"]) for reply in replies)
                            for who in ("student", "baseline")},
+        "input_sets": sum(reply["sets_drawn"] for reply in replies),
+        "oracle_proof": getattr(references, "proof", None),
         **_common(replies[0], replies[-1]),
     }
     timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
@@ -128,33 +188,36 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
 
 
 def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]:
-    """The median time on each input set (sample k ran on set k % n_inputs): a set whose buffers
+    """The median time in each input slot (sample k ran in slot k % n_inputs): a slot whose buffers
     landed somewhere slower shows up here, where the overall median hides it."""
     return [float(np.median(samples_ms[i::n_inputs])) for i in range(n_inputs) if samples_ms[i::n_inputs]]
 
 
 def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
-                  options: TimingOptions) -> tuple[dict | None, CaseResult | None]:
-    """Each kernel alone and the whole call at every size: lab 1's cost table."""
-    size_requests = []
-    for t in sizes:
-        input_sets = timing_inputs(seed, t, 0, count=2)
-        size_requests.append({"T": t, "input_sets": input_sets, "launches": lab.plan_launches(constants, t, 0),
-                              "workspace": lab.workspace(t, 0), "out_count": t * QUERY_HEADS * HEAD_DIM})
+                  options: TimingOptions, references: References | None = None) -> tuple[dict | None, CaseResult | None]:
+    """Each kernel alone and the whole call at every size, every call on a fresh input set: lab 1's cost table.
+    (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
+    references = references or gpu_references()
+    size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
+                      "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(t, 0),
+                      "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
     request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options)}
     try:
         reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
+        rows = []
+        for size, measured in zip(size_requests, reply["sizes"]):
+            t = size["T"]
+            failure = verify_timed_outputs(f"timed T{t}", {"pipeline": ("the pipeline", measured["checked"])},
+                                           size["sets"]["key"], measured["sets_drawn"], t, 0, references,
+                                           options.min_verified)
+            if failure:
+                return None, failure
+            rows.append(pipeline_row(t, measured["stats"]))
     except WorkerFailure as failure:
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
-    rows = []
-    for size, measured in zip(size_requests, reply["sizes"]):
-        t = size["T"]
-        failure = verify_timed_outputs(f"timed T{t}", "the pipeline", measured["verified"], size["input_sets"], t, 0, {})
-        if failure:
-            return None, failure
-        rows.append(pipeline_row(t, measured["stats"]))
     timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
-              **_common(reply, reply)}
+              "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
+              "oracle_proof": getattr(references, "proof", None), **_common(reply, reply)}
     for row in rows:
         timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in
                                {**row["kernels"], "total": row["total"]}.items() if stats.get("warning")]

@@ -17,8 +17,8 @@ leaderboard harness:
   target was not reached, the result says so, with numbers.
 * A comparison interleaves the two contenders call by call, so a clock change
   or a noisy neighbour hurts both equally instead of biasing the ratio.
-* A few timed calls, picked at random, are verified: a kernel cannot be fast
-  only on the calls nobody checks.
+* A few timed calls, picked at random from the operating system's entropy,
+  are verified: a kernel cannot be fast only on the calls nobody checks.
 """
 
 from __future__ import annotations
@@ -182,18 +182,22 @@ class RunningMoments:
 
 
 class VerificationSchedule:
-    """Decides which timed calls are also verified, reproducibly from a seed.
+    """Decides which rounds of timed calls are also verified.
 
-    About `verify_fraction` of the calls are picked at random, and on top of
+    About `verify_fraction` of the rounds are picked at random, and on top of
     that `min_verified` positions are drawn among the first `min_samples`
-    calls, so even a short run checks a few. Being random, the choice cannot
-    be predicted by a kernel that counts its calls.
+    rounds, so even a short run checks a few. Every contender of a round is
+    verified together: they ran on the same input set, so one reference
+    checks them all.
+
+    The choice comes from the operating system's entropy, never from a seed:
+    the seed is public by default, and a kernel that knew it could count its
+    calls and be correct exactly on the ones that are checked. Tests pass a
+    seeded `random.Random` as `draw` to make the choice reproducible.
     """
 
-    def __init__(self, options: TimingOptions, role: str) -> None:
-        # A string seed keeps the two contenders of a comparison on different,
-        # yet reproducible, schedules.
-        self._rng = random.Random(f"{options.seed}:{role}")
+    def __init__(self, options: TimingOptions, draw: random.Random | None = None) -> None:
+        self._rng = draw if draw is not None else random.SystemRandom()
         self._fraction = options.verify_fraction
         self.minimum = options.min_verified
         self._guaranteed = set(self._rng.sample(range(options.min_samples), self.minimum))
@@ -208,19 +212,15 @@ class VerificationSchedule:
 class SampleSeries:
     """The samples of one contender, with what the stopping rule needs to know."""
 
-    def __init__(self, options: TimingOptions, role: str) -> None:
+    def __init__(self, options: TimingOptions) -> None:
         self.samples_ms: list[float] = []
         self.moments = RunningMoments()
         self.verified_count = 0
-        self.schedule = VerificationSchedule(options, role)
         self._options = options
 
     @property
     def count(self) -> int:
         return self.moments.count
-
-    def next_call_is_verified(self, must_verify: bool) -> bool:
-        return self.schedule.should_verify(self.count) or must_verify
 
     def add(self, elapsed_ms: float, verified: bool) -> None:
         self.samples_ms.append(elapsed_ms)
@@ -234,7 +234,7 @@ class SampleSeries:
         )
 
     def verification_short(self) -> bool:
-        return self.verified_count < self.schedule.minimum
+        return self.verified_count < self._options.min_verified
 
 
 def run_call(contender: Contender, input_index: int, verify: bool, timer: Timer) -> float:
@@ -303,17 +303,18 @@ def summarize(series: SampleSeries, options: TimingOptions, stopped_by: str,
 
 def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
                        options: TimingOptions, clock: Callable[[], float],
-                       budget_s: float) -> tuple[list[SampleSeries], str]:
+                       budget_s: float, draw: random.Random | None = None) -> tuple[list[SampleSeries], str]:
     """The shared loop: one call per contender per round, all on the same input set.
 
-    Round k uses input set k % n_inputs for every contender. The loop keeps
-    going past a stopping reason only to reach the minimum number of verified
-    calls, and then it verifies every call until it has.
+    Round k uses input set k % n_inputs for every contender, and either all
+    of a round's calls are verified or none is. The loop keeps going past a
+    stopping reason only to reach the minimum number of verified calls, and
+    then it verifies every round until it has.
     """
     if n_inputs < 1:
         raise ValueError(f"n_inputs must be at least 1, got {n_inputs}")
-    roles = ["student", "baseline"] if len(contenders) == 2 else ["single"]
-    series = [SampleSeries(options, role) for role in roles]
+    series = [SampleSeries(options) for _ in contenders]
+    schedule = VerificationSchedule(options, draw)
 
     # Warm-up runs the same path as a sample (flush, events and all), so
     # lazy compilation, module loading and clock ramp-up happen here, unrecorded.
@@ -327,9 +328,9 @@ def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
     reason: str | None = None
     while True:
         input_index = series[0].count % n_inputs
+        must_verify = reason is not None and any(s.verification_short() for s in series)
+        verify = schedule.should_verify(series[0].count) or must_verify
         for contender, own in zip(contenders, series):
-            must_verify = reason is not None and own.verification_short()
-            verify = own.next_call_is_verified(must_verify)
             own.add(run_call(contender, input_index, verify, timer), verify)
         reason = stop_reason(series, options, clock() - start_s, budget_s)
         if reason is not None and not any(s.verification_short() for s in series):
@@ -338,17 +339,17 @@ def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
 
 def measure(contender: Contender, n_inputs: int, timer: Timer,
             options: TimingOptions | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> Stats:
+            clock: Callable[[], float] = time.perf_counter, draw: random.Random | None = None) -> Stats:
     """Time one contender until its mean is known to `options.noise_target`."""
     options = options or TimingOptions()
     budget_s = options.budget_s
-    (series,), reason = sample_interleaved([contender], n_inputs, timer, options, clock, budget_s)
+    (series,), reason = sample_interleaved([contender], n_inputs, timer, options, clock, budget_s, draw)
     return summarize(series, options, reason, budget_s)
 
 
 def compare(student: Contender, baseline: Contender, n_inputs: int, timer: Timer,
             options: TimingOptions | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> Comparison:
+            clock: Callable[[], float] = time.perf_counter, draw: random.Random | None = None) -> Comparison:
     """Time student and baseline interleaved, and give the speedup with its 95% interval.
 
     Two things are measured, so the wall-clock budget is `budget_s` for each,
@@ -358,7 +359,7 @@ def compare(student: Contender, baseline: Contender, n_inputs: int, timer: Timer
     options = options or TimingOptions()
     budget_s = 2 * options.budget_s
     (student_series, baseline_series), reason = sample_interleaved(
-        [student, baseline], n_inputs, timer, options, clock, budget_s
+        [student, baseline], n_inputs, timer, options, clock, budget_s, draw
     )
     level = 0.95
     speedup, ci_low, ci_high = paired_speedup_ci(

@@ -5,6 +5,9 @@ sum of the values. Double precision throughout, so float32 kernels are judged ag
 reference whose own error is far below the pass rule. No Python loop runs over rows or heads:
 the grouped-query structure becomes one extra axis, and keys are processed in blocks so the
 lab-2 timing shape (2048 rows against 4096 keys) never materializes a 2 GiB score tensor.
+
+`xp` is the array module the arithmetic runs in: numpy, or CuPy where the driver checks timed
+calls on its own GPU (`labrunner.run.gpu_oracle`), so there is one definition, not two.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCA
 _ROW_BLOCK = 256
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp=np) -> np.ndarray:
     """Causal grouped-query attention in float64.
 
     q: `[rows][32][64]`; k, v: `[prefix + rows][8][64]`; row i sees keys j <= prefix + i.
@@ -35,17 +38,17 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0) -> n
     q64 = q.astype(np.float64).reshape(rows, KV_HEADS, GROUP, HEAD_DIM).transpose(1, 2, 0, 3)
     k64 = k.astype(np.float64).transpose(1, 0, 2)  # [kv][keys][dim]
     v64 = v.astype(np.float64).transpose(1, 0, 2)
-    out = np.empty((KV_HEADS, GROUP, rows, HEAD_DIM))
+    out = xp.empty((KV_HEADS, GROUP, rows, HEAD_DIM))
     for start in range(0, rows, _ROW_BLOCK):
         stop = min(rows, start + _ROW_BLOCK)
         visible_keys = prefix + stop  # no row of this block sees past its last row's position
-        scores = np.matmul(q64[:, :, start:stop, :], k64[:, None, :visible_keys, :].transpose(0, 1, 3, 2))
+        scores = xp.matmul(q64[:, :, start:stop, :], k64[:, None, :visible_keys, :].transpose(0, 1, 3, 2))
         scores *= SCALE
-        positions = prefix + np.arange(start, stop)
-        hidden = np.arange(visible_keys)[None, :] > positions[:, None]
-        scores[..., hidden] = -np.inf
+        positions = prefix + xp.arange(start, stop)
+        hidden = xp.arange(visible_keys)[None, :] > positions[:, None]
+        xp.copyto(scores, -np.inf, where=hidden)
         scores -= scores.max(axis=-1, keepdims=True)
-        weights = np.exp(scores)
+        weights = xp.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
-        out[:, :, start:stop, :] = np.matmul(weights, v64[:, None, :visible_keys, :])
+        out[:, :, start:stop, :] = xp.matmul(weights, v64[:, None, :visible_keys, :])
     return out.transpose(2, 0, 1, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)

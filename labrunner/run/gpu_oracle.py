@@ -1,0 +1,103 @@
+"""The oracle on the driver's own GPU: the reference of every checked timed call, fast enough to check them all.
+
+A timed comparison checks a couple of dozen calls, each on an input set of its own. The float64
+oracle needs seconds per set at the timing shape on a CPU and milliseconds on a GPU, so the
+driver runs the same oracle (`labrunner.truth.oracle`, with CuPy as its array module) on the
+GPU, in a CUDA context of its own: the worker's kernels run in another process and cannot
+touch it. It runs only between timing rounds, when the worker's GPU work has finished, so it
+never competes with a timed call.
+
+Before it judges anything it proves itself, every run: the closed-form golden case to the
+golden proof's tolerance, and a random set (more rows than one of the oracle's row blocks)
+made both by the numpy definition and by the CUDA twin, bit for bit the same, whose GPU
+reference must match the CPU oracle's to 1e-12. A failed proof refuses to time (exit 6).
+
+The pass rule is applied on the GPU too (`contract.within_tolerance` takes CuPy arrays); only a
+call that fails is brought back to the CPU checker, for its message. The tests run this class
+with numpy as its array module and the numpy definition as its set maker, so its logic is
+checked where there is no GPU; on a GPU it is CuPy and the CUDA twin.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from labrunner.exit_codes import environment_error
+from labrunner.measure.input_pool import CudaSets
+from labrunner.truth import oracle
+from labrunner.truth.check import PASS, OutputCheck, check_output
+from labrunner.truth.contract import within_tolerance
+from labrunner.truth.golden import PROOF_TOLERANCE, prove_oracle
+from labrunner.truth.timing_sets import KEY_BITS, make_set, set_shapes
+
+PROOF_ROWS, PROOF_PREFIX = 260, 36  # past the oracle's 256-row block, so the blocking is proven too
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+class GpuOracle:
+    """Makes timing set n under a key on the GPU and judges a kernel's output for it there.
+
+    `xp` and `sets` are CuPy and `CudaSets` unless a test passes numpy and `NumpySets`."""
+
+    def __init__(self, xp=None, sets=CudaSets):
+        self.cp = xp if xp is not None else _cupy()
+        self.sets = sets
+        self.proof = self.prove()
+
+    def host(self, array) -> np.ndarray:
+        return self.cp.asnumpy(array) if self.cp is not np else array
+
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int):
+        """The float64 reference of set `number`, on the GPU."""
+        cp = self.cp
+        buffers = {name: cp.empty(shape, dtype=np.float32) for name, shape in set_shapes(rows, prefix).items()}
+        self.sets(None, key, rows, prefix).fill(buffers, number)
+        return oracle.attention(buffers["q"], buffers["k"], buffers["v"], prefix=prefix, xp=cp)
+
+    def check(self, out: np.ndarray, reference) -> OutputCheck:
+        """The checker's verdict on `out` (float32, host) against a reference on the GPU."""
+        cp = self.cp
+        on_gpu = cp.asarray(out)
+        if bool(within_tolerance(on_gpu, reference).all()):
+            errors = cp.abs(on_gpu.astype(cp.float64) - reference)
+            return OutputCheck(PASS, f"all {out.size} elements within the pass rule", float(errors.max()), 0, out.size)
+        return check_output(out, self.host(reference))
+
+    def release(self) -> None:
+        """Give the memory back, so the next round's worker has the whole GPU."""
+        if self.cp is not np:
+            self.cp.get_default_memory_pool().free_all_blocks()
+
+    def prove(self) -> dict:
+        cp = self.cp
+        golden = prove_oracle(attention=lambda q, k, v, prefix: self.host(
+            oracle.attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), prefix=prefix, xp=cp)))
+        if not golden.passed:
+            raise environment_error(f"the GPU oracle failed the golden proof (max error {golden.max_error:.3g} > "
+                                    f"{PROOF_TOLERANCE:g}): refusing to time; check the GPU and the CuPy install")
+        draw = random.SystemRandom()
+        key = (draw.getrandbits(KEY_BITS), draw.getrandbits(KEY_BITS))
+        on_cpu = make_set(key, 0, PROOF_ROWS, PROOF_PREFIX)
+        on_gpu = {name: cp.empty(a.shape, dtype=np.float32) for name, a in on_cpu.items()}
+        self.sets(None, key, PROOF_ROWS, PROOF_PREFIX).fill(on_gpu, 0)
+        differing = sum(int(np.count_nonzero(self.host(on_gpu[n]).view(np.uint32) != on_cpu[n].view(np.uint32)))
+                        for n in on_cpu)
+        if differing:
+            raise environment_error(f"the GPU made {differing} elements of a timing input set differently from its "
+                                    "numpy definition: refusing to time; check the GPU and the CuPy install")
+        cpu = oracle.attention(on_cpu["q"], on_cpu["k"], on_cpu["v"], prefix=PROOF_PREFIX)
+        gpu = self.host(oracle.attention(on_gpu["q"], on_gpu["k"], on_gpu["v"], prefix=PROOF_PREFIX, xp=cp))
+        gap = float(np.max(np.abs(gpu - cpu)))
+        if not gap <= PROOF_TOLERANCE:
+            raise environment_error(f"the GPU oracle differs from the CPU oracle by {gap:.3g} (> {PROOF_TOLERANCE:g}) "
+                                    "on a random set: refusing to time; check the GPU and the CuPy install")
+        self.release()
+        return {"golden_max_error": golden.max_error, "cpu_gpu_max_difference": gap, "tolerance": PROOF_TOLERANCE,
+                "set_bits_equal": True}
