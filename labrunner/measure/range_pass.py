@@ -178,8 +178,13 @@ def run_ncu(kernel_names: list[str], skip: int, count: int, target: list[str], t
         seconds = time.monotonic() - started
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     launches = parse_ncu_csv(log_text)
+    if not launches and parse_ncu_csv(completed.stdout):
+        # an ncu that kept its report on stdout despite --log-file; the target's own stdout goes to /dev/null
+        log_text = completed.stdout
+        launches = parse_ncu_csv(log_text)
     if len(launches) != count or completed.returncode != 0:
         if launches and completed.returncode == 0:
             raise RangePassUnavailable(f"ncu profiled {len(launches)} launches where {count} were asked for")
-        raise RangePassUnavailable(explain_failure(log_text, completed.stderr, completed.returncode))
+        raise RangePassUnavailable(explain_failure(log_text + "\n" + completed.stdout, completed.stderr,
+                                                   completed.returncode))
     return NcuRun(launches, command, log_text, seconds)

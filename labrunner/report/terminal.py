@@ -219,6 +219,11 @@ BAR_WIDTH = 60
 KERNEL_STYLES = ("cyan", "magenta", "yellow", "green", "blue", "red")
 
 
+def plain_note(message: str) -> None:
+    """A note whose text is shown as written: brackets in it (`attnlab[profile]`) are not markup."""
+    note(escape(message))
+
+
 def plain_lines(lines: list[str]) -> None:
     """Lines printed exactly as given: no markup, no highlighting, never wrapped."""
     for line in lines:
@@ -231,7 +236,7 @@ def trace_report(trace: dict) -> None:
               if trace["source"] == "cupti" else "CUDA events around each launch")
     heading(f"Trace timeline: {trace['calls']} calls per shape, GPU start and end of every kernel from {source}")
     if trace.get("why_not_cupti") and trace["source"] != "cupti":
-        note(f"no CUPTI: {trace['why_not_cupti']}")
+        plain_note(f"no CUPTI: {trace['why_not_cupti']}")
     slices = trace["slices"]
     kernels = list(dict.fromkeys(s["kernel"] for s in slices))
     style = {k: KERNEL_STYLES[i % len(KERNEL_STYLES)] for i, k in enumerate(kernels)}
@@ -271,7 +276,7 @@ def range_report(profile: dict) -> None:
     """The Range pass's counters per kernel, the roofline verdicts, and the ceilings they stand under."""
     report = profile.get("range") or {}
     if not report.get("available"):
-        note(f"Range pass: {report.get('message')}")
+        plain_note(f"Range pass: {report.get('message')}")
         return
     shape = report["shape"]["label"]
     table = Table(title=f"Range pass (Nsight Compute, one cold call at {shape}, clocks untouched)")
@@ -297,7 +302,7 @@ def range_report(profile: dict) -> None:
                      f"HBM {ceilings['bandwidth'] / 1e12:.2f} TB/s ({escape(ceilings['bandwidth_source'])}); "
                      f"ridge point {ceilings['ridge_flop_per_byte']:.1f} FLOP/B[/]", soft_wrap=True)
     else:
-        note(f"no roofline verdict: {profile.get('ceilings_problem')}")
+        plain_note(f"no roofline verdict: {profile.get('ceilings_problem')}")
     for contender in report["contenders"]:
         point = contender.get("point")
         if point:
@@ -311,7 +316,7 @@ def range_report(profile: dict) -> None:
         stdout.print(f"[dim]{escape(row['kernel'])}: the trace's median {row['trace_median_ms']:.3f} ms, ncu's "
                      f"{row['ncu_ms']:.3f} ms ({100 * row['difference']:+.1f}%)[/]", soft_wrap=True)
     if profile.get("no_starter_row"):
-        note(profile["no_starter_row"])
+        plain_note(profile["no_starter_row"])
 
 
 def traffic_beside_measured(profile: dict) -> None:
@@ -335,7 +340,7 @@ def traffic_beside_measured(profile: dict) -> None:
 def range_summary_line(report: dict) -> None:
     """`grade --profile`, `bench --profile`: the Range pass in one line."""
     if not report.get("available"):
-        note(f"Range pass: {report.get('message')}")
+        plain_note(f"Range pass: {report.get('message')}")
         return
     parts = []
     for contender in report["contenders"]:
