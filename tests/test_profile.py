@@ -182,3 +182,39 @@ def test_profile_of_a_file_that_does_not_compile_is_exit_3(runner, tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert (data["command"], data["verdict"], data["exit_code"]) == ("profile", "compile-error", 3)
     assert "profile" not in data  # nothing was profiled
+
+
+def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch):
+    from test_range_pass import DATA
+
+    # this stand-in also answers for the target program: it writes the GPU's facts where the payload says
+    facts = json.dumps(H200_FACTS)
+    stand_in_ncu(tmp_path, monkeypatch,
+                 f"cp {shlex.quote(str(DATA))} \"$log\"\n"
+                 "for last in \"$@\"; do :; done\n"
+                 f"{shlex.quote(__import__('sys').executable)} -c 'import json, sys; "
+                 f"json.dump(json.loads(sys.argv[2]), open(json.load(open(sys.argv[1]))[\"facts_path\"], \"w\"))' "
+                 f"\"$last\" {shlex.quote(facts)}\n")
+    printed = io.StringIO()
+    monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=400, highlight=False, color_system=None))
+    lab = get_lab("lab2")
+    from labrunner.build.gate import load_submission
+
+    result = RunResult("grade", "lab2", "solution.cu", backend="gpu")
+    profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
+    starter = runs_module.display_path(lab.starter_path)
+    assert printed.getvalue() == (
+        "Range pass at C = 2048, P = 2048 (ncu): solution.cu 2.177 ms, DRAM 52.4 MB, SM 74%, compute-bound: "
+        f"23.7 TFLOP/s, 35% of the FP32 roof | {starter} 28.413 ms, DRAM 65.0 MB, SM 55%, compute-bound: "
+        "1.8 TFLOP/s, 3% of the FP32 roof\n")
+    assert result.profile["schema"] == "attnlab.profile/1" and result.profile["range"]["available"]
+
+
+def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsys):
+    lab = get_lab("lab2")
+    from labrunner.build.gate import load_submission
+
+    result = RunResult("grade", "lab2", "solution.cu", backend="cpu")
+    profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
+    assert result.profile is None
+    assert capsys.readouterr().err == "note: --profile: no Range pass, since the kernel was not timed on the GPU\n"

@@ -166,3 +166,16 @@ def test_the_range_report_without_permission_carries_the_message(tmp_path, monke
     lab, contenders = lab2_contenders()
     report = range_pass(lab, contenders, "C = 2048, P = 2048", 2048, 2048, seed=1, ceilings=H200)
     assert (report["available"], report["message"]) == (False, PERMISSION)
+
+
+def test_a_metric_ncu_does_not_know_is_dropped_and_the_rest_collected(tmp_path, monkeypatch):
+    # the first run refuses the FMA-pipe metric by name; the second, without it, answers
+    args_file = stand_in_ncu(tmp_path, monkeypatch,
+                             "case \"$*\" in *sm__pipe_fma_cycles*) echo \"==ERROR== Failed to find metric "
+                             "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active\" >&2; exit 1;; esac\n"
+                             f"cp {shlex.quote(str(DATA))} \"$log\"\n")
+    run = run_ncu(["flash_prefill"], 6, 2, [sys.executable, "-c", "pass"], timeout_s=30)
+    assert run.dropped_metrics == ["sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"]
+    args = args_file.read_text().splitlines()
+    assert "sm__pipe_fma_cycles" not in args[args.index("--metrics") + 1]
+    assert len(run.launches) == 2

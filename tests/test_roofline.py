@@ -92,3 +92,44 @@ def test_exactly_at_the_ridge_is_compute_bound_as_in_the_lesson():
     ceilings = Ceilings(10e12, 1e12, "peak", "bandwidth")
     assert Point(10e9, 1e9, 1e-3, ceilings).bound == "compute-bound"
     assert lesson_roofline(10e9, 1e9, 10e12, 1e12)[3] == "compute-bound"
+
+
+def fake_gpu_modules(monkeypatch, clock_rate=None, bus_width=6144):
+    """CuPy and NVML as an H200 answers them (CUDA 13's properties have no clockRate; NVML has the clocks)."""
+    import sys
+    import types
+
+    properties = {"multiProcessorCount": 132, "major": 9, "minor": 0, **({"clockRate": clock_rate} if clock_rate else {})}
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceProperties=lambda i: properties),
+        Device=lambda i: types.SimpleNamespace(pci_bus_id="0000:19:00.0")))
+
+    def bus(handle):
+        if bus_width is None:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return bus_width
+
+    nvml = types.SimpleNamespace(
+        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByPciBusId=lambda bus_id: ("handle", bus_id),
+        nvmlDeviceGetMaxClockInfo=lambda handle, kind: {1: 1980, 2: 3201}[kind], nvmlDeviceGetMemoryBusWidth=bus)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+
+
+def test_the_gpu_facts_come_from_cupy_and_nvml(monkeypatch):
+    from labrunner.measure.gpu_facts import read_gpu_facts
+
+    fake_gpu_modules(monkeypatch)
+    assert read_gpu_facts() == H200_FACTS
+
+
+def test_a_fact_nvml_refuses_is_none_and_the_others_stay(monkeypatch):
+    import labrunner.measure.gpu_facts as gpu_facts
+
+    fake_gpu_modules(monkeypatch, clock_rate=1_755_000, bus_width=None)
+    monkeypatch.setattr(gpu_facts, "measured_copy_bandwidth", lambda: 4.3e12)
+    facts = gpu_facts.read_gpu_facts()
+    assert (facts["max_sm_clock_mhz"], facts["max_memory_clock_mhz"], facts["memory_bus_width_bits"]) == (1980, 3201, None)
+    assert facts["measured_copy_bytes_per_s"] == 4.3e12
+    assert ceilings_from_facts(facts)[0].bandwidth == 4.3e12

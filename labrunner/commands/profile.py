@@ -220,7 +220,7 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
         return {**report, "available": False,
                 "message": f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched"}
     report.update({"available": True, "message": None, "seconds": run.seconds, "command": run.command,
-                   "contenders": []})
+                   "dropped_metrics": run.dropped_metrics, "contenders": []})
     launches_done = iter(run.launches)
     for name, role, launches, _ in plans:
         kernels = []

@@ -8,6 +8,8 @@ how the facts become the two ceilings.
 
 from __future__ import annotations
 
+from labrunner.measure.device_state import nvml_handle, nvml_read
+
 
 def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> dict:
     """What the ceilings need, from CuPy and NVML, each fact None where it cannot be read; never raises.
@@ -30,15 +32,20 @@ def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> dict:
         import pynvml
 
         pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-            facts["max_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-            facts["max_memory_clock_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
-            facts["memory_bus_width_bits"] = int(pynvml.nvmlDeviceGetMemoryBusWidth(handle))
-        finally:
-            pynvml.nvmlShutdown()
     except Exception:
-        pass
+        pynvml = None
+    if pynvml is not None:
+        try:
+            # the NVML handle of the GPU CUDA calls `device_index` (found by PCI address, as device_state does)
+            handle = nvml_handle(pynvml, nvml_read(lambda: cupy.cuda.Device(device_index).pci_bus_id), device_index)
+            if handle is not None:
+                facts["max_sm_clock_mhz"] = nvml_read(
+                    lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))) or facts["max_sm_clock_mhz"]
+                facts["max_memory_clock_mhz"] = nvml_read(
+                    lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)))
+                facts["memory_bus_width_bits"] = nvml_read(lambda: int(pynvml.nvmlDeviceGetMemoryBusWidth(handle)))
+        finally:
+            nvml_read(pynvml.nvmlShutdown)
     if measure_copy and not (facts["max_memory_clock_mhz"] and facts["memory_bus_width_bits"]):
         facts["measured_copy_bytes_per_s"] = measured_copy_bandwidth()
     return facts

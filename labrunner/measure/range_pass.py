@@ -56,7 +56,11 @@ MISSING_HELP = (
 
 
 class RangePassUnavailable(Exception):
-    """No counters this time, for a reason the user can act on (one line)."""
+    """No counters this time, for a reason the user can act on (one line); `said` is all ncu printed."""
+
+    def __init__(self, message: str, said: str = ""):
+        super().__init__(message)
+        self.said = said
 
 
 @dataclass
@@ -84,10 +88,10 @@ def ncu_path() -> str | None:
 
 
 def ncu_command(tool: str, kernel_names: list[str], skip: int, count: int, log_path: Path,
-                target: list[str]) -> list[str]:
+                target: list[str], metrics: list[str] | None = None) -> list[str]:
     """The exact ncu invocation: the fixed metrics, the chosen launches, base units, CSV into a file."""
     pattern = "^(" + "|".join(sorted(set(kernel_names))) + ")$"
-    return [tool, "--clock-control", "none", "--metrics", ",".join(METRICS), "-k", f"regex:{pattern}",
+    return [tool, "--clock-control", "none", "--metrics", ",".join(metrics or METRICS), "-k", f"regex:{pattern}",
             "--launch-skip", str(skip), "--launch-count", str(count), "--csv", "--print-units", "base",
             "--log-file", str(log_path), *target]
 
@@ -157,24 +161,46 @@ class NcuRun:
     command: list[str]
     raw_csv: str
     seconds: float
+    dropped_metrics: list[str] = field(default_factory=list)
 
 
 def run_ncu(kernel_names: list[str], skip: int, count: int, target: list[str], timeout_s: float,
             cwd: Path | None = None, env: dict | None = None) -> NcuRun:
-    """Run ncu over `target` and return exactly `count` profiled launches, or raise RangePassUnavailable."""
-    import time
+    """Run ncu over `target` and return exactly `count` profiled launches, or raise RangePassUnavailable.
 
+    A metric this ncu or this GPU does not know makes ncu refuse the whole run. Its error names the
+    metric, so a failed run that names some of ours is tried once more without them, and the
+    report says which were dropped: one unknown counter should not cost the other eight.
+    """
     tool = ncu_path()
     if tool is None:
         raise RangePassUnavailable(MISSING_HELP)
+    metrics = list(METRICS)
+    try:
+        return ncu_once(tool, kernel_names, skip, count, target, timeout_s, cwd, env, metrics)
+    except RangePassUnavailable as first:
+        named = [m for m in metrics if m in first.said]
+        if not named or len(named) == len(metrics) or "ERR_NVGPUCTRPERM" in first.said:
+            raise
+        run = ncu_once(tool, kernel_names, skip, count, target, timeout_s, cwd, env,
+                       [m for m in metrics if m not in named])
+        run.dropped_metrics = named
+        return run
+
+
+def ncu_once(tool: str, kernel_names: list[str], skip: int, count: int, target: list[str], timeout_s: float,
+             cwd: Path | None, env: dict | None, metrics: list[str]) -> NcuRun:
+    """One ncu run. A failure carries the one-line reason, then everything ncu said (for `run_ncu`'s retry)."""
+    import time
+
     with tempfile.TemporaryDirectory(prefix="attnlab-ncu-") as scratch:
         log_path = Path(scratch) / "ncu.csv"
-        command = ncu_command(tool, kernel_names, skip, count, log_path, target)
+        command = ncu_command(tool, kernel_names, skip, count, log_path, target, metrics)
         started = time.monotonic()
         try:
             completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
         except subprocess.TimeoutExpired:
-            raise RangePassUnavailable(f"ncu did not finish within {timeout_s:g} s; it was stopped") from None
+            raise RangePassUnavailable(f"ncu did not finish within {timeout_s:g} s; it was stopped", "") from None
         seconds = time.monotonic() - started
         log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     launches = parse_ncu_csv(log_text)
@@ -182,9 +208,10 @@ def run_ncu(kernel_names: list[str], skip: int, count: int, target: list[str], t
         # an ncu that kept its report on stdout despite --log-file; the target's own stdout goes to /dev/null
         log_text = completed.stdout
         launches = parse_ncu_csv(log_text)
+    said = log_text + "\n" + completed.stdout + "\n" + completed.stderr
     if len(launches) != count or completed.returncode != 0:
         if launches and completed.returncode == 0:
-            raise RangePassUnavailable(f"ncu profiled {len(launches)} launches where {count} were asked for")
+            raise RangePassUnavailable(f"ncu profiled {len(launches)} launches where {count} were asked for", said)
         raise RangePassUnavailable(explain_failure(log_text + "\n" + completed.stdout, completed.stderr,
-                                                   completed.returncode))
+                                                   completed.returncode), said)
     return NcuRun(launches, command, log_text, seconds)

@@ -296,6 +296,8 @@ def range_report(profile: dict) -> None:
                           f"{point['achieved_flops_per_s'] / 1e12:.2f}" if point else "-",
                           f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-")
     stdout.print(table)
+    if report.get("dropped_metrics"):
+        plain_note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
     ceilings = profile.get("ceilings")
     if ceilings:
         stdout.print(f"[dim]ceilings: FP32 {ceilings['peak_flops'] / 1e12:.1f} TFLOP/s ({escape(ceilings['peak_source'])}); "
