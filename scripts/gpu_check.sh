@@ -3,7 +3,7 @@
 # each step's log go to $OUT (or ./gpu-check-out); the short table at the end is what to read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=. PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
 out=${OUT:-gpu-check-out}
 logs=$(mktemp -d)
 mkdir -p "$out"

@@ -218,3 +218,21 @@ def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsy
     profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
     assert result.profile is None
     assert capsys.readouterr().err == "note: --profile: no Range pass, since the kernel was not timed on the GPU\n"
+
+
+def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins, monkeypatch):
+    from labrunner.run.worker import WorkerFailure
+
+    class DiesUnderCupti(StandInWorker):
+        def trace(self, request, timeout_s):
+            if request["use_cupti"]:
+                raise WorkerFailure("crash", "the worker process died (SIGSEGV)")
+            return super().trace(request, timeout_s)
+
+    monkeypatch.setattr(profile_module, "Worker", DiesUnderCupti)
+    result = RunResult("profile", "lab1", "solution.cu")
+    profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False), result)
+    trace = result.profile["trace"]
+    assert trace["source"] == "events" and len(trace["slices"]) == 9
+    assert trace["why_not_cupti"] == ("the worker died with CUPTI on (the worker process died (SIGSEGV)); the trace "
+                                      "was taken again with events")

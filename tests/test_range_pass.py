@@ -9,6 +9,7 @@ on PATH (like the stand-in compute-sanitizer of test_diagnose.py) plays the tool
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import stat
@@ -179,3 +180,43 @@ def test_a_metric_ncu_does_not_know_is_dropped_and_the_rest_collected(tmp_path, 
     args = args_file.read_text().splitlines()
     assert "sm__pipe_fma_cycles" not in args[args.index("--metrics") + 1]
     assert len(run.launches) == 2
+
+
+def test_the_target_warms_up_then_makes_one_call_of_each_contender_and_runs_no_other_kernel(tmp_path, monkeypatch):
+    import labrunner.run.profile_target as target
+
+    saved = tmp_path / "payload.json"
+    stand_in_ncu(tmp_path, monkeypatch, f"for last in \"$@\"; do :; done\ncp \"$last\" {shlex.quote(str(saved))}\n"
+                                        f"cp {shlex.quote(str(DATA))} \"$log\"\n")
+    lab, contenders = lab2_contenders()
+    range_pass(lab, contenders, "C = 2048, P = 2048", 33, 31, seed=1, ceilings=H200)
+    calls = []
+
+    class RecordingGpu:
+        def compile(self, source, filename, entry_types):
+            return filename
+
+        def upload(self, array):
+            calls.append(("upload", array.size))
+            return array
+
+        def launch(self, kernels, launch, buffers):
+            calls.append((kernels, launch.kernel, launch.args))
+
+        def synchronize(self):
+            calls.append("sync")
+
+    monkeypatch.setattr(target, "GpuDevice", RecordingGpu)
+    monkeypatch.setattr(target, "read_gpu_facts", lambda: {"sm_count": 132})
+    payload = json.loads(saved.read_text())
+    payload["facts_path"] = str(tmp_path / "facts.json")  # the range pass's own folder is gone by now
+    saved.write_text(json.dumps(payload))
+    target.main(str(saved))
+    assert json.loads((tmp_path / "facts.json").read_text()) == {"sm_count": 132}
+    uploads = [c for c in calls if c[0] == "upload"]
+    # q, k, v, then the poisoned output: copied up, never filled by a kernel
+    assert [size for _, size in uploads] == [33 * 32 * 64, 64 * 8 * 64, 64 * 8 * 64, 33 * 32 * 64]
+    launches = [c for c in calls if c not in uploads and c != "sync"]
+    args = ("q", "k", "v", "out", 33, 31)
+    assert launches == [("solution.cu", "flash_prefill", args), ("starter.cu", "flash_prefill", args)] * 4
+    assert calls[-1] == "sync" and calls.index("sync") == len(uploads) + 6  # three warm-up rounds, then ncu's

@@ -108,10 +108,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
              "launches": lab.plan_launches(submission.constants, rows, prefix),
              "workspace": lab.workspace(rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
             for label, rows, prefix in shapes]}
-        try:
-            reply = worker.trace(trace_request, TRACE_TIMEOUT_S)
-        except WorkerFailure as failure:
-            raise AttnlabError(f"the trace did not finish: {failure.detail}", ExitCode.MISBEHAVED) from None
+        reply = take_trace(worker, trace_request)
         result.kernel_output = worker.kernel_output()
     slices = fill_from_compile(slices_from_reply(reply, {e.name for e in lab.entry_points}), submission)
     profile["trace"] = {"source": reply["source"], "why_not_cupti": reply["why_not_cupti"],
@@ -162,6 +159,23 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             terminal.plain_note(f"wrote the roofline to {request.plot_path}")
     terminal.kernel_output(result.kernel_output)
     terminal.verdict_line(result)
+
+
+def take_trace(worker: Worker, trace_request: dict) -> dict:
+    """The worker's trace; if it dies with CUPTI on, once more with events (a CUPTI library that does not
+    match the driver can take a process down), and said so. A second death is the kernel's."""
+    try:
+        return worker.trace(trace_request, TRACE_TIMEOUT_S)
+    except WorkerFailure as failure:
+        if not trace_request["use_cupti"] or failure.kind != "crash":
+            raise AttnlabError(f"the trace did not finish: {failure.detail}", ExitCode.MISBEHAVED) from None
+        first = failure.detail
+    try:
+        reply = worker.trace({**trace_request, "use_cupti": False}, TRACE_TIMEOUT_S)
+    except WorkerFailure as failure:
+        raise AttnlabError(f"the trace did not finish: {failure.detail}", ExitCode.MISBEHAVED) from None
+    reply["why_not_cupti"] = f"the worker died with CUPTI on ({first}); the trace was taken again with events"
+    return reply
 
 
 def trace_source_words(source: str) -> str:
