@@ -236,3 +236,39 @@ def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins,
     assert trace["source"] == "events" and len(trace["slices"]) == 9
     assert trace["why_not_cupti"] == ("the worker died with CUPTI on (the worker process died (SIGSEGV)); the trace "
                                       "was taken again with events")
+
+
+def test_plot_without_matplotlib_is_refused_before_any_work(runner, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    result = runner.invoke(main, ["profile", "lab2", str(get_lab("lab2").solution_path), "--plot", "r.png"])
+    assert result.exit_code == 6
+    assert result.stderr == "error: --plot needs matplotlib, which is not installed: pip install 'attnlab[profile]'\n"
+
+
+def test_the_roofline_plot_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the profile extra, not the dev one")
+    from labrunner.measure.roofline import Point, ceilings_from_facts
+    from labrunner.report.roofline_plot import plot_roofline
+
+    ceilings, _ = ceilings_from_facts(H200_FACTS)
+    point = Point(51_547_996_160, 52_428_800, 2.17664e-3, ceilings)
+    path = tmp_path / "roofline.png"
+    plot_roofline(ceilings.to_json(), [{"label": "solution.cu", **point.to_json()}], "lab2", path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_malformed_trace_from_the_worker_is_an_error_with_its_reason_not_a_traceback(stand_ins, monkeypatch):
+    from labrunner.exit_codes import AttnlabError
+
+    class Malformed(StandInWorker):
+        def trace(self, request, timeout_s):
+            reply = super().trace(request, timeout_s)
+            reply["slices"][0]["kernel"] = "cupy_fill"
+            return reply
+
+    monkeypatch.setattr(profile_module, "Worker", Malformed)
+    with pytest.raises(AttnlabError, match="malformed") as caught:
+        profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False),
+                           RunResult("profile", "lab1", "solution.cu"))
+    assert (caught.value.message, int(caught.value.exit_code)) == (
+        "the trace came back malformed: the trace names a kernel the lab never launched: 'cupy_fill'", 4)

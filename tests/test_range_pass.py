@@ -220,3 +220,17 @@ def test_the_target_warms_up_then_makes_one_call_of_each_contender_and_runs_no_o
     args = ("q", "k", "v", "out", 33, 31)
     assert launches == [("solution.cu", "flash_prefill", args), ("starter.cu", "flash_prefill", args)] * 4
     assert calls[-1] == "sync" and calls.index("sync") == len(uploads) + 6  # three warm-up rounds, then ncu's
+
+
+@pytest.mark.parametrize("recorded", sorted(DATA.parent.glob("ncu_*.csv")), ids=lambda p: p.name)
+def test_every_recorded_ncu_csv_parses_whole(recorded):
+    """Each ncu CSV under tests/data (a real one saved with `attnlab profile ... --ncu-csv` belongs here too):
+    every launch has all nine counters, in base units."""
+    launches = parse_ncu_csv(recorded.read_text())
+    assert launches and [m.index for m in launches] == list(range(len(launches)))
+    for launch in launches:
+        missing = [key for key, value in launch.values.items() if value is None]
+        assert missing == [], f"{recorded.name} launch {launch.index} lacks {missing}"
+        assert launch.values["duration_ns"] > 1_000  # nanoseconds, not milliseconds
+        assert launch.dram_bytes > 1_000_000         # bytes, not megabytes
+        assert 0 <= launch.values["sm_throughput_pct"] <= 100

@@ -25,6 +25,7 @@ def test_the_lessons_assumptions_reproduce_its_table_line_for_line():
     lines = result.stdout.splitlines()
     assert lines[0] == "HBM traffic model: 1 query head, 1 KV head, d_head 64, 2-byte elements (MB = 10^6 bytes)"
     assert lines[1:4] == LESSON_TABLE
+    assert len(lines) == 5  # one head: no grouping to explain
     assert result.stderr == ""
 
 
@@ -37,6 +38,10 @@ def test_the_defaults_are_the_contract_32_query_heads_8_kv_heads_float32_at_lab1
         "N=  1024: naive=  557.84 MB  flash= 20.97 MB  naive/flash= 26.6x",
         "N=  2048: naive= 2189.43 MB  flash= 41.94 MB  naive/flash= 52.2x",
     ]
+    assert result.stdout.splitlines()[5] == (
+        "grouped-query attention: each of the 8 KV heads serves 4 query heads, so K and V are 1/4 of Q's size; flash "
+        "counts each KV head read once for its whole group (a kernel that reads it once per query head relies on L2 "
+        "for the rest)")
 
 
 def test_grouped_query_heads_shrink_only_k_and_v():

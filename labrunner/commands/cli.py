@@ -333,3 +333,7 @@ def traffic(seq, heads, kv_heads, d_head, dtype_bytes):
     terminal.plain_lines([lesson_line(n, model(TrafficShape(n, n, heads, kv, d_head, dtype_bytes))) for n in seq])
     terminal.plain_lines(["naive: Q, K, V read, the N x N scores written and read back, the probabilities written and "
                           "read back, the output written; flash: Q, K, V read once, the output written once"])
+    if kv < heads:
+        terminal.plain_lines([f"grouped-query attention: each of the {kv} KV heads serves {heads // kv} query heads, so K "
+                              f"and V are 1/{heads // kv} of Q's size; flash counts each KV head read once for its whole "
+                              "group (a kernel that reads it once per query head relies on L2 for the rest)"])

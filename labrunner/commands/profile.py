@@ -85,6 +85,10 @@ def kernel_flops(lab: Lab, kernel: str, rows: int, prefix: int) -> float:
 
 
 def profile_submission(request: ProfileRequest, result: RunResult) -> None:
+    if request.plot_path:
+        from labrunner.report.roofline_plot import require_matplotlib
+
+        require_matplotlib()
     lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
     result.device = device_facts(backend)
     profile: dict = {"schema": SCHEMA}
@@ -110,7 +114,10 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             for label, rows, prefix in shapes]}
         reply = take_trace(worker, trace_request)
         result.kernel_output = worker.kernel_output()
-    slices = fill_from_compile(slices_from_reply(reply, {e.name for e in lab.entry_points}), submission)
+    try:
+        slices = fill_from_compile(slices_from_reply(reply, {e.name for e in lab.entry_points}), submission)
+    except (ValueError, KeyError, TypeError) as exc:  # what comes back from the process that ran the kernels
+        raise AttnlabError(f"the trace came back malformed: {exc}", ExitCode.MISBEHAVED) from None
     profile["trace"] = {"source": reply["source"], "why_not_cupti": reply["why_not_cupti"],
                         "cupti_version": reply.get("cupti_version"), "calls": request.calls,
                         "shapes": [label for label, _, _ in shapes], "slices": [s.to_json() for s in slices],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import shutil
 import subprocess
 import tempfile
@@ -102,9 +103,10 @@ def parse_number(text: str) -> float | None:
     if cleaned in ("", "n/a", "N/A"):
         return None
     try:
-        return float(cleaned)
+        value = float(cleaned)
     except ValueError:
         return None
+    return value if math.isfinite(value) else None
 
 
 def parse_ncu_csv(text: str) -> list[KernelMetrics]:

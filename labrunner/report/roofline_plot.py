@@ -13,8 +13,8 @@ from pathlib import Path
 from labrunner.exit_codes import environment_error
 
 
-def plot_roofline(ceilings: dict, points: list[dict], title: str, path: Path) -> None:
-    """`ceilings` and each point as in the profile's JSON (`label`, `intensity_flop_per_byte`, `achieved_flops_per_s`)."""
+def require_matplotlib():
+    """pyplot, drawing to files only; or the error that says how to install it (asked before any work)."""
     try:
         import matplotlib
 
@@ -22,6 +22,12 @@ def plot_roofline(ceilings: dict, points: list[dict], title: str, path: Path) ->
         import matplotlib.pyplot as plt
     except ImportError:
         raise environment_error("--plot needs matplotlib, which is not installed: pip install 'attnlab[profile]'") from None
+    return plt
+
+
+def plot_roofline(ceilings: dict, points: list[dict], title: str, path: Path) -> None:
+    """`ceilings` and each point as in the profile's JSON (`label`, `intensity_flop_per_byte`, `achieved_flops_per_s`)."""
+    plt = require_matplotlib()
     peak, bandwidth, ridge = ceilings["peak_flops"], ceilings["bandwidth"], ceilings["ridge_flop_per_byte"]
     placed = [p for p in points if p.get("intensity_flop_per_byte")]
     low = min([ridge / 100] + [p["intensity_flop_per_byte"] / 4 for p in placed])

@@ -23,7 +23,7 @@ STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)  # brackets in a path are text
 
 
 def note(message: str) -> None:
