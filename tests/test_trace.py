@@ -35,7 +35,8 @@ class FakeCupti:
         CONCURRENT_KERNEL = 10
         MEMSET = 2
 
-    def __init__(self, drop_one: bool = False):
+    def __init__(self, drop_one: bool = False, bytes_names: bool = False):
+        self.bytes_names = bytes_names  # a binding that hands names back as bytes
         self.enabled = False
         self.pending: list = []
         self.drop_one = drop_one
@@ -62,7 +63,7 @@ class FakeCupti:
     def record(self, name: str, start: int, end: int):
         if self.enabled:
             self.pending.append(types.SimpleNamespace(
-                kind=self.ActivityKind.CONCURRENT_KERNEL, name=name, start=start, end=end, correlation_id=len(self.pending),
+                kind=self.ActivityKind.CONCURRENT_KERNEL, name=name.encode() if self.bytes_names else name, start=start, end=end, correlation_id=len(self.pending),
                 static_shared_memory=2048 if name == "attn_scores" else 0, registers_per_thread=40, stream_id=7,
                 dynamic_shared_memory=0))
             self.pending.append(types.SimpleNamespace(kind=self.ActivityKind.MEMSET, name=None, start=0, end=0))
@@ -153,6 +154,13 @@ def test_cupti_records_give_three_kernels_for_every_call_at_every_size(monkeypat
     assert reply["flushes"] == 10  # the L2 flushed before every call
     # one untraced warm-up call per size, then five traced calls
     assert gpu.launched == (KERNELS * 6) * 2
+
+
+def test_kernel_names_handed_back_as_bytes_are_read_as_text(monkeypatch):
+    cupti = FakeCupti(bytes_names=True)
+    reply = trace(ClockGpu(cupti), cupti, monkeypatch, calls=1)
+    assert reply["source"] == "cupti"
+    assert [s["kernel"] for s in reply["slices"][:3]] == KERNELS
 
 
 def test_without_cupti_python_the_trace_comes_from_events_and_says_why(monkeypatch):

@@ -110,7 +110,8 @@ class CuptiCollector:
         for activity in activities:
             if activity.kind != self.cupti.ActivityKind.CONCURRENT_KERNEL:
                 continue
-            name = str(activity.name)
+            name = activity.name
+            name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
             if name not in self.kernel_names:
                 continue
             self.records.append({
