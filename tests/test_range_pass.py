@@ -110,7 +110,7 @@ def test_without_ncu_the_range_pass_says_so(tmp_path, monkeypatch):
     assert str(caught.value) == MISSING
 
 
-def test_an_ncu_error_is_quoted_and_a_hang_is_stopped(tmp_path, monkeypatch):
+def test_an_ncu_error_is_quoted_in_one_line(tmp_path, monkeypatch):
     stand_in_ncu(tmp_path, monkeypatch, "echo '==ERROR== The application returned an error code (1).' >&2\nexit 1\n")
     with pytest.raises(RangePassUnavailable, match="application returned") as caught:
         run_ncu(["flash_prefill"], 3, 1, [sys.executable, "-c", "pass"], timeout_s=30)
