@@ -3,7 +3,7 @@
 # each step's log go to $OUT (or ./gpu-check-out); the short table at the end is what to read.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=. PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
 out=${OUT:-gpu-check-out}
 logs=$(mktemp -d)
 mkdir -p "$out"
@@ -56,6 +56,9 @@ step grade-lab2-starter 0 python3 -m labrunner grade lab2 kernels/lab2/starter.c
 step calibrate-lab2 0 python3 -m labrunner calibrate lab2 -o "$out/gates.json" --fraction 0.5
 step gated-solution 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --gates "$out/gates.json" --budget 1
 step gated-starter 5 python3 -m labrunner grade lab2 kernels/lab2/starter.cu --gates "$out/gates.json" --budget 1
+step profile-lab1 0 python3 -m labrunner profile lab1 kernels/lab1/solution.cu --trace "$out/trace1.json"
+step profile-lab2 0 python3 -m labrunner profile lab2 kernels/lab2/solution.cu --ncu-csv "$out/ncu-lab2.csv" --plot "$out/roofline-lab2.png" --json "$out/profile-lab2.json"
+step grade-lab2-profile 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --budget 0.5 --profile
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
 step bench-stability 0 python3 scripts/bench_stability.py
 step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3

@@ -346,10 +346,12 @@ def test_the_group_and_every_command_and_option_have_help():
 
 
 def test_the_command_set():
-    assert sorted(main.commands) == ["bench", "calibrate", "check", "doctor", "grade", "labs", "starter"]
+    assert sorted(main.commands) == ["bench", "calibrate", "check", "doctor", "grade", "labs", "profile", "starter",
+                                     "traffic"]
 
 
-@pytest.mark.parametrize("name", ["labs", "starter", "check", "doctor", "grade", "bench", "calibrate"])
+@pytest.mark.parametrize("name", ["labs", "starter", "check", "doctor", "grade", "bench", "calibrate", "profile",
+                                  "traffic"])
 def test_dash_h_shows_each_commands_help(runner, name):
     result = invoke(runner, name, "-h")
     assert result.exit_code == 0

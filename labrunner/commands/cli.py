@@ -199,14 +199,17 @@ def doctor(json_path, junit_path):
 @click.option("--gates", "gates_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Speed gates file written by `attnlab calibrate` (applied when this GPU's name is in it).")
 @click.option("--no-timing", is_flag=True, help="Check correctness only.")
+@click.option("--profile", "with_profile", is_flag=True,
+              help="GPU: after a correct run, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
 def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, full, race_check, only,
-          diagnose, gates_path, no_timing):
+          diagnose, gates_path, no_timing, with_profile):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
     from labrunner.commands.runs import GradeRequest, grade_submission
 
     request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
                            budget_s=budget_s, noise_target=noise_target, rounds=rounds, full=full, race_check=race_check,
-                           only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing)
+                           only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing,
+                           profile=with_profile)
     result = RunResult("grade", lab, str(file))
     guarded(result, json_path, lambda: grade_submission(request, result), junit_path)
 
@@ -219,12 +222,16 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, roun
 @click.option("--prefix", type=click.IntRange(min=0), default=None, help="lab2: cached prefix length (default 2048).")
 @click.option("--vs", "versus", default="starter", show_default=True,
               help="lab2 baseline: starter, solution, or a .cu file.")
-def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, chunk, prefix, versus):
+@click.option("--profile", "with_profile", is_flag=True,
+              help="After timing, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
+def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, chunk, prefix, versus,
+          with_profile):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
     from labrunner.commands.runs import BenchRequest, bench_submission
 
     request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=chunk, prefix=prefix, versus=versus)
+                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=chunk, prefix=prefix, versus=versus,
+                           profile=with_profile)
     result = RunResult("bench", lab, str(file) if file else None)
     guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
 
@@ -246,3 +253,87 @@ def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, no
     guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path,
             also_writes=(("-o", output),))
 
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--calls", type=click.IntRange(min=1, max=100), default=5, show_default=True,
+              help="Calls traced at each timing shape.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the trace as Chrome trace-event JSON, which Perfetto's UI (ui.perfetto.dev) opens.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Draw the roofline (both ceilings, the ridge, every kernel) to this PNG (needs matplotlib).")
+@click.option("--ncu-csv", "ncu_csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also save Nsight Compute's raw CSV of the Range pass to this file.")
+@click.option("--range/--no-range", "range_pass", default=True, show_default=True,
+              help="Run the Range pass (Nsight Compute's counters; slow, and needs permission to read them).")
+@click.option("--cupti/--no-cupti", default=True, show_default=True,
+              help="Trace with CUPTI's activity records where cupti-python is installed; else CUDA events.")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the inputs (default: $ATTNLAB_SEED, else the public default).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds the correctness check may take before its kernel is stopped (default 60).")
+@click.option("--arch", default="sm_90", show_default=True, help="GPU architecture for the compile gate.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the result as JSON (the profile is under \"profile\", schema attnlab.profile/1).")
+def profile(lab, file, calls, trace_path, plot_path, ncu_csv_path, range_pass, cupti, seed, timeout_s, arch, json_path):
+    """Look inside FILE for LAB on the GPU: the Trace timeline, Nsight Compute's Range pass, the roofline.
+
+    One correctness check first (as bench does); then every kernel of a few calls at each timing shape,
+    the counters of one call of your kernels and the starter's, the verdict against this GPU's FP32 and
+    HBM ceilings, and the lesson's traffic model beside the DRAM bytes measured.
+    """
+    from labrunner.commands.profile import ProfileRequest, profile_submission
+
+    request = ProfileRequest(lab=lab, file=file, seed=seed, timeout_s=timeout_s, arch=arch, calls=calls,
+                             trace_path=trace_path, plot_path=plot_path, ncu_csv_path=ncu_csv_path,
+                             range_pass=range_pass, cupti=cupti)
+    result = RunResult("profile", lab, str(file))
+    writes = tuple((option, path) for option, path in (("--trace", trace_path), ("--plot", plot_path),
+                                                       ("--ncu-csv", ncu_csv_path)) if path)
+    guarded(result, json_path, lambda: profile_submission(request, result), also_writes=writes)
+
+
+def comma_separated_ints(ctx, param, value: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 1024,4096") from None
+    if any(n <= 0 for n in numbers):
+        raise click.BadParameter(f"{value!r}: every length must be positive")
+    return numbers
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--seq", default="512,1024,2048", show_default=True, callback=comma_separated_ints,
+              help="Sequence lengths N, comma separated (default: lab 1's timing sizes).")
+@click.option("--heads", type=click.IntRange(min=1), default=32, show_default=True, help="Query heads.")
+@click.option("--kv-heads", type=click.IntRange(min=1), default=None,
+              help="KV heads (grouped-query attention); default one per 4 query heads, at least 1 (8 for 32).")
+@click.option("--d-head", type=click.IntRange(min=1), default=64, show_default=True, help="Head size.")
+@click.option("--dtype-bytes", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Bytes per element (4: float32, the labs; 2: the lesson's half precision).")
+def traffic(seq, heads, kv_heads, d_head, dtype_bytes):
+    """The lesson's HBM traffic model: bytes naive and flash attention move, no GPU needed.
+
+    \b
+    The lesson's table: attnlab traffic --seq 1024,4096,16384 --heads 1 --d-head 64 --dtype-bytes 2
+    """
+    from labrunner.measure.traffic import TrafficShape, check_heads, default_kv_heads, lesson_line
+    from labrunner.measure.traffic import traffic as model
+
+    kv = kv_heads or default_kv_heads(heads)
+    problem = check_heads(heads, kv)
+    if problem:
+        terminal.error(problem)
+        sys.exit(int(ExitCode.USAGE))
+    terminal.plain_lines([f"HBM traffic model: {heads} query head{'s' if heads > 1 else ''}, {kv} KV head"
+                          f"{'s' if kv > 1 else ''}, d_head {d_head}, {dtype_bytes}-byte elements (MB = 10^6 bytes)"])
+    terminal.plain_lines([lesson_line(n, model(TrafficShape(n, n, heads, kv, d_head, dtype_bytes))) for n in seq])
+    terminal.plain_lines(["naive: Q, K, V read, the N x N scores written and read back, the probabilities written and "
+                          "read back, the output written; flash: Q, K, V read once, the output written once"])
+    if kv < heads:
+        terminal.plain_lines([f"grouped-query attention: each of the {kv} KV heads serves {heads // kv} query heads, so K "
+                              f"and V are 1/{heads // kv} of Q's size; flash counts each KV head read once for its whole "
+                              "group (a kernel that reads it once per query head relies on L2 for the rest)"])

@@ -48,6 +48,7 @@ class GradeRequest(RunRequest):
     diagnose: bool = True
     gates_path: Path | None = None
     timing: bool = True
+    profile: bool = False  # --profile: the Range pass's one line after a correct GPU run
 
 
 @dataclass
@@ -55,6 +56,7 @@ class BenchRequest(RunRequest):
     chunk: int | None = None
     prefix: int | None = None
     versus: str = "starter"
+    profile: bool = False
 
 
 def timing_options_for(request: RunRequest, seed: int) -> TimingOptions:
@@ -126,6 +128,10 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     terminal.timing_report(result)
     terminal.gate_report(result)
     terminal.kernel_output(result.kernel_output)
+    if request.profile:
+        from labrunner.commands.profile import append_range_summary
+
+        append_range_summary(lab, submission, result, request.arch, seed.value)
     terminal.verdict_line(result)
 
 
@@ -186,6 +192,10 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     terminal.cases_report(result)
     terminal.timing_report(result)
     terminal.kernel_output(result.kernel_output)
+    if request.profile:
+        from labrunner.commands.profile import append_range_summary
+
+        append_range_summary(lab, submission, result, request.arch, seed.value)
     terminal.verdict_line(result)
 
 

@@ -7,4 +7,8 @@ These run inside the worker, so they sit below the run stage and never import it
 checker: timing does not know what a correct answer is. The driver's side of timing (sending
 input sets, checking verified calls, deriving SPEEDUP) talks to a worker, so it lives with the
 commands (`labrunner.commands.benchmark`).
+
+Looking inside (`attnlab profile`): the Trace timeline's worker side (`trace`: CUPTI or CUDA events),
+Nsight Compute's Range pass and its CSV (`range_pass`), the roofline's arithmetic (`roofline`) and the
+GPU facts it needs (`gpu_facts`), and the lesson's HBM traffic model (`traffic`).
 """

@@ -2,5 +2,6 @@
 
 `results` holds a run's result and its machine-readable forms (the versioned `--json` schema and
 `--junit`); `terminal` draws the rich tables, progress and verdict lines, and is the only module
-that imports rich. Reporting reads results; it never computes a verdict.
+that imports rich. `trace_events` writes the Trace timeline as a file Perfetto opens, and
+`roofline_plot` draws the roofline with matplotlib. Reporting reads results; it never computes a verdict.
 """

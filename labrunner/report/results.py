@@ -63,6 +63,7 @@ class RunResult:
     timing: dict | None = None
     gate: dict | None = None
     compile: dict | None = None
+    profile: dict | None = None        # `attnlab profile`, or `--profile`: schema attnlab.profile/1 inside
     notes: list[str] = field(default_factory=list)
     kernel_output: list[str] = field(default_factory=list)
     error: str | None = None
@@ -103,6 +104,7 @@ class RunResult:
             "oracle_proof": self.oracle_proof, "compile": self.compile,
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
             "notes": self.notes, "kernel_output": self.kernel_output,
+            **({"profile": self.profile} if self.profile is not None else {}),
         }
 
 

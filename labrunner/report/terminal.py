@@ -23,7 +23,7 @@ STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)  # brackets in a path are text
 
 
 def note(message: str) -> None:
@@ -211,3 +211,143 @@ def _bytes(value) -> str:
 
 def _mib(value: float) -> str:
     return f"{value / 1024:g} GiB" if value >= 1024 else f"{value:g} MiB"
+
+
+# --- attnlab traffic and attnlab profile ------------------------------------------------------
+
+BAR_WIDTH = 60
+KERNEL_STYLES = ("cyan", "magenta", "yellow", "green", "blue", "red")
+
+
+def plain_note(message: str) -> None:
+    """A note whose text is shown as written: brackets in it (`attnlab[profile]`) are not markup."""
+    note(escape(message))
+
+
+def plain_lines(lines: list[str]) -> None:
+    """Lines printed exactly as given: no markup, no highlighting, never wrapped."""
+    for line in lines:
+        stdout.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def trace_report(trace: dict) -> None:
+    """One line per call, each kernel a bar proportional to its GPU time, with its ms."""
+    source = ("CUPTI activity records" + (f" (cupti-python {trace['cupti_version']})" if trace.get("cupti_version") else "")
+              if trace["source"] == "cupti" else "CUDA events around each launch")
+    heading(f"Trace timeline: {trace['calls']} calls per shape, GPU start and end of every kernel from {source}")
+    if trace.get("why_not_cupti") and trace["source"] != "cupti":
+        plain_note(f"no CUPTI: {trace['why_not_cupti']}")
+    slices = trace["slices"]
+    kernels = list(dict.fromkeys(s["kernel"] for s in slices))
+    style = {k: KERNEL_STYLES[i % len(KERNEL_STYLES)] for i, k in enumerate(kernels)}
+    for shape in trace["shapes"]:
+        calls: dict[int, list[dict]] = {}
+        for s in slices:
+            if s["shape"] == shape:
+                calls.setdefault(s["call"], []).append(s)
+        longest = max((sum(s["duration_ms"] for s in launches) for launches in calls.values()), default=0.0)
+        stdout.print(f"[bold]{escape(shape)}[/] [dim](a full bar is {longest:.3f} ms)[/]", soft_wrap=True)
+        for call, launches in sorted(calls.items()):
+            bars, words = [], []
+            for s in launches:
+                width = max(1, round(BAR_WIDTH * s["duration_ms"] / longest)) if longest else 1
+                bars.append(f"[{style[s['kernel']]}]{'█' * width}[/]")
+                words.append(f"[{style[s['kernel']]}]{escape(s['kernel'].removeprefix('attn_'))}[/] {s['duration_ms']:.3f}")
+            total = sum(s["duration_ms"] for s in launches)
+            span = (launches[-1]["end_ns"] - launches[0]["start_ns"]) / 1e6
+            stdout.print(f"  call {call + 1}  {''.join(bars)}  {' · '.join(words)} = {total:.3f} ms"
+                         + (f" [dim](first start to last end {span:.3f} ms)[/]" if len(launches) > 1 else ""),
+                         soft_wrap=True)
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.0f}%"
+
+
+def _count(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _mb(value) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f}"
+
+
+def range_report(profile: dict) -> None:
+    """The Range pass's counters per kernel, the roofline verdicts, and the ceilings they stand under."""
+    report = profile.get("range") or {}
+    if not report.get("available"):
+        plain_note(f"Range pass: {report.get('message')}")
+        return
+    shape = report["shape"]["label"]
+    table = Table(title=f"Range pass (Nsight Compute, one cold call at {shape}, clocks untouched)")
+    columns = ("kernel", "ms", "SM %", "DRAM read MB", "DRAM write MB", "L2 hit", "occupancy", "regs",
+               "bank conflicts", "FMA pipe", "TFLOP/s", "FLOP/B")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "kernel" else "right")
+    for contender in report["contenders"]:
+        for k in contender["kernels"]:
+            point = k.get("point") or {}
+            table.add_row(escape(f"{contender['label']} {k['kernel']}"),
+                          "-" if k.get("duration_ns") is None else f"{k['duration_ns'] / 1e6:.3f}",
+                          _pct(k.get("sm_throughput_pct")), _mb(k.get("dram_read_bytes")),
+                          _mb(k.get("dram_write_bytes")), _pct(k.get("l2_hit_rate_pct")),
+                          _pct(k.get("achieved_occupancy_pct")), _count(k.get("registers_per_thread")),
+                          _count(k.get("shared_bank_conflicts")), _pct(k.get("fma_pipe_pct")),
+                          f"{point['achieved_flops_per_s'] / 1e12:.2f}" if point else "-",
+                          f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-")
+    stdout.print(table)
+    if report.get("dropped_metrics"):
+        plain_note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
+    ceilings = profile.get("ceilings")
+    if ceilings:
+        stdout.print(f"[dim]ceilings: FP32 {ceilings['peak_flops'] / 1e12:.1f} TFLOP/s ({escape(ceilings['peak_source'])}); "
+                     f"HBM {ceilings['bandwidth'] / 1e12:.2f} TB/s ({escape(ceilings['bandwidth_source'])}); "
+                     f"ridge point {ceilings['ridge_flop_per_byte']:.1f} FLOP/B[/]", soft_wrap=True)
+    else:
+        plain_note(f"no roofline verdict: {profile.get('ceilings_problem')}")
+    for contender in report["contenders"]:
+        point = contender.get("point")
+        if point:
+            kernels = "" if len(contender["kernels"]) == 1 else " (the whole call)"
+            stdout.print(f"[bold]{escape(contender['label'])}{kernels}: {point['verdict']}[/]", soft_wrap=True)
+        if len(contender["kernels"]) > 1:
+            for k in contender["kernels"]:
+                if k.get("point"):
+                    stdout.print(f"  {escape(k['kernel'])}: {k['point']['verdict']}", soft_wrap=True)
+    for row in profile.get("trace_vs_ncu", []):
+        stdout.print(f"[dim]{escape(row['kernel'])}: the trace's median {row['trace_median_ms']:.3f} ms, ncu's "
+                     f"{row['ncu_ms']:.3f} ms ({100 * row['difference']:+.1f}%)[/]", soft_wrap=True)
+    if profile.get("no_starter_row"):
+        plain_note(profile["no_starter_row"])
+
+
+def traffic_beside_measured(profile: dict) -> None:
+    """The lesson's model at the profiled shape, next to the DRAM bytes ncu counted."""
+    model = profile.get("traffic")
+    if not model:
+        return
+    report = profile.get("range") or {}
+    shape = report.get("shape", {}).get("label", "")
+    stdout.print(f"HBM traffic model at {shape}: naive {model['naive_bytes'] / 1e6:.2f} MB (the score matrix "
+                 f"{model['matrix_bytes'] / 1e6:.2f} MB, written and read twice), flash {model['flash_bytes'] / 1e6:.2f} MB "
+                 "(Q, K, V read once, the output written once)", soft_wrap=True)
+    for contender in report.get("contenders", []) if report.get("available") else []:
+        measured = contender.get("dram_bytes")
+        if measured:
+            stdout.print(f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:.2f} MB = "
+                         f"{measured / model['flash_bytes']:.2f}x flash, {measured / model['naive_bytes']:.3f}x naive",
+                         soft_wrap=True)
+
+
+def range_summary_line(report: dict) -> None:
+    """`grade --profile`, `bench --profile`: the Range pass in one line."""
+    if not report.get("available"):
+        plain_note(f"Range pass: {report.get('message')}")
+        return
+    parts = []
+    for contender in report["contenders"]:
+        point = contender.get("point")
+        sm = [k.get("sm_throughput_pct") for k in contender["kernels"]]
+        parts.append(f"{contender['label']} {contender['duration_ms']:.3f} ms, DRAM {_mb(contender['dram_bytes'])} MB, "
+                     f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {point['verdict']}" if point else ""))
+    stdout.print(escape(f"Range pass at {report['shape']['label']} (ncu): " + " | ".join(parts)), soft_wrap=True)

@@ -161,6 +161,9 @@ class Worker:
     def time(self, request: dict, timeout_s: float) -> dict:
         return self._call({"op": "time", **request}, timeout_s)
 
+    def trace(self, request: dict, timeout_s: float) -> dict:
+        return self._call({"op": "trace", **request}, timeout_s)
+
 
 def _describe_exit(code: int | None) -> str:
     if code is not None and code < 0:
@@ -205,6 +208,10 @@ def serve(conn, backend: str, log_path: str) -> None:
                 reply = {}
             elif request["op"] == "run":
                 reply = run_case(device, kernels[request["role"]], request)
+            elif request["op"] == "trace":
+                from labrunner.measure.trace import run_trace
+
+                reply = run_trace(device, kernels, request)
             else:
                 from labrunner.measure.timed_runs import run_timing
 

@@ -1,0 +1,314 @@
+"""`attnlab profile`: look inside a correct kernel. The Trace timeline, the Range pass, the roofline, the model.
+
+In order, each step only once the one before it has something to show:
+
+1. the oracle's proof, the compile gate and one correctness check at the timed shape (as `bench`):
+   a wrong kernel gets no profile, as it gets no time;
+2. the Trace timeline in the worker: K calls at every timing shape, every launch's GPU start and
+   end (CUPTI, else CUDA events), drawn as bars and written as a Perfetto trace with `--trace`;
+3. the Range pass: Nsight Compute in a child process over one call of the student's kernels and
+   one of the starter's at the largest timing shape, with a fixed set of counters;
+4. the roofline from both: the lab's FLOP count over ncu's duration, over ncu's DRAM bytes,
+   against this GPU's FP32 peak and HBM bandwidth, and the lesson's traffic model beside the
+   bytes ncu measured.
+
+Without ncu, or without permission to read the counters, steps 3 and 4 say exactly that and how
+to fix it; the trace does not need them. `grade --profile` and `bench --profile` run step 3 alone
+and print one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import labrunner
+from labrunner.build.gate import Submission, load_submission
+from labrunner.commands.benchmark import attention_flops, timing_inputs
+from labrunner.commands.grade import load_student, run_one_case, CaseOptions
+from labrunner.commands.runs import BenchRequest, bench_check_case, device_facts, display_path, prepare
+from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
+from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
+from labrunner.measure.roofline import Ceilings, Point, ceilings_from_facts
+from labrunner.measure.trace import KernelSlice, slices_from_reply
+from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.worker import Worker, WorkerFailure
+from labrunner.truth.cases import load_catalogue
+from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
+
+SCHEMA = "attnlab.profile/1"
+DEFAULT_CALLS = 5
+WARMUP_CALLS = 3          # unprofiled calls of every contender before ncu's one, so the clocks are up
+RANGE_TIMEOUT_S = 600.0
+TRACE_TIMEOUT_S = 300.0
+
+
+@dataclass
+class ProfileRequest:
+    lab: str
+    file: Path
+    seed: int | None = None
+    timeout_s: float | None = None
+    arch: str = "sm_90"
+    calls: int = DEFAULT_CALLS
+    trace_path: Path | None = None
+    plot_path: Path | None = None
+    ncu_csv_path: Path | None = None
+    range_pass: bool = True
+    cupti: bool = True
+
+
+def timing_shapes(lab: Lab) -> list[tuple[str, int, int]]:
+    """(label, rows, prefix) of every shape the lab times: lab 1's sizes, lab 2's one chunk."""
+    timing = load_catalogue(lab.name).timing
+    if lab.baseline == "none":
+        return [(f"T = {t}", t, 0) for t in timing["sizes"]]
+    return [(f"C = {timing['rows']}, P = {timing['prefix']}", timing["rows"], timing["prefix"])]
+
+
+def kernel_flops(lab: Lab, kernel: str, rows: int, prefix: int) -> float:
+    """The lab's FLOP count for one kernel: a one-kernel lab does it all; lab 1's two matmuls share it
+    (QK^T and PV, half each) and its softmax is counted as none, as the lab's FLOP count is."""
+    if len(lab.entry_points) == 1:
+        return attention_flops(rows, prefix)
+    share = {"attn_scores": 0.5, "attn_weighted_sum": 0.5}.get(kernel, 0.0)
+    return share * attention_flops(rows, prefix)
+
+
+def profile_submission(request: ProfileRequest, result: RunResult) -> None:
+    if request.plot_path:
+        from labrunner.report.roofline_plot import require_matplotlib
+
+        require_matplotlib()
+    lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
+    result.device = device_facts(backend)
+    profile: dict = {"schema": SCHEMA}
+    result.profile = profile
+    catalogue = load_catalogue(lab.name)
+    check_case = bench_check_case(lab, catalogue, BenchRequest(lab=lab.name, file=None))
+    shapes = timing_shapes(lab)
+    with Worker(backend) as worker:
+        load_student(worker, lab, submission)
+        result.cases = [run_one_case(lab, submission, worker, check_case, CaseOptions(seed=seed, timeout_s=request.timeout_s),
+                                     request.timeout_s or 60.0)]
+        terminal.cases_report(result)
+        if result.decisive_case is not None:
+            result.kernel_output = worker.kernel_output()
+            terminal.kernel_output(result.kernel_output)
+            terminal.verdict_line(result)
+            return
+        terminal.plain_note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
+        trace_request = {"calls": request.calls, "use_cupti": request.cupti, "shapes": [
+            {"label": label, "inputs": timing_inputs(seed.value, rows, prefix, count=1)[0],
+             "launches": lab.plan_launches(submission.constants, rows, prefix),
+             "workspace": lab.workspace(rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
+            for label, rows, prefix in shapes]}
+        reply = take_trace(worker, trace_request)
+        result.kernel_output = worker.kernel_output()
+    try:
+        slices = fill_from_compile(slices_from_reply(reply, {e.name for e in lab.entry_points}), submission)
+    except (ValueError, KeyError, TypeError) as exc:  # what comes back from the process that ran the kernels
+        raise AttnlabError(f"the trace came back malformed: {exc}", ExitCode.MISBEHAVED) from None
+    profile["trace"] = {"source": reply["source"], "why_not_cupti": reply["why_not_cupti"],
+                        "cupti_version": reply.get("cupti_version"), "calls": request.calls,
+                        "shapes": [label for label, _, _ in shapes], "slices": [s.to_json() for s in slices],
+                        "file": str(request.trace_path) if request.trace_path else None}
+    facts = reply.get("gpu_facts") or {}
+    ceilings, problem = ceilings_from_facts(facts)
+    profile["gpu_facts"], profile["ceilings_problem"] = facts, problem
+    profile["ceilings"] = ceilings.to_json() if ceilings else None
+    terminal.trace_report(profile["trace"])
+    if request.trace_path:
+        from labrunner.report.trace_events import write_trace
+
+        write_trace(profile["trace"]["slices"], (result.device or {}).get("name") or "GPU", trace_source_words(reply["source"]),
+                    request.trace_path)
+        terminal.plain_note(f"wrote the trace to {request.trace_path}: open it in https://ui.perfetto.dev")
+
+    label, rows, prefix = shapes[-1]
+    contenders = [(submission.label, "student", submission)]
+    if lab.baseline == "starter":
+        contenders.append((display_path(lab.starter_path), "starter",
+                           load_submission(lab, lab.starter_path, display_path(lab.starter_path), request.arch)))
+    else:
+        profile["no_starter_row"] = (f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no "
+                                     "starter row to compare with")
+    profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
+    if request.range_pass:
+        terminal.plain_note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
+        profile["range"] = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
+        if ceilings is None and profile["range"].get("gpu_facts"):
+            ceilings, problem = ceilings_from_facts(profile["range"]["gpu_facts"])
+            profile["ceilings"], profile["ceilings_problem"] = (ceilings.to_json() if ceilings else None), problem
+        profile["trace_vs_ncu"] = trace_vs_ncu(slices, label, profile["range"])
+    else:
+        profile["range"] = {"available": False, "message": "the Range pass was not asked for (--no-range)"}
+    terminal.range_report(profile)
+    terminal.traffic_beside_measured(profile)
+    if request.plot_path:
+        from labrunner.report.roofline_plot import plot_roofline
+
+        points = roofline_points(profile)
+        if profile["ceilings"] is None:
+            terminal.plain_note(f"--plot: nothing drawn, the ceilings are unknown ({profile['ceilings_problem']})")
+        else:
+            plot_roofline(profile["ceilings"], points, f"{lab.name} · {submission.label} · {label}", request.plot_path)
+            profile["plot"] = str(request.plot_path)
+            terminal.plain_note(f"wrote the roofline to {request.plot_path}")
+    terminal.kernel_output(result.kernel_output)
+    terminal.verdict_line(result)
+
+
+def take_trace(worker: Worker, trace_request: dict) -> dict:
+    """The worker's trace; if it dies with CUPTI on, once more with events (a CUPTI library that does not
+    match the driver can take a process down), and said so. A second death is the kernel's."""
+    try:
+        return worker.trace(trace_request, TRACE_TIMEOUT_S)
+    except WorkerFailure as failure:
+        if not trace_request["use_cupti"] or failure.kind != "crash":
+            raise AttnlabError(f"the trace did not finish: {failure.detail}", ExitCode.MISBEHAVED) from None
+        first = failure.detail
+    try:
+        reply = worker.trace({**trace_request, "use_cupti": False}, TRACE_TIMEOUT_S)
+    except WorkerFailure as failure:
+        raise AttnlabError(f"the trace did not finish: {failure.detail}", ExitCode.MISBEHAVED) from None
+    reply["why_not_cupti"] = f"the worker died with CUPTI on ({first}); the trace was taken again with events"
+    return reply
+
+
+def trace_source_words(source: str) -> str:
+    return "CUPTI activity records" if source == "cupti" else "CUDA events around each launch"
+
+
+def fill_from_compile(slices: list[KernelSlice], submission: Submission) -> list[KernelSlice]:
+    """Events know no registers or static shared memory: take them from the compile gate's report."""
+    from dataclasses import replace
+
+    resources = submission.module.resources
+    filled = []
+    for s in slices:
+        r = resources.get(s.kernel)
+        if r is not None and s.registers is None:
+            s = replace(s, registers=r.registers, static_shared_bytes=r.shared_bytes)
+        filled.append(s)
+    return filled
+
+
+def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: str, rows: int, prefix: int,
+               seed: int, ceilings: Ceilings | None, csv_path: Path | None = None) -> dict:
+    """ncu over one call of each contender; per kernel its counters and roofline point, and the whole call's."""
+    plans = [(name, role, lab.plan_launches(sub.constants, rows, prefix), sub) for name, role, sub in contenders]
+    per_round = sum(len(launches) for _, _, launches, _ in plans)
+    report: dict = {"shape": {"label": label, "rows": rows, "prefix": prefix}, "warmup_calls": WARMUP_CALLS}
+    with tempfile.TemporaryDirectory(prefix="attnlab-range-") as scratch:
+        facts_path = Path(scratch) / "facts.json"
+        payload = {"rows": rows, "prefix": prefix, "seed": seed, "out_count": rows * QUERY_HEADS * HEAD_DIM,
+                   "workspace": lab.workspace(rows, prefix), "warmup_calls": WARMUP_CALLS,
+                   "facts_path": str(facts_path),
+                   "contenders": [{"role": role, "source": sub.module.composed_source, "filename": sub.label,
+                                   "entry_types": lab.entry_point_types(),
+                                   "launches": [asdict(launch) for launch in launches]}
+                                  for _, role, launches, sub in plans]}
+        payload_path = Path(scratch) / "payload.json"
+        payload_path.write_text(json.dumps(payload))
+        target = [sys.executable, "-m", "labrunner.run.profile_target", str(payload_path)]
+        package_root = str(Path(labrunner.__file__).resolve().parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        names = [launch.kernel for _, _, launches, _ in plans for launch in launches]
+        try:
+            run = run_ncu(names, WARMUP_CALLS * per_round, per_round, target, RANGE_TIMEOUT_S, env=env)
+        except RangePassUnavailable as exc:
+            return {**report, "available": False, "message": str(exc)}
+        try:
+            report["gpu_facts"] = json.loads(facts_path.read_text())
+        except (OSError, ValueError):
+            report["gpu_facts"] = None
+    if csv_path:
+        csv_path.write_text(run.raw_csv)
+    if ceilings is None and report["gpu_facts"]:
+        ceilings, _ = ceilings_from_facts(report["gpu_facts"])
+    got = [m.kernel for m in run.launches]
+    if got != names:
+        return {**report, "available": False,
+                "message": f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched"}
+    report.update({"available": True, "message": None, "seconds": run.seconds, "command": run.command,
+                   "dropped_metrics": run.dropped_metrics, "contenders": []})
+    launches_done = iter(run.launches)
+    for name, role, launches, _ in plans:
+        kernels = []
+        for launch in launches:
+            metrics = next(launches_done)
+            row = metrics.to_json()
+            row["flops"] = kernel_flops(lab, launch.kernel, rows, prefix)
+            row["point"] = point_json(row["flops"], metrics.dram_bytes, metrics.values.get("duration_ns"), ceilings)
+            kernels.append(row)
+        total_ns = sum_or_none(k.get("duration_ns") for k in kernels)
+        total_bytes = sum_or_none(k.get("dram_bytes") for k in kernels)
+        flops = attention_flops(rows, prefix)
+        report["contenders"].append({"label": name, "role": role, "kernels": kernels,
+                                     "duration_ms": None if total_ns is None else total_ns / 1e6,
+                                     "dram_bytes": total_bytes, "flops": flops,
+                                     "point": point_json(flops, total_bytes, total_ns, ceilings)})
+    return report
+
+
+def sum_or_none(values) -> float | None:
+    values = list(values)
+    return None if any(v is None for v in values) else float(sum(values))
+
+
+def point_json(flops: float, dram_bytes: float | None, duration_ns: float | None, ceilings: Ceilings | None) -> dict | None:
+    if ceilings is None or not dram_bytes or not duration_ns:
+        return None
+    return Point(flops, dram_bytes, duration_ns * 1e-9, ceilings).to_json()
+
+
+def trace_vs_ncu(slices: list[KernelSlice], label: str, range_report: dict) -> list[dict]:
+    """The student's kernels at the Range pass's shape: the trace's median beside ncu's one duration."""
+    if not range_report.get("available"):
+        return []
+    student = next(c for c in range_report["contenders"] if c["role"] == "student")
+    rows = []
+    for kernel in student["kernels"]:
+        times = [s.duration_ms for s in slices if s.shape == label and s.kernel == kernel["kernel"]]
+        if times and kernel.get("duration_ns"):
+            median, ncu_ms = statistics.median(times), kernel["duration_ns"] / 1e6
+            rows.append({"kernel": kernel["kernel"], "trace_median_ms": median, "ncu_ms": ncu_ms,
+                         "difference": median / ncu_ms - 1})
+    return rows
+
+
+def roofline_points(profile: dict) -> list[dict]:
+    """Every contender's whole call, and each kernel of a several-kernel lab, as labelled points."""
+    points = []
+    for contender in profile.get("range", {}).get("contenders", []):
+        if contender["point"]:
+            points.append({"label": contender["label"], **contender["point"]})
+        if len(contender["kernels"]) > 1:
+            points += [{"label": f"{contender['label']} {k['kernel']}", **k["point"]}
+                       for k in contender["kernels"] if k["point"]]
+    return points
+
+
+def append_range_summary(lab: Lab, submission: Submission, result: RunResult, arch: str, seed: int) -> None:
+    """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
+    if result.backend != "gpu" or result.decisive_case is not None:
+        terminal.plain_note("--profile: no Range pass, since the kernel was not timed on the GPU")
+        return
+    label, rows, prefix = timing_shapes(lab)[-1]
+    contenders = [(submission.label, "student", submission)]
+    if lab.baseline == "starter":
+        starter = display_path(lab.starter_path)
+        contenders.append((starter, "starter", load_submission(lab, lab.starter_path, starter, arch)))
+    report = range_pass(lab, contenders, label, rows, prefix, seed, None)
+    result.profile = {"schema": SCHEMA, "range": report}
+    terminal.range_summary_line(report)

@@ -1,0 +1,143 @@
+"""The roofline: a GPU's two ceilings, a kernel's point under them, and the verdict in words.
+
+A kernel does `flops` of arithmetic and moves `bytes` through HBM. Its arithmetic intensity,
+flops / bytes, places it on the x axis. The GPU has two ceilings: the arithmetic peak (here FP32,
+what the labs compute in) and the HBM bandwidth. At intensity I the attainable rate is
+min(peak, I * bandwidth); the two meet at the ridge point, peak / bandwidth FLOP per byte. Left of
+the ridge a kernel is memory-bound (move fewer bytes), right of it compute-bound (do less
+arithmetic, or do it at a faster precision). `lesson_roofline` is the lesson's function as
+written; `place` adds the measured time, so the verdict can say how close to its roof a kernel is.
+
+The FP32 peak is counted from the hardware, not looked up: SMs x clock x FP32 lanes per SM x 2
+(a fused multiply-add is two FLOPs). An H200 has 132 SMs with 128 FP32 lanes each at up to
+1.98 GHz: 132 * 1.98e9 * 128 * 2 = 66.9 TFLOP/s. HBM bandwidth is the memory clock x the bus width
+x 2 (HBM moves data on both clock edges), both read from NVML; where NVML cannot say, a timed
+device-to-device copy stands in, and the figures say which (`gpu_facts` reads them on the GPU side;
+this module is arithmetic only and runs anywhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# FP32 fused multiply-add lanes per SM, by compute capability (major, minor): the CUDA C++
+# Programming Guide's table of arithmetic instruction throughput. 7.x and 8.0 have 64; 8.6 and
+# later consumer parts, Hopper and Blackwell have 128.
+FP32_LANES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
+                     (9, 0): 128, (10, 0): 128, (10, 3): 128, (12, 0): 128, (12, 1): 128}
+FLOPS_PER_FMA = 2
+
+
+def lesson_roofline(flops: float, bytes_moved: float, peak_flops: float, bw_bytes_per_s: float):
+    """The lesson's `roofline`: (intensity, ridge, attainable FLOP/s, "memory-bound" or "compute-bound")."""
+    ai = flops / bytes_moved
+    ridge = peak_flops / bw_bytes_per_s
+    attainable = min(peak_flops, ai * bw_bytes_per_s)
+    bound = "memory-bound" if ai < ridge else "compute-bound"
+    return ai, ridge, attainable, bound
+
+
+def fp32_lanes(compute_capability: tuple[int, int]) -> int | None:
+    return FP32_LANES_PER_SM.get(tuple(compute_capability))
+
+
+def fp32_peak_flops(sm_count: int, clock_hz: float, lanes_per_sm: int) -> float:
+    """SMs x clock x lanes x 2: every lane finishes one fused multiply-add per clock."""
+    return sm_count * clock_hz * lanes_per_sm * FLOPS_PER_FMA
+
+
+def hbm_bandwidth(memory_clock_hz: float, bus_width_bits: int) -> float:
+    """Bytes per second: both clock edges carry data (double data rate) across the whole bus."""
+    return memory_clock_hz * 2 * bus_width_bits / 8
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The two roofs of one GPU, with where each figure came from."""
+
+    peak_flops: float
+    bandwidth: float          # bytes per second
+    peak_source: str
+    bandwidth_source: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOP per byte where the two roofs meet."""
+        return self.peak_flops / self.bandwidth
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ridge_flop_per_byte": self.ridge}
+
+
+def ceilings_from_facts(facts: dict) -> tuple[Ceilings | None, str | None]:
+    """The ceilings from what the GPU said of itself (see `read_gpu_facts`), or None and why not."""
+    lanes = fp32_lanes(tuple(facts.get("compute_capability") or (0, 0)))
+    sms, clock_mhz = facts.get("sm_count"), facts.get("max_sm_clock_mhz")
+    if not lanes:
+        return None, f"no FP32 lane count is known for compute capability {facts.get('compute_capability')}"
+    if not sms or not clock_mhz:
+        return None, "the GPU reported no SM count or clock, so its FP32 peak is unknown"
+    peak = fp32_peak_flops(sms, clock_mhz * 1e6, lanes)
+    peak_source = f"{sms} SMs x {clock_mhz} MHz x {lanes} FP32 lanes x 2 FLOP per FMA"
+    mem_mhz, bus = facts.get("max_memory_clock_mhz"), facts.get("memory_bus_width_bits")
+    if mem_mhz and bus:
+        bandwidth = hbm_bandwidth(mem_mhz * 1e6, bus)
+        bandwidth_source = f"NVML: {mem_mhz} MHz x 2 (double data rate) x {bus}-bit bus"
+    elif facts.get("measured_copy_bytes_per_s"):
+        bandwidth = facts["measured_copy_bytes_per_s"]
+        bandwidth_source = "a timed device-to-device copy (bytes read plus written), NVML gave no memory clock"
+    else:
+        return None, "neither NVML nor a device copy gave this GPU's memory bandwidth"
+    return Ceilings(peak, bandwidth, peak_source, bandwidth_source), None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One kernel (or one whole call) under the roofline."""
+
+    flops: float
+    dram_bytes: float
+    seconds: float
+    ceilings: Ceilings
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops / self.seconds
+
+    @property
+    def achieved_bandwidth(self) -> float:
+        return self.dram_bytes / self.seconds
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.dram_bytes if self.dram_bytes else float("inf")
+
+    @property
+    def bound(self) -> str:
+        return "memory-bound" if self.intensity < self.ceilings.ridge else "compute-bound"
+
+    @property
+    def attainable(self) -> float:
+        return min(self.ceilings.peak_flops, self.intensity * self.ceilings.bandwidth)
+
+    @property
+    def fraction_of_roof(self) -> float:
+        """How much of the roof above it the kernel reaches: FP32 peak if compute-bound, bandwidth if not."""
+        if self.bound == "compute-bound":
+            return self.achieved_flops / self.ceilings.peak_flops
+        return self.achieved_bandwidth / self.ceilings.bandwidth
+
+    @property
+    def verdict(self) -> str:
+        if self.bound == "compute-bound":
+            return (f"compute-bound: {self.achieved_flops / 1e12:.1f} TFLOP/s, "
+                    f"{100 * self.fraction_of_roof:.0f}% of the FP32 roof")
+        return (f"memory-bound: {self.intensity:.1f} FLOP/B, "
+                f"{100 * self.fraction_of_roof:.0f}% of HBM bandwidth")
+
+    def to_json(self) -> dict:
+        return {"flops": self.flops, "dram_bytes": self.dram_bytes, "seconds": self.seconds,
+                "achieved_flops_per_s": self.achieved_flops, "achieved_bytes_per_s": self.achieved_bandwidth,
+                "intensity_flop_per_byte": self.intensity if self.dram_bytes else None,
+                "attainable_flops_per_s": self.attainable, "bound": self.bound,
+                "fraction_of_roof": self.fraction_of_roof, "verdict": self.verdict}

@@ -1,0 +1,280 @@
+"""`attnlab profile` from end to end without a GPU: a stand-in worker (the oracle's answer for the check, the
+worker's real trace code on the stand-in GPU of test_trace) and a stand-in `ncu` that returns a lab-1 CSV.
+Then the command line's refusals, which need no stand-in at all.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+from test_range_pass import stand_in_ncu
+from test_trace import ClockGpu, FakeCupti
+
+import labrunner.commands.profile as profile_module
+import labrunner.commands.runs as runs_module
+import labrunner.measure.gpu_facts as gpu_facts
+from labrunner.commands import grade as grade_module
+from labrunner.commands.cli import main
+from labrunner.commands.profile import ProfileRequest, profile_submission
+from labrunner.labs import get_lab
+from labrunner.measure.trace import run_trace
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.worker import CaseRun
+from labrunner.truth import oracle
+from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS
+
+H200_FACTS = {"sm_count": 132, "compute_capability": [9, 0], "max_sm_clock_mhz": 1980,
+              "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6144, "measured_copy_bytes_per_s": None}
+# one call of lab 1 at T = 2048: scores writes the 512 MiB matrix, softmax reads and writes it, the weighted sum reads it
+LAB1_METRICS = [
+    ("attn_scores", "1,500,000", "20,971,520", "536,870,912"),
+    ("attn_softmax", "250,000", "536,870,912", "536,870,912"),
+    ("attn_weighted_sum", "1,250,000", "541,065,216", "16,777,216"),
+]
+
+
+def lab1_csv() -> str:
+    lines = ['"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+             '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"']
+    for index, (kernel, ns, read, write) in enumerate(LAB1_METRICS):
+        for metric, unit, value in (("gpu__time_duration.sum", "nsecond", ns), ("dram__bytes_read.sum", "byte", read),
+                                    ("dram__bytes_write.sum", "byte", write),
+                                    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "50.00")):
+            lines.append(f'"{index}","1","python3","host","{kernel}","1","7","(16, 16, 1)","(128, 128, 32)","0","9.0",'
+                         f'"Command line profiler metrics","{metric}","{unit}","{value}"')
+    return "\n".join(lines) + "\n"
+
+
+class StandInWorker:
+    """The Worker's interface: the check answered with the oracle's own output, the trace by the real trace code."""
+
+    def __init__(self, backend: str, cupti: FakeCupti | None = None):
+        self.cupti = cupti
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def load(self, *args):
+        pass
+
+    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
+        rows = inputs["q"].shape[0]
+        out = oracle.attention(inputs["q"], inputs["k"], inputs["v"], prefix=inputs["k"].shape[0] - rows)
+        band = np.full(GUARD_ELEMENTS, CANARY_BITS, dtype=np.uint32).view(np.float32)
+        return CaseRun({"out": out.astype(np.float32).ravel()}, {name: (band, band) for name in writable},
+                       {name: array.copy() for name, array in inputs.items()})
+
+    def trace(self, request, timeout_s):
+        return run_trace(ClockGpu(self.cupti), {"student": {}}, request, flush=lambda: None)
+
+    def kernel_output(self):
+        return []
+
+
+@pytest.fixture
+def stand_ins(tmp_path, monkeypatch):
+    csv_file = tmp_path / "lab1.csv"
+    csv_file.write_text(lab1_csv())
+    args_file = stand_in_ncu(tmp_path, monkeypatch, f"cp {shlex.quote(str(csv_file))} \"$log\"\n")
+    monkeypatch.setattr(runs_module, "resolve_backend", lambda device: ("gpu", []))
+    monkeypatch.setattr(profile_module, "device_facts", lambda backend: {"name": "NVIDIA H200"})
+    monkeypatch.setattr(gpu_facts, "read_gpu_facts", lambda *a, **k: dict(H200_FACTS))
+    monkeypatch.setitem(__import__("sys").modules, "cupti", None)  # no cupti-python: the trace uses events
+    monkeypatch.setattr(profile_module, "Worker", StandInWorker)
+    printed = io.StringIO()
+    monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=250, highlight=False, color_system=None))
+    return printed, args_file
+
+
+def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kernel(stand_ins, tmp_path):
+    printed, args_file = stand_ins
+    lab = get_lab("lab1")
+    trace_path, csv_path = tmp_path / "trace1.json", tmp_path / "saved.csv"
+    result = RunResult("profile", "lab1", "solution.cu")
+    profile_submission(ProfileRequest(lab="lab1", file=lab.solution_path, seed=3, trace_path=trace_path,
+                                      ncu_csv_path=csv_path), result)
+    profile = result.profile
+    assert (result.verdict, int(result.exit_code)) == ("pass", 0)
+    assert profile["schema"] == "attnlab.profile/1"
+    trace = profile["trace"]
+    assert (trace["source"], trace["why_not_cupti"], trace["calls"]) == (
+        "events", "cupti-python is not installed (pip install 'attnlab[profile]')", 5)
+    assert trace["shapes"] == ["T = 512", "T = 1024", "T = 2048"]
+    per_call = {}
+    for s in trace["slices"]:
+        per_call.setdefault((s["shape"], s["call"]), []).append(s["kernel"])
+    assert per_call == {(shape, call): ["attn_scores", "attn_softmax", "attn_weighted_sum"]
+                        for shape in trace["shapes"] for call in range(5)}
+    # events know no registers: they come from the compile gate's report
+    assert all(isinstance(s["registers"], int) and s["registers"] > 0 for s in trace["slices"])
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == 45
+    # the Range pass: T = 2048, the solution's three kernels after three warm-up calls, no starter row
+    args = args_file.read_text().splitlines()
+    assert args[args.index("-k") + 1] == "regex:^(attn_scores|attn_softmax|attn_weighted_sum)$"
+    assert (args[args.index("--launch-skip") + 1], args[args.index("--launch-count") + 1]) == ("9", "3")
+    report = profile["range"]
+    assert report["available"] and report["shape"] == {"label": "T = 2048", "rows": 2048, "prefix": 0}
+    (contender,) = report["contenders"]
+    scores, softmax, wsum = contender["kernels"]
+    assert scores["point"]["verdict"] == "compute-bound: 5.7 TFLOP/s, 9% of the FP32 roof"
+    assert softmax["point"]["verdict"] == "memory-bound: 0.0 FLOP/B, 87% of HBM bandwidth"
+    assert contender["duration_ms"] == 3.0 and contender["dram_bytes"] == 2_189_426_688
+    assert profile["no_starter_row"] == ("lab1's starter has empty kernel bodies, so the Range pass has no starter row "
+                                         "to compare with")
+    assert profile["traffic"]["naive_bytes"] == 2_189_426_688  # the model's naive figure, byte for byte
+    assert csv_path.read_text() == lab1_csv()
+    text = printed.getvalue()
+    assert f"  measured DRAM, {lab.solution_path}: 2189.43 MB = 52.20x flash, 1.000x naive" in text
+    assert "  attn_softmax: memory-bound: 0.0 FLOP/B, 87% of HBM bandwidth" in text
+    assert text.splitlines()[-1] == "PASS (exit 0)"
+    from labrunner.report.results import write_json
+
+    write_json(result, tmp_path / "profile.json")  # strict JSON: no NaN or infinity anywhere in the profile
+    written = json.loads((tmp_path / "profile.json").read_text())
+    assert (written["command"], written["profile"]["schema"], len(written["profile"]["trace"]["slices"])) == (
+        "profile", "attnlab.profile/1", 45)
+
+
+def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_ins, monkeypatch):
+    cupti = FakeCupti()
+    monkeypatch.setitem(__import__("sys").modules, "cupti", type("module", (), {"cupti": cupti}))
+    monkeypatch.setattr(profile_module, "Worker", lambda backend: StandInWorker(backend, cupti))
+    result = RunResult("profile", "lab1", "solution.cu")
+    profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=2, range_pass=False), result)
+    trace = result.profile["trace"]
+    assert (trace["source"], trace["why_not_cupti"], len(trace["slices"])) == ("cupti", None, 3 * 2 * 3)
+    assert {s["registers"] for s in trace["slices"]} == {40}  # the driver's figure, not the compile gate's
+    assert result.profile["range"] == {"available": False, "message": "the Range pass was not asked for (--no-range)"}
+
+
+# --- the command line ------------------------------------------------------------------------
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def test_profile_without_a_gpu_is_exit_6_after_the_compile_gate(runner, monkeypatch):
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+    result = runner.invoke(main, ["profile", "lab2", str(get_lab("lab2").solution_path)])
+    assert result.exit_code == 6
+    assert result.stderr == ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
+                             "or --device auto to fall back to it automatically\n")
+
+
+def test_an_unwritable_trace_path_is_refused_before_any_work(runner):
+    result = runner.invoke(main, ["profile", "lab2", "missing.cu", "--trace", "no/such/folder/t.json"])
+    assert result.exit_code == 2
+    assert result.stderr == "error: --trace no/such/folder/t.json: cannot write (No such file or directory)\n"
+
+
+def test_profile_of_a_file_that_does_not_compile_is_exit_3(runner, tmp_path):
+    broken = tmp_path / "broken.cu"
+    broken.write_text('extern "C" __global__ void flash_prefill(const float* q) { nope; }\n')
+    result = runner.invoke(main, ["profile", "lab2", str(broken), "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 3
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert (data["command"], data["verdict"], data["exit_code"]) == ("profile", "compile-error", 3)
+    assert "profile" not in data  # nothing was profiled
+
+
+def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch):
+    from test_range_pass import DATA
+
+    # this stand-in also answers for the target program: it writes the GPU's facts where the payload says
+    facts = json.dumps(H200_FACTS)
+    stand_in_ncu(tmp_path, monkeypatch,
+                 f"cp {shlex.quote(str(DATA))} \"$log\"\n"
+                 "for last in \"$@\"; do :; done\n"
+                 f"{shlex.quote(__import__('sys').executable)} -c 'import json, sys; "
+                 f"json.dump(json.loads(sys.argv[2]), open(json.load(open(sys.argv[1]))[\"facts_path\"], \"w\"))' "
+                 f"\"$last\" {shlex.quote(facts)}\n")
+    printed = io.StringIO()
+    monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=400, highlight=False, color_system=None))
+    lab = get_lab("lab2")
+    from labrunner.build.gate import load_submission
+
+    result = RunResult("grade", "lab2", "solution.cu", backend="gpu")
+    profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
+    starter = runs_module.display_path(lab.starter_path)
+    assert printed.getvalue() == (
+        "Range pass at C = 2048, P = 2048 (ncu): solution.cu 2.177 ms, DRAM 52.4 MB, SM 74%, compute-bound: "
+        f"23.7 TFLOP/s, 35% of the FP32 roof | {starter} 28.413 ms, DRAM 65.0 MB, SM 55%, compute-bound: "
+        "1.8 TFLOP/s, 3% of the FP32 roof\n")
+    assert result.profile["schema"] == "attnlab.profile/1" and result.profile["range"]["available"]
+
+
+def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsys):
+    lab = get_lab("lab2")
+    from labrunner.build.gate import load_submission
+
+    result = RunResult("grade", "lab2", "solution.cu", backend="cpu")
+    profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
+    assert result.profile is None
+    assert capsys.readouterr().err == "note: --profile: no Range pass, since the kernel was not timed on the GPU\n"
+
+
+def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins, monkeypatch):
+    from labrunner.run.worker import WorkerFailure
+
+    class DiesUnderCupti(StandInWorker):
+        def trace(self, request, timeout_s):
+            if request["use_cupti"]:
+                raise WorkerFailure("crash", "the worker process died (SIGSEGV)")
+            return super().trace(request, timeout_s)
+
+    monkeypatch.setattr(profile_module, "Worker", DiesUnderCupti)
+    result = RunResult("profile", "lab1", "solution.cu")
+    profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False), result)
+    trace = result.profile["trace"]
+    assert trace["source"] == "events" and len(trace["slices"]) == 9
+    assert trace["why_not_cupti"] == ("the worker died with CUPTI on (the worker process died (SIGSEGV)); the trace "
+                                      "was taken again with events")
+
+
+def test_plot_without_matplotlib_is_refused_before_any_work(runner, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)
+    result = runner.invoke(main, ["profile", "lab2", str(get_lab("lab2").solution_path), "--plot", "r.png"])
+    assert result.exit_code == 6
+    assert result.stderr == "error: --plot needs matplotlib, which is not installed: pip install 'attnlab[profile]'\n"
+
+
+def test_the_roofline_plot_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is in the profile extra, not the dev one")
+    from labrunner.measure.roofline import Point, ceilings_from_facts
+    from labrunner.report.roofline_plot import plot_roofline
+
+    ceilings, _ = ceilings_from_facts(H200_FACTS)
+    point = Point(51_547_996_160, 52_428_800, 2.17664e-3, ceilings)
+    path = tmp_path / "roofline.png"
+    plot_roofline(ceilings.to_json(), [{"label": "solution.cu", **point.to_json()}], "lab2", path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_malformed_trace_from_the_worker_is_an_error_with_its_reason_not_a_traceback(stand_ins, monkeypatch):
+    from labrunner.exit_codes import AttnlabError
+
+    class Malformed(StandInWorker):
+        def trace(self, request, timeout_s):
+            reply = super().trace(request, timeout_s)
+            reply["slices"][0]["kernel"] = "cupy_fill"
+            return reply
+
+    monkeypatch.setattr(profile_module, "Worker", Malformed)
+    with pytest.raises(AttnlabError, match="malformed") as caught:
+        profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False),
+                           RunResult("profile", "lab1", "solution.cu"))
+    assert (caught.value.message, int(caught.value.exit_code)) == (
+        "the trace came back malformed: the trace names a kernel the lab never launched: 'cupy_fill'", 4)
