@@ -27,13 +27,14 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 import labrunner
 from labrunner.build.gate import Submission, load_submission
-from labrunner.commands.benchmark import attention_flops, timing_inputs
-from labrunner.commands.grade import load_student, run_one_case, CaseOptions
+from labrunner.commands.benchmark import attention_flops
+from labrunner.commands.grade import CaseOptions, load_student, run_one_case
 from labrunner.commands.runs import BenchRequest, bench_check_case, device_facts, display_path, prepare
 from labrunner.exit_codes import AttnlabError, ExitCode
-from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
 from labrunner.measure.roofline import Ceilings, Point, ceilings_from_facts
@@ -42,8 +43,8 @@ from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker, WorkerFailure
-from labrunner.truth.cases import load_catalogue
-from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.truth.cases import load_catalogue, random_inputs
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 SCHEMA = "attnlab.profile/1"
 DEFAULT_CALLS = 5
@@ -66,6 +67,13 @@ class ProfileRequest:
     range_pass: bool = True
     cupti: bool = True
 
+
+
+def profile_inputs(seed: int, rows: int, prefix: int) -> dict:
+    """Seeded inputs at a timing shape. A profile reports what a kernel costs, not a verdict, so
+    these need none of the timed calls' secrecy; they are never a correctness case's own."""
+    inputs = random_inputs(np.random.default_rng([seed, rows, prefix, 0x70F11E]), rows, prefix)
+    return {"q": inputs.q, "k": inputs.k, "v": inputs.v}
 
 def timing_shapes(lab: Lab) -> list[tuple[str, int, int]]:
     """(label, rows, prefix) of every shape the lab times: lab 1's sizes, lab 2's one chunk."""
@@ -108,7 +116,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             return
         terminal.plain_note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
         trace_request = {"calls": request.calls, "use_cupti": request.cupti, "shapes": [
-            {"label": label, "inputs": timing_inputs(seed.value, rows, prefix, count=1)[0],
+            {"label": label, "inputs": profile_inputs(seed.value, rows, prefix),
              "launches": lab.plan_launches(submission.constants, rows, prefix),
              "workspace": lab.workspace(rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
             for label, rows, prefix in shapes]}
