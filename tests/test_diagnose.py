@@ -35,7 +35,7 @@ def fake_sanitizer(tmp_path, monkeypatch, body: str) -> None:
 
 def test_the_kernel_line_thread_and_address_are_kept_and_the_rest_dropped(tmp_path, monkeypatch):
     fake_sanitizer(tmp_path, monkeypatch, f"cat <<'EOF'\n{REPORT}EOF\nexit 1\n")
-    assert replay_under_sanitizer({"source": ""}, timeout_s=30).splitlines() == [
+    assert replay_under_sanitizer({"source": ""}, case_timeout_s=10).splitlines() == [
         " Invalid __global__ write of size 4 bytes",
         "     at flash_prefill+0x1f0 in illegal_address.cu:5",
         "     by thread (66,0,0) in block (0,8,0)",
@@ -45,14 +45,15 @@ def test_the_kernel_line_thread_and_address_are_kept_and_the_rest_dropped(tmp_pa
 
 def test_a_sanitizer_that_reports_nothing_gives_no_diagnosis(tmp_path, monkeypatch):
     fake_sanitizer(tmp_path, monkeypatch, "echo '========= ERROR SUMMARY: 0 errors'\n")
-    assert replay_under_sanitizer({"source": ""}, timeout_s=30) is None
+    assert replay_under_sanitizer({"source": ""}, case_timeout_s=10) is None
 
 
 def test_a_sanitizer_that_hangs_is_stopped_and_said_so(tmp_path, monkeypatch):
     fake_sanitizer(tmp_path, monkeypatch, "exec sleep 30\n")
-    assert replay_under_sanitizer({"source": ""}, timeout_s=0.5) == "compute-sanitizer did not finish within 0.5 s"
+    assert replay_under_sanitizer({"source": ""}, case_timeout_s=0.5) == (
+        "compute-sanitizer did not finish within 1.5 s (3 times the case's 0.5 s)")
 
 
 def test_without_a_sanitizer_there_is_no_replay(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert replay_under_sanitizer({"source": ""}, timeout_s=30) is None
+    assert replay_under_sanitizer({"source": ""}, case_timeout_s=10) is None
