@@ -10,6 +10,7 @@ status = dict(line.split(":", 1) for line in open("/proc/self/status").read().sp
 print(json.dumps({
     "environment": sorted(os.environ),
     "seed": os.environ.get("ATTNLAB_SEED"),
+    "cupy_cache": os.environ.get("CUPY_CACHE_DIR"),
     "cwd": os.getcwd(),
     "cwd_entries": sorted(os.listdir(".")),
     "session_leader": os.getsid(0) == os.getpid(),

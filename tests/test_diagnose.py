@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import stat
 
+import numpy as np
+
 from labrunner.run.diagnose import replay_under_sanitizer
 
 REPORT = """\
@@ -57,3 +59,20 @@ def test_a_sanitizer_that_hangs_is_stopped_and_said_so(tmp_path, monkeypatch):
 def test_without_a_sanitizer_there_is_no_replay(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert replay_under_sanitizer({"source": ""}, case_timeout_s=10) is None
+
+
+def test_the_replayed_case_travels_as_json_and_npy_files_never_pickle(tmp_path):
+    from labrunner.labs.definition import Launch
+    from labrunner.run.diagnose import write_case
+    from labrunner.run.replay import read_case
+
+    q = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    launch = Launch("flash_prefill", (1, 32, 1), (128, 1, 1), 0, ("q", "k", "v", "out", 1, 31))
+    write_case(tmp_path, {"source": "// kernel", "filename": "a.cu", "entry_types": {"flash_prefill": ["int"]},
+                          "request": {"launches": [launch], "inputs": {"q": q}, "writable": {"out": 2048},
+                                      "returned": ("out",), "reverse_threads": False}})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["case.json", "q.npy"]
+    case = read_case(tmp_path)
+    assert case["launches"] == [launch]
+    assert (case["writable"], case["returned"], case["source"]) == ({"out": 2048}, ["out"], "// kernel")
+    np.testing.assert_array_equal(case["inputs"]["q"], q)

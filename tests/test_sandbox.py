@@ -25,10 +25,12 @@ needs_gxx = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no 
 def probe(limits, monkeypatch) -> dict:
     monkeypatch.setenv("ATTNLAB_SEED", "31337")
     monkeypatch.setenv("GRADER_TOKEN", "hunter2")
+    monkeypatch.setenv("CUPY_CACHE_DIR", "/graders/cupy-cache")
     box = Sandbox()
     read_end, write_end = os.pipe()
     try:
-        box.start(python_command("tests.sandbox_probe", limits, box.private), stdout=write_end)
+        box.start(python_command("tests.sandbox_probe", limits, box.private), stdout=write_end,
+                  host_code=limits.host_code)
         os.close(write_end)
         with os.fdopen(read_end) as pipe:
             text = pipe.read()
@@ -54,6 +56,7 @@ def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_lim
                               "RLIMIT_NOFILE": 1024, "RLIMIT_CORE": 0}
     assert seen["capabilities"] == 0
     assert seen["landlock"] == landlock_abi()
+    assert seen["cupy_cache"] == str(Path(seen["private"]) / "cupy")  # its own: it runs student host code
 
 
 def test_a_gpu_box_has_no_data_limit_and_no_host_code_confinement(monkeypatch):
@@ -62,6 +65,7 @@ def test_a_gpu_box_has_no_data_limit_and_no_host_code_confinement(monkeypatch):
     assert seen["limits"]["RLIMIT_DATA"] == -1  # RLIM_INFINITY: the CUDA driver's reservations need it
     assert seen["limits"]["RLIMIT_FSIZE"] == 64 * MIB
     assert seen["landlock"] == 0
+    assert seen["cupy_cache"] == "/graders/cupy-cache"  # no student host code runs there: the warm cache
 
 
 def living(name: str) -> list[int]:

@@ -165,3 +165,17 @@ def test_a_timing_reply_takes_only_outputs_the_request_sized():
     wrong_size = {"verified": {"student": [[0, 1.5, np.zeros(9, np.float32)]]}}
     with pytest.raises(WireError, match=r"buffer 'verified/student/0/2' \(float32\[9\]\) is not one this request asks for"):
         deliver(encode(wrong_size, COOKIE), expected)
+
+
+def test_a_pipeline_timing_reply_takes_each_size_s_own_outputs():
+    request = {"kind": "pipeline", "sizes": [{"T": 2, "out_count": 4096}, {"T": 3, "out_count": 6144}]}
+    reply = {"overhead": {"median_ms": 0.003, "rse": None}, "l2_flush_bytes": 1 << 27, "persisting_l2_reset": True,
+             "sizes": [{"T": 2, "stats": {"total": {"median_ms": 0.1}},
+                        "verified": [(0, -0.75, np.full(4096, 0.5, np.float32))]},
+                       {"T": 3, "stats": {"total": {"median_ms": 0.2}},
+                        "verified": [(1, 1.25, np.full(6144, 0.25, np.float32))]}],
+             "state_before": {"sm_clock_mhz": 1980, "name": "NVIDIA H200"}, "state_after": {"sm_clock_mhz": None}}
+    got = deliver(encode(reply, COOKIE), replies.timing_reply(request))
+    index, factor, out = got["sizes"][1]["verified"][0]
+    assert (index, factor, out.shape, float(out[0])) == (1, 1.25, (6144,), 0.25)
+    assert got["state_before"] == {"sm_clock_mhz": 1980, "name": "NVIDIA H200"} and got["overhead"]["rse"] is None

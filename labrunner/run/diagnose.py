@@ -69,7 +69,7 @@ def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
         try:
             box.start([tool, "--tool", "memcheck", "--print-limit", "3",
                        *python_command("labrunner.run.replay", REPLAY_LIMITS, box.private, str(case_dir))],
-                      stdout=write_end)
+                      stdout=write_end, host_code=False)
         finally:
             os.close(write_end)
         try:

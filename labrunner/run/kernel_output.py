@@ -66,5 +66,6 @@ class CappedOutput:
         if len(lines) > limit:
             shown.append(f"... and {len(lines) - limit} more lines")
         if dropped:
-            shown.append(f"... {dropped:,} more bytes not shown (the first {self.keep // 1024} KiB are kept)")
+            kept = f"{self.keep // 1024} KiB" if self.keep % 1024 == 0 else f"{self.keep} bytes"
+            shown.append(f"... {dropped:,} more bytes not shown (the first {kept} are kept)")
         return shown

@@ -93,8 +93,13 @@ def limits_for(backend: str) -> Limits:
     return GPU_LIMITS if backend == "gpu" else CPU_LIMITS
 
 
-def scrubbed_environment(private: Path) -> dict[str, str]:
-    """The whole environment of a boxed process: the allow-list, and everything else pointing inside."""
+def scrubbed_environment(private: Path, host_code: bool = True) -> dict[str, str]:
+    """The whole environment of a boxed process: the allow-list, and everything else pointing inside.
+
+    One exception: a process that runs no student host code (a GPU worker, the crash replay) keeps
+    the grader's CuPy kernel cache, as it always had. Nothing in it can write there but NVRTC's
+    output for kernels CuPy itself compiles, and a cold cache would cost every worker, and every
+    timing round, seconds of compiling CuPy's own kernels again."""
     env = {name: os.environ[name] for name in ENV_ALLOWED if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     tmp = private / "tmp"
@@ -107,6 +112,8 @@ def scrubbed_environment(private: Path) -> dict[str, str]:
         # against the process limit
         "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
     })
+    if not host_code:
+        env["CUPY_CACHE_DIR"] = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
     return env
 
 
@@ -130,10 +137,12 @@ class Sandbox:
         self.process: subprocess.Popen | None = None
 
     def start(self, command: list[str], stdout: int, pass_fds: tuple[int, ...] = (),
-              stderr: int | None = None) -> subprocess.Popen:
+              host_code: bool = True) -> subprocess.Popen:
+        """Start `command` boxed, its stdout and stderr both to `stdout`. `host_code`: whether it
+        runs a student's host code (the CPU backend), for the environment's caches."""
         self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stdout if stderr is None else stderr,
-            pass_fds=pass_fds, env=scrubbed_environment(self.private), cwd=self.private,
+            command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stdout,
+            pass_fds=pass_fds, env=scrubbed_environment(self.private, host_code), cwd=self.private,
             start_new_session=True, close_fds=True)
         return self.process
 

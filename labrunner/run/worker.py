@@ -88,10 +88,11 @@ class Worker:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         output = self.output.pipe()
-        command = python_command("labrunner.run.worker_main", limits_for(self.backend), box.private,
+        limits = limits_for(self.backend)
+        command = python_command("labrunner.run.worker_main", limits, box.private,
                                  self.backend, str(request_read), str(reply_write))
         try:
-            box.start(command, stdout=output, pass_fds=(request_read, reply_write))
+            box.start(command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code)
         except OSError:
             for fd in (request_write, reply_read):
                 os.close(fd)
