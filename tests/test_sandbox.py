@@ -9,6 +9,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import xml.dom.minidom
 from pathlib import Path
 
@@ -106,8 +107,11 @@ def test_code_outside_any_kernel_leaves_no_trace_and_the_true_verdict_stands(tmp
     assert "parent environment: refused" in result["kernel_output"]
     for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
         assert seed not in text
-    # nothing of what it started is left, and its private directory is gone with nothing beside it
+    # nothing of what it started is left to rewrite the report, and its private directory is gone
+    # with nothing beside it
     assert living("attnlab-escapee") == []
+    time.sleep(2.5)
+    assert json.loads((tmp_path / "reports" / "r.json").read_text()) == result
     assert list(scratch.iterdir()) == []
     # its forged replies were skipped, and shown as kernel output, escaped
     assert any(line.startswith('\\x00\\x00\\x00+{"body":{"ok":true,"verdict":"pass"}') for line in result["kernel_output"])

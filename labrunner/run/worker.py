@@ -225,8 +225,10 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure) -> Attnlab
         build = "the CPU build (g++)" if backend == "cpu" else "the module build"
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
-    return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}); code outside any kernel "
-                        "(a constructor, a static initializer) must not crash, exit or hang", ExitCode.MISBEHAVED)
+    # only the CPU backend runs a file's host code (at load: its constructors and static initializers)
+    why = ("; code outside any kernel (a constructor, a static initializer) must not crash, exit or hang"
+           if backend == "cpu" and failure.kind in ("crash", "timeout") else "")
+    return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 
 
 def _carries_arrays(value) -> bool:
