@@ -179,3 +179,58 @@ def test_a_pipeline_timing_reply_takes_each_size_s_own_outputs():
     index, factor, out = got["sizes"][1]["verified"][0]
     assert (index, factor, out.shape, float(out[0])) == (1, 1.25, (6144,), 0.25)
     assert got["state_before"] == {"sm_clock_mhz": 1980, "name": "NVIDIA H200"} and got["overhead"]["rse"] is None
+
+
+def fake_worker_reply(reply: dict, expected: Expected, timeout_s: float = 5.0):
+    """The driver's side of one exchange, against a stand-in worker that sends `reply` (with the cookie)."""
+    from labrunner.run.wire import ANY_BUFFERS, Channel
+    from labrunner.run.worker import Worker
+
+    request_read, request_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    worker = Worker("cpu")
+    worker._channel = Channel(request_write, reply_read, COOKIE)
+
+    def stand_in():
+        try:
+            Reader(request_read).read(ANY_BUFFERS, None, records=True)
+            write_message(reply_write, encode(reply, COOKIE))
+        except WireClosed:
+            pass  # the driver refused the header and hung up before the buffers: as it should
+        finally:
+            os.close(reply_write)
+            os.close(request_read)
+
+    thread = threading.Thread(target=stand_in)
+    thread.start()
+    try:
+        return worker._exchange({"op": "run", "inputs": {"q": np.ones((2, 2), np.float32)}}, timeout_s, expected)
+    finally:
+        thread.join()
+
+
+def test_a_worker_reply_with_a_buffer_of_another_shape_is_a_crash_that_names_it():
+    from labrunner.run.worker import WorkerFailure
+
+    forged = {"ok": True, "outputs": {"out": np.zeros(3, np.float32)},
+              "inputs_after": {"q": np.ones((2, 2), np.float32)}}
+    with pytest.raises(WorkerFailure, match=r"crash: the worker's reply was refused: buffer 'outputs/out' is "
+                                            r"float32\[3\], expected float32\[4\]") as raised:
+        fake_worker_reply(forged, CASE)
+    assert raised.value.status == "crash"
+
+
+def test_a_worker_success_without_its_buffers_is_a_crash():
+    from labrunner.run.worker import WorkerFailure
+
+    with pytest.raises(WorkerFailure, match=r"crash: the worker's reply was refused: a success without its buffers"):
+        fake_worker_reply({"ok": True, "verdict": "pass"}, CASE)
+
+
+def test_a_worker_failure_of_an_unknown_kind_is_a_crash_and_a_known_one_is_shown_escaped():
+    from labrunner.run.worker import WorkerFailure
+
+    with pytest.raises(WorkerFailure, match=r"crash: the worker's reply was refused: a failure without a known kind"):
+        fake_worker_reply({"ok": False, "kind": "pass", "detail": "all good"}, CASE)
+    with pytest.raises(WorkerFailure, match=r"^fault: barrier \\x1b\[32m never completes$"):
+        fake_worker_reply({"ok": False, "kind": "fault", "detail": "barrier \x1b[32m never completes"}, CASE)
