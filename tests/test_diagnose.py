@@ -76,3 +76,20 @@ def test_the_replayed_case_travels_as_json_and_npy_files_never_pickle(tmp_path):
     assert case["launches"] == [launch]
     assert (case["writable"], case["returned"], case["source"]) == ({"out": 2048}, ["out"], "// kernel")
     np.testing.assert_array_equal(case["inputs"]["q"], q)
+
+
+def test_the_replay_runs_boxed_without_the_secret_and_leaves_no_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_SEED", "987654321")
+    fake_sanitizer(tmp_path, monkeypatch, 'sleep 3131 &\necho "=========     at seed=[$ATTNLAB_SEED] in [$PWD]"\n')
+    report = replay_under_sanitizer({"source": ""}, case_timeout_s=10)
+    assert report.startswith("     at seed=[] in [") and "/attnlab-diagnose-" in report
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == b"sleep\x003131\x00"]
+    assert left == []
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""

@@ -234,3 +234,13 @@ def test_a_worker_failure_of_an_unknown_kind_is_a_crash_and_a_known_one_is_shown
         fake_worker_reply({"ok": False, "kind": "pass", "detail": "all good"}, CASE)
     with pytest.raises(WorkerFailure, match=r"^fault: barrier \\x1b\[32m never completes$"):
         fake_worker_reply({"ok": False, "kind": "fault", "detail": "barrier \x1b[32m never completes"}, CASE)
+
+
+def test_a_dead_writer_is_seen_even_while_something_holds_its_pipe_open():
+    read_end, write_end = os.pipe()  # the write end stays open, as a child of a dead worker would keep it
+    started = time.monotonic()
+    with pytest.raises(WireClosed, match=r"the process ended without closing the channel"):
+        Reader(read_end, COOKIE, alive=lambda: False).read(CASE, started + 30)
+    assert time.monotonic() - started < 5.0
+    os.close(read_end)
+    os.close(write_end)

@@ -73,7 +73,8 @@ def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
         finally:
             os.close(write_end)
         try:
-            reported, finished = read_report(read_end, time.monotonic() + limit_s)
+            reported, finished = read_report(read_end, time.monotonic() + limit_s,
+                                             lambda: box.process.poll() is not None)
         finally:
             os.close(read_end)
     finally:
@@ -84,15 +85,21 @@ def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
     return "\n".join(lines[:8]) or None
 
 
-def read_report(fd: int, deadline: float) -> tuple[list[str], bool]:
-    """The tool's own lines (`=========` prefix removed) until the pipe closes or the deadline passes.
-    Everything else (the kernel's printf) is read and dropped, so no amount of it costs memory."""
+def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[str], bool]:
+    """The tool's own lines (`=========` prefix removed) until the pipe closes, the tool has exited
+    (something it started may hold the pipe open) or the deadline passes. Everything else (the
+    kernel's printf) is read and dropped, so no amount of it costs memory."""
     kept: list[str] = []
     partial = b""
     while True:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0:
             return kept, False
+        ended = exited()
+        if not select.select([fd], [], [], 0 if ended else min(left, 0.2))[0]:
+            if ended:
+                break
+            continue
         chunk = os.read(fd, 1 << 16)
         if not chunk:
             break

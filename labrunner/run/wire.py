@@ -179,9 +179,12 @@ def write_message(fd: int, parts: list, deadline: float | None = None) -> None:
 class Reader:
     """The receiving end of a channel: the bytes read so far and where to wait for more."""
 
-    def __init__(self, fd: int, cookie: bytes = b""):
+    def __init__(self, fd: int, cookie: bytes = b"", alive: Callable[[], bool] | None = None):
         self.fd = fd
         self.cookie = cookie
+        # Whether the writer still runs: a process it started may hold the pipe open after it died,
+        # and the death must not wait for the deadline to be seen.
+        self.alive = alive
         self._pending = bytearray()
         self.skipped = 0  # bytes before a cookie, over the channel's life
 
@@ -243,14 +246,28 @@ class Reader:
         view[:start] = self._pending[:start]
         del self._pending[:start]
         while start < len(view):
-            _wait(self.fd, select.POLLIN, deadline, "waiting for a reply")
+            self._wait(deadline)
             got = os.readv(self.fd, [view[start:start + _CHUNK]])
             if got == 0:
                 raise WireClosed("the channel closed in the middle of a message")
             start += got
 
-    def _more(self, deadline: float | None) -> None:
+    def _wait(self, deadline: float | None) -> None:
+        while self.alive is not None:
+            slice_end = time.monotonic() + 0.25
+            try:
+                _wait(self.fd, select.POLLIN, slice_end if deadline is None else min(deadline, slice_end),
+                      "waiting for a reply")
+                return
+            except WireTimeout:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                if not self.alive() and not select.select([self.fd], [], [], 0)[0]:
+                    raise WireClosed("the process ended without closing the channel") from None
         _wait(self.fd, select.POLLIN, deadline, "waiting for a reply")
+
+    def _more(self, deadline: float | None) -> None:
+        self._wait(deadline)
         chunk = os.read(self.fd, 65536)
         if not chunk:
             raise WireClosed("the channel closed")
@@ -320,11 +337,12 @@ class Channel:
     request_fd: int
     reply_fd: int
     cookie: bytes
+    alive: Callable[[], bool] | None = None
     reader: Reader = field(init=False)
 
     def __post_init__(self):
         os.set_blocking(self.request_fd, False)
-        self.reader = Reader(self.reply_fd, self.cookie)
+        self.reader = Reader(self.reply_fd, self.cookie, self.alive)
 
     def send(self, body, deadline: float) -> None:
         write_message(self.request_fd, encode(body), deadline)

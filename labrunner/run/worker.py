@@ -102,7 +102,8 @@ class Worker:
             for fd in (request_read, reply_write, output):
                 os.close(fd)
         cookie = secrets.token_bytes(16)
-        self._sandbox, self._channel = box, Channel(request_write, reply_read, cookie)
+        self._sandbox = box
+        self._channel = Channel(request_write, reply_read, cookie, alive=lambda: box.process.poll() is None)
         hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
         landlock = hello.get("landlock")
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
