@@ -21,8 +21,8 @@ unprivileged Python process can do:
 What it does not do: hide files that the grader's user can read (only writing is confined);
 confine writes where the kernel has no Landlock (`LANDLOCK_ABI` is then 0); or catch a process
 that leaves its session after its sandbox's root has died, since its orphans then go to init
-(on the CPU backend the system-call filter refuses fork before any of this; on the GPU no
-student host code runs at all).
+(the CPU backend's system-call filter, where it runs, refuses fork before any of this; on the
+GPU no student host code runs at all).
 """
 
 from __future__ import annotations
@@ -97,9 +97,9 @@ def scrubbed_environment(private: Path, host_code: bool = True) -> dict[str, str
     """The whole environment of a boxed process: the allow-list, and everything else pointing inside.
 
     One exception: a process that runs no student host code (a GPU worker, the crash replay) keeps
-    the grader's CuPy kernel cache, as it always had. Nothing in it can write there but NVRTC's
-    output for kernels CuPy itself compiles, and a cold cache would cost every worker, and every
-    timing round, seconds of compiling CuPy's own kernels again."""
+    the grader's CuPy kernel cache, as it always had. Only CuPy writes there (each cubin it built,
+    keyed by the hash of its source and options), and a cold cache would cost every worker, and
+    every timing round, seconds of compiling CuPy's own kernels again."""
     env = {name: os.environ[name] for name in ENV_ALLOWED if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     tmp = private / "tmp"
