@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from labrunner.run.cpu.module import cpu_compiler_available
-from labrunner.run.sandbox import CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi, python_command
+from labrunner.run.sandbox import (CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi, pid_namespaces_allowed,
+                                   python_command)
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures" / "lab2" / "hostile"
@@ -52,20 +53,23 @@ def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_lim
                                         "CUPY_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME", "LC_ALL",
                                         "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
     assert seen["cwd"] == seen["private"] and seen["cwd_entries"] == ["tmp"]
-    assert seen["session_leader"] is True
+    assert seen["sid"] != os.getsid(0)  # its own session (0 where the session's leader is outside its namespace)
     assert seen["limits"] == {"RLIMIT_CPU": 3600, "RLIMIT_DATA": 4 * GIB, "RLIMIT_FSIZE": 64 * MIB,
                               "RLIMIT_NOFILE": 1024, "RLIMIT_CORE": 0}
     assert seen["capabilities"] == 0
     assert seen["landlock"] == landlock_abi()
+    assert (seen["pid_namespace"], seen["pid"] == 1) == (pid_namespaces_allowed(),) * 2
     assert seen["cupy_cache"] == str(Path(seen["private"]) / "cupy")  # its own: it runs student host code
 
 
 def test_a_gpu_box_has_no_data_limit_and_no_host_code_confinement(monkeypatch):
     seen = probe(GPU_LIMITS, monkeypatch)
     assert seen["seed"] is None
+    assert seen["session_leader"] is True
     assert seen["limits"]["RLIMIT_DATA"] == -1  # RLIM_INFINITY: the CUDA driver's reservations need it
     assert seen["limits"]["RLIMIT_FSIZE"] == 64 * MIB
     assert seen["landlock"] == 0
+    assert seen["pid_namespace"] is False
     assert seen["cupy_cache"] == "/graders/cupy-cache"  # no student host code runs there: the warm cache
 
 
@@ -150,6 +154,14 @@ def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_
     assert kept[-2:] == ["... and 636 more lines", "... 89,934,464 more bytes not shown (the first 64 KiB are kept)"]
     assert len(kept) == 22
     xml.dom.minidom.parseString(junit)
+
+
+@needs_gxx
+@pytest.mark.skipif(not pid_namespaces_allowed(), reason="this kernel lets this user make no PID namespace")
+def test_a_process_that_left_its_session_dies_with_the_worker_that_exited(tmp_path):
+    completed, result, _, _ = grade_hostile(tmp_path, "constructor_exit.cu", "1")
+    assert (completed.returncode, result["verdict"]) == (4, "crash")
+    assert living("attnlab-orphan") == []
 
 
 @needs_gxx

@@ -5,6 +5,8 @@ unprivileged Python process can do:
 
 - its own session and process group (`setsid`), so it can be ended as a group, and it is made
   a child subreaper, so what it forks and orphans stays in its tree, where the driver finds it;
+  a process that runs student host code is, where the kernel allows it, the first process of
+  a PID namespace of its own, so that its death takes everything it started with it;
 - a scrubbed environment: only the names in `ENV_ALLOWED` pass (what the CUDA driver, CuPy and
   the C++ compiler need), HOME, TMPDIR and the caches point into the private directory, and
   nothing else of the grader's (no `ATTNLAB_SEED`, no tokens) is there to read;
@@ -19,10 +21,11 @@ unprivileged Python process can do:
   (`Sandbox.kill`), so no process it started outlives the grade.
 
 What it does not do: hide files that the grader's user can read (only writing is confined);
-confine writes where the kernel has no Landlock (`LANDLOCK_ABI` is then 0); or catch a process
-that leaves its session after its sandbox's root has died, since its orphans then go to init
-(the CPU backend's system-call filter, where it runs, refuses fork before any of this; on the
-GPU no student host code runs at all).
+confine writes where the kernel has no Landlock (`LANDLOCK_ABI` is then 0); or, where the
+kernel allows no PID namespace (`PID_NAMESPACE` is then False), catch a process that leaves its
+session after the worker has died, since its orphans then go to init (the CPU backend's
+system-call filter, where it runs, refuses fork before any of this; on the GPU no student host
+code runs at all).
 """
 
 from __future__ import annotations
@@ -217,13 +220,15 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 LANDLOCK_ABI = 0  # in a boxed process: the Landlock version its writes are confined with (0: none)
+PID_NAMESPACE = False  # in a boxed process: whether it is the first process of a PID namespace of its own
+CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
 
 
 def enter(settings: str, module: str, args: list[str]) -> None:
     """Run in the boxed process before anything else: limits, subreaper, Landlock, then the module."""
     import runpy
 
-    global LANDLOCK_ABI
+    global LANDLOCK_ABI, PID_NAMESPACE
     config = json.loads(settings)
     private = config.pop("private")
     limits = Limits(**config)
@@ -231,6 +236,7 @@ def enter(settings: str, module: str, args: list[str]) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if limits.host_code:
+        PID_NAMESPACE = enter_pid_namespace()
         drop_capabilities()
         LANDLOCK_ABI = confine_writes([private, "/dev/null"])
     sys.argv = [module, *args]
@@ -248,6 +254,45 @@ def apply_limits(limits: Limits) -> None:
     both(resource.RLIMIT_NOFILE, min(limits.open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     both(resource.RLIMIT_CORE, 0)
     both(resource.RLIMIT_NPROC, user_tasks() + limits.extra_processes)
+
+
+def enter_pid_namespace() -> bool:
+    """Where the kernel allows it (root, or unprivileged user namespaces), continue as the first
+    process of a new PID namespace: when it dies, however it dies, the kernel kills every process
+    in the namespace, one that left its session included. The process the driver started stays
+    outside, holding none of the worker's pipes, and ends as the worker ended (same status, same
+    signal), so the driver sees nothing else change. Returns False (and nothing changes) where the
+    kernel refuses."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWPID) != 0 and libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+        return False
+    child = os.fork()
+    if child == 0:
+        return True
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def pid_namespaces_allowed() -> bool:
+    """Whether this process may make a PID namespace (asked in a throwaway child)."""
+    child = os.fork()
+    if child == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        allowed = libc.unshare(CLONE_NEWPID) == 0 or libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) == 0
+        os._exit(0 if allowed else 1)
+    return os.waitpid(child, 0)[1] == 0
 
 
 def drop_capabilities() -> None:

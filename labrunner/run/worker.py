@@ -74,6 +74,7 @@ class Worker:
         self.backend = backend
         self.output = CappedOutput()  # across restarts: one report of what the kernels printed
         self.landlock_abi: int | None = None
+        self.pid_namespace = False
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
         self._loaded: list[dict] = []
@@ -105,8 +106,9 @@ class Worker:
         self._sandbox = box
         self._channel = Channel(request_write, reply_read, cookie, alive=lambda: box.process.poll() is None)
         hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
-        landlock = hello.get("landlock")
+        landlock = hello.get("landlock")  # said before any student code ran: what the box holds
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
+        self.pid_namespace = hello.get("pid_namespace") is True
         for load in self._loaded:  # a restarted worker needs the modules again
             self._exchange(load, COMPILE_TIMEOUT_S, NO_BUFFERS)
 

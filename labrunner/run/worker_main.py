@@ -87,7 +87,7 @@ def main(backend: str, request_fd: int, reply_fd: int) -> None:
         flush_output()
         write_message(reply_fd, encode(body, cookie))
 
-    reply({"ok": True, "landlock": sandbox.LANDLOCK_ABI})
+    reply({"ok": True, "landlock": sandbox.LANDLOCK_ABI, "pid_namespace": sandbox.PID_NAMESPACE})
     device = None
     kernels: dict[str, object] = {}
     while True:
