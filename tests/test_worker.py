@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -34,18 +36,21 @@ def test_a_restarted_worker_is_a_new_process_with_the_module_loaded_again():
     with Worker("cpu") as worker:
         worker.load("student", STARTER.module.composed_source, "starter.cu", LAB.entry_point_types())
         first = run_starter(worker, inputs)
-        first_pid = worker._process.pid
+        first_pid = worker.pid
         worker.restart()
-        assert worker._process is None
+        assert worker.pid is None
         second = run_starter(worker, inputs)
-        assert worker._process.pid != first_pid
+        assert worker.pid != first_pid
     assert check_output(first, reference).passed
     np.testing.assert_array_equal(first, second)
 
 
-def test_close_deletes_the_kernel_output_log():
+def test_close_ends_the_process_and_removes_its_private_directory():
     worker = Worker("cpu")
-    assert worker.log_path.exists()
+    worker.load("student", STARTER.module.composed_source, "starter.cu", LAB.entry_point_types())
+    private, pid = worker._sandbox.private, worker.pid
+    assert private.is_dir()
     worker.close()
-    assert not worker.log_path.exists()
+    assert not private.exists()
+    assert not os.path.exists(f"/proc/{pid}")
     assert worker.kernel_output() == []

@@ -135,7 +135,7 @@ def add_diagnosis(lab: Lab, submission: Submission, case: Case, options: CaseOpt
                "returned": ("out",), "reverse_threads": False}
     report = replay_under_sanitizer({"source": submission.module.composed_source, "filename": submission.label,
                                      "entry_types": lab.entry_point_types(), "request": request},
-                                    timeout_s=20 * timeout_s + 60)
+                                    case_timeout_s=timeout_s)
     if report:
         result.diagnosis = report
         result.message += "; compute-sanitizer: " + " | ".join(line.strip() for line in report.splitlines())

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labrunner.exit_codes import ExitCode
+from labrunner.run.untrusted_text import shown, shown_text
 
 SCHEMA = "attnlab.result/1"
 
@@ -46,7 +47,8 @@ class CaseResult:
         return {
             "name": self.name, "status": self.status, "rows": self.rows, "prefix": self.prefix,
             "max_abs_err": self.max_abs_err, "bad_elements": self.bad_elements, "first_bad": self.first_bad,
-            "failing_rows": self.failing_rows, "message": self.message, "diagnosis": self.diagnosis,
+            "failing_rows": self.failing_rows, "message": shown_text(self.message),
+            "diagnosis": None if self.diagnosis is None else shown_text(self.diagnosis),
         }
 
 
@@ -81,7 +83,8 @@ class RunResult:
     def verdict(self) -> str:
         if self.error_code is not None:
             return {ExitCode.COMPILE_ERROR: "compile-error", ExitCode.USAGE: "usage-error",
-                    ExitCode.ENVIRONMENT: "environment-missing"}.get(self.error_code, "error")
+                    ExitCode.ENVIRONMENT: "environment-missing",
+                    ExitCode.MISBEHAVED: "crash"}.get(self.error_code, "error")
         case = self.decisive_case
         if case is not None:
             return case.status
@@ -99,11 +102,12 @@ class RunResult:
         return {
             "schema": SCHEMA, "command": self.command, "lab": self.lab, "file": self.file,
             "backend": self.backend, "device": self.device, "seed": self.seed,
-            "verdict": self.verdict, "exit_code": int(self.exit_code), "error": self.error,
+            "verdict": self.verdict, "exit_code": int(self.exit_code),
+            "error": None if self.error is None else shown_text(self.error),
             "decisive_case": self.decisive_case.name if self.decisive_case else None,
             "oracle_proof": self.oracle_proof, "compile": self.compile,
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
-            "notes": self.notes, "kernel_output": self.kernel_output,
+            "notes": [shown_text(n) for n in self.notes], "kernel_output": [shown(line) for line in self.kernel_output],
             **({"profile": self.profile} if self.profile is not None else {}),
         }
 
@@ -113,24 +117,30 @@ def write_json(result: RunResult, path: Path) -> None:
 
 
 def write_junit(result: RunResult, path: Path) -> None:
-    """One JUnit test case per grading case, for CI systems that render test reports."""
+    """One JUnit test case per grading case, for CI systems that render test reports.
+
+    Always well-formed XML 1.0: every text is passed through `shown_text`, which escapes the
+    characters XML forbids (and terminal controls) rather than dropping them silently.
+    """
     from xml.etree import ElementTree
 
-    suite = ElementTree.Element("testsuite", name=f"attnlab {result.lab} {result.file}",
+    suite = ElementTree.Element("testsuite", name=shown(f"attnlab {result.lab} {result.file}"),
                                 tests=str(len(result.cases)))
     failures = 0
     for case in result.cases:
-        element = ElementTree.SubElement(suite, "testcase", classname=f"{result.lab}.{result.file}", name=case.name)
+        element = ElementTree.SubElement(suite, "testcase", classname=shown(f"{result.lab}.{result.file}"), name=case.name)
         if case.status in NOT_RUN:
-            ElementTree.SubElement(element, "skipped", message=case.message)
+            ElementTree.SubElement(element, "skipped", message=shown_text(case.message))
         elif case.status != "pass":
             failures += 1
-            ElementTree.SubElement(element, "failure", type=case.status, message=case.message)
+            ElementTree.SubElement(element, "failure", type=case.status, message=shown_text(case.message))
     if result.error:
         failures += 1
         element = ElementTree.SubElement(suite, "testcase", classname=str(result.lab), name=result.verdict)
-        ElementTree.SubElement(element, "failure", type=result.verdict, message=result.error)
+        ElementTree.SubElement(element, "failure", type=result.verdict, message=shown_text(result.error))
     suite.set("failures", str(failures))
+    if result.kernel_output:
+        ElementTree.SubElement(suite, "system-out").text = "\n".join(shown(line) for line in result.kernel_output)
     ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
 
 

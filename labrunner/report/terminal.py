@@ -15,6 +15,7 @@ from rich.table import Table
 
 from labrunner.report.progress import Progress
 from labrunner.report.results import RunResult
+from labrunner.run.untrusted_text import shown, shown_text
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
@@ -22,12 +23,14 @@ stderr = Console(stderr=True, highlight=False)
 STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
+# Messages can quote a student's file or what its code printed: control characters are shown
+# escaped and square brackets are never read as rich markup.
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)  # brackets in a path are text
+    stderr.print(f"[bold red]error:[/] {escape(shown_text(message))}", markup=True, soft_wrap=True)
 
 
 def note(message: str) -> None:
-    stderr.print(f"[yellow]note:[/] {message}", markup=True, soft_wrap=True)
+    stderr.print(f"[yellow]note:[/] {escape(shown_text(message))}", markup=True, soft_wrap=True)
 
 
 @contextmanager
@@ -113,7 +116,7 @@ def cases_report(result: RunResult) -> None:
         style = STATUS_STYLE.get(case.status, "bold red")
         table.add_row(case.name, str(case.rows), str(case.prefix), f"[{style}]{case.status}[/]",
                       "" if case.max_abs_err is None else f"{case.max_abs_err:.2e}",
-                      "" if case.status == "pass" else case.message)
+                      "" if case.status == "pass" else escape(shown_text(case.message)))
     stdout.print(table)
 
 
@@ -198,7 +201,7 @@ def kernel_output(lines: list[str]) -> None:
     if lines:
         stderr.print("[dim]the kernels printed (device printf; shown for reference, never read as results):[/]")
         for line in lines:
-            stderr.print(f"[dim]  | {escape(line)}[/]", markup=True, highlight=False)
+            stderr.print(f"[dim]  | {escape(shown(line))}[/]", markup=True, highlight=False)
 
 
 def _opt(value) -> str:

@@ -4,19 +4,35 @@ A sticky CUDA error says only what went wrong (cudaErrorIllegalAddress), not whe
 NVIDIA's compute-sanitizer is installed, the driver replays the one crashing case in a fresh
 process under its memcheck tool (the module is built with -lineinfo) and shows the kernel, the
 source line and the offending thread it reports.
+
+The replay is boxed like a worker (`sandbox.py`: its own session, scrubbed environment, private
+directory, limits, the whole tree killed at the end) and bounded: `REPLAY_FACTOR` times the
+case's own time limit, the sanitizer's start and the module's compile included (a sanitized run
+is slower than a plain one, but a case that needs more than three times its limit under the
+tool was a hang anyway). The case travels as JSON and `.npy` files that the driver writes and
+the replay reads (never pickle), and all that comes back is the tool's report, read from a pipe
+with a deadline and a cap.
 """
 
 from __future__ import annotations
 
-import pickle
+import json
+import os
 import re
+import select
 import shutil
-import subprocess
-import sys
-import tempfile
+import time
+from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
+from labrunner.run.sandbox import REPLAY_LIMITS, Sandbox, python_command
+from labrunner.run.untrusted_text import shown
+
 SANITIZER = "compute-sanitizer"
+REPLAY_FACTOR = 3
+REPORT_LINES = 200  # the tool's own lines kept while reading; only a few survive the filter
 _KEEP = re.compile(r"Invalid __\w+__ \w+|Misaligned|Out-of-range|Illegal|^\s+at |by thread|Address 0x|is out of bounds")
 
 
@@ -24,21 +40,73 @@ def sanitizer_path() -> str | None:
     return shutil.which(SANITIZER)
 
 
-def replay_under_sanitizer(payload: dict, timeout_s: float) -> str | None:
+def write_case(folder: Path, payload: dict) -> None:
+    """`payload` as case.json plus one .npy per input: what `replay.py` reads."""
+    request = payload.get("request", {})
+    inputs = request.get("inputs", {})
+    for name, array in inputs.items():
+        np.save(folder / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+    case = {"source": payload.get("source", ""), "filename": payload.get("filename", ""),
+            "entry_types": payload.get("entry_types", {}),
+            "launches": [asdict(launch) for launch in request.get("launches", [])],
+            "writable": request.get("writable", {}), "returned": list(request.get("returned", ())),
+            "reverse_threads": bool(request.get("reverse_threads", False)), "inputs": list(inputs)}
+    (folder / "case.json").write_text(json.dumps(case))
+
+
+def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
     """The sanitizer's report on one case (a few lines), or None when there is no sanitizer or no report."""
     tool = sanitizer_path()
     if tool is None:
         return None
-    with tempfile.TemporaryDirectory(prefix="attnlab-diagnose-") as scratch:
-        case_file = Path(scratch) / "case.pkl"
-        case_file.write_bytes(pickle.dumps(payload))
-        command = [tool, "--tool", "memcheck", "--print-limit", "3", sys.executable, "-m", "labrunner.run.replay",
-                   str(case_file)]
+    limit_s = REPLAY_FACTOR * case_timeout_s
+    box = Sandbox(prefix="attnlab-diagnose-")
+    try:
+        case_dir = box.private / "case"
+        case_dir.mkdir()
+        write_case(case_dir, payload)
+        read_end, write_end = os.pipe()
         try:
-            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return f"{SANITIZER} did not finish within {timeout_s:g} s"
-    reported = [line.removeprefix("=========").rstrip() for line in completed.stdout.splitlines()
-                if line.startswith("=========")]
-    lines = [line for line in reported if _KEEP.search(line)]
+            box.start([tool, "--tool", "memcheck", "--print-limit", "3",
+                       *python_command("labrunner.run.replay", REPLAY_LIMITS, box.private, str(case_dir))],
+                      stdout=write_end, host_code=False)
+        finally:
+            os.close(write_end)
+        try:
+            reported, finished = read_report(read_end, time.monotonic() + limit_s,
+                                             lambda: box.process.poll() is not None)
+        finally:
+            os.close(read_end)
+    finally:
+        box.kill()
+    if not finished:
+        return f"{SANITIZER} did not finish within {limit_s:g} s ({REPLAY_FACTOR} times the case's {case_timeout_s:g} s)"
+    lines = [shown(line) for line in reported if _KEEP.search(line)]
     return "\n".join(lines[:8]) or None
+
+
+def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[str], bool]:
+    """The tool's own lines (`=========` prefix removed) until the pipe closes, the tool has exited
+    (something it started may hold the pipe open) or the deadline passes. Everything else (the
+    kernel's printf) is read and dropped, so no amount of it costs memory."""
+    kept: list[str] = []
+    partial = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return kept, False
+        ended = exited()
+        if not select.select([fd], [], [], 0 if ended else min(left, 0.2))[0]:
+            if ended:
+                break
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        lines = (partial + chunk).split(b"\n")
+        partial = lines.pop()[-4096:]
+        kept += [line.decode(errors="replace").removeprefix("=========").rstrip() for line in lines
+                 if line.startswith(b"=========")][:REPORT_LINES - len(kept)]
+    if partial.startswith(b"=========") and len(kept) < REPORT_LINES:
+        kept.append(partial.decode(errors="replace").removeprefix("=========").rstrip())
+    return kept, True

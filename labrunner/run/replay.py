@@ -1,23 +1,36 @@
-"""`python -m labrunner.run.replay CASE.pkl`: one case run once, for compute-sanitizer to watch.
+"""`python -m labrunner.run.replay CASE_DIR`: one case run once, for compute-sanitizer to watch.
 
-It runs in its own process (never the driver's) through the worker's own `run_case`.
+It runs in its own boxed process (never the driver's; see `diagnose.py`) through the worker's
+own `run_case`. CASE_DIR holds case.json and one .npy per input, written by the driver and read
+without pickle.
 """
 
 from __future__ import annotations
 
-import pickle
+import json
 import sys
+from pathlib import Path
 
+import numpy as np
+
+from labrunner.labs.definition import Launch
 from labrunner.run.gpu_device import GpuDevice
-from labrunner.run.worker import run_case
+from labrunner.run.worker_main import run_case
 
 
-def main(path: str) -> None:
-    with open(path, "rb") as handle:
-        payload = pickle.load(handle)
+def read_case(folder: Path) -> dict:
+    case = json.loads((folder / "case.json").read_text())
+    case["inputs"] = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in case["inputs"]}
+    case["launches"] = [Launch(l["kernel"], tuple(l["grid"]), tuple(l["block"]), l["shared_bytes"], tuple(l["args"]))
+                        for l in case["launches"]]
+    return case
+
+
+def main(folder: str) -> None:
+    case = read_case(Path(folder))
     device = GpuDevice()
-    kernels = device.compile(payload["source"], payload["filename"], payload["entry_types"])
-    run_case(device, kernels, payload["request"])
+    kernels = device.compile(case["source"], case["filename"], case["entry_types"])
+    run_case(device, kernels, case)
 
 
 if __name__ == "__main__":

@@ -1,40 +1,52 @@
 """Isolation: the student's kernels run in a worker process; the driver keeps everything else.
 
-The driver (parent) sends a request (inputs, launches) over a pipe and receives raw buffers
-back; the oracle, the checks and the verdicts stay on its side. The worker never prints a
-result: its stdout and stderr (where device printf lands) go to a log file the driver shows
-labelled as the kernel's output, so a kernel that prints "PASS" changes nothing.
+The driver (parent) sends a request (inputs, launches) and receives raw buffers back; the
+oracle, the checks and the verdicts stay on its side. The worker runs in a sandbox
+(`sandbox.py`: its own session, a scrubbed environment, a private directory, resource limits)
+and talks over two pipes in the wire format (`wire.py`: a JSON header and raw numbers, checked
+against what was asked for, never unpickled), so nothing it sends can run in the driver. Its
+stdout and stderr (where device printf lands) are a third pipe whose first 64 KiB the driver
+keeps and shows, escaped and labelled as the kernel's output, so a kernel that prints "PASS"
+changes nothing.
 
 Three ways a request ends without an answer, each a verdict rather than a driver failure:
-a time limit passes (the worker is killed: `timeout`), the worker dies (a segfault on the CPU
-backend: `crash`), or the worker answers with a sticky CUDA error (illegal address and the
-like poison the whole CUDA context, so the worker exits after answering: `crash` with the
-error's name). The next request starts a fresh worker.
+a time limit passes (the worker is killed: `timeout`), the worker dies or answers with
+something that is not a reply (`crash`), or the worker answers with a sticky CUDA error
+(illegal address and the like poison the whole CUDA context, so the worker exits after
+answering: `crash` with the error's name). The next request starts a fresh worker. Whenever a
+worker ends, every process it started ends with it.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import secrets
 import signal
-import tempfile
+import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Launch
-from labrunner.truth.poison import poison_for
+from labrunner.run import replies
+from labrunner.run.kernel_output import CappedOutput
+from labrunner.run.sandbox import Sandbox, limits_for, python_command
+from labrunner.run.untrusted_text import shown, shown_lines
+from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireError, WireTimeout
 
 COMPILE_TIMEOUT_S = 300.0
+START_TIMEOUT_S = 60.0  # a fresh Python with numpy, before any CUDA
+FAILURE_KINDS = ("crash", "fault", "error", "compile")
 
 
 class WorkerFailure(Exception):
     """A request the worker could not answer.
 
-    kind: 'timeout' (killed at the time limit), 'crash' (the process died or its CUDA context is
-    poisoned), 'fault' (the kernel misbehaved in a way the backend caught, e.g. a barrier that can
-    never complete on the CPU; the worker lives on) or 'error' (anything else, the driver's fault).
+    kind: 'timeout' (killed at the time limit), 'crash' (the process died, its CUDA context is
+    poisoned, or it sent something that is not a reply), 'fault' (the kernel misbehaved in a way
+    the backend caught, e.g. a barrier that can never complete on the CPU; the worker lives on),
+    'compile' (the backend could not build the module) or 'error' (anything else).
     """
 
     def __init__(self, kind: str, detail: str):
@@ -60,44 +72,62 @@ class Worker:
 
     def __init__(self, backend: str):
         self.backend = backend
-        self._context = multiprocessing.get_context("spawn")
-        self._process = None
-        self._conn = None
+        self.output = CappedOutput()  # across restarts: one report of what the kernels printed
+        self.landlock_abi: int | None = None
+        self.pid_namespace = False
+        self._sandbox: Sandbox | None = None
+        self._channel: Channel | None = None
         self._loaded: list[dict] = []
-        self.log_path = Path(tempfile.mkstemp(prefix="attnlab-kernel-output-", suffix=".log")[1])
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._sandbox.process.pid if self._sandbox and self._sandbox.process else None
+
     def _start(self) -> None:
-        parent_end, child_end = self._context.Pipe()
-        self._process = self._context.Process(
-            target=serve, args=(child_end, self.backend, str(self.log_path)), daemon=True
-        )
-        self._process.start()
-        child_end.close()
-        self._conn = parent_end
+        box = Sandbox()
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        output = self.output.pipe()
+        limits = limits_for(self.backend)
+        command = python_command("labrunner.run.worker_main", limits, box.private,
+                                 self.backend, str(request_read), str(reply_write))
+        try:
+            box.start(command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code)
+        except OSError:
+            for fd in (request_write, reply_read):
+                os.close(fd)
+            box.kill()
+            raise
+        finally:
+            for fd in (request_read, reply_write, output):
+                os.close(fd)
+        cookie = secrets.token_bytes(16)
+        self._sandbox = box
+        self._channel = Channel(request_write, reply_read, cookie, alive=lambda: box.process.poll() is None)
+        hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
+        landlock = hello.get("landlock")  # said before any student code ran: what the box holds
+        self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
+        self.pid_namespace = hello.get("pid_namespace") is True
         for load in self._loaded:  # a restarted worker needs the modules again
-            self._call(load, COMPILE_TIMEOUT_S)
+            self._exchange(load, COMPILE_TIMEOUT_S, NO_BUFFERS)
 
     def close(self) -> None:
-        """Stop the worker and delete its kernel-output log: read `kernel_output()` before this."""
+        """Stop the worker and everything it started; `kernel_output()` still answers after this."""
         self._stop()
-        self.log_path.unlink(missing_ok=True)
 
     def restart(self) -> None:
         """A fresh process for the next request: new CUDA context, new allocations, modules loaded again."""
         self._stop()
 
     def _stop(self) -> None:
-        if self._process is not None and self._process.is_alive():
-            try:
-                self._conn.send({"op": "exit"})
-                self._process.join(5)
-            except (OSError, EOFError):
-                pass
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
-        self._process = None
+        # No polite exit: a worker that exits first leaves its orphans to init, out of reach.
+        if self._sandbox is not None:
+            self._sandbox.kill()
+            self._sandbox = None
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
     def __enter__(self) -> "Worker":
         return self
@@ -106,63 +136,115 @@ class Worker:
         self.close()
 
     def kernel_output(self, limit: int = 20) -> list[str]:
-        """What the kernels printed (device printf), for the report to show labelled as such."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return lines[:limit] + ([f"... and {len(lines) - limit} more lines"] if len(lines) > limit else [])
+        """What the kernels printed (device printf), escaped, for the report to show labelled as such.
+        Ends the worker first, so that everything it wrote has been read (a later request starts a
+        new one)."""
+        self._stop()
+        self.output.finish()
+        return self.output.lines(limit)
 
     # -- requests ----------------------------------------------------------------------------
-    def _call(self, request: dict, timeout_s: float) -> dict:
-        if self._process is None or not self._process.is_alive():
-            self._process = None
+    def _call(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+        if self._sandbox is None or self._sandbox.process.poll() is not None:
+            self._stop()
             self._start()
+        return self._exchange(request, timeout_s, expected)
+
+    def _exchange(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+        deadline = time.monotonic() + timeout_s
         try:
-            self._conn.send(request)
-            ready = self._conn.poll(timeout_s)
-        except (OSError, EOFError, BrokenPipeError):
-            ready = True  # fall through to recv, which reports the death
-        if not ready:
-            self._kill()
-            raise WorkerFailure("timeout", f"no answer within {timeout_s:g} s; the kernel was stopped")
-        try:
-            reply = self._conn.recv()
-        except (EOFError, OSError):
-            code = self._process.exitcode if self._process else None
-            self._kill()
+            self._channel.send(request, deadline)
+            reply = self._channel.receive(expected, deadline)
+        except WireTimeout:
+            self._stop()
+            raise WorkerFailure("timeout", f"no answer within {timeout_s:g} s; the kernel was stopped") from None
+        except WireClosed:
+            code = self._wait_exit()
+            self._stop()
             raise WorkerFailure("crash", _describe_exit(code)) from None
+        except WireError as refused:
+            self._stop()
+            raise WorkerFailure("crash", f"the worker's reply was refused: {shown(str(refused))}") from None
+        reply = self._checked(reply, expected)
         if not reply["ok"]:
             if reply["kind"] == "crash":
-                self._kill()  # its CUDA context is poisoned; the next request gets a fresh one
+                self._stop()  # its CUDA context is poisoned; the next request gets a fresh one
             raise WorkerFailure(reply["kind"], reply["detail"])
         return reply
 
-    def _kill(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.join()
-        self._process = None
+    def _checked(self, reply, expected: Expected) -> dict:
+        """A reply says whether it succeeded; a failure says how, in words; a success carries its buffers."""
+        problem = None
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            problem = "it does not say whether it succeeded"
+        elif not reply["ok"]:
+            if reply.get("kind") not in FAILURE_KINDS or not isinstance(reply.get("detail"), str):
+                problem = "a failure without a known kind and its words"
+            else:
+                joiner = "\n" if reply["kind"] == "compile" else " | "
+                reply["detail"] = joiner.join(shown_lines(reply["detail"].strip()))
+        elif expected.exact and not _carries_arrays(reply):
+            problem = "a success without its buffers"
+        if problem:
+            self._stop()
+            raise WorkerFailure("crash", f"the worker's reply was refused: {problem}")
+        return reply
+
+    def _wait_exit(self, grace_s: float = 2.0) -> int | None:
+        process = self._sandbox.process if self._sandbox else None
+        if process is None:
+            return None
+        try:
+            return process.wait(grace_s)
+        except Exception:
+            return None
 
     def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]]) -> None:
+        """Build the module in the worker. A build that fails is a compile error; a worker that dies or
+        fails while loading (code outside any kernel that crashes or exits) is a crash: both are verdicts."""
         request = {"op": "load", "role": role, "source": composed_source, "filename": filename,
                    "entry_types": entry_types}
-        self._call(request, COMPILE_TIMEOUT_S)
+        try:
+            self._call(request, COMPILE_TIMEOUT_S, NO_BUFFERS)
+        except WorkerFailure as failure:
+            raise load_failure(filename, self.backend, failure) from None
         self._loaded.append(request)
 
     def run_case(self, role: str, launches: list[Launch], inputs: dict[str, np.ndarray],
                  writable: dict[str, int], returned: tuple[str, ...], timeout_s: float,
                  reverse_threads: bool = False) -> CaseRun:
         reply = self._call({"op": "run", "role": role, "launches": launches, "inputs": inputs,
-                            "writable": writable, "returned": returned, "reverse_threads": reverse_threads},
-                           timeout_s)
-        return CaseRun(reply["outputs"], reply["bands"], reply["inputs_after"])
+                            "writable": writable, "returned": list(returned), "reverse_threads": reverse_threads},
+                           timeout_s, replies.case_reply(inputs, writable, returned))
+        return CaseRun(reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()},
+                       reply["inputs_after"])
 
     def time(self, request: dict, timeout_s: float) -> dict:
-        return self._call({"op": "time", **request}, timeout_s)
+        return self._call({"op": "time", **request}, timeout_s, replies.timing_reply(request))
 
     def trace(self, request: dict, timeout_s: float) -> dict:
-        return self._call({"op": "trace", **request}, timeout_s)
+        return self._call({"op": "trace", **request}, timeout_s, replies.trace_reply(request))
+
+
+def load_failure(filename: str, backend: str, failure: WorkerFailure) -> AttnlabError:
+    if failure.kind == "compile":
+        build = "the CPU build (g++)" if backend == "cpu" else "the module build"
+        return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
+    how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
+    # only the CPU backend runs a file's host code (at load: its constructors and static initializers)
+    why = ("; code outside any kernel (a constructor, a static initializer) must not crash, exit or hang"
+           if backend == "cpu" and failure.kind in ("crash", "timeout") else "")
+    return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
+
+
+def _carries_arrays(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return True
+    if isinstance(value, dict):
+        return any(_carries_arrays(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_carries_arrays(v) for v in value)
+    return False
 
 
 def _describe_exit(code: int | None) -> str:
@@ -172,70 +254,6 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             name = f"signal {-code}"
         return f"the worker process died ({name})"
+    if code is None:
+        return "the worker process closed its reply channel"
     return f"the worker process exited unexpectedly (exit status {code})"
-
-
-# -- the worker process ----------------------------------------------------------------------
-def make_device(backend: str):
-    if backend == "gpu":
-        from labrunner.run.gpu_device import GpuDevice
-
-        return GpuDevice()
-    from labrunner.run.cpu_device import CpuDevice
-
-    return CpuDevice()
-
-
-def serve(conn, backend: str, log_path: str) -> None:
-    """The worker's loop: answer requests until told to exit. Runs in the child process."""
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    device = None
-    kernels: dict[str, object] = {}
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request["op"] == "exit":
-            return
-        try:
-            if device is None:
-                device = make_device(backend)
-            if request["op"] == "load":
-                kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"])
-                reply = {}
-            elif request["op"] == "run":
-                reply = run_case(device, kernels[request["role"]], request)
-            elif request["op"] == "trace":
-                from labrunner.measure.trace import run_trace
-
-                reply = run_trace(device, kernels, request)
-            else:
-                from labrunner.measure.timed_runs import run_timing
-
-                reply = run_timing(device, kernels, request)
-            conn.send({"ok": True, **reply})
-        except BaseException as exc:  # every failure becomes an answer; the driver decides the verdict
-            sticky = device.describe_error(exc) if device is not None else None
-            fault = device.describe_fault(exc) if device is not None else None
-            kind = "crash" if sticky else "fault" if fault else "error"
-            conn.send({"ok": False, "kind": kind, "detail": sticky or fault or f"{type(exc).__name__}: {exc}"})
-            if sticky:
-                os._exit(3)
-
-
-def run_case(device, kernels, request: dict) -> dict:
-    """Upload inputs, poison and guard the writable buffers, run the launches, read everything back."""
-    buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
-    guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
-    buffers.update({name: g.inner for name, g in guarded.items()})
-    for launch in request["launches"]:
-        device.launch(kernels, launch, buffers, reverse_threads=request["reverse_threads"])
-    device.synchronize()
-    return {
-        "outputs": {name: device.to_host(guarded[name].inner) for name in request["returned"]},
-        "bands": {name: g.bands(device.to_host) for name, g in guarded.items()},
-        "inputs_after": {name: device.to_host(buffers[name]) for name in request["inputs"]},
-    }

@@ -1,0 +1,49 @@
+"""What the driver accepts back from a worker: the buffers each request implies, and nothing else.
+
+A case's reply carries exactly the writable buffers asked for (`outputs/<name>`), both guard
+bands of every writable buffer (`bands/<name>/0` and `/1`), and every input as the kernels left
+it (`inputs_after/<name>`), each with the dtype and shape the driver sent or asked for. A timing
+reply carries its checked calls: their set numbers and their outputs, each output as long as
+one the request names (`out_count`, or a size's `out_count` in a pipeline request). A new
+kind of buffer in a timing reply needs its rule here, in `timing_reply`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labrunner.run.wire import NO_BUFFERS, BufferSpec, Expected
+from labrunner.truth.poison import GUARD_ELEMENTS
+
+TIMING_REPLY_LIMIT_BYTES = 8 << 30  # far above a timing run's verified outputs (16 MiB each at lab 2's shape)
+
+
+def case_reply(inputs: dict[str, np.ndarray], writable: dict[str, int], returned) -> Expected:
+    exact = {f"outputs/{name}": BufferSpec("float32", (writable[name],)) for name in returned}
+    for name in writable:
+        for side in (0, 1):
+            exact[f"bands/{name}/{side}"] = BufferSpec("float32", (GUARD_ELEMENTS,))
+    for name, array in inputs.items():
+        exact[f"inputs_after/{name}"] = BufferSpec(array.dtype.name, tuple(array.shape))
+    return Expected(exact=exact)
+
+
+def timing_reply(request: dict) -> Expected:
+    """A timing reply's buffers: for each contender (or lab 1 size) the checked calls' set numbers,
+    `int64 [n]`, and their outputs, `float32 [n][out_count]` with the request's own `out_count`."""
+    lengths = {request["out_count"]} if "out_count" in request else set()
+    lengths |= {size["out_count"] for size in request.get("sizes", [])}
+
+    def fits(name: str, spec: BufferSpec) -> bool:
+        # where a checked call's buffers stand is the timing code's business; their dtype and size are ours
+        if name.endswith("/sets"):
+            return spec.dtype == "int64" and len(spec.shape) == 1
+        return (name.endswith("/outputs") and spec.dtype == "float32" and len(spec.shape) == 2
+                and spec.shape[1] in lengths)
+
+    return Expected(fits=fits, max_bytes=TIMING_REPLY_LIMIT_BYTES)
+
+
+def trace_reply(request: dict) -> Expected:
+    """A trace reply is plain JSON (each kernel's start and end in nanoseconds): no buffers at all."""
+    return NO_BUFFERS

@@ -1,0 +1,118 @@
+"""The worker process itself: load modules, run cases and timed calls, answer on the wire.
+
+Started by `worker.Worker` inside a `sandbox.Sandbox` as
+`python -I -c <bootstrap> ... labrunner.run.worker_main BACKEND REQUEST_FD REPLY_FD`: its
+limits and Landlock ruleset are in place before this module runs, and so before any student
+code. Its stdout and stderr are the kernel-output pipe; requests arrive on REQUEST_FD and
+replies leave on REPLY_FD, each in the wire format (`wire.py`), never pickled.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import traceback
+
+from labrunner.run import sandbox
+from labrunner.run.wire import ANY_BUFFERS, Reader, WireClosed, encode, write_message
+from labrunner.truth.poison import poison_for
+
+BUILD_ERRORS = ("CpuKernelError", "CompileException")  # the CPU build's and NVRTC's (CuPy's) own
+
+
+def make_device(backend: str):
+    if backend == "gpu":
+        from labrunner.run.gpu_device import GpuDevice
+
+        return GpuDevice()
+    from labrunner.run.cpu_device import CpuDevice
+
+    return CpuDevice()
+
+
+def run_case(device, kernels, request: dict) -> dict:
+    """Upload inputs, poison and guard the writable buffers, run the launches, read everything back."""
+    buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
+    guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
+    buffers.update({name: g.inner for name, g in guarded.items()})
+    for launch in request["launches"]:
+        device.launch(kernels, launch, buffers, reverse_threads=request["reverse_threads"])
+    device.synchronize()
+    return {
+        "outputs": {name: device.to_host(guarded[name].inner) for name in request["returned"]},
+        "bands": {name: list(g.bands(device.to_host)) for name, g in guarded.items()},
+        "inputs_after": {name: device.to_host(buffers[name]) for name in request["inputs"]},
+    }
+
+
+def answer(request: dict, device, kernels: dict) -> dict:
+    if request["op"] == "load":
+        kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"])
+        return {}
+    if request["op"] == "run":
+        return run_case(device, kernels[request["role"]], request)
+    if request["op"] == "trace":
+        from labrunner.measure.trace import run_trace
+
+        return run_trace(device, kernels, request)
+    from labrunner.measure.timed_runs import run_timing
+
+    return run_timing(device, kernels, request)
+
+
+def failure(request: dict, device, exc: BaseException) -> tuple[dict, bool]:
+    """The failure reply for an exception, and whether the process must end (a poisoned CUDA context)."""
+    sticky = device.describe_error(exc) if device is not None else None
+    fault = device.describe_fault(exc) if device is not None else None
+    if request.get("op") == "load" and type(exc).__name__ in BUILD_ERRORS:
+        return {"ok": False, "kind": "compile", "detail": str(exc)}, False
+    kind = "crash" if sticky else "fault" if fault else "error"
+    detail = sticky or fault or "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return {"ok": False, "kind": kind, "detail": detail}, bool(sticky)
+
+
+def flush_output() -> None:
+    """C's stdio buffer too, so a kernel's printf reaches the pipe before the reply that follows it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).fflush(None)
+
+
+def main(backend: str, request_fd: int, reply_fd: int) -> None:
+    reader = Reader(request_fd)
+    try:
+        hello = reader.read(ANY_BUFFERS, None)
+    except WireClosed:
+        return
+    cookie = bytes.fromhex(hello["cookie"])
+
+    def reply(body: dict) -> None:
+        flush_output()
+        write_message(reply_fd, encode(body, cookie))
+
+    reply({"ok": True, "landlock": sandbox.LANDLOCK_ABI, "pid_namespace": sandbox.PID_NAMESPACE})
+    device = None
+    kernels: dict[str, object] = {}
+    while True:
+        try:
+            request = reader.read(ANY_BUFFERS, None, records=True)
+        except WireClosed:
+            return
+        try:
+            if device is None:
+                device = make_device(backend)
+            body = {"ok": True, **answer(request, device, kernels)}
+            parts = encode(body, cookie)
+        except BaseException as exc:  # every failure becomes an answer; the driver decides the verdict
+            body, fatal = failure(request, device, exc)
+            reply(body)
+            if fatal:
+                os._exit(3)
+            continue
+        flush_output()
+        write_message(reply_fd, parts)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

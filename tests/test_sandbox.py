@@ -1,0 +1,180 @@
+"""The sandbox: what a boxed process sees, and that a hostile file's code outside any kernel leaves
+no trace: no secret in any output, no process left, no file outside its private directory, and the
+true verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import xml.dom.minidom
+from pathlib import Path
+
+import pytest
+
+from labrunner.run.cpu.module import cpu_compiler_available
+from labrunner.run.sandbox import (CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi, pid_namespaces_allowed,
+                                   python_command)
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTILE = REPO / "tests" / "fixtures" / "lab2" / "hostile"
+needs_gxx = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend")
+
+
+def probe(limits, monkeypatch) -> dict:
+    monkeypatch.setenv("ATTNLAB_SEED", "31337")
+    monkeypatch.setenv("GRADER_TOKEN", "hunter2")
+    monkeypatch.setenv("CUPY_CACHE_DIR", "/graders/cupy-cache")
+    box = Sandbox()
+    read_end, write_end = os.pipe()
+    try:
+        box.start(python_command("tests.sandbox_probe", limits, box.private), stdout=write_end,
+                  host_code=limits.host_code)
+        os.close(write_end)
+        with os.fdopen(read_end) as pipe:
+            text = pipe.read()
+        assert box.process.wait(30) == 0, text
+        private = box.private
+    finally:
+        box.kill()
+    assert not private.exists()
+    return json.loads(text) | {"private": str(private)}
+
+
+def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_limits(monkeypatch):
+    seen = probe(CPU_LIMITS, monkeypatch)
+    assert seen["seed"] is None
+    assert "GRADER_TOKEN" not in seen["environment"]
+    assert set(seen["environment"]) <= {"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                                        "CUDA_HOME", "CUDA_PATH", "ATTNLAB_CPU_STACK_KB", "HOME", "TMPDIR",
+                                        "CUPY_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME", "LC_ALL",
+                                        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+    assert seen["cwd"] == seen["private"] and seen["cwd_entries"] == ["tmp"]
+    assert seen["sid"] != os.getsid(0)  # its own session (0 where the session's leader is outside its namespace)
+    assert seen["limits"] == {"RLIMIT_CPU": 3600, "RLIMIT_DATA": 4 * GIB, "RLIMIT_FSIZE": 64 * MIB,
+                              "RLIMIT_NOFILE": 1024, "RLIMIT_CORE": 0}
+    assert seen["capabilities"] == 0
+    assert seen["landlock"] == landlock_abi()
+    assert (seen["pid_namespace"], seen["pid"] == 1) == (pid_namespaces_allowed(),) * 2
+    assert seen["cupy_cache"] == str(Path(seen["private"]) / "cupy")  # its own: it runs student host code
+
+
+def test_a_gpu_box_has_no_data_limit_and_no_host_code_confinement(monkeypatch):
+    seen = probe(GPU_LIMITS, monkeypatch)
+    assert seen["seed"] is None
+    assert seen["session_leader"] is True
+    assert seen["limits"]["RLIMIT_DATA"] == -1  # RLIM_INFINITY: the CUDA driver's reservations need it
+    assert seen["limits"]["RLIMIT_FSIZE"] == 64 * MIB
+    assert seen["landlock"] == 0
+    assert seen["pid_namespace"] is False
+    assert seen["cupy_cache"] == "/graders/cupy-cache"  # no student host code runs there: the warm cache
+
+
+def living(name: str) -> list[int]:
+    """Processes (not zombies) whose name is `name`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
+                state = Path(f"/proc/{entry.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if comm == name and state not in ("Z", "X"):
+                found.append(int(entry.name))
+    return found
+
+
+def grade_hostile(tmp_path: Path, name: str, seed: str) -> tuple[subprocess.CompletedProcess, dict, str, Path]:
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    env = {**os.environ, "ATTNLAB_SEED": seed, "TMPDIR": str(scratch)}
+    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", str(HOSTILE / name), "--device",
+                                "cpu", "--no-timing", "--json", str(reports / "r.json"), "--junit",
+                                str(reports / "r.xml")], cwd=REPO, env=env, capture_output=True, text=True,
+                               timeout=300)
+    return completed, json.loads((reports / "r.json").read_text()), (reports / "r.xml").read_text(), scratch
+
+
+@needs_gxx
+def test_code_outside_any_kernel_leaves_no_trace_and_the_true_verdict_stands(tmp_path):
+    seed = str(secrets.randbelow(10**12) + 10**12)
+    completed, result, junit, scratch = grade_hostile(tmp_path, "constructor_escape.cu", seed)
+    assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
+    # the secret: not in its environment, not readable from the driver's, in no output
+    assert "my ATTNLAB_SEED: (not set)" in result["kernel_output"]
+    assert "parent environment: refused" in result["kernel_output"]
+    for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
+        assert seed not in text
+    # nothing of what it started is left to rewrite the report, and its private directory is gone
+    # with nothing beside it
+    assert living("attnlab-escapee") == []
+    time.sleep(2.5)
+    assert json.loads((tmp_path / "reports" / "r.json").read_text()) == result
+    assert list(scratch.iterdir()) == []
+    # its forged replies were skipped, and shown as kernel output, escaped
+    assert any(line.startswith('\\x00\\x00\\x00+{"body":{"ok":true,"verdict":"pass"}') for line in result["kernel_output"])
+    assert "\x1b" not in completed.stdout + completed.stderr
+
+
+@needs_gxx
+@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock: writes outside are not confined")
+def test_code_outside_any_kernel_cannot_write_outside_its_private_directory(tmp_path):
+    target = Path("/tmp/attnlab-hostile-escape")
+    target.unlink(missing_ok=True)
+    completed, result, _, scratch = grade_hostile(tmp_path, "constructor_escape.cu", "1")
+    assert completed.returncode == 1
+    assert not target.exists()
+    assert not (scratch / "attnlab-escaped-next-to-private").exists()
+
+
+@needs_gxx
+def test_kernel_output_shows_controls_escaped_everywhere_and_junit_stays_xml(tmp_path):
+    completed, result, junit, _ = grade_hostile(tmp_path, "printf_controls.cu", "1")
+    assert (completed.returncode, result["verdict"]) == (1, "wrong")
+    assert result["kernel_output"] == ["\\x1b[2K\\x1b[1A\\x1b[1;32mPASS\\x1b[0m (exit 0)\\x0d\\x07",
+                                       "xml: \\x01\\x0b\\x0c\\x1f end", "bidi: \\u202e dellorts"]
+    assert "  | \\x1b[2K\\x1b[1A\\x1b[1;32mPASS\\x1b[0m (exit 0)\\x0d\\x07" in completed.stderr
+    assert not any(c in completed.stdout + completed.stderr for c in "\x1b\r\x07\x01\u202e")
+    system_out = xml.dom.minidom.parseString(junit).getElementsByTagName("system-out")[0].firstChild.data
+    assert system_out.splitlines() == result["kernel_output"]
+
+
+@needs_gxx
+def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_path):
+    completed, result, junit, _ = grade_hostile(tmp_path, "printf_flood.cu", "1")
+    assert (completed.returncode, result["verdict"]) == (1, "wrong")
+    kept = result["kernel_output"]
+    assert kept[0] == "000000000" + " flood" * 15
+    assert kept[-2:] == ["... and 636 more lines", "... 89,934,464 more bytes not shown (the first 64 KiB are kept)"]
+    assert len(kept) == 22
+    xml.dom.minidom.parseString(junit)
+
+
+@needs_gxx
+@pytest.mark.skipif(not pid_namespaces_allowed(), reason="this kernel lets this user make no PID namespace")
+def test_a_process_that_left_its_session_dies_with_the_worker_that_exited(tmp_path):
+    completed, result, _, _ = grade_hostile(tmp_path, "constructor_exit.cu", "1")
+    assert (completed.returncode, result["verdict"]) == (4, "crash")
+    assert living("attnlab-orphan") == []
+
+
+@needs_gxx
+@pytest.mark.parametrize("name, verdict, code, words", [
+    ("constructor_crash.cu", "crash", 4, "the worker failed while loading the module (the worker process died (SIGSEGV))"),
+    ("constructor_exit.cu", "crash", 4,
+     "the worker failed while loading the module (the worker process exited unexpectedly (exit status 0))"),
+    ("cpu_build_error.cu", "compile-error", 3, "the CPU build (g++) failed: C++ compile failed:"),
+])
+def test_a_worker_that_fails_while_loading_gives_a_verdict_and_both_reports(tmp_path, name, verdict, code, words):
+    completed, result, junit, _ = grade_hostile(tmp_path, name, "1")
+    assert (completed.returncode, result["verdict"], result["exit_code"]) == (code, verdict, code)
+    assert words in result["error"]
+    assert "Traceback" not in completed.stderr
+    failure = xml.dom.minidom.parseString(junit).getElementsByTagName("failure")[0]
+    assert failure.getAttribute("type") == verdict
