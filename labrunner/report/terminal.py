@@ -5,6 +5,7 @@ The only module that imports rich. It renders results; it never decides them.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -19,11 +20,20 @@ from labrunner.report.results import RunResult
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
 
+# `FILE: error: ...` or `FILE(LINE): error: ...`, as the compile gate writes its messages.
+_SAYS_ERROR = re.compile(r"^\S[^\n]*?(?:\(\d+\))?: (?:catastrophic )?error: ")
 STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    # A compiler's message already reads `attention.cu(20): error: ...`; a second "error:" in
+    # front of it would only double the word. The message itself is never read as markup.
+    first_line = message.split("\n", 1)[0]
+    if _SAYS_ERROR.match(first_line):
+        stderr.print(f"[bold red]{escape(first_line)}[/]" + escape(message[len(first_line):]), markup=True,
+                     soft_wrap=True)
+        return
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
 
 def note(message: str) -> None:

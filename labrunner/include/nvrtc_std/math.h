@@ -1,5 +1,6 @@
 // <math.h> for NVRTC, which ships none. NVRTC already knows every math function (expf, exp,
-// fmaxf, sqrtf, isinf, ...); what it lacks are the macros, defined here as glibc has them.
+// fmaxf, sqrtf, isinf, ...); what it lacks are the macros, defined here with glibc's values
+// (NAN is the quiet NaN 0x7fc00000, as glibc's is; CUDART_NAN_F is CUDA's 0x7fffffff).
 // Only NVRTC searches this folder; g++ uses its own <math.h>.
 #pragma once
 
@@ -7,7 +8,7 @@
 #define INFINITY    __int_as_float(0x7f800000)
 #endif
 #ifndef NAN
-#define NAN         __int_as_float(0x7fffffff)
+#define NAN         __int_as_float(0x7fc00000)
 #endif
 #define HUGE_VALF   INFINITY
 #define HUGE_VAL    __longlong_as_double(0x7ff0000000000000LL)
