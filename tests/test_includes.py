@@ -57,6 +57,8 @@ def refused(source: str) -> str:
     # a skipped group is still made of tokens: the include is refused wherever it stands
     ('#if 0\ndon\'t\n#endif\n#include "/proc/self/environ"\n', 4),
     ('#if 0\n#include "/proc/self/environ"\n#endif\n', 2),
+    # NVRTC starts a directive after a comment that spans lines, even with code before it
+    ('int x; /*\n*/ #include "/proc/self/environ"\n', 2),
     # CRLF line endings are new lines for both compilers
     ('int a; // c\r\n#include "/proc/self/environ"\r\n', 2),
 ])
@@ -181,6 +183,8 @@ DIFFERENTIAL = [
     "%:include \"MARK1.h\"\n%:%:include \"MARK2.h\"\n",
     'auto s = R"x(\n)x\\\n";\n#include "MARK1.h"\n',
     "const char* s = \"abc\n#include \"MARK1.h\"\n",
+    "int x; /*\n*/ #include \"MARK1.h\"\n",
+    "int x; /* one line */ #include \"MARK1.h\"\n",
 ]
 
 

@@ -15,7 +15,8 @@ translation phases 1 to 3), so no compiler ever opens a file a submission names:
    undone, as the standard says; numbers with digit separators (1'000'000: the quote is part of
    the number, not a character literal); identifiers; universal character names; the `%:`
    digraph for `#` (while `%:%:` is `##`, never a directive);
-4. directives: a `#` that begins a line after only whitespace and comments. Every #include
+4. directives: a `#` that begins a line after only whitespace and comments, or that follows a
+   comment spanning lines (NVRTC reads a directive there even after code; g++ does not). Every #include
    must name one allowed header literally (`#include HEADER` through a macro is refused, since
    the policy cannot see where it goes); #include_next, #import and #embed are refused, and so is
    `__has_include` anywhere, since a probe tells the file whether a path exists.
@@ -166,7 +167,12 @@ class _Lexer:
                 i = self._line_end(i)
                 continue
             if text.startswith("/*", i):
-                i = self._comment_end(i)
+                end = self._comment_end(i)
+                # NVRTC takes a `#` right after a comment that spans lines as the start of a
+                # directive, even when code came before the comment (`int x; /*\n*/ #include`); g++
+                # does not. Reading it as NVRTC does sees every directive either compiler sees.
+                line_start = line_start or "\n" in text[i:end]
+                i = end
                 continue
             if line_start and (c == "#" and not text.startswith("##", i)
                                or text.startswith("%:", i) and not text.startswith("%:%:", i)):
