@@ -7,6 +7,7 @@ file even if a compiler quoted one.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -185,3 +186,17 @@ def test_a_compiler_message_names_the_students_line_once():
         "attention.cu(2): error: invalid combination of type specifiers",
         '1 error detected in the compilation of "attention.cu".',
     ]
+
+
+# --- the option, through the command line --------------------------------------------------
+
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_compile_timeout_is_an_option_of_each_command_that_compiles(tmp_path, command):
+    report = tmp_path / "result.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "labrunner", command, "lab2", "macro_bomb.cu", "--compile-timeout", "2",
+         "--json", str(report)],
+        cwd=REPO / "tests/fixtures/lab2/hostile", capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 3
+    assert completed.stderr == "macro_bomb.cu: error: the compiler did not finish in 2 s (--compile-timeout)\n"
+    assert json.loads(report.read_text())["verdict"] == "compile-error"

@@ -28,6 +28,12 @@ a universal character name spelling a basic character outside a literal (`#\\u00
 include to g++), a line splice inside a raw string, an identifier with `$` or a non-ASCII letter
 right before a quote, raw string delimiters longer than 16 characters or with characters outside
 the basic set. Each of these is a compile error on at least one of the two compilers anyway.
+
+Why a lexer and not the real preprocessor: NVRTC has no preprocess-only mode (it refuses -E), and
+g++ -E would be a third reader with its own view of the file. The real compiler is the second
+wall instead: it runs in a child with nothing of the grader's in its environment
+(`compiler_process`), and only its lines about the student's own file are ever shown
+(`diagnostics`), so a mistake here would still print nothing of another file.
 """
 
 from __future__ import annotations
