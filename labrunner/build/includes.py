@@ -38,6 +38,8 @@ wall instead: it runs in a child with nothing of the grader's in its environment
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -64,6 +66,10 @@ _HSPACE = " \t\f\v\ufeff"  # a byte-order mark mid-file is taken as a space: it 
 _RAW_PREFIXES = ("R", "u8R", "uR", "UR", "LR")
 _DIGITS = "0123456789"
 _D_CHARS = re.compile(r"[A-Za-z0-9_{}\[\]#<>%:;.?*+\-/^&|~!=,']*")
+# Characters an identifier may hold (g++ takes `$` and any non-ASCII letter; the byte-order mark
+# is a space here, as above).
+_SPACES = re.compile("[ \t\f\v\ufeff]+")
+_WORD_RUN = re.compile("[A-Za-z0-9_$\u0080-\ufefe\uff00-\U0010ffff]+")
 _SPACE_BEFORE_NEWLINE = re.compile(r"\\[ \t\f\v]+(?=\r?\n)")
 
 
@@ -117,24 +123,14 @@ class _Lexer:
     def __init__(self, source: str, filename: str):
         self.filename = filename
         self._check_characters(source)
-        # Phase 2: splice lines, keeping each character's physical line and its offset in the file
-        # (the offset shows a raw string whose text held a splice: one the standard says to undo).
+        # Phase 2: splice lines. Each splice's place in the spliced text is kept, which maps any
+        # character back to its offset and physical line in the file (and shows a raw string whose
+        # text held a splice: one the standard says to undo).
         source = source.replace("\r\n", "\n")
-        text, lines, offsets = [], [], []
-        line, i = 1, 0
-        while i < len(source):
-            if source[i] == "\\" and source[i + 1:i + 2] == "\n":
-                line, i = line + 1, i + 2
-                continue
-            text.append(source[i])
-            lines.append(line)
-            offsets.append(i)
-            line += source[i] == "\n"
-            i += 1
-        self.text = "".join(text)
-        self.lines = lines
-        self.offsets = offsets
-        self.last_line = line
+        pieces = source.split("\\\n")
+        self.text = "".join(pieces)
+        self.splices = list(itertools.accumulate(len(piece) for piece in pieces[:-1]))
+        self.newlines = [match.start() for match in re.finditer("\n", source)]
 
     def _check_characters(self, source: str) -> None:
         for index, what in ((source.find("\0"), "a NUL character: NVRTC stops reading the file there and "
@@ -149,8 +145,12 @@ class _Lexer:
                               "a backslash followed by spaces at the end of a line joins the lines for g++ but "
                               "not for NVRTC; delete the spaces after the backslash (or the backslash)")
 
+    def offset(self, i: int) -> int:
+        """Where the spliced text's character i stands in the file: two characters later per splice before it."""
+        return i + 2 * bisect.bisect_right(self.splices, i)
+
     def line_at(self, i: int) -> int:
-        return self.lines[i] if i < len(self.lines) else self.last_line
+        return bisect.bisect_left(self.newlines, self.offset(min(i, len(self.text)))) + 1
 
     def fail(self, i: int, what: str) -> AttnlabError:
         return _unreadable(self.filename, self.line_at(i), what)
@@ -167,7 +167,7 @@ class _Lexer:
                 line_start, i = True, i + 1
                 continue
             if c in _HSPACE:
-                i += 1
+                i = _SPACES.match(text, i).end()
                 continue
             if text.startswith("//", i):
                 i = self._line_end(i)
@@ -318,7 +318,7 @@ class _Lexer:
         if close < 0:
             raise self.fail(quote, f'a raw string R"{delimiter}( that never ends (add ){delimiter}")')
         end = close + len(delimiter) + 2
-        if self.offsets[end - 1] - self.offsets[quote] != end - 1 - quote:
+        if self.offset(end - 1) - self.offset(quote) != end - 1 - quote:
             raise self.fail(quote, "a backslash at the end of a line inside a raw string: compilers disagree on "
                                    "where such a string ends; remove the backslash or use an ordinary string")
         return end
@@ -328,26 +328,22 @@ class _Lexer:
         text, n = self.text, len(self.text)
         word = []
         while i < n:
-            c = text[i]
-            if c == "\\" and i + 1 < n and text[i + 1] in "uU":
+            if run := _WORD_RUN.match(text, i):
+                word.append(run.group())
+                i = run.end()
+            elif text[i] == "\\" and i + 1 < n and text[i + 1] in "uU":
                 digits = 4 if text[i + 1] == "u" else 8
                 code = text[i + 2:i + 2 + digits]
                 if len(code) != digits or not all(d in "0123456789abcdefABCDEF" for d in code):
                     raise self.fail(i, "a \\u or \\U outside a literal must be followed by 4 or 8 hex digits")
-                point = int(code, 16)
-                if point < 0xA0:
+                if int(code, 16) < 0xA0:
                     raise self.fail(i, f"\\{text[i + 1]}{code} names a basic or control character outside a "
                                        f"literal, which C++ does not allow (g++ reads `#\\u0069nclude` as "
                                        "#include); write the character itself")
-                word.append("\\" + text[i + 1:i + 2 + digits])
+                word.append(text[i:i + 2 + digits])
                 i += 2 + digits
-            elif c == "\\":
-                if not word:
-                    return i + 1, ""  # a stray backslash: a compile error, and nothing else
-                break
-            elif _identifier_start(c) or c in _DIGITS:
-                word.append(c)
-                i += 1
+            elif text[i] == "\\" and not word:
+                return i + 1, ""  # a stray backslash: a compile error, and nothing else
             else:
                 break
         return i, "".join(word)
