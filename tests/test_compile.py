@@ -22,8 +22,9 @@ FLASH_SIGNATURE = ('extern "C" __global__ void flash_prefill(const float* q, con
                    'const float* vCache, float* out, int chunkLen, int prefixLen)')
 FLASH_PARAMS = "const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, int prefixLen"
 NEEDS = f"lab2 needs: {FLASH_SIGNATURE}"
-REFUSED = ("is refused: a submission may include only the driver's headers (<attnlab/...>); "
-           "paste what you need into the file itself")
+ALLOWED = ("the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, "
+           "<math_constants.h>")
+REFUSED = f"is refused: a submission may include only {ALLOWED}; paste what you need into the file itself"
 
 
 def flash(params: str = FLASH_PARAMS, body: str = "", qualifier: str = 'extern "C" ', before: str = "") -> str:
@@ -46,9 +47,9 @@ def refusal(tmp_path: Path, source: str) -> AttnlabError:
 @pytest.fixture
 def no_nvrtc(monkeypatch):
     """Any attempt to reach NVRTC fails loudly: proves a refusal came before the compiler."""
-    def unreachable():
+    def unreachable(*args, **kwargs):
         raise RuntimeError("NVRTC was reached")
-    monkeypatch.setattr(nvrtc, "_nvrtc", unreachable)
+    monkeypatch.setattr(nvrtc, "run_compiler", unreachable)
 
 
 # --- the shipped kernels ---------------------------------------------------------------------
@@ -222,19 +223,24 @@ def test_parameter_types_that_read_the_same_data_are_accepted(tmp_path, old, new
 
 # --- includes --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("head, line, directive", [
-    ('#include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),
-    ('// a comment\n#include "../x.h"\n', 2, '#include "../x.h"'),
-    ('#define HEADER "/etc/passwd"\n#include HEADER\n', 2, "#include HEADER"),
-    ('#include \\\n"/etc/passwd"\n', 1, '#include "/etc/passwd"'),
-    ('#inc\\\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"'),
-    ('  #  include <stdio.h>\n', 1, "#include <stdio.h>"),
-    ('#include_next <x.h>\n', 1, "#include_next <x.h>"),
-    ('#/* hidden */include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),
+DOTDOT = ("is refused: a header name may not contain `..`; include the driver's headers by their own names, "
+          "as <attnlab/prelude.cuh>")
+BY_MACRO = f"is refused: an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED}"
+
+
+@pytest.mark.parametrize("head, line, directive, why", [
+    ('#include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+    ('// a comment\n#include "../x.h"\n', 2, '#include "../x.h"', DOTDOT),
+    ('#define HEADER "/etc/passwd"\n#include HEADER\n', 2, "#include HEADER", BY_MACRO),
+    ('#include \\\n"/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+    ('#inc\\\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+    ('  #  include <stdio.h>\n', 1, "#include <stdio.h>", REFUSED),
+    ('#include_next <x.h>\n', 1, "#include_next <x.h>", f"is refused: a submission may include only {ALLOWED}"),
+    ('#/* hidden */include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
 ])
-def test_foreign_includes_are_refused_before_nvrtc(tmp_path, no_nvrtc, head, line, directive):
+def test_foreign_includes_are_refused_before_nvrtc(tmp_path, no_nvrtc, head, line, directive, why):
     error = refusal(tmp_path, head + flash())
-    assert error.message == f"attention.cu({line}): error: `{directive}` {REFUSED}"
+    assert error.message == f"attention.cu({line}): error: `{directive}` {why}"
 
 
 def test_the_drivers_own_header_is_allowed():

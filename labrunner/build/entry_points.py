@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.nvrtc import CompiledModule, run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import EntryPoint, Lab
@@ -66,11 +67,12 @@ def signature_probe(lab: Lab) -> tuple[str, list[tuple[EntryPoint, int]]]:
     return source, checked
 
 
-def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: str) -> None:
+def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: str,
+                          limits: CompileLimits = CompileLimits()) -> None:
     """Each parameter's C++ type against what the lab passes (PTX shows only widths): `double*`
     where float data comes is a compile error naming the type, not garbage read at run time."""
     probe, checked = signature_probe(lab)
-    compiled, log, _ = run_nvrtc(module.composed_source + probe, label, arch, [b"--fdevice-syntax-only"])
+    compiled, log, _ = run_nvrtc(module.composed_source + probe, label, arch, ["--fdevice-syntax-only"], limits)
     if compiled:
         return
     match = _MISMATCH.search(log)

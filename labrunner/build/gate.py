@@ -4,9 +4,13 @@ Each step can refuse the file with one clear line and its exit code, before any 
 starts:
 
 1. reading (`source`): missing, unreadable, too large or not UTF-8 is a usage error;
-2. the include policy (`includes`): only the driver's headers, decided before any compiler runs;
-3. NVRTC with the shared prelude (`nvrtc`): the compiler's own words, against the student's lines;
-4. entry points and parameter types (`entry_points`): every kernel the lab launches, as it passes them;
+2. the include policy (`includes`): the file lexed as the compiler lexes it; only the driver's
+   headers and a few standard ones, decided before any compiler runs;
+3. NVRTC with the shared prelude (`nvrtc`), in a child process under a clock and a memory
+   ceiling (`compiler_process`): the compiler's own words about the student's lines only
+   (`diagnostics`);
+4. entry points and parameter types (`entry_points`): every kernel the lab launches, as it passes
+   them (the type check is a second compile, in a child like the first);
 5. launch constants (`launch_constants`): the geometry the file exports, checked against the lab.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.entry_points import check_entry_points, check_parameter_types
 from labrunner.build.includes import refuse_foreign_includes
 from labrunner.build.launch_constants import check_launch_constants
@@ -32,17 +37,19 @@ class Submission:
     constants: dict[str, int]  # every launch constant of the lab: defaults overridden by the file's
 
 
-def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = DEFAULT_ARCH) -> Submission:
+def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = DEFAULT_ARCH,
+                    limits: CompileLimits = CompileLimits()) -> Submission:
     label = label or str(path)
     source = read_source(path, label)
-    module = compile_gate(source, label, arch)
+    module = compile_gate(source, label, arch, limits)
     check_entry_points(lab, module, label)
-    check_parameter_types(lab, module, label, arch)
+    check_parameter_types(lab, module, label, arch, limits)
     constants = check_launch_constants(lab, module, label)
     return Submission(path, label, source, module, constants)
 
 
-def compile_gate(source: str, label: str, arch: str = DEFAULT_ARCH) -> CompiledModule:
+def compile_gate(source: str, label: str, arch: str = DEFAULT_ARCH,
+                 limits: CompileLimits = CompileLimits()) -> CompiledModule:
     """Steps 2 and 3 for source text already read: the include policy, then NVRTC."""
     refuse_foreign_includes(source, label)
-    return compile_module(source, label, arch)
+    return compile_module(source, label, arch, limits)

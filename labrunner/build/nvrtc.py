@@ -2,7 +2,8 @@
 
 NVRTC is the compiler CuPy uses, so a file that passes here compiles the same way at grading
 time. It is reached through cuda-bindings (which finds the nvidia-cuda-nvrtc wheel's library),
-because CuPy itself refuses to compile where no driver is. It also reads what the compiled
+because CuPy itself refuses to compile where no driver is, and always in a child process with a
+clock and a memory ceiling (`compiler_process`), never in the driver's own. It also reads what the compiled
 module says about itself: its entry points and their parameters' PTX types, the launch
 constants a student exports, and ptxas's resource report.
 """
@@ -13,10 +14,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labrunner.build.compiler_process import CompileLimits, run_compiler
+from labrunner.build.diagnostics import compiler_error_message, nvrtc_diagnostics
 from labrunner.build.launch_constants import parse_launch_constants
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
+# NVRTC ships no C or C++ standard headers; these stand in for the few a kernel includes
+# (<cfloat>, <cmath>, <cstdint> and their .h forms). Only NVRTC searches here: g++ uses its own.
+NVRTC_STANDARD_HEADERS = INCLUDE_DIR / "nvrtc_std"
 PRELUDE_INCLUDE = "#include <attnlab/prelude.cuh>"
 DEFAULT_ARCH = "sm_90"
 
@@ -72,12 +78,14 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH) -> CompiledModule:
+def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH,
+                   limits: CompileLimits = CompileLimits()) -> CompiledModule:
     """Compiles like grading does and returns what the module holds, or raises with the compiler's words."""
     composed = compose_source(user_source, filename)
-    compiled, log, ptx = run_nvrtc(composed, filename, arch, [b"--ptxas-options=-v"])
+    compiled, log, ptx = run_nvrtc(composed, filename, arch, ["--ptxas-options=-v"], limits)
+    messages = nvrtc_diagnostics(log, filename)
     if not compiled:
-        raise AttnlabError(_compiler_errors(log, filename), ExitCode.COMPILE_ERROR)
+        raise AttnlabError(compiler_error_message(messages, filename), ExitCode.COMPILE_ERROR)
     return CompiledModule(
         filename=filename,
         composed_source=composed,
@@ -85,47 +93,28 @@ def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH) ->
         entry_points=parse_entry_points(ptx),
         launch_constants=parse_launch_constants(ptx),
         resources=parse_resources(log),
-        warnings=[line for line in log.splitlines() if ": warning" in line],
+        warnings=[line for line in messages if ": warning" in line],
     )
 
 
-def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[bytes]) -> tuple[bool, str, str]:
-    """One NVRTC compile with the driver's include folder and nothing else: (compiled, log, PTX)."""
-    nvrtc = _nvrtc()
-    nvrtc_version()
-    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    result, program = nvrtc.nvrtcCreateProgram(source.encode(), filename.encode(), 0, [], [])
-    if result != ok:
-        raise environment_error(f"NVRTC could not start a program: {result.name}")
+def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[str],
+              limits: CompileLimits = CompileLimits()) -> tuple[bool, str, str]:
+    """One NVRTC compile, in a limited child process, with the driver's include folders and nothing
+    else: (compiled, log, PTX). The log is NVRTC's own; show it only through `diagnostics`."""
     options = [
-        f"--gpu-architecture={arch}".encode(),
-        b"--std=c++17",
-        b"--no-source-include",
-        f"--include-path={INCLUDE_DIR}".encode(),
+        f"--gpu-architecture={arch}",
+        "--std=c++17",
+        "--no-source-include",
+        f"--include-path={INCLUDE_DIR}",
+        f"--include-path={NVRTC_STANDARD_HEADERS}",
         *extra_options,
     ]
-    try:
-        (compiled,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-        log = _read(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, program)
-        if compiled == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
-            raise AttnlabError(f"--arch {arch} is not a GPU architecture NVRTC knows (try sm_90)", ExitCode.USAGE)
-        ptx = _read(nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, program) if compiled == ok else ""
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
-    return compiled == ok, log, ptx
-
-
-def _read(size_fn, read_fn, program) -> str:
-    _, size = size_fn(program)
-    buffer = b" " * size
-    read_fn(program, buffer)
-    return buffer.rstrip(b"\x00 ").decode(errors="replace")
-
-
-def _compiler_errors(log: str, filename: str) -> str:
-    """NVRTC's messages as `FILE(LINE): error: ...`, the student's lines first, counts last."""
-    lines = [line for line in log.splitlines() if line.strip() and not line.startswith("ptxas info")]
-    return "\n".join(lines) if lines else f"{filename}: error: NVRTC rejected the file without a message"
+    reply = run_compiler({"source": source, "name": filename, "options": options}, filename, limits)
+    if reply["result"] == "NVRTC_ERROR_INVALID_OPTION":
+        raise AttnlabError(f"--arch {arch} is not a GPU architecture NVRTC knows (try sm_90)", ExitCode.USAGE)
+    if reply["result"] == "NVRTC_ERROR_PROGRAM_CREATION_FAILURE":
+        raise environment_error(f"NVRTC could not start a program: {reply['result']}")
+    return reply["result"] == "NVRTC_SUCCESS", reply["log"], reply["ptx"]
 
 
 _ENTRY = re.compile(r"\.visible\s+\.entry\s+(\w+)\s*\(([^)]*)\)", re.DOTALL)

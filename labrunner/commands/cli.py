@@ -22,6 +22,12 @@ from labrunner.truth.golden import prove_oracle
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def compile_timeout_option(command):
+    return click.option("--compile-timeout", "compile_timeout_s", type=click.FloatRange(min=0.5), default=20.0,
+                        show_default=True,
+                        help="Seconds the compiler may take on the file; past it the verdict is compile-error.")(command)
+
+
 def json_option(command):
     command = click.option("--junit", "junit_path", type=click.Path(dir_okay=False, path_type=Path),
                            help="Also write the cases as a JUnit XML report (one test case per case).")(command)
@@ -41,6 +47,7 @@ def run_options(command):
         click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=None,
                      help="Seconds one case may take before its kernel is stopped (default 20 on the GPU, 120 on the CPU)."),
         click.option("--arch", default="sm_90", show_default=True, help="GPU architecture for the compile gate."),
+        compile_timeout_option,
         click.option("--budget", "budget_s", type=click.FloatRange(min=0.05), default=3.0, show_default=True,
                      help="Seconds of sampling per timed kernel."),
         click.option("--noise", "noise_target", type=click.FloatRange(min=1e-5, max=0.5), default=0.005,
@@ -140,16 +147,18 @@ def starter(lab, output, force):
 @click.argument("lab")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--arch", default="sm_90", show_default=True, help="GPU architecture to compile for.")
+@compile_timeout_option
 @json_option
-def check(lab, file, arch, json_path, junit_path):
+def check(lab, file, arch, compile_timeout_s, json_path, junit_path):
     """Compile FILE for LAB through NVRTC (no GPU needed) and show its kernels' resources."""
+    from labrunner.build.compiler_process import CompileLimits
     from labrunner.build.gate import load_submission
     from labrunner.build.nvrtc import nvrtc_version
 
     result = RunResult("check", lab, str(file))
 
     def body():
-        submission = load_submission(get_lab(lab), file, str(file), arch)
+        submission = load_submission(get_lab(lab), file, str(file), arch, CompileLimits(timeout_s=compile_timeout_s))
         result.compile = compile_summary(submission, arch, nvrtc_version())
         terminal.check_report(result)
         terminal.verdict_line(result)
@@ -201,15 +210,15 @@ def doctor(json_path, junit_path):
 @click.option("--no-timing", is_flag=True, help="Check correctness only.")
 @click.option("--profile", "with_profile", is_flag=True,
               help="GPU: after a correct run, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
-def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, full, race_check, only,
-          diagnose, gates_path, no_timing, with_profile):
+def grade(lab, file, device, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds, json_path, junit_path,
+          full, race_check, only, diagnose, gates_path, no_timing, with_profile):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
     from labrunner.commands.runs import GradeRequest, grade_submission
 
     request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, full=full, race_check=race_check,
-                           only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing,
-                           profile=with_profile)
+                           compile_timeout_s=compile_timeout_s, budget_s=budget_s, noise_target=noise_target,
+                           rounds=rounds, full=full, race_check=race_check, only=tuple(only), diagnose=diagnose,
+                           gates_path=gates_path, timing=not no_timing, profile=with_profile)
     result = RunResult("grade", lab, str(file))
     guarded(result, json_path, lambda: grade_submission(request, result), junit_path)
 
@@ -224,14 +233,14 @@ def grade(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, roun
               help="lab2 baseline: starter, solution, or a .cu file.")
 @click.option("--profile", "with_profile", is_flag=True,
               help="After timing, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
-def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path, chunk, prefix, versus,
-          with_profile):
+def bench(lab, file, device, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds, json_path, junit_path,
+          chunk, prefix, versus, with_profile):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
     from labrunner.commands.runs import BenchRequest, bench_submission
 
     request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=chunk, prefix=prefix, versus=versus,
-                           profile=with_profile)
+                           compile_timeout_s=compile_timeout_s, budget_s=budget_s, noise_target=noise_target,
+                           rounds=rounds, chunk=chunk, prefix=prefix, versus=versus, profile=with_profile)
     result = RunResult("bench", lab, str(file) if file else None)
     guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
 
@@ -243,12 +252,12 @@ def bench(lab, file, device, seed, timeout_s, arch, budget_s, noise_target, roun
 @click.option("--fraction", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.5, show_default=True,
               help="Fraction of the solution's SPEEDUP a student needs to pass the gate.")
 @run_options
-def calibrate(lab, output, fraction, device, seed, timeout_s, arch, budget_s, noise_target, rounds, json_path, junit_path):
+def calibrate(lab, output, fraction, device, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds, json_path, junit_path):
     """Time the shipped solution against the starter on this GPU and write its speed gate."""
     from labrunner.commands.runs import BenchRequest, calibrate_gate
 
     request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")
+                           compile_timeout_s=compile_timeout_s, budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")
     result = RunResult("calibrate", lab)
     guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path,
             also_writes=(("-o", output),))

@@ -114,7 +114,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             terminal.kernel_output(result.kernel_output)
             terminal.verdict_line(result)
             return
-        terminal.plain_note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
+        terminal.note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
         trace_request = {"calls": request.calls, "use_cupti": request.cupti, "shapes": [
             {"label": label, "inputs": profile_inputs(seed.value, rows, prefix),
              "launches": lab.plan_launches(submission.constants, rows, prefix),
@@ -140,7 +140,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
 
         write_trace(profile["trace"]["slices"], (result.device or {}).get("name") or "GPU", trace_source_words(reply["source"]),
                     request.trace_path)
-        terminal.plain_note(f"wrote the trace to {request.trace_path}: open it in https://ui.perfetto.dev")
+        terminal.note(f"wrote the trace to {request.trace_path}: open it in https://ui.perfetto.dev")
 
     label, rows, prefix = shapes[-1]
     contenders = [(submission.label, "student", submission)]
@@ -152,7 +152,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
                                      "starter row to compare with")
     profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
     if request.range_pass:
-        terminal.plain_note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
+        terminal.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
         profile["range"] = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
         if ceilings is None and profile["range"].get("gpu_facts"):
             ceilings, problem = ceilings_from_facts(profile["range"]["gpu_facts"])
@@ -167,11 +167,11 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
 
         points = roofline_points(profile)
         if profile["ceilings"] is None:
-            terminal.plain_note(f"--plot: nothing drawn, the ceilings are unknown ({profile['ceilings_problem']})")
+            terminal.note(f"--plot: nothing drawn, the ceilings are unknown ({profile['ceilings_problem']})")
         else:
             plot_roofline(profile["ceilings"], points, f"{lab.name} · {submission.label} · {label}", request.plot_path)
             profile["plot"] = str(request.plot_path)
-            terminal.plain_note(f"wrote the roofline to {request.plot_path}")
+            terminal.note(f"wrote the roofline to {request.plot_path}")
     terminal.kernel_output(result.kernel_output)
     terminal.verdict_line(result)
 
@@ -310,7 +310,7 @@ def roofline_points(profile: dict) -> list[dict]:
 def append_range_summary(lab: Lab, submission: Submission, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
     if result.backend != "gpu" or result.decisive_case is not None:
-        terminal.plain_note("--profile: no Range pass, since the kernel was not timed on the GPU")
+        terminal.note("--profile: no Range pass, since the kernel was not timed on the GPU")
         return
     label, rows, prefix = timing_shapes(lab)[-1]
     contenders = [(submission.label, "student", submission)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
 from labrunner.build.gate import Submission, load_submission
 from labrunner.commands.benchmark import time_pipeline, time_speedup
 from labrunner.commands.grade import CaseOptions, load_student, resolve_backend, run_cases, run_one_case
@@ -35,6 +36,7 @@ class RunRequest:
     seed: int | None = None
     timeout_s: float | None = None
     arch: str = "sm_90"
+    compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
     budget_s: float = 3.0
     noise_target: float = 0.005
     rounds: int = 1
@@ -59,6 +61,10 @@ class BenchRequest(RunRequest):
     profile: bool = False
 
 
+def compile_limits(request: RunRequest) -> CompileLimits:
+    return CompileLimits(timeout_s=request.compile_timeout_s)
+
+
 def timing_options_for(request: RunRequest, seed: int) -> TimingOptions:
     return TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target, seed=seed,
                          rounds=request.rounds)
@@ -80,11 +86,12 @@ def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
                           "at fixed sizes")
 
 
-def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None):
+def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None,
+            limits: CompileLimits = CompileLimits()):
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
     result.oracle_proof = require_proven_oracle().to_json()
-    submission = load_submission(lab, path, str(path), arch)
+    submission = load_submission(lab, path, str(path), arch, limits)
     backend, notes = resolve_backend(device)
     for words in notes:
         terminal.note(words)
@@ -105,7 +112,7 @@ def device_facts(worker_backend: str) -> dict | None:
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
     lab, submission, backend, seed = prepare(result, request.lab, request.file, request.device, request.arch,
-                                             request.seed)
+                                             request.seed, compile_limits(request))
     gates = load_gates(request.gates_path) if request.gates_path else None
     options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
                           race_check=request.race_check, only=request.only, diagnose=request.diagnose)
@@ -119,7 +126,8 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         if correct and request.timing and backend == "gpu" and not request.only:
             timing_options = timing_options_for(request, seed.value)
             run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
-                           baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch)
+                           baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch,
+                           limits=compile_limits(request))
             if result.timing and result.timing.get("kind") == "speedup":
                 result.gate = apply_gate(gates, lab.name, (result.device or {}).get("name"), result.timing["speedup"])
         elif correct and backend == "cpu":
@@ -137,7 +145,8 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
 
 def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, options: TimingOptions,
                    result: RunResult, timeout_s: float | None, baseline: Path | None, arch: str,
-                   chunk: int | None = None, prefix: int | None = None) -> None:
+                   chunk: int | None = None, prefix: int | None = None,
+                   limits: CompileLimits = CompileLimits()) -> None:
     catalogue = load_catalogue(lab.name)
     if lab.baseline == "none":
         terminal.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in catalogue.timing["sizes"]))
@@ -145,7 +154,7 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
     else:
         rows = chunk or catalogue.timing["rows"]
         cached = catalogue.timing["prefix"] if prefix is None else prefix
-        base = load_submission(lab, baseline, display_path(baseline), arch)
+        base = load_submission(lab, baseline, display_path(baseline), arch, limits)
         worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
         terminal.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved{rounds}")
@@ -171,7 +180,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     path = request.file or lab.solution_path
     result.file = display_path(path)
     lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
-                                             request.seed)
+                                             request.seed, compile_limits(request))
     if backend != "gpu":
         raise AttnlabError("bench times kernels, which needs a GPU; use `attnlab grade --device cpu` to check "
                            "correctness on the CPU", ExitCode.ENVIRONMENT)
@@ -187,7 +196,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
         if result.decisive_case is None:
             timing_options = timing_options_for(request, seed.value)
             run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s, baseline,
-                           request.arch, request.chunk, request.prefix)
+                           request.arch, request.chunk, request.prefix, compile_limits(request))
         result.kernel_output = worker.kernel_output()
     terminal.cases_report(result)
     terminal.timing_report(result)

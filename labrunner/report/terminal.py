@@ -5,6 +5,7 @@ The only module that imports rich. It renders results; it never decides them.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -20,13 +21,23 @@ from labrunner.run.untrusted_text import shown, shown_text
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
 
+# `FILE: error: ...` or `FILE(LINE): error: ...`, as the compile gate writes its messages.
+_SAYS_ERROR = re.compile(r"^\S[^\n]*?(?:\(\d+\))?: (?:catastrophic )?error: ")
 STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
 # Messages can quote a student's file or what its code printed: control characters are shown
 # escaped and square brackets are never read as rich markup.
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {escape(shown_text(message))}", markup=True, soft_wrap=True)
+    # A compiler's message already reads `attention.cu(20): error: ...`; a second "error:" in
+    # front of it would only double the word. The message itself is never read as markup.
+    message = shown_text(message)
+    first_line = message.split("\n", 1)[0]
+    if _SAYS_ERROR.match(first_line):
+        stderr.print(f"[bold red]{escape(first_line)}[/]" + escape(message[len(first_line):]), markup=True,
+                     soft_wrap=True)
+        return
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
 
 def note(message: str) -> None:
@@ -222,11 +233,6 @@ BAR_WIDTH = 60
 KERNEL_STYLES = ("cyan", "magenta", "yellow", "green", "blue", "red")
 
 
-def plain_note(message: str) -> None:
-    """A note whose text is shown as written: brackets in it (`attnlab[profile]`) are not markup."""
-    note(escape(message))
-
-
 def plain_lines(lines: list[str]) -> None:
     """Lines printed exactly as given: no markup, no highlighting, never wrapped."""
     for line in lines:
@@ -239,7 +245,7 @@ def trace_report(trace: dict) -> None:
               if trace["source"] == "cupti" else "CUDA events around each launch")
     heading(f"Trace timeline: {trace['calls']} calls per shape, GPU start and end of every kernel from {source}")
     if trace.get("why_not_cupti") and trace["source"] != "cupti":
-        plain_note(f"no CUPTI: {trace['why_not_cupti']}")
+        note(f"no CUPTI: {trace['why_not_cupti']}")
     slices = trace["slices"]
     kernels = list(dict.fromkeys(s["kernel"] for s in slices))
     style = {k: KERNEL_STYLES[i % len(KERNEL_STYLES)] for i, k in enumerate(kernels)}
@@ -279,7 +285,7 @@ def range_report(profile: dict) -> None:
     """The Range pass's counters per kernel, the roofline verdicts, and the ceilings they stand under."""
     report = profile.get("range") or {}
     if not report.get("available"):
-        plain_note(f"Range pass: {report.get('message')}")
+        note(f"Range pass: {report.get('message')}")
         return
     shape = report["shape"]["label"]
     table = Table(title=f"Range pass (Nsight Compute, one cold call at {shape}, clocks untouched)")
@@ -300,14 +306,14 @@ def range_report(profile: dict) -> None:
                           f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-")
     stdout.print(table)
     if report.get("dropped_metrics"):
-        plain_note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
+        note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
     ceilings = profile.get("ceilings")
     if ceilings:
         stdout.print(f"[dim]ceilings: FP32 {ceilings['peak_flops'] / 1e12:.1f} TFLOP/s ({escape(ceilings['peak_source'])}); "
                      f"HBM {ceilings['bandwidth'] / 1e12:.2f} TB/s ({escape(ceilings['bandwidth_source'])}); "
                      f"ridge point {ceilings['ridge_flop_per_byte']:.1f} FLOP/B[/]", soft_wrap=True)
     else:
-        plain_note(f"no roofline verdict: {profile.get('ceilings_problem')}")
+        note(f"no roofline verdict: {profile.get('ceilings_problem')}")
     for contender in report["contenders"]:
         point = contender.get("point")
         if point:
@@ -321,7 +327,7 @@ def range_report(profile: dict) -> None:
         stdout.print(f"[dim]{escape(row['kernel'])}: the trace's median {row['trace_median_ms']:.3f} ms, ncu's "
                      f"{row['ncu_ms']:.3f} ms ({100 * row['difference']:+.1f}%)[/]", soft_wrap=True)
     if profile.get("no_starter_row"):
-        plain_note(profile["no_starter_row"])
+        note(profile["no_starter_row"])
 
 
 def traffic_beside_measured(profile: dict) -> None:
@@ -345,7 +351,7 @@ def traffic_beside_measured(profile: dict) -> None:
 def range_summary_line(report: dict) -> None:
     """`grade --profile`, `bench --profile`: the Range pass in one line."""
     if not report.get("available"):
-        plain_note(f"Range pass: {report.get('message')}")
+        note(f"Range pass: {report.get('message')}")
         return
     parts = []
     for contender in report["contenders"]:

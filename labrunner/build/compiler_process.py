@@ -1,0 +1,132 @@
+"""The compiler runs apart from the driver, under a clock and a memory ceiling.
+
+A 1 KB file of nested empty macros keeps NVRTC busy for minutes and most of a gigabyte, and
+NVRTC runs inside whatever process calls it; so every compile of a student's text happens in a
+child (`nvrtc_child.py`) that this module starts, limits, and always ends:
+
+- a fresh interpreter (`python -I -S`: no PYTHONPATH, no site-packages, not the working folder),
+  given only the path of NVRTC's library, which it calls through ctypes;
+- its own session, so the whole process group is killed at the deadline, leaving nothing behind;
+- an environment with nothing of the grader's in it (no ATTNLAB_SEED, no tokens): only what
+  finds the CUDA libraries;
+- an empty private working folder, removed afterwards;
+- RLIMIT_AS of `memory_mib` (address space: NVRTC's heap, its maps and Python's together),
+  RLIMIT_CPU a little past the wall clock, no core files, few open files;
+- replies are JSON, read as data; a reply that is not the expected shape is the compiler failing.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
+
+CHILD = Path(__file__).with_name("nvrtc_child.py")
+DEFAULT_COMPILE_TIMEOUT_S = 20.0
+# Both shipped solutions compile within 200 MiB of address space (the child's Python, libnvrtc
+# mapped, ptxas included) and fail at 150; 1024 MiB is five times that, far more than any real
+# kernel file needs, and well under what a grading machine running several compiles side by side
+# can spare. The macro bomb meets the clock first (given 120 s it stays under 1024 MiB, and its
+# fixture's test shows a 300 MiB ceiling stopping it); the ceiling is for what grows faster.
+DEFAULT_COMPILE_MEMORY_MIB = 1024
+# Variables that only say where the CUDA libraries are; everything else of the caller's stays out.
+_PASSED_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")
+# NVRTC's own words when its allocator fails: "attention.cu(12): catastrophic error: out of memory".
+_OUT_OF_MEMORY = re.compile(r"catastrophic error: out of memory$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CompileLimits:
+    timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
+    memory_mib: int = DEFAULT_COMPILE_MEMORY_MIB
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_library() -> str:
+    """Where NVRTC's shared library is, found the way cuda-bindings finds it (the wheel first)."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        found = load_nvidia_dynamic_lib("nvrtc").abs_path
+    except Exception as exc:  # the package or its library is missing or broken
+        raise environment_error(f"NVRTC is not available ({exc}): install attnlab with its dependencies "
+                                "(pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present") from None
+    return found or ctypes.util.find_library("nvrtc") or "libnvrtc.so"
+
+
+def child_environment(workdir: str) -> dict[str, str]:
+    env = {name: os.environ[name] for name in _PASSED_VARIABLES if name in os.environ}
+    env.update(HOME=workdir, TMPDIR=workdir, LC_ALL="C.UTF-8")
+    return env
+
+
+def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
+    """One compile in a limited child: its JSON reply, or a compile error saying which limit it hit."""
+    cpu_seconds = int(limits.timeout_s) + 2  # the wall clock decides; this only backs it up
+    library = nvrtc_library()
+    with tempfile.TemporaryDirectory(prefix="attnlab-compile-") as workdir:
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=workdir, env=child_environment(workdir), start_new_session=True)
+        except OSError as exc:
+            raise environment_error(f"the compiler's process could not start ({exc.strerror})") from None
+        try:
+            out, _ = process.communicate(json.dumps(request).encode(), timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            _end_group(process)
+            process.communicate()
+            raise AttnlabError(f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s "
+                               "(--compile-timeout)", ExitCode.COMPILE_ERROR) from None
+        finally:
+            _end_group(process)
+    reply = _parse(out)
+    if reply is not None and reply.get("status") == "no-nvrtc":
+        raise environment_error(f"NVRTC is not available ({reply.get('detail')}): install attnlab with its "
+                                "dependencies (pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present")
+    out_of_memory = (reply is None and process.returncode in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL)) or (
+        reply is not None and (reply["status"] == "out-of-memory" or reply.get("result") == "NVRTC_ERROR_OUT_OF_MEMORY"
+                               or _OUT_OF_MEMORY.search(reply.get("log", "")) is not None))
+    if out_of_memory:
+        # Out of address space, NVRTC's allocator fails: NVRTC says so in its log or its result, the
+        # child aborts, or Python raises MemoryError. Each reads here as the ceiling reached.
+        raise AttnlabError(f"{label}: error: the compiler needed more than {limits.memory_mib} MiB",
+                           ExitCode.COMPILE_ERROR)
+    if reply is None and process.returncode == -signal.SIGXCPU:
+        raise AttnlabError(f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s "
+                           "(--compile-timeout)", ExitCode.COMPILE_ERROR)
+    if reply is None or reply["status"] != "done":
+        raise AttnlabError(f"{label}: error: the compiler stopped without an answer (exit status "
+                           f"{process.returncode}); the file could not be compiled", ExitCode.COMPILE_ERROR)
+    return reply
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """Kill the child's whole session; a group already gone is fine."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _parse(out: bytes) -> dict | None:
+    try:
+        reply = json.loads(out)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
+        return None
+    if reply["status"] == "done" and not all(isinstance(reply.get(key), str) for key in ("result", "log", "ptx")):
+        return None
+    return reply

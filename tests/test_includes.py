@@ -1,0 +1,204 @@
+"""The include policy reads C++ as the compilers do: every attack refused, every legal file left alone.
+
+Three kinds of test: attacks that must be refused (with the exact message, naming the line);
+tricky but legal files that must pass untouched; and a differential check that runs NVRTC and
+g++'s preprocessor on the same tricky files and proves the policy saw every #include either
+compiler saw (or refused the file).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from labrunner.build.includes import refuse_foreign_includes, scan_directives
+from labrunner.build.nvrtc import run_nvrtc
+from labrunner.exit_codes import AttnlabError, ExitCode
+
+ALLOWED = ("the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, "
+           "<math_constants.h>")
+ENVIRON = f'`#include "/proc/self/environ"` is refused: a submission may include only {ALLOWED}; paste what you need into the file itself'
+
+
+def refused(source: str) -> str:
+    with pytest.raises(AttnlabError) as caught:
+        refuse_foreign_includes(source, "a.cu")
+    assert caught.value.exit_code == ExitCode.COMPILE_ERROR
+    return caught.value.message
+
+
+# --- attacks: each hides an #include from a filter that misreads C++ ---------------------------
+
+@pytest.mark.parametrize("source, line", [
+    # a digit separator read as a character literal makes '/*' look like a comment opener
+    ("int a = 1'2 + '/*';\n#include \"/proc/self/environ\"\n// */\n", 2),
+    ("int a = 0x1'ab'cd + '/*';\n#include \"/proc/self/environ\"\n// */\n", 2),
+    # a raw string holding a quote and a comment opener, with every prefix
+    ('auto s = R"x(" /*)x";\n#include "/proc/self/environ"\n// */\n', 2),
+    ('auto s = u8R"x(" /*)x";\n#include "/proc/self/environ"\n// */\n', 2),
+    ('auto s = LR"x(" /*)x";\n#include "/proc/self/environ"\n// */\n', 2),
+    ('auto s = uR"x(" /*)x";\n#include "/proc/self/environ"\n// */\n', 2),
+    ('auto s = UR"x(" /*)x";\n#include "/proc/self/environ"\n// */\n', 2),
+    # a raw string holding */: the comment before it has already ended
+    ('/* a */ auto s = R"(*/)";\n#include "/proc/self/environ"\n', 2),
+    # line splices, in the directive and in its name
+    ('#include \\\n"/proc/self/environ"\n', 1),
+    ('#inc\\\nlude "/proc/self/environ"\n', 1),
+    ('/\\\n* a comment *\\\n/ #include "/proc/self/environ"\n', 3),
+    # the directive after whitespace, comments (one spanning lines) and a digraph
+    ('  \t/* c */ # /* d */ include "/proc/self/environ"\n', 1),
+    ('#/*\n*/include "/proc/self/environ"\n', 1),
+    ('%:include "/proc/self/environ"\n', 1),
+    # a literal's suffix: "abc"R is one token, so the next quote opens an ordinary string
+    ('auto s = "abc"R"x(\n#include "/proc/self/environ"\n)x";\n', 2),
+    # a skipped group is still made of tokens: the include is refused wherever it stands
+    ('#if 0\ndon\'t\n#endif\n#include "/proc/self/environ"\n', 4),
+    ('#if 0\n#include "/proc/self/environ"\n#endif\n', 2),
+    # NVRTC starts a directive after a comment that spans lines, even with code before it
+    ('int x; /*\n*/ #include "/proc/self/environ"\n', 2),
+    # CRLF line endings are new lines for both compilers
+    ('int a; // c\r\n#include "/proc/self/environ"\r\n', 2),
+])
+def test_a_hidden_include_is_found_and_refused(source, line):
+    assert refused(source) == f"a.cu({line}): error: {ENVIRON}"
+
+
+@pytest.mark.parametrize("source, message", [
+    ('#\\u0069nclude "/proc/self/environ"\n',
+     "a.cu(1): error: \\u0069 names a basic or control character outside a literal, which C++ does not allow "
+     "(g++ reads `#\\u0069nclude` as #include); write the character itself"),
+    ('auto s = \\u0052"x(\n#include "/proc/self/environ"\n)x";\n',
+     "a.cu(1): error: \\u0052 names a basic or control character outside a literal, which C++ does not allow "
+     "(g++ reads `#\\u0069nclude` as #include); write the character itself"),
+    ('#if __has_include("/proc/self/environ")\n#endif\n',
+     f"a.cu(1): error: `__has_include` is refused: a submission may not probe for files; it may include only {ALLOWED}"),
+    ('constexpr bool probe = __has_include_next(<x.h>);\n',
+     f"a.cu(1): error: `__has_include_next` is refused: a submission may not probe for files; it may include only "
+     f"{ALLOWED}"),
+    ('#include <attnlab/../../x.cuh>\n',
+     "a.cu(1): error: `#include <attnlab/../../x.cuh>` is refused: a header name may not contain `..`; include "
+     "the driver's headers by their own names, as <attnlab/prelude.cuh>"),
+    ('#include <cooperative_groups.h>\n',
+     "a.cu(1): error: `#include <cooperative_groups.h>` is refused: cooperative groups do not run on the CPU "
+     "backend; use __syncthreads() and __shfl_xor_sync (or __shfl_down_sync) instead"),
+    ('#define H <cmath>\n#include H\n',
+     f"a.cu(2): error: `#include H` is refused: an #include must name its header literally, as <cmath>; a "
+     f"submission may include only {ALLOWED}"),
+    ('#import "x.h"\n', f'a.cu(1): error: `#import "x.h"` is refused: a submission may include only {ALLOWED}'),
+    ('#embed "/proc/self/environ"\n',
+     f'a.cu(1): error: `#embed "/proc/self/environ"` is refused: a submission may include only {ALLOWED}'),
+    ('#pragma GCC dependency "/proc/self/environ"\n',
+     "a.cu(1): error: `GCC dependency` is refused: it makes the compiler open a file"),
+    ('_Pragma("GCC dependency \\"/proc/self/environ\\"")\n',
+     "a.cu(1): error: `GCC dependency` is refused: it makes the compiler open a file"),
+])
+def test_probes_escapes_and_macro_includes_are_refused_with_their_reason(source, message):
+    assert refused(source) == message
+
+
+# Where NVRTC and g++ read the same bytes differently, the file is refused: each of these hides
+# the #include from one compiler and shows it to the other (checked against both below).
+@pytest.mark.parametrize("source, message", [
+    ("// note \\  \n#include \"/proc/self/environ\"\n",
+     "a.cu(1): error: a backslash followed by spaces at the end of a line joins the lines for g++ but not for "
+     "NVRTC; delete the spaces after the backslash (or the backslash)"),
+    ("int a; // c\r#include \"/proc/self/environ\"\n",
+     "a.cu(1): error: a carriage return without a line feed starts a new line for g++ but not for NVRTC; save "
+     "the file with LF or CRLF line endings"),
+    ("int a; // c\0\n#include \"/proc/self/environ\"\n",
+     "a.cu(1): error: a NUL character: NVRTC stops reading the file there and g++ does not; delete it"),
+    ("int a = 1'2' /*\n#include \"/proc/self/environ\"\n// */\n",
+     "a.cu(1): error: a ' right after a number that is not a digit separator between two digits: NVRTC reads "
+     "it as part of the number, g++ as a character literal; write separators as in 1'000'000"),
+    ("int a = 1$'2' /*\n#include \"/proc/self/environ\"\n// */\n",
+     "a.cu(1): error: a number runs into `$`: NVRTC and g++ end the number in different places; put a space "
+     "after the number"),
+    ('#define $R\nauto s = $R"x(\n#include "/proc/self/environ"\n)x";\n',
+     "a.cu(2): error: `$R` right before a quote: NVRTC and g++ split it differently (a `$`, a non-ASCII letter "
+     "or a \\u name in it); put a space before the quote"),
+    ('auto s = R"x(\n)\\\nx" /*\n)x";\n#include "/proc/self/environ"\n// */\n',
+     "a.cu(1): error: a backslash at the end of a line inside a raw string: compilers disagree on where such a "
+     "string ends; remove the backslash or use an ordinary string"),
+    ('auto s = R"12345678901234567(\n#include "/proc/self/environ"\n)12345678901234567";\n',
+     "a.cu(1): error: a raw string's delimiter must be at most 16 basic characters (no spaces, quotes, "
+     "backslashes or parentheses) followed by `(`"),
+    ('auto s = R"x(\n#include "/proc/self/environ"\n',
+     'a.cu(1): error: a raw string R"x( that never ends (add )x")'),
+    ('/* never closed\n#include "/proc/self/environ"\n', "a.cu(1): error: a /* comment that never ends (add */)"),
+])
+def test_what_the_two_compilers_read_differently_is_refused(source, message):
+    assert refused(source) == message
+
+
+# --- legal files: nothing here is a directive to either compiler --------------------------------
+
+@pytest.mark.parametrize("source", [
+    "char q = '\\''; char d = '\"'; /*\n#include \"/proc/self/environ\"\n*/\n",
+    'const char* s = "#include \\"/proc/self/environ\\"";\n',
+    'const char* s = "/* not a comment"; int x; // */\n',
+    'auto s = R"(\n#include <x>\n)";\n',
+    'auto s = R"d(\n"*/" /* \'\n#include "/proc/self/environ"\n)d";\n',
+    'auto s = u8R"%:(\n#include <x>\n)%:"; auto w = LR"(\n#include <y>\n)";\n',
+    "constexpr long big = 1'000'000 + 0x1'ab'cdL + 0b1'0 + 1'2.5e+3;\n",
+    "char c = u8'a'; wchar_t w = L'\\''; char16_t u = u'x'; int n = 3; // it's fine\n",
+    "/* don't */ int x; // isn't it\n",
+    "#define STR(x) #x\n#define CAT(a, b) a ## b\n%:define DIGRAPH 1\nint v = CAT(1, 2);\n",
+    "#pragma unroll\n_Pragma(\"unroll 4\")\n#pragma once\n",
+    '#line 10 "other.cu"\nint z;\n',
+    "int \\u00e9t\\u00e9 = 1; int caf\u00e9 = 2;\n",
+    "#include <attnlab/prelude.cuh>\n#include \"attnlab/prelude.cuh\"\n#include <cmath>\n#include <math.h>\n"
+    "#include <cfloat>\n#include <float.h>\n#include <cstdint>\n#include <stdint.h>\n#include <cuda_runtime.h>\n"
+    "#include <math_constants.h>\n",
+])
+def test_tricky_but_legal_code_is_not_refused(source):
+    refuse_foreign_includes(source, "a.cu")
+
+
+def test_directives_are_found_on_their_first_physical_line():
+    source = '/* a\n b */ #define A 1\nint x = 1\'2;\n#inc\\\nlude <cmath>\n# /* c\n */ pragma unroll\n'
+    found = [(d.line, d.name, d.argument) for d in scan_directives(source, "a.cu")]
+    assert found == [(2, "define", ""), (4, "include", "<cmath>"), (6, "pragma", "")]
+
+
+# --- the same files, through both compilers --------------------------------------------------
+
+SEEN = re.compile(r"\b(MARK\d)\.h")
+DIFFERENTIAL = [
+    "int x = 1'2;\n#include \"MARK1.h\"\n",
+    "int x = 1'2 + '/*';\n#include \"MARK1.h\"\n// */\n",
+    'auto s = R"x(" /*)x";\n#include "MARK1.h"\n// */\n',
+    'auto s = u8R"d(\n#include "MARK1.h"\n)d";\n#include "MARK2.h"\n',
+    'auto s = "abc"R"x(\n#include "MARK1.h"\n)x";\n',
+    "#if 0\nR\"x(\n#endif\n#include \"MARK1.h\"\n)x\"\n#endif\n",
+    "#if 0\ndon't\n#endif\n#include \"MARK1.h\"\n",
+    "// c \\\n#include \"MARK1.h\"\n#include \"MARK2.h\"\n",
+    "// c \\ \n#include \"MARK1.h\"\n#include \"MARK2.h\"\n",
+    "#\\u0069nclude \"MARK1.h\"\n",
+    "int a; // c\r#include \"MARK1.h\"\n",
+    "int x = 1$'2' /*\n#include \"MARK1.h\"\n// */\n",
+    "int x = 1.'2' /*\n#include \"MARK1.h\"\n// */\n",
+    "%:include \"MARK1.h\"\n%:%:include \"MARK2.h\"\n",
+    'auto s = R"x(\n)x\\\n";\n#include "MARK1.h"\n',
+    "const char* s = \"abc\n#include \"MARK1.h\"\n",
+    "int x; /*\n*/ #include \"MARK1.h\"\n",
+    "int x; /* one line */ #include \"MARK1.h\"\n",
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+@pytest.mark.parametrize("source", DIFFERENTIAL)
+def test_every_include_either_compiler_sees_is_seen_or_the_file_is_refused(tmp_path, source):
+    _, log, _ = run_nvrtc('#line 1 "t.cu"\n' + source, "t.cu", "sm_90", ["--fdevice-syntax-only"])
+    nvrtc_saw = set(re.findall(r'cannot open source file "(MARK\d)\.h"', log))
+    (tmp_path / "t.cpp").write_text(source, newline="")
+    dependencies = subprocess.run(["g++", "-std=c++17", "-E", "-MG", "-MM", "-x", "c++", "t.cpp"], cwd=tmp_path,
+                                  capture_output=True, text=True, timeout=60).stdout
+    gcc_saw = set(SEEN.findall(dependencies))
+    try:
+        policy_saw = {d.argument[1:-3] for d in scan_directives(source, "t.cu") if d.name == "include"}
+    except AttnlabError:
+        return  # refused: no compiler runs at all
+    assert nvrtc_saw | gcc_saw <= policy_saw
