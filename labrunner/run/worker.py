@@ -34,7 +34,8 @@ class WorkerFailure(Exception):
 
     kind: 'timeout' (killed at the time limit), 'crash' (the process died or its CUDA context is
     poisoned), 'fault' (the kernel misbehaved in a way the backend caught, e.g. a barrier that can
-    never complete on the CPU; the worker lives on) or 'error' (anything else, the driver's fault).
+    never complete on the CPU; the worker lives on), 'compile' (the device's own build refused the
+    file while loading it) or 'error' (anything else, the driver's fault).
     """
 
     def __init__(self, kind: str, detail: str):
@@ -144,9 +145,12 @@ class Worker:
             self._process.join()
         self._process = None
 
-    def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]]) -> None:
+    def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]],
+             options: dict | None = None) -> None:
+        """Compile and load a module in the worker. `options` go to the device's compile (the CPU's:
+        arch, sandboxed). A file the device's build refuses raises WorkerFailure of kind 'compile'."""
         request = {"op": "load", "role": role, "source": composed_source, "filename": filename,
-                   "entry_types": entry_types}
+                   "entry_types": entry_types, "options": options or {}}
         self._call(request, COMPILE_TIMEOUT_S)
         self._loaded.append(request)
 
@@ -201,7 +205,8 @@ def serve(conn, backend: str, log_path: str) -> None:
             if device is None:
                 device = make_device(backend)
             if request["op"] == "load":
-                kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"])
+                kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"],
+                                                          **request.get("options", {}))
                 reply = {}
             elif request["op"] == "run":
                 reply = run_case(device, kernels[request["role"]], request)
@@ -213,8 +218,10 @@ def serve(conn, backend: str, log_path: str) -> None:
         except BaseException as exc:  # every failure becomes an answer; the driver decides the verdict
             sticky = device.describe_error(exc) if device is not None else None
             fault = device.describe_fault(exc) if device is not None else None
-            kind = "crash" if sticky else "fault" if fault else "error"
-            conn.send({"ok": False, "kind": kind, "detail": sticky or fault or f"{type(exc).__name__}: {exc}"})
+            refused = device.describe_compile_error(exc) if device is not None else None
+            kind = "crash" if sticky else "fault" if fault else "compile" if refused else "error"
+            conn.send({"ok": False, "kind": kind,
+                       "detail": sticky or fault or refused or f"{type(exc).__name__}: {exc}"})
             if sticky:
                 os._exit(3)
 
