@@ -42,7 +42,7 @@ CHILD = textwrap.dedent("""
             seen[name] = exc.strerror
         else:
             seen[name] = "allowed"
-            if result == 0:  # a forked child
+            if name == "fork" and result == 0:  # the forked child
                 os._exit(0)
 
     attempt("create a file", lambda: os.open(os.path.join(scratch, "created"), os.O_CREAT | os.O_WRONLY, 0o600))
@@ -54,6 +54,9 @@ CHILD = textwrap.dedent("""
     attempt("signal the parent", lambda: os.kill(os.getppid(), 0))
     attempt("unlink", lambda: os.unlink(os.path.join(scratch, "keep")))
     attempt("mkdir", lambda: os.mkdir(os.path.join(scratch, "made")))
+    import fcntl
+    attempt("aim SIGIO at the parent", lambda: fcntl.fcntl(1, fcntl.F_SETOWN, os.getppid()))
+    attempt("read the fd flags", lambda: fcntl.fcntl(1, fcntl.F_GETFL))
     try:
         device.compile(source, "attention.cu", {"twice": ["float*"]}, sandboxed=sandboxed)
         seen["second compile"] = "allowed"
@@ -77,7 +80,8 @@ def test_a_sealed_worker_runs_kernels_and_nothing_else(tmp_path):
     assert seen == {
         "launch": [0.0, 2.0, 4.0, 6.0],
         "create a file": refused, "read a file": refused, "fork": refused, "socket": refused, "exec": refused,
-        "signal the parent": refused, "unlink": refused, "mkdir": refused,
+        "signal the parent": refused, "unlink": refused, "mkdir": refused, "aim SIGIO at the parent": refused,
+        "read the fd flags": "allowed",
         "second compile": "this CPU worker already loaded a module and sealed itself; each module needs a fresh worker",
     }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]

@@ -59,7 +59,7 @@ class _ArgCmp(ctypes.Structure):
 ALLOWED = (
     # descriptors already open
     "read", "readv", "pread64", "preadv", "preadv2", "write", "writev", "pwrite64", "pwritev", "pwritev2",
-    "lseek", "fstat", "close", "dup", "fcntl", "poll", "ppoll", "select", "pselect6", "epoll_wait",
+    "lseek", "fstat", "close", "dup", "poll", "ppoll", "select", "pselect6", "epoll_wait",
     "epoll_pwait",
     # memory
     "mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "membarrier",
@@ -89,6 +89,8 @@ def _own_pid_rules(pid: int) -> list[tuple[str, list[tuple[int, int, int, int]]]
         ("tgkill", [(0, _SCMP_CMP_EQ, pid, 0)]),
         ("ioctl", [(1, _SCMP_CMP_EQ, _TCGETS, 0)]),    # isatty()
         ("prctl", [(0, _SCMP_CMP_EQ, _PR_SET_NO_NEW_PRIVS, 0)]),  # libseccomp, before the second filter
+        # descriptor and status flags only: F_SETOWN would aim SIGIO at another process
+        *[("fcntl", [(1, _SCMP_CMP_EQ, command, 0)]) for command in (1, 2, 3, 4)],  # F_GETFD .. F_SETFL
     ]
 
 
