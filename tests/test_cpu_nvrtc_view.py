@@ -61,8 +61,16 @@ extern "C" __global__ void probe(float* o) {
 
 
 def test_the_headers_limit_macros_still_work_in_a_kernel(cache):
-    """INT_MAX, FLT_MAX and INFINITY expand into g++'s own limit macros, which therefore stay."""
+    """INT_MAX, FLT_MAX and INFINITY expand into g++'s own limit macros, which therefore stay; the
+    standard headers a kernel may include still compile after g++'s own macros are gone."""
     src = PRELUDE + """
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
 extern "C" __global__ void probe(float* o) {
     o[0] = FLT_MAX;
     o[1] = (float)INT_MAX;

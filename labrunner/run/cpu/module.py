@@ -344,8 +344,10 @@ _OUT_OF_MEMORY = ("virtual memory exhausted", "out of memory", "cannot allocate 
                   "failed to map segment")
 
 
-def run_compiler(cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int) -> subprocess.CompletedProcess:
+def run_compiler(cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int,
+                 label: str = "attention.cu") -> subprocess.CompletedProcess:
     """Run a compiler command under the wall-clock and memory limits; CpuCompileError past either."""
+    too_slow = f"{label}: error: the compiler did not finish in {timeout_s:g} s (the CPU build)"
     cpu_s = int(timeout_s) + 5
     proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LIMITED_EXEC, str(memory_bytes), str(cpu_s), *cmd],
                             cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -354,12 +356,16 @@ def run_compiler(cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int) 
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        raise CpuCompileError(f"the compiler did not finish in {timeout_s:g} s") from None
+        raise CpuCompileError(too_slow) from None
     except BaseException:
         _kill_group(proc)
         raise
-    if proc.returncode != 0 and any(words in (err + out).lower() for words in _OUT_OF_MEMORY):
-        raise CpuCompileError(f"the compiler went past its memory limit of {memory_bytes // 1024**2} MiB")
+    said = (err + out).lower()
+    if proc.returncode != 0 and ("cpu time limit exceeded" in said or proc.returncode == -signal.SIGXCPU):
+        raise CpuCompileError(too_slow)
+    if proc.returncode != 0 and any(words in said for words in _OUT_OF_MEMORY):
+        raise CpuCompileError(f"{label}: error: the compiler needed more than {memory_bytes // 1024**2} MiB "
+                              "(the CPU build)")
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -415,7 +421,7 @@ def build_object(
         out_tmp = Path(tmp) / "kernel.so"
         cmd = [cxx, *CXXFLAGS, "-I", str(_INCLUDE), "-include", str(_SHIM), "-include", str(view_path),
                "-x", "c++", str(src_path), "-o", str(out_tmp)]
-        res = run_compiler(cmd, tmp, timeout_s, memory_bytes)
+        res = run_compiler(cmd, tmp, timeout_s, memory_bytes, filename)
         if res.returncode != 0:
             msg = (res.stderr + res.stdout).replace(tmp + os.sep, "").strip()
             raise CpuCompileError("C++ compile failed:\n" + msg)
