@@ -333,10 +333,13 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
 # than a preexec_fn, which is unsafe in a process that has threads (numpy's BLAS may have some).
 _LIMITED_EXEC = (
     "import ctypes, os, resource, signal, sys\n"
-    "memory, cpu = int(sys.argv[1]), int(sys.argv[2])\n"
-    "resource.setrlimit(resource.RLIMIT_AS, (memory, memory))\n"
-    "resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))\n"
-    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "def limit(kind, value):  # never above a hard limit the worker itself runs under\n"
+    "    hard = resource.getrlimit(kind)[1]\n"
+    "    value = value if hard == resource.RLIM_INFINITY else min(value, hard)\n"
+    "    resource.setrlimit(kind, (value, value))\n"
+    "limit(resource.RLIMIT_AS, int(sys.argv[1]))\n"
+    "limit(resource.RLIMIT_CPU, int(sys.argv[2]))\n"
+    "limit(resource.RLIMIT_CORE, 0)\n"
     "ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG\n"
     "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
