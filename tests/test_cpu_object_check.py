@@ -62,6 +62,19 @@ def test_an_entry_placed_in_init_array_by_hand_is_refused(cache):
     assert refusal(cache, code) == PREFIX + "`planted`" + AT_LOAD
 
 
+def test_an_entry_placed_in_init_array_by_the_assembler_is_refused(cache):
+    """NVRTC passes file-scope asm() through to PTX untouched, so g++ gets it as x86 assembly."""
+    code = ('extern "C" void planted_by_asm() {}\n'
+            'asm(".pushsection .init_array,\\"aw\\",@init_array\\n.quad planted_by_asm\\n.popsection");\n')
+    assert refusal(cache, code) == PREFIX + "`planted_by_asm`" + AT_LOAD
+
+
+def test_code_added_to_the_init_section_is_refused(cache):
+    code = 'asm(".pushsection .init,\\"ax\\",@progbits\\nnop\\n.popsection");\n'
+    assert refusal(cache, code) == (PREFIX + "its .init section differs from the runtime's own, so code would run "
+                                    "when the module loads; remove what places code there")
+
+
 def test_an_indirect_function_is_refused(cache):
     code = ('extern "C" int impl() { return 1; }\n'
             'extern "C" void* pick() { return (void*)impl; }\n'

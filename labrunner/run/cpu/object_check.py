@@ -71,6 +71,11 @@ _R_IRELATIVE = {37, 1032}  # x86-64, AArch64
 _R_RELATIVE = {8, 1027}
 _R_ABS64 = {1, 257}
 _DT_NEEDED = 1
+# The dynamic tags the loader itself follows to run code at load and unload (it reads these, not
+# the section headers): their sizes, or their presence, must be the baseline's.
+_DT_LOAD_TIME = {12: "DT_INIT", 13: "DT_FINI", 25: "DT_INIT_ARRAY", 26: "DT_FINI_ARRAY", 27: "DT_INIT_ARRAYSZ",
+                 28: "DT_FINI_ARRAYSZ", 32: "DT_PREINIT_ARRAY", 33: "DT_PREINIT_ARRAYSZ"}
+_DT_SIZES = {27, 28, 33}
 _MACHINES = {62: "x86-64", 183: "AArch64"}
 
 
@@ -102,6 +107,7 @@ class ElfFacts:
     irelative: int = 0
     needed: list[str] = field(default_factory=list)
     functions: dict[int, str] = field(default_factory=dict)  # address -> name, for messages
+    load_time_tags: dict[str, int] = field(default_factory=dict)  # DT_INIT_ARRAYSZ -> bytes, DT_INIT -> 1
 
 
 def read_elf(path: Path) -> ElfFacts:
@@ -159,6 +165,8 @@ def read_elf(path: Path) -> ElfFacts:
                     break
                 if tag == _DT_NEEDED:
                     facts.needed.append(cstr(strtab, value))
+                elif tag in _DT_LOAD_TIME:
+                    facts.load_time_tags[_DT_LOAD_TIME[tag]] = value if tag in _DT_SIZES else 1
     for s in sections:
         if s.type in (_SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY):
             targets = []
@@ -211,6 +219,10 @@ def check_object(path: Path, baseline: ElfFacts, filename: str) -> None:
         what = _what_runs(facts.fini_entries[len(baseline.fini_entries)], facts)
         raise ObjectRefused(f"{prefix} {what} would run when the module unloads, outside any kernel "
                             "(a destructor); remove it")
+    for tag in sorted(set(facts.load_time_tags) | set(baseline.load_time_tags)):
+        if facts.load_time_tags.get(tag) != baseline.load_time_tags.get(tag):
+            raise ObjectRefused(f"{prefix} its dynamic section's {tag} differs from the runtime's own, so code "
+                                "would run when the module loads; remove what places code there")
     for section in (".init", ".fini", ".ctors", ".dtors"):
         if facts.section_sizes.get(section, 0) != baseline.section_sizes.get(section, 0):
             raise ObjectRefused(f"{prefix} its {section} section differs from the runtime's own, so code would "
