@@ -11,7 +11,9 @@ worker needs is imported and built, and before the student's module is loaded:
 * allowed: read and write on descriptors already open (the request pipe, the kernel-output
   log), memory (mmap, munmap, mprotect, mremap, brk, madvise), futex, clocks and sleeps,
   signals within the process (the fiber runtime catches SIGSEGV on an alternate stack; abort
-  signals itself), getpid and friends, exit;
+  signals itself), getpid and friends, exit; and, narrowed by their arguments, kill and tgkill
+  of this process only, fcntl for descriptor and status flags only (not F_SETOWN), ioctl for
+  isatty only, prctl for PR_SET_NO_NEW_PRIVS, and seccomp (adding a filter only takes away);
 * refused with EPERM, which the C library hands back as an ordinary error: everything else,
   among it fork, vfork and clone (no threads either: the runtime needs none), execve, socket and
   connect, open, openat, creat, unlink, rename, mkdir, ptrace, and kill of any other process.
@@ -25,9 +27,10 @@ strictest answer wins, so the second step can only take permissions away. Nothin
 student's file runs between the two steps: the object check has refused any module whose
 loading would run its code.
 
-libseccomp is reached through ctypes (about a dozen calls). The official Python bindings are not
-published on PyPI, and the ctypes packages that are (pyseccomp) are unmaintained; the C library
-itself is in every Debian and Ubuntu image (libseccomp2).
+libseccomp is reached through ctypes (six of its functions). Its official Python bindings are not
+published on PyPI; the ctypes package that is (pyseccomp 0.1.2) has had no release since 2021,
+and the maintained pure-Python one (seccompy) assembles the BPF itself instead of using
+libseccomp. The C library is in every Debian and Ubuntu image (libseccomp2).
 """
 
 from __future__ import annotations
@@ -144,17 +147,18 @@ def _add(lib, ctx, action: int, name: str, conditions=()) -> None:
         raise SyscallFilterUnavailable(f"libseccomp refused the rule for {name} ({os.strerror(-rc)})")
 
 
-def _load(build) -> None:
+def _load(stage: str) -> None:
     lib = _library()
     ctx = None
     try:
-        ctx = lib.seccomp_init(_errno_action(errno.EPERM) if build != "run" else _SCMP_ACT_ALLOW)
+        # The first filter refuses by default; the second allows by default and refuses openat.
+        ctx = lib.seccomp_init(_errno_action(errno.EPERM) if stage == "load" else _SCMP_ACT_ALLOW)
         if not ctx:
             raise SyscallFilterUnavailable("libseccomp could not start a filter")
         # Every thread of the process (numpy's BLAS may have started some) gets the filter too.
         if lib.seccomp_attr_set(ctx, _SCMP_FLTATR_CTL_TSYNC, 1) < 0:
             raise SyscallFilterUnavailable("the kernel cannot apply a filter to every thread (TSYNC)")
-        if build == "load":
+        if stage == "load":
             for name in ALLOWED:
                 _add(lib, ctx, _SCMP_ACT_ALLOW, name)
             for name, conditions in _own_pid_rules(os.getpid()):
