@@ -106,6 +106,17 @@ def test_system_calls_from_inside_a_kernel_are_refused_and_the_true_verdict_stan
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
+def test_the_libc_attack_is_real_without_the_filter(tmp_path):
+    """The control for the test above: with --unsafe-cpu the same kernel's calls go through (it
+    finds the C library and creates both files), so its pass under the filter is not an accident
+    of a symbol walk that found nothing."""
+    completed, result = grade_hostile("lab2", "hostile/libc_syscalls.cu", tmp_path, "--unsafe-cpu")
+    assert (completed.returncode, result["verdict"]) == (1, "wrong")
+    assert pwned_files() == ["attnlab-pwned-kernel-open", "attnlab-pwned-kernel-system"]
+    for path in Path("/tmp").glob("attnlab-pwned-*"):
+        path.unlink()
+
+
 # ----------------------------------------------------------------- where seccomp is missing
 
 @pytest.fixture
