@@ -285,7 +285,7 @@ def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch
         ("C1-P31", "pass", 1, 31, 0)]
     assert data["cases"][0]["message"] == "all 2048 elements within the pass rule"
     assert data["cases"][0]["max_abs_err"] < 1e-5
-    assert result.stdout.rstrip().endswith("PASS (exit 0)")
+    assert result.stdout.rstrip().endswith("PASS on the CPU backend (exit 0)")
 
 
 def test_grading_leaves_no_kernel_output_log_behind(runner, tmp_path, monkeypatch):
@@ -393,6 +393,20 @@ def test_python_m_labrunner_grade_without_a_gpu_exits_6():
                                      "or --device auto to fall back to it automatically\n")
 
 
+def test_device_gpu_requires_a_gpu_and_says_so_with_exit_6(tmp_path):
+    """A course that wants GPU verdicts only passes --device gpu: on a machine without one it never
+    falls back to the CPU."""
+    if has_gpu():
+        pytest.skip("this machine has a GPU")
+    completed = attnlab("grade", "lab2", str(STARTER), "--device", "gpu", "--json", str(tmp_path / "g.json"))
+    words = grade_module.gpu_status()[1]
+    assert completed.returncode == 6
+    assert completed.stderr == (f"error: {words}. Grade on the CPU instead with --device cpu (correctness only), "
+                                "or --device auto to fall back to it automatically\n")
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert (data["verdict"], data["backend"], data["cases"]) == ("environment-missing", None, [])
+
+
 def test_python_m_labrunner_doctor_without_a_gpu():
     if has_gpu():
         pytest.skip("this machine has a GPU")
@@ -441,6 +455,8 @@ def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_pat
     assert result.exit_code == 1
     suite = ElementTree.parse(tmp_path / "report.xml").getroot()
     assert (suite.get("tests"), suite.get("failures")) == ("2", "2")
+    assert [(p.get("name"), p.get("value")) for p in suite.find("properties")] == [("backend", "cpu")]
+    assert result.stdout.rstrip().endswith("WRONG in case C1-P31 on the CPU backend (exit 1)")
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["C1-P31", "C17-P31"]
     assert [c.find("failure").get("type") for c in cases] == ["wrong", "wrong"]

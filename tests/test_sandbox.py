@@ -102,35 +102,19 @@ def grade_hostile(tmp_path: Path, name: str, seed: str) -> tuple[subprocess.Comp
 
 
 @needs_gxx
-def test_code_outside_any_kernel_leaves_no_trace_and_the_true_verdict_stands(tmp_path):
+def test_code_outside_any_kernel_is_refused_before_it_runs_and_leaves_no_trace(tmp_path):
+    """The object check refuses the constructor before the module loads; nothing of it ran."""
     seed = str(secrets.randbelow(10**12) + 10**12)
     completed, result, junit, scratch = grade_hostile(tmp_path, "constructor_escape.cu", seed)
-    assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
-    # the secret: not in its environment, not readable from the driver's, in no output
-    assert "my ATTNLAB_SEED: (not set)" in result["kernel_output"]
-    assert "parent environment: refused" in result["kernel_output"]
+    assert (completed.returncode, result["verdict"]) == (3, "compile-error")
+    assert "would run when the module loads" in result["error"]
     for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
         assert seed not in text
-    # nothing of what it started is left to rewrite the report, and its private directory is gone
-    # with nothing beside it
     assert living("attnlab-escapee") == []
     time.sleep(2.5)
     assert json.loads((tmp_path / "reports" / "r.json").read_text()) == result
     assert list(scratch.iterdir()) == []
-    # its forged replies were skipped, and shown as kernel output, escaped
-    assert any(line.startswith('\\x00\\x00\\x00+{"body":{"ok":true,"verdict":"pass"}') for line in result["kernel_output"])
-    assert "\x1b" not in completed.stdout + completed.stderr
-
-
-@needs_gxx
-@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock: writes outside are not confined")
-def test_code_outside_any_kernel_cannot_write_outside_its_private_directory(tmp_path):
-    target = Path("/tmp/attnlab-hostile-escape")
-    target.unlink(missing_ok=True)
-    completed, result, _, scratch = grade_hostile(tmp_path, "constructor_escape.cu", "1")
-    assert completed.returncode == 1
-    assert not target.exists()
-    assert not (scratch / "attnlab-escaped-next-to-private").exists()
+    assert not Path("/tmp/attnlab-hostile-escape").exists()
 
 
 @needs_gxx
@@ -157,18 +141,9 @@ def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_
 
 
 @needs_gxx
-@pytest.mark.skipif(not pid_namespaces_allowed(), reason="this kernel lets this user make no PID namespace")
-def test_a_process_that_left_its_session_dies_with_the_worker_that_exited(tmp_path):
-    completed, result, _, _ = grade_hostile(tmp_path, "constructor_exit.cu", "1")
-    assert (completed.returncode, result["verdict"]) == (4, "crash")
-    assert living("attnlab-orphan") == []
-
-
-@needs_gxx
 @pytest.mark.parametrize("name, verdict, code, words", [
-    ("constructor_crash.cu", "crash", 4, "the worker failed while loading the module (the worker process died (SIGSEGV))"),
-    ("constructor_exit.cu", "crash", 4,
-     "the worker failed while loading the module (the worker process exited unexpectedly (exit status 0))"),
+    ("constructor_crash.cu", "compile-error", 3, "would run when the module loads"),
+    ("constructor_exit.cu", "compile-error", 3, "would run when the module loads"),
     ("cpu_build_error.cu", "compile-error", 3, "the CPU build (g++) failed: C++ compile failed:"),
 ])
 def test_a_worker_that_fails_while_loading_gives_a_verdict_and_both_reports(tmp_path, name, verdict, code, words):

@@ -35,13 +35,15 @@ def json_option(command):
                         help="Also write the result as JSON (schema attnlab.result/1) to this file.")(command)
 
 
-
 def run_options(command):
     """Options shared by grade, bench and calibrate: where and how the kernels run."""
     decorators = [
         click.option("--device", "device", type=click.Choice(["gpu", "cpu", "auto"]), default="gpu", show_default=True,
                      help="Backend: gpu (CuPy), cpu (the same .cu on the CPU, correctness only), or auto "
                           "(the GPU where there is one, else the CPU)."),
+        click.option("--unsafe-cpu", "unsafe_cpu", is_flag=True,
+                     help="CPU backend: run the file without the worker's seccomp filter, where this machine "
+                          "has none (a student grading their own file; never for files you did not write)."),
         click.option("--seed", type=int, default=None,
                      help="Seed for every case's inputs (default: $ATTNLAB_SEED, else the public default)."),
         click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=None,
@@ -210,15 +212,16 @@ def doctor(json_path, junit_path):
 @click.option("--no-timing", is_flag=True, help="Check correctness only.")
 @click.option("--profile", "with_profile", is_flag=True,
               help="GPU: after a correct run, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
-def grade(lab, file, device, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds, json_path, junit_path,
-          full, race_check, only, diagnose, gates_path, no_timing, with_profile):
+def grade(lab, file, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds,
+          json_path, junit_path, full, race_check, only, diagnose, gates_path, no_timing, with_profile):
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
     from labrunner.commands.runs import GradeRequest, grade_submission
 
-    request = GradeRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           compile_timeout_s=compile_timeout_s, budget_s=budget_s, noise_target=noise_target,
-                           rounds=rounds, full=full, race_check=race_check, only=tuple(only), diagnose=diagnose,
-                           gates_path=gates_path, timing=not no_timing, profile=with_profile)
+    request = GradeRequest(lab=lab, file=file, device=device, unsafe_cpu=unsafe_cpu, seed=seed, timeout_s=timeout_s,
+                           arch=arch, compile_timeout_s=compile_timeout_s, budget_s=budget_s,
+                           noise_target=noise_target, rounds=rounds, full=full, race_check=race_check,
+                           only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing,
+                           profile=with_profile)
     result = RunResult("grade", lab, str(file))
     guarded(result, json_path, lambda: grade_submission(request, result), junit_path)
 
@@ -233,14 +236,15 @@ def grade(lab, file, device, seed, timeout_s, arch, compile_timeout_s, budget_s,
               help="lab2 baseline: starter, solution, or a .cu file.")
 @click.option("--profile", "with_profile", is_flag=True,
               help="After timing, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
-def bench(lab, file, device, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds, json_path, junit_path,
-          chunk, prefix, versus, with_profile):
+def bench(lab, file, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds,
+          json_path, junit_path, chunk, prefix, versus, with_profile):
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
     from labrunner.commands.runs import BenchRequest, bench_submission
 
-    request = BenchRequest(lab=lab, file=file, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           compile_timeout_s=compile_timeout_s, budget_s=budget_s, noise_target=noise_target,
-                           rounds=rounds, chunk=chunk, prefix=prefix, versus=versus, profile=with_profile)
+    request = BenchRequest(lab=lab, file=file, device=device, unsafe_cpu=unsafe_cpu, seed=seed, timeout_s=timeout_s,
+                           arch=arch, compile_timeout_s=compile_timeout_s, budget_s=budget_s,
+                           noise_target=noise_target, rounds=rounds, chunk=chunk, prefix=prefix, versus=versus,
+                           profile=with_profile)
     result = RunResult("bench", lab, str(file) if file else None)
     guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
 
@@ -252,12 +256,14 @@ def bench(lab, file, device, seed, timeout_s, arch, compile_timeout_s, budget_s,
 @click.option("--fraction", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.5, show_default=True,
               help="Fraction of the solution's SPEEDUP a student needs to pass the gate.")
 @run_options
-def calibrate(lab, output, fraction, device, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds, json_path, junit_path):
+def calibrate(lab, output, fraction, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target,
+              rounds, json_path, junit_path):
     """Time the shipped solution against the starter on this GPU and write its speed gate."""
     from labrunner.commands.runs import BenchRequest, calibrate_gate
 
-    request = BenchRequest(lab=lab, file=None, device=device, seed=seed, timeout_s=timeout_s, arch=arch,
-                           compile_timeout_s=compile_timeout_s, budget_s=budget_s, noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")
+    request = BenchRequest(lab=lab, file=None, device=device, unsafe_cpu=unsafe_cpu, seed=seed, timeout_s=timeout_s,
+                           arch=arch, compile_timeout_s=compile_timeout_s, budget_s=budget_s,
+                           noise_target=noise_target, rounds=rounds, chunk=None, prefix=None, versus="starter")
     result = RunResult("calibrate", lab)
     guarded(result, json_path, lambda: calibrate_gate(request, output, fraction, result), junit_path,
             also_writes=(("-o", output),))

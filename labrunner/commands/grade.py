@@ -54,19 +54,36 @@ def gpu_status() -> tuple[bool, str]:
     return True, name.decode() if isinstance(name, bytes) else str(name)
 
 
-def resolve_backend(requested: str) -> tuple[str, list[str]]:
-    """gpu, cpu, or auto (the GPU where there is one, else the CPU, said plainly). Returns notes."""
+def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list[str]]:
+    """gpu, cpu, or auto (the GPU where there is one, else the CPU, said plainly). Returns notes.
+
+    The CPU backend runs the file as native code, so it grades only where its worker can seal
+    itself with seccomp, unless `--unsafe-cpu` says the file is the user's own."""
     if requested not in BACKENDS:
         raise usage_error(f"--device {requested}: choose gpu, cpu or auto")
     if requested == "cpu":
-        return "cpu", []
+        return "cpu", cpu_sandbox_notes(unsafe_cpu)
     available, words = gpu_status()
     if available:
         return "gpu", []
     if requested == "auto":
-        return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)"]
+        notes = cpu_sandbox_notes(unsafe_cpu)
+        return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)", *notes]
     raise environment_error(f"{words}. Grade on the CPU instead with --device cpu (correctness only), "
                             "or --device auto to fall back to it automatically")
+
+
+def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
+    """Refuses the CPU backend where it cannot be sealed (exit 6), unless --unsafe-cpu; the notes to print."""
+    from labrunner.run.cpu_device import cpu_sandbox_status
+
+    if unsafe_cpu:
+        return ["--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"]
+    reason = cpu_sandbox_status()
+    if reason is not None:
+        raise environment_error(f"the CPU backend cannot seal its worker here: {reason}. It runs the file as native "
+                                "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself")
+    return []
 
 
 def select_cases(lab: Lab, backend: str, options: CaseOptions) -> tuple[list[Case], list[tuple[Case, str]]]:
@@ -179,6 +196,8 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
     return result
 
 
-def load_student(worker: Worker, lab: Lab, submission: Submission) -> None:
-    worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
+def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
+    """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
+    its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
+    worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types(), options)
 

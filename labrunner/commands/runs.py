@@ -40,6 +40,7 @@ class RunRequest:
     budget_s: float = 3.0
     noise_target: float = 0.005
     rounds: int = 1
+    unsafe_cpu: bool = False    # --unsafe-cpu: the CPU worker without its syscall filter
 
 
 @dataclass
@@ -87,12 +88,12 @@ def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
 
 
 def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None,
-            limits: CompileLimits = CompileLimits()):
+            limits: CompileLimits = CompileLimits(), unsafe_cpu: bool = False):
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
     result.oracle_proof = require_proven_oracle().to_json()
     submission = load_submission(lab, path, str(path), arch, limits)
-    backend, notes = resolve_backend(device)
+    backend, notes = resolve_backend(device, unsafe_cpu)
     for words in notes:
         terminal.note(words)
     result.backend, result.notes = backend, result.notes + notes
@@ -112,13 +113,13 @@ def device_facts(worker_backend: str) -> dict | None:
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
     lab, submission, backend, seed = prepare(result, request.lab, request.file, request.device, request.arch,
-                                             request.seed, compile_limits(request))
+                                             request.seed, compile_limits(request), request.unsafe_cpu)
     gates = load_gates(request.gates_path) if request.gates_path else None
     options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
                           race_check=request.race_check, only=request.only, diagnose=request.diagnose)
     result.device = device_facts(backend)
     with Worker(backend) as worker:
-        load_student(worker, lab, submission)
+        load_student(worker, lab, submission, load_options(request))
         with terminal.progress_display() as progress:
             result.cases = run_cases(lab, submission, worker, backend, options, progress)
         terminal.cases_report(result)
@@ -141,6 +142,11 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
 
         append_range_summary(lab, submission, result, request.arch, seed.value)
     terminal.verdict_line(result)
+
+
+def load_options(request: RunRequest) -> dict:
+    """What the worker's compile needs beyond the source: the CPU build defines the arch the gate compiled for."""
+    return {"arch": request.arch, "sandboxed": not request.unsafe_cpu, "timeout_s": request.compile_timeout_s}
 
 
 def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, options: TimingOptions,
@@ -180,7 +186,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     path = request.file or lab.solution_path
     result.file = display_path(path)
     lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
-                                             request.seed, compile_limits(request))
+                                             request.seed, compile_limits(request), request.unsafe_cpu)
     if backend != "gpu":
         raise AttnlabError("bench times kernels, which needs a GPU; use `attnlab grade --device cpu` to check "
                            "correctness on the CPU", ExitCode.ENVIRONMENT)
@@ -189,7 +195,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     catalogue = load_catalogue(lab.name)
     check_case = bench_check_case(lab, catalogue, request)
     with Worker(backend) as worker:
-        load_student(worker, lab, submission)
+        load_student(worker, lab, submission, load_options(request))
         options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
         result.cases = [run_one_case(lab, submission, worker, check_case, options,
                                      request.timeout_s or 60.0)]

@@ -126,6 +126,9 @@ def write_junit(result: RunResult, path: Path) -> None:
 
     suite = ElementTree.Element("testsuite", name=shown(f"attnlab {result.lab} {result.file}"),
                                 tests=str(len(result.cases)))
+    if result.backend:  # which backend's verdict this is (a CPU verdict is not the GPU's)
+        properties = ElementTree.SubElement(suite, "properties")
+        ElementTree.SubElement(properties, "property", name="backend", value=result.backend)
     failures = 0
     for case in result.cases:
         element = ElementTree.SubElement(suite, "testcase", classname=shown(f"{result.lab}.{result.file}"), name=case.name)

@@ -205,7 +205,9 @@ def verdict_line(result: RunResult) -> None:
     style = "bold green" if verdict == "pass" else "bold red"
     decisive = result.decisive_case
     where = f" in case {decisive.name}" if decisive else ""
-    stdout.print(f"[{style}]{verdict.upper()}[/]{where} (exit {int(result.exit_code)})")
+    # A CPU verdict speaks for the CPU build only; say which backend gave it.
+    backend = {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
+    stdout.print(f"[{style}]{verdict.upper()}[/]{where}{backend} (exit {int(result.exit_code)})")
 
 
 def kernel_output(lines: list[str]) -> None:

@@ -7,10 +7,17 @@ launches (poison, guard bands, inputs read back, the checks) is the same code as
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
+from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, filled
+
+
+# What a built module may need (object_check.ALLOWED_LIBRARIES), loaded before the filter goes on.
+RUNTIME_LIBRARIES = ("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1")
 
 
 class HostGuardedBuffer:
@@ -25,12 +32,46 @@ class HostGuardedBuffer:
 
 
 class CpuDevice:
+    """The CPU backend inside the worker process.
+
+    `compile` is the one place a student's native code enters the process, and it seals the
+    process on the way (see `cpu/syscall_filter.py`): g++ runs in a child under a wall-clock and
+    memory limit; the object check reads what it built and refuses anything that would run at
+    load time or imports a foreign symbol; the libraries the module needs are loaded; then the
+    seccomp filter goes on, the module is loaded, and a second filter takes away the loader's
+    last permission. From then on the process cannot fork, exec, open files or sockets, or signal
+    anything but itself, so one CPU worker loads exactly one module (a second `compile` is refused:
+    the compiler could not even start). Everything the worker runs afterwards must be imported
+    before this call. `sandboxed=False` (`--unsafe-cpu`: a student grading their own file) skips
+    the filter, never the object check.
+    """
+
     name = "cpu"
 
-    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]]):
-        from labrunner.run.cpu.module import CpuModule
+    def __init__(self) -> None:
+        self.sealed = False
 
-        return CpuModule.build(composed_source, filename, entry_types)
+    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]],
+                arch: str = DEFAULT_ARCH, sandboxed: bool = True, timeout_s: float | None = None):
+        from labrunner.run.cpu import syscall_filter
+        from labrunner.run.cpu.module import BUILD_TIMEOUT_S, CpuKernelError, CpuModule, build_object, \
+            check_built_object
+
+        if self.sealed:
+            raise CpuKernelError("this CPU worker already loaded a module and sealed itself; "
+                                 "each module needs a fresh worker")
+        timeout_s = timeout_s or BUILD_TIMEOUT_S
+        so_path = build_object(composed_source, filename, entry_types, arch=arch, timeout_s=timeout_s)
+        check_built_object(so_path, filename, timeout_s=timeout_s)
+        if not sandboxed:
+            return CpuModule.load(so_path, filename, entry_types)
+        for library in RUNTIME_LIBRARIES:  # loaded now, so that loading the module opens only its own file
+            ctypes.CDLL(library)
+        self.sealed = True
+        syscall_filter.install("load")
+        module = CpuModule.load(so_path, filename, entry_types)
+        syscall_filter.install("run")
+        return module
 
     def upload(self, array: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(array).copy()
@@ -55,9 +96,15 @@ class CpuDevice:
 
     def describe_fault(self, exc: BaseException) -> str | None:
         """A barrier or shuffle that can never complete, a bad launch: the kernel's fault, named."""
-        from labrunner.run.cpu.module import CpuKernelError
+        from labrunner.run.cpu.module import CpuCompileError, CpuKernelError
 
-        return str(exc) if isinstance(exc, CpuKernelError) else None
+        return str(exc) if isinstance(exc, CpuKernelError) and not isinstance(exc, CpuCompileError) else None
+
+    def describe_compile_error(self, exc: BaseException) -> str | None:
+        """The words of a file the CPU build refused (g++, its limits, the object check): a compile error."""
+        from labrunner.run.cpu.module import CpuCompileError
+
+        return str(exc) if isinstance(exc, CpuCompileError) else None
 
 
 def cpu_backend_status() -> tuple[bool, str]:
@@ -67,4 +114,16 @@ def cpu_backend_status() -> tuple[bool, str]:
     except ImportError as exc:
         return False, f"the CPU backend is not importable ({exc})"
     reason = cpu_compiler_available()
-    return (reason is None), (reason or "g++ found: --device cpu works (correctness only)")
+    if reason is not None:
+        return False, reason
+    unsafe = cpu_sandbox_status()
+    if unsafe is not None:
+        return False, f"g++ found, but {unsafe}: --device cpu grades only with --unsafe-cpu"
+    return True, "g++ and seccomp found: --device cpu works (correctness only)"
+
+
+def cpu_sandbox_status() -> str | None:
+    """None where the CPU worker can seal itself with seccomp, else a one-line reason it cannot."""
+    from labrunner.run.cpu.syscall_filter import availability
+
+    return availability()

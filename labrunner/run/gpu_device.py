@@ -47,7 +47,8 @@ class GpuDevice:
         self.xp = _cupy()
         self.xp.cuda.runtime.getDeviceCount()  # fails early, with the driver's words, where no GPU is
 
-    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]]):
+    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]], **cpu_options):
+        """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here."""
         module = self.xp.RawModule(
             code=composed_source,
             options=("--std=c++17", f"--include-path={INCLUDE_DIR}", "--no-source-include", "-lineinfo"),
@@ -77,6 +78,10 @@ class GpuDevice:
         """A launch the driver refused (too many threads, too much shared memory) is the kernel's fault."""
         if isinstance(exc, self.xp.cuda.driver.CUDADriverError) and "INVALID" in str(exc):
             return str(exc)
+        return None
+
+    def describe_compile_error(self, exc: BaseException) -> str | None:
+        """The GPU build has no refusals of its own: NVRTC's gate already compiled the same file."""
         return None
 
     def describe_error(self, exc: BaseException) -> str | None:

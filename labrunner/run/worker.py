@@ -199,11 +199,13 @@ class Worker:
         except Exception:
             return None
 
-    def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]]) -> None:
-        """Build the module in the worker. A build that fails is a compile error; a worker that dies or
-        fails while loading (code outside any kernel that crashes or exits) is a crash: both are verdicts."""
+    def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]],
+             options: dict | None = None) -> None:
+        """Build the module in the worker; `options` go to the device's compile (the CPU's: arch,
+        sandboxed, timeout_s). A build that fails is a compile error; a worker that dies or fails while
+        loading (code outside any kernel that crashes or exits) is a crash: both are verdicts."""
         request = {"op": "load", "role": role, "source": composed_source, "filename": filename,
-                   "entry_types": entry_types}
+                   "entry_types": entry_types, "options": options or {}}
         try:
             self._call(request, COMPILE_TIMEOUT_S, NO_BUFFERS)
         except WorkerFailure as failure:
@@ -228,6 +230,8 @@ class Worker:
 
 def load_failure(filename: str, backend: str, failure: WorkerFailure) -> AttnlabError:
     if failure.kind == "compile":
+        if failure.detail.startswith(filename):  # the build's own message already names the file
+            return AttnlabError(failure.detail, ExitCode.COMPILE_ERROR)
         build = "the CPU build (g++)" if backend == "cpu" else "the module build"
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"

@@ -18,7 +18,7 @@ from labrunner.run import sandbox
 from labrunner.run.wire import ANY_BUFFERS, Reader, WireClosed, encode, write_message
 from labrunner.truth.poison import poison_for
 
-BUILD_ERRORS = ("CpuKernelError", "CompileException")  # the CPU build's and NVRTC's (CuPy's) own
+BUILD_ERRORS = ("CpuKernelError", "CpuCompileError", "CompileException")  # the CPU build's and NVRTC's (CuPy's) own
 
 
 def make_device(backend: str):
@@ -48,7 +48,8 @@ def run_case(device, kernels, request: dict) -> dict:
 
 def answer(request: dict, device, kernels: dict) -> dict:
     if request["op"] == "load":
-        kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"])
+        kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"],
+                                                  **request.get("options", {}))
         return {}
     if request["op"] == "run":
         return run_case(device, kernels[request["role"]], request)

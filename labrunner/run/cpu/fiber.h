@@ -152,7 +152,14 @@ struct Runtime {
     char* altstack = nullptr;
 };
 
-Runtime rt;
+// Constant-initialised (`{}`), so loading a module runs no initialiser of ours: the object check
+// in object_check.py refuses any module whose load would run code, and the shim must pass it.
+Runtime rt{};
+
+// Set from Python before every launch (CpuModule reads ATTNLAB_CPU_STACK_KB and
+// ATTNLAB_CPU_FIBERS), so the runtime itself never reads the environment.
+long long g_opt_stack_kb = 128;
+int g_opt_ucontext = 0;
 
 alignas(256) unsigned char g_dyn_shared[kSharedLimit];
 
@@ -460,10 +467,7 @@ inline void* dyn_shared_base() { return g_dyn_shared; }
 
 bool ensure_fibers(int n) {
     size_t want = 128 * 1024;
-    if (const char* e = getenv("ATTNLAB_CPU_STACK_KB")) {
-        long kb = strtol(e, nullptr, 10);
-        if (kb >= 16 && kb <= 64 * 1024) want = (size_t)kb * 1024;
-    }
+    if (g_opt_stack_kb >= 16 && g_opt_stack_kb <= 64 * 1024) want = (size_t)g_opt_stack_kb * 1024;
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     want = (want + page - 1) / page * page;
     if (n <= rt.capacity && want == rt.stack_bytes) return true;
@@ -687,8 +691,7 @@ int launch(const char* kernel, void (*thunk)(void**), void** args, const int* gr
                  kernel, shared_bytes, rt.static_shared, kSharedLimit);
         return 1;
     }
-    const char* mode = getenv("ATTNLAB_CPU_FIBERS");
-    rt.use_uc = !ATTNLAB_HAVE_ASM_FIBERS || (mode && strcmp(mode, "ucontext") == 0);
+    rt.use_uc = !ATTNLAB_HAVE_ASM_FIBERS || g_opt_ucontext;
     if (!ensure_fibers((int)nthreads)) {
         snprintf(err, errlen, "kernel %s: cannot allocate %lld fiber stacks", kernel, nthreads);
         return 1;
@@ -730,4 +733,8 @@ int launch(const char* kernel, void (*thunk)(void**), void** args, const int* gr
 // Symbols the Python side reads directly.
 extern "C" __attribute__((visibility("default"))) long long attnlab_static_shared_bytes() {
     return (long long)attnlab::rt.static_shared;
+}
+extern "C" __attribute__((visibility("default"))) void attnlab_set_options(long long stack_kb, int ucontext) {
+    attnlab::g_opt_stack_kb = stack_kb;
+    attnlab::g_opt_ucontext = ucontext;
 }

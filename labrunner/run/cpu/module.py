@@ -13,6 +13,8 @@ import hashlib
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
+from labrunner.run.cpu.nvrtc_view import nvrtc_view_header
+from labrunner.run.cpu.object_check import ElfFacts, ObjectRefused, check_object, read_elf
 
 __all__ = ["CpuModule", "CpuKernelError", "cpu_compiler_available"]
 
@@ -58,9 +63,21 @@ CXXFLAGS = [
 ]
 
 
+# The compiler runs in a child process of its own session with these limits; past either, the
+# file is refused as a compile error (a file of nested macros can keep a compiler busy for
+# minutes and most of a gigabyte).
+BUILD_TIMEOUT_S = 20.0
+BUILD_MEMORY_BYTES = 2 * 1024**3
+
+
 class CpuKernelError(RuntimeError):
     """A kernel file failed to compile, or a launch failed (bad config,
     barrier/shuffle that cannot complete, fault, device assert)."""
+
+
+class CpuCompileError(CpuKernelError):
+    """The file cannot become a module: g++ refused it, ran past its limits, or the object check
+    refused what it built. The verdict is compile-error, never a kernel's fault."""
 
 
 def _cxx() -> str:
@@ -173,7 +190,7 @@ def rewrite_source(src: str) -> str:
         nl = src.count("\n", m.start(), m.end())
         pieces.append(src[last:m.start()])
         pieces.append(
-            f"{typ}* const {name} = reinterpret_cast<{typ}*>(::attnlab::dyn_shared_base());" + "\n" * nl
+            f"{typ}* const {name} = reinterpret_cast<{typ}*>(::attnlab::g_dyn_shared);" + "\n" * nl
         )
         last = m.end()
     pieces.append(src[last:])
@@ -218,6 +235,10 @@ def rewrite_source(src: str) -> str:
         decl = _ALIGN_RE.sub(" ", masked[m.end():end])
         names = [_declarator_name(p) for p in _split_top(decl)]
         if not names or any(n is None for n in names):
+            continue
+        if masked.count("{", 0, m.start()) == masked.count("}", 0, m.start()):
+            # At file scope a registration would be a global's dynamic initialiser, code that runs
+            # when the module loads, which the object check refuses: such arrays stay unpoisoned.
             continue
         regs = "".join(f" ATTNLAB_SHARED_REG({n});" for n in names)
         edits.append((end + 1, end + 1, regs))
@@ -284,6 +305,11 @@ def _default_cache_dir() -> Path:
     uid = os.getuid() if hasattr(os, "getuid") else 0
     d = Path(tempfile.gettempdir()) / f"attnlab-cpu-{uid}"
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Built modules and headers from here are compiled in and loaded: a folder someone else owns
+    # or can write to (planted in the shared temp folder first) is not used.
+    st = d.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o022:
+        raise CpuKernelError(f"the CPU backend's cache {d} is not a private folder of this user; remove it")
     return d
 
 
@@ -296,6 +322,156 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
     if len(t) != 3:
         raise CpuKernelError(f"{what} must have 1 to 3 dimensions, got {v!r}")
     return t  # type: ignore[return-value]
+
+
+
+# ------------------------------------------------------------------ build
+
+# The compiler child: its own session (so one kill reaches cc1plus and as too), a memory limit
+# on every process it starts, a CPU-time limit and a parent-death signal (so a compiler whose
+# worker was killed does not run on unsupervised), then exec. Written as a small program rather
+# than a preexec_fn, which is unsafe in a process that has threads (numpy's BLAS may have some).
+_LIMITED_EXEC = (
+    "import ctypes, os, resource, signal, sys\n"
+    "def limit(kind, value):  # never above a hard limit the worker itself runs under\n"
+    "    hard = resource.getrlimit(kind)[1]\n"
+    "    value = value if hard == resource.RLIM_INFINITY else min(value, hard)\n"
+    "    resource.setrlimit(kind, (value, value))\n"
+    "limit(resource.RLIMIT_AS, int(sys.argv[1]))\n"
+    "limit(resource.RLIMIT_CPU, int(sys.argv[2]))\n"
+    "limit(resource.RLIMIT_CORE, 0)\n"
+    "ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+_OUT_OF_MEMORY = ("virtual memory exhausted", "out of memory", "cannot allocate memory", "std::bad_alloc",
+                  "failed to map segment")
+
+
+def run_compiler(cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int,
+                 label: str = "attention.cu") -> subprocess.CompletedProcess:
+    """Run a compiler command under the wall-clock and memory limits; CpuCompileError past either."""
+    too_slow = f"{label}: error: the compiler did not finish in {timeout_s:g} s (the CPU build)"
+    cpu_s = int(timeout_s) + 5
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LIMITED_EXEC, str(memory_bytes), str(cpu_s), *cmd],
+                            cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace", start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise CpuCompileError(too_slow) from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    said = (err + out).lower()
+    if proc.returncode != 0 and ("cpu time limit exceeded" in said or proc.returncode == -signal.SIGXCPU):
+        raise CpuCompileError(too_slow)
+    if proc.returncode != 0 and any(words in said for words in _OUT_OF_MEMORY):
+        raise CpuCompileError(f"{label}: error: the compiler needed more than {memory_bytes // 1024**2} MiB "
+                              "(the CPU build)")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the compiler's whole session. Called before the leader is reaped, so its id (the group's)
+    cannot have been given to another process yet."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
+
+
+def _runtime_digest(cxx: str, extra: str) -> str:
+    h = hashlib.sha256()
+    h.update(extra.encode())
+    h.update(_compiler_identity(cxx).encode())  # type: ignore[union-attr]
+    h.update(" ".join(CXXFLAGS).encode())
+    for f in _RUNTIME_FILES:
+        h.update(f.read_bytes())
+    for f in sorted(_INCLUDE.rglob("*")):
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:24]
+
+
+def build_object(
+    source: str,
+    filename: str,
+    entry_points: dict[str, list[str]],
+    cache_dir: Path | None = None,
+    arch: str = DEFAULT_ARCH,
+    timeout_s: float = BUILD_TIMEOUT_S,
+    memory_bytes: int = BUILD_MEMORY_BYTES,
+) -> Path:
+    """Compile a kernel file into a shared object (content-hashed, reused); nothing is loaded."""
+    reason = cpu_compiler_available()
+    if reason is not None:
+        raise CpuKernelError(reason)
+    cxx = _cxx()
+    cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    view = _nvrtc_view(arch, cxx, cache)
+    code = rewrite_source(source) + _wrappers(entry_points)
+    so_path = cache / f"attnlab_cpu_{_runtime_digest(cxx, view + code)}.so"
+    if so_path.exists():
+        return so_path
+    with tempfile.TemporaryDirectory(prefix="attnlab-cpu-build-") as tmp:
+        src_path = Path(tmp) / (Path(filename).name + ".cpp")
+        src_path.write_text(code)
+        view_path = Path(tmp) / "attnlab_nvrtc_view.h"
+        view_path.write_text(view)
+        out_tmp = Path(tmp) / "kernel.so"
+        cmd = [cxx, *CXXFLAGS, "-I", str(_INCLUDE), "-include", str(_SHIM), "-include", str(view_path),
+               "-x", "c++", str(src_path), "-o", str(out_tmp)]
+        res = run_compiler(cmd, tmp, timeout_s, memory_bytes, filename)
+        if res.returncode != 0:
+            msg = (res.stderr + res.stdout).replace(tmp + os.sep, "").strip()
+            raise CpuCompileError("C++ compile failed:\n" + msg)
+        part = cache / f".{so_path.name}.{os.getpid()}.{threading.get_ident()}"
+        shutil.copyfile(out_tmp, part)
+        os.replace(part, so_path)
+    return so_path
+
+
+def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:
+    """nvrtc_view_header, kept on disk per NVRTC version, arch and compiler (probing NVRTC takes a
+    good fraction of a second, and every worker is a fresh process)."""
+    from labrunner.build.nvrtc import nvrtc_version
+
+    key = _runtime_digest(cxx, f"view {arch} {nvrtc_version()} " + (_HERE / "nvrtc_view.py").read_text())
+    path = cache / f"nvrtc_view_{key}.h"
+    try:
+        return path.read_text()
+    except OSError:
+        pass
+    view = nvrtc_view_header(arch, cxx, tuple(CXXFLAGS))
+    part = cache / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+    part.write_text(view)
+    os.replace(part, path)
+    return view
+
+
+@functools.lru_cache(maxsize=None)
+def _baseline_facts(cache_key: str, cache_dir: str | None, timeout_s: float) -> ElfFacts:
+    so_path = build_object("", "attnlab-empty.cu", {}, Path(cache_dir) if cache_dir else None,
+                           timeout_s=max(timeout_s, 60.0))
+    return read_elf(so_path)
+
+
+def baseline_facts(cache_dir: Path | None = None, timeout_s: float = BUILD_TIMEOUT_S) -> ElfFacts:
+    """The ELF facts of an empty file built with the shim: what the object check allows."""
+    cxx = _cxx()
+    return _baseline_facts(_runtime_digest(cxx, "baseline"), str(cache_dir) if cache_dir else None, timeout_s)
+
+
+def check_built_object(so_path: Path, filename: str, cache_dir: Path | None = None,
+                       timeout_s: float = BUILD_TIMEOUT_S) -> None:
+    """The object check (object_check.py) against the shim's baseline; CpuCompileError when refused."""
+    try:
+        check_object(so_path, baseline_facts(cache_dir, timeout_s), filename)
+    except ObjectRefused as refused:
+        raise CpuCompileError(str(refused)) from None
 
 
 class CpuModule:
@@ -318,6 +494,9 @@ class CpuModule:
             self._fns[name] = fn
         self._static_shared = lib.attnlab_static_shared_bytes
         self._static_shared.restype = ctypes.c_longlong
+        self._set_options = lib.attnlab_set_options
+        self._set_options.restype = None
+        self._set_options.argtypes = [ctypes.c_longlong, ctypes.c_int]
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -327,46 +506,23 @@ class CpuModule:
         filename: str,
         entry_points: dict[str, list[str]],
         cache_dir: Path | None = None,
+        arch: str = DEFAULT_ARCH,
+        timeout_s: float = BUILD_TIMEOUT_S,
     ) -> "CpuModule":
-        reason = cpu_compiler_available()
-        if reason is not None:
-            raise CpuKernelError(reason)
-        cxx = _cxx()
-        code = rewrite_source(source) + _wrappers(entry_points)
-        h = hashlib.sha256()
-        h.update(code.encode())
-        h.update(_compiler_identity(cxx).encode())  # type: ignore[union-attr]
-        h.update(" ".join(CXXFLAGS).encode())
-        for f in _RUNTIME_FILES:
-            h.update(f.read_bytes())
-        for f in sorted(_INCLUDE.rglob("*")):
-            if f.is_file():
-                h.update(f.name.encode() + f.read_bytes())
-        digest = h.hexdigest()[:24]
-        cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
-        cache.mkdir(parents=True, exist_ok=True)
-        so_path = cache / f"attnlab_cpu_{digest}.so"
-        if not so_path.exists():
-            with tempfile.TemporaryDirectory(prefix="attnlab-cpu-build-") as tmp:
-                src_path = Path(tmp) / (Path(filename).name + ".cpp")
-                src_path.write_text(code)
-                out_tmp = Path(tmp) / "kernel.so"
-                cmd = [cxx, *CXXFLAGS, "-I", str(_INCLUDE), "-include", str(_SHIM), "-x", "c++", str(src_path),
-                       "-o", str(out_tmp)]
-                try:
-                    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-                except subprocess.TimeoutExpired:
-                    raise CpuKernelError("C++ compile failed:\ncompiler timed out after 600 s") from None
-                if res.returncode != 0:
-                    msg = (res.stderr + res.stdout).replace(tmp + os.sep, "").strip()
-                    raise CpuKernelError("C++ compile failed:\n" + msg)
-                part = cache / f".{so_path.name}.{os.getpid()}.{threading.get_ident()}"
-                shutil.copyfile(out_tmp, part)
-                os.replace(part, so_path)
+        """Build, check and load in this process (tests and tools; the worker seals itself in between,
+        see `labrunner.run.cpu_device.CpuDevice.compile`)."""
+        so_path = build_object(source, filename, entry_points, cache_dir, arch, timeout_s)
+        check_built_object(so_path, filename, cache_dir, timeout_s)
+        return cls.load(so_path, filename, entry_points)
+
+    @classmethod
+    def load(cls, so_path: Path, filename: str, entry_points: dict[str, list[str]]) -> "CpuModule":
+        """dlopen a built and checked module. Its loading runs no code of the file's (the object check
+        saw to that); the worker calls this with its syscall filter already in place."""
         try:
             lib = ctypes.CDLL(str(so_path))
         except OSError as e:
-            raise CpuKernelError(f"cannot load compiled kernel module {so_path}: {e}") from None
+            raise CpuKernelError(f"cannot load compiled kernel module {so_path.name}: {e}") from None
         return cls(lib, so_path, filename, entry_points)
 
     # ----------------------------------------------------------------- launch
@@ -438,7 +594,10 @@ class CpuModule:
             sys.stdout.flush()
         except Exception:
             pass
+        stack_kb = os.environ.get("ATTNLAB_CPU_STACK_KB", "")
         with _LAUNCH_LOCK:
+            self._set_options(int(stack_kb) if stack_kb.isdigit() else 128,
+                              1 if os.environ.get("ATTNLAB_CPU_FIBERS") == "ucontext" else 0)
             rc = fn(ptrs, gi, bi, shared_bytes, 1 if reverse_threads else 0, err, len(err))
         del keep
         if rc != 0:

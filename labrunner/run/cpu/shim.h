@@ -5,7 +5,10 @@
 #pragma once
 
 // Standard headers first, before any CUDA keyword becomes a macro: libstdc++
-// spells attributes such as __noinline__ itself.
+// spells attributes such as __noinline__ itself. Every standard header a kernel
+// file may include is here, so it is read with g++'s own macros before
+// nvrtc_view.py's header gives the student's file NVRTC's (a later #include of
+// it is then a no-op).
 #include <assert.h>
 #include <float.h>
 #include <limits.h>
@@ -17,6 +20,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
