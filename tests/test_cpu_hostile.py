@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from labrunner.commands import grade as grade_module
 from labrunner.commands.cli import main
 from labrunner.run.cpu.syscall_filter import availability
+from labrunner.run.sandbox import landlock_abi
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures"
@@ -108,11 +109,13 @@ def test_system_calls_from_inside_a_kernel_are_refused_and_the_true_verdict_stan
 
 def test_the_libc_attack_is_real_without_the_filter(tmp_path):
     """The control for the test above: with --unsafe-cpu the same kernel's calls go through (it
-    finds the C library and creates both files), so its pass under the filter is not an accident
-    of a symbol walk that found nothing."""
+    finds the C library, and a call that succeeds poisons its output: wrong), so its pass under the
+    filter is not an accident of a symbol walk that found nothing. Its files land only where the
+    worker's box lets it write: where the kernel has Landlock, nowhere outside its private folder."""
     completed, result = grade_hostile("lab2", "hostile/libc_syscalls.cu", tmp_path, "--unsafe-cpu")
     assert (completed.returncode, result["verdict"]) == (1, "wrong")
-    assert pwned_files() == ["attnlab-pwned-kernel-open", "attnlab-pwned-kernel-system"]
+    confined = landlock_abi() > 0
+    assert pwned_files() == ([] if confined else ["attnlab-pwned-kernel-open", "attnlab-pwned-kernel-system"])
     for path in Path("/tmp").glob("attnlab-pwned-*"):
         path.unlink()
 

@@ -19,6 +19,9 @@ from labrunner.run.cpu.object_check import read_elf
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n'
 KERNEL = 'extern "C" __global__ void k(float* o) { o[threadIdx.x] = 1.0f; }\n'
 ENTRY = {"k": ["float*"]}
+# Nested empty macros: 10^9 expansions keep any preprocessor busy for minutes, so the clock, not the
+# machine's speed, decides how the build ends.
+SLOW_TO_PREPROCESS = "#define E0\n" + "".join(f"#define E{n} " + f"E{n - 1} " * 10 + "\n" for n in range(1, 10)) + "E9\n"
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +136,7 @@ def test_a_compiler_past_its_time_limit_is_stopped_with_its_children(cache, tmp_
     monkeypatch.setattr(module.subprocess, "Popen", Recording)
     started = time.monotonic()
     with pytest.raises(CpuCompileError, match=r"^attention\.cu: error: the compiler did not finish in 0\.5 s \(the CPU build\)$"):
-        build_object(PRELUDE + "// a fresh file: not in the cache\n" + KERNEL, "attention.cu", ENTRY,
-                     cache_dir=tmp_path, timeout_s=0.5)
+        build_object(PRELUDE + SLOW_TO_PREPROCESS + KERNEL, "attention.cu", ENTRY, cache_dir=tmp_path, timeout_s=0.5)
     assert time.monotonic() - started < 5
     assert len(started_groups) == 1
     assert _live_members(started_groups[0]) == []  # nothing of its process group is left: g++, cc1plus, as

@@ -86,7 +86,7 @@ def stand_ins(tmp_path, monkeypatch):
     csv_file = tmp_path / "lab1.csv"
     csv_file.write_text(lab1_csv())
     args_file = stand_in_ncu(tmp_path, monkeypatch, f"cp {shlex.quote(str(csv_file))} \"$log\"\n")
-    monkeypatch.setattr(runs_module, "resolve_backend", lambda device: ("gpu", []))
+    monkeypatch.setattr(runs_module, "resolve_backend", lambda device, unsafe_cpu=False: ("gpu", []))
     monkeypatch.setattr(profile_module, "device_facts", lambda backend: {"name": "NVIDIA H200"})
     monkeypatch.setattr(gpu_facts, "read_gpu_facts", lambda *a, **k: dict(H200_FACTS))
     monkeypatch.setitem(__import__("sys").modules, "cupti", None)  # no cupti-python: the trace uses events
