@@ -137,7 +137,7 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     text = printed.getvalue()
     assert f"  measured DRAM, {lab.solution_path}: 2189.43 MB = 52.20x flash, 1.000x naive" in text
     assert "  attn_softmax: memory-bound: 0.0 FLOP/B, 87% of HBM bandwidth" in text
-    assert text.splitlines()[-1] == "PASS (exit 0)"
+    assert text.splitlines()[-1] == "PASS on the GPU (exit 0)"
     from labrunner.report.results import write_json
 
     write_json(result, tmp_path / "profile.json")  # strict JSON: no NaN or infinity anywhere in the profile
