@@ -13,6 +13,7 @@ import hashlib
 import numpy as np
 import pytest
 
+from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 from labrunner.commands.benchmark import divide_out, per_input_set_medians, time_pipeline, time_speedup
 from labrunner.labs import get_lab
 from labrunner.measure.timing import Stats, TimingOptions
@@ -121,93 +122,6 @@ def test_per_input_set_medians_follow_the_rotation():
 
 # --- the worker's real timing code, in process, on a numpy stand-in for the GPU ---------------
 
-class NumpyGpu:
-    """Just enough of GpuDevice for `run_timing`: numpy buffers, and a 'kernel' that is the oracle itself."""
-
-    name = "gpu"
-
-    def __init__(self, prefix: int, skip_after: int | None = None):
-        self.prefix = prefix
-        self.skip_after = skip_after  # a kernel that stops computing after this many launches
-        self.launches = 0
-
-    def upload(self, array):
-        return array.copy()
-
-    def guarded(self, count, fill_bits=None):
-        from labrunner.run.gpu_device import GuardedBuffer
-        from labrunner.truth.poison import POISON_BITS
-
-        return GuardedBuffer(np, count, POISON_BITS if fill_bits is None else fill_bits)
-
-    class xp:  # noqa: N801 - stands in for the cupy module
-        @staticmethod
-        def get_default_memory_pool():
-            return type("Pool", (), {"free_all_blocks": staticmethod(lambda: None)})
-
-    def launch(self, kernels, launch, buffers):
-        self.launches += 1
-        if self.skip_after is not None and self.launches > self.skip_after:
-            return
-        if launch.kernel in ("attn_scores", "attn_softmax"):
-            return  # lab 1: the stand-in computes everything in its last kernel
-        q, k, v = buffers["q"], buffers["k"], buffers["v"]
-        buffers["out"][:] = oracle.attention(q, k, v, prefix=self.prefix).astype(np.float32).ravel()
-
-    def synchronize(self):
-        pass
-
-    def to_host(self, buffer):
-        return buffer.copy()
-
-
-class CountingTimer:
-    """Times nothing: every call, the empty kernel's too, takes 1 ms."""
-
-    flush_bytes = 1 << 27
-    persisting_l2_reset = True
-
-    def flush_caches(self):
-        pass
-
-    def time_ms(self, launch):
-        launch()
-        return 1.0
-
-    def overhead_ms(self, options):
-        from labrunner.measure.timing import measure
-
-        class Empty:
-            name = "empty"
-
-            def prepare(self, i, verify): pass
-
-            def launch(self, i): pass
-
-            def collect(self, i, verify): pass
-
-        return measure(Empty(), 1, self, options)
-
-
-class InProcessWorker:
-    """The worker's `run_timing` behind the Worker interface, requests and replies pickled as on the pipe."""
-
-    def __init__(self, device):
-        self.device = device
-        self.restarts = 0
-
-    def restart(self):
-        self.restarts += 1
-
-    def time(self, request, timeout_s):
-        import pickle
-
-        from labrunner.measure.timed_runs import run_timing
-
-        reply = run_timing(self.device, {"student": None, "baseline": None}, pickle.loads(pickle.dumps(request)))
-        return pickle.loads(pickle.dumps(reply))
-
-
 @pytest.fixture
 def in_process(monkeypatch):
     import labrunner.measure.gpu_timer
@@ -311,3 +225,29 @@ def test_dividing_out_the_factor_keeps_the_poison_bit_for_bit():
     assert restored.dtype == np.float32
     assert restored[[0, 1, 3]].tolist() == [-1.0, 2.0, 0.0]
     assert restored.view(np.uint32)[2] == POISON_BITS
+
+
+class KeepsAnswerPerQK(NumpyGpu):
+    """Computes once per (Q, K) and replays that answer: blind to V being remade before every timed call."""
+
+    def __init__(self, prefix: int):
+        super().__init__(prefix)
+        self.kept: dict[bytes, np.ndarray] = {}
+
+    def launch(self, kernels, launch, buffers):
+        key = hashlib.sha256(buffers["q"].tobytes() + buffers["k"].tobytes()).digest()
+        if key not in self.kept:
+            super().launch(kernels, launch, buffers)
+            self.kept[key] = buffers["out"].copy()
+        buffers["out"][:] = self.kept[key]
+
+
+def test_a_kernel_blind_to_the_fresh_v_of_a_timed_call_gets_no_time(in_process):
+    # its case check would pass (one call, one answer); a verified timed call has V times a fresh
+    # factor, so the kept answer is off by that factor and the check names the call
+    timing, failure = timed(InProcessWorker(KeepsAnswerPerQK(PREFIX)), rounds=1)
+    assert timing is None
+    assert (failure.name, failure.status) == (f"timed C{ROWS}-P{PREFIX}", "wrong")
+    assert failure.message.startswith("flash.cu: a timed call on fresh input set ")
+    assert "(V scaled by " in failure.message and ", output re-poisoned) failed: row " in failure.message
+    assert failure.message.endswith("; a kernel must compute every call, so no time is reported")

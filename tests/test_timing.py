@@ -354,16 +354,16 @@ def test_interval_width_follows_the_level():
 
 
 def test_paired_samples_must_match_in_length():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^paired samples must be two non-empty sequences of equal length$"):
         paired_speedup_ci([1.0, 2.0], [1.0])
 
 
 def test_nonsense_options_are_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^max_samples \(10\) is below min_samples \(20\)$"):
         TimingOptions(max_samples=10, min_samples=20)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^noise_target must be positive, got 0$"):
         TimingOptions(noise_target=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^verify_fraction must lie in \[0, 1\], got 1\.5$"):
         TimingOptions(verify_fraction=1.5)
 
 
