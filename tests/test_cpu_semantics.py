@@ -112,6 +112,7 @@ def real_backend(tmp_path_factory) -> CpuModule:
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.__name__)
 def test_the_backend_answers_every_probe_exactly(real_backend, probe):
+    """Each probe asserts its exact answers (see the `check_` functions above)."""
     probe(real_backend)
 
 

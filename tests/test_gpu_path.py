@@ -34,19 +34,22 @@ GPU = "NVIDIA H200"
 SMALL = Catalogue(lab="lab2", cases=(Case("C3-P31", 3, 31),), timing={"rows": 3, "prefix": 31})
 
 
-@pytest.fixture
-def standin_gpu(monkeypatch, tmp_path):
-    """`--device gpu` finds a GPU named NVIDIA H200 whose worker is the numpy stand-in."""
-    devices = []
+class StandinGpu:
+    """What `--device gpu` finds: a GPU named NVIDIA H200, whose worker runs on `device`."""
 
-    def worker(backend):
+    def __init__(self):
+        self.device = NumpyGpu()
+
+    def worker(self, backend: str) -> InProcessWorker:
         assert backend == "gpu"
-        devices.append(standin_gpu.device)
-        return InProcessWorker(standin_gpu.device)
+        return InProcessWorker(self.device)
 
-    standin_gpu.device = NumpyGpu()
+
+@pytest.fixture
+def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
+    gpu = StandinGpu()
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, GPU))
-    monkeypatch.setattr(runs_module, "Worker", worker)
+    monkeypatch.setattr(runs_module, "Worker", gpu.worker)
     monkeypatch.setattr(grade_module, "load_catalogue", lambda lab: SMALL)
     monkeypatch.setattr(runs_module, "load_catalogue", lambda lab: SMALL)
     monkeypatch.setattr(device_state, "read_device_state", lambda index=0: DeviceState(name=GPU, sm_clock_mhz=1980))
@@ -54,7 +57,7 @@ def standin_gpu(monkeypatch, tmp_path):
 
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
     monkeypatch.chdir(tmp_path)
-    return standin_gpu
+    return gpu
 
 
 def gates(tmp_path: Path, fraction: float, solution_speedup: float = 13.0) -> Path:
