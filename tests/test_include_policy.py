@@ -157,6 +157,10 @@ def test_directives_inside_comments_and_strings_are_not_directives():
     ('/* a/b */#include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),        # a comment holding / and *
     ('/* a*b */#include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),
     ('"x"\n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),            # after a literal
+    ('s = "a";\n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),       # ... of odd length
+    ('s = "ab";\n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),      # ... of even length
+    ('/* a */ int x; /* b */\n#include "/etc/passwd"\n', 2, '#include "/etc/passwd"'),  # two comments
+    ('/* a *//* b */#include "/etc/passwd"\n', 1, '#include "/etc/passwd"'),   # a comment right after one
     ("char c = '\n#include \"/etc/passwd\"\n", 2, '#include "/etc/passwd"'),  # an unclosed quote ends at its line
     ('int a;\n#include "/etc/passwd"', 2, '#include "/etc/passwd"'),           # the last line, no newline
     ('int a;\n#include "/etc/passwd"\nx', 2, '#include "/etc/passwd"'),        # a one-character last line
@@ -167,6 +171,7 @@ def test_a_directive_is_found_wherever_the_preprocessor_finds_it(source, line, s
 
 @pytest.mark.parametrize("source", [
     'float x = 1.0f; /* old code:\n#include "/etc/passwd" */\n',    # a comment opened after code
+    'float X = 1.0f; /* old code:\n#include "/etc/passwd" */\n',    # ... whatever the letters
     'const char* s = "a"; /* old:\n#include "/etc/passwd" */\n',    # ... after a string
     'const char* s = "a\\"b"; /* old:\n#include "/etc/passwd" */\n',  # ... holding an escaped quote
     'const char* s = "\\\\"; /* old:\n#include "/etc/passwd" */\n',  # ... holding an escaped backslash

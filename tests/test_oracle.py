@@ -173,3 +173,16 @@ def test_the_contracts_mapping_and_mask_helpers():
     assert visible_mask(2, 3).tolist() == [[True, True, True, True, False],
                                            [True, True, True, True, True]]
     assert visible_mask(1, 0).tolist() == [[True]]
+
+
+def test_scores_far_past_exps_range_stay_exact():
+    # scores of +-392: exp(392) overflows float64 unless every row's own maximum is subtracted first
+    q = np.zeros((2, 32, 64), np.float32)
+    q[:, 0, :] = 7.0      # head 0 scores +392 against every key
+    q[:, 1, :] = -7.0     # head 1 scores -392 against every key
+    k = np.full((2, 8, 64), 7.0, np.float32)
+    v = np.arange(2 * 8 * 64, dtype=np.float32).reshape(2, 8, 64)
+    out = oracle.attention(q, k, v)
+    for head in (0, 1):  # equal scores: row 0 sees key 0 alone, row 1 the mean of keys 0 and 1
+        assert out[0, head].tolist() == v[0, 0].astype(np.float64).tolist()
+        assert out[1, head].tolist() == ((v[0, 0].astype(np.float64) + v[1, 0]) / 2).tolist()

@@ -548,9 +548,9 @@ def test_the_relative_standard_error_needs_two_samples_and_a_positive_mean():
 def test_a_comparisons_interval_comes_from_the_paired_bootstrap_at_95_percent():
     log: list = []
     timer = FakeTimer(log)
-    student = ScriptedContender("student", [1.0, 1.2, 0.9, 1.1], timer)
-    baseline = ScriptedContender("baseline", [3.0, 2.5, 3.3, 2.9], timer)
-    options = TimingOptions(warmup=0, min_samples=8, max_samples=8, seed=4)
+    student = ScriptedContender("student", list(1.0 + np.random.default_rng(6).random(30)), timer)
+    baseline = ScriptedContender("baseline", list(3.0 + np.random.default_rng(7).random(30)), timer)
+    options = TimingOptions(warmup=0, min_samples=30, max_samples=30, seed=4)
     result = compare(student, baseline, 2, timer, options, clock=frozen_clock)
     speedup, low, high = paired_speedup_ci(result.student.samples_ms, result.baseline.samples_ms, level=0.95, seed=4)
     assert (result.speedup, result.ci_low, result.ci_high, result.level) == (speedup, low, high, 0.95)
@@ -593,18 +593,19 @@ def test_pooling_nothing_is_refused_by_name():
 
 
 def test_the_pooled_interval_is_the_central_95_percent_of_the_two_level_bootstrap():
-    rounds = [paired_round([2.0, 2.2, 1.9], [20.0, 21.0, 19.5]), paired_round([2.5, 2.4, 2.6], [20.0, 20.5, 19.0])]
+    rng = np.random.default_rng(8)
+    rounds = [paired_round(list(2.0 + rng.random(30)), list(20.0 + rng.random(30))) for _ in range(2)]
     pooled = pool_rounds(rounds, seed=3)
     # the same draws, written out: rounds with replacement, then pairs within each drawn round
-    rng = np.random.default_rng(3)
+    draws = np.random.default_rng(3)
     pairs = [(np.array(r.student.samples_ms), np.array(r.baseline.samples_ms)) for r in rounds]
     ratios = []
     for _ in range(2000):
-        drawn = rng.integers(0, 2, size=2)
+        drawn = draws.integers(0, 2, size=2)
         s_parts, b_parts = [], []
         for index in drawn:
             s, b = pairs[index]
-            picks = rng.integers(0, s.size, size=s.size)
+            picks = draws.integers(0, s.size, size=s.size)
             s_parts.append(s[picks])
             b_parts.append(b[picks])
         ratios.append(np.median(np.concatenate(b_parts)) / np.median(np.concatenate(s_parts)))
@@ -612,11 +613,61 @@ def test_the_pooled_interval_is_the_central_95_percent_of_the_two_level_bootstra
 
 
 def test_the_paired_interval_is_the_central_percentiles_of_resampled_pairs():
-    student, baseline = [1.0, 1.1, 0.9, 1.3, 1.0], [3.0, 3.1, 2.8, 3.5, 2.9]
+    rng = np.random.default_rng(11)
+    student = list(1.0 + rng.random(40))
+    baseline = list(3.0 + rng.random(40))
     speedup, low, high = paired_speedup_ci(student, baseline, level=0.9, resamples=300, seed=5)
     # the same draws, written out: pair indices with replacement, the ratio of medians per resample
-    rng = np.random.default_rng(5)
-    picks = rng.integers(0, 5, size=(300, 5))
+    draws = np.random.default_rng(5)
+    picks = draws.integers(0, 40, size=(300, 40))
     ratios = np.median(np.array(baseline)[picks], axis=1) / np.median(np.array(student)[picks], axis=1)
-    assert speedup == 3.0
+    assert speedup == np.median(baseline) / np.median(student)
     assert (low, high) == tuple(np.percentile(ratios, [5.0, 95.0]))
+
+
+def test_a_long_series_is_resampled_in_chunks_to_the_same_count():
+    student = list(np.linspace(1.0, 2.0, 1001))
+    speedup, low, high = paired_speedup_ci(student, [2 * s for s in student], resamples=2000)
+    assert (speedup, low, high) == pytest.approx((2.0, 2.0, 2.0), rel=1e-12)
+
+
+def test_each_call_is_prepared_launched_and_collected_on_one_input_set():
+    contender, timer, log, options = single([1.0], warmup=0, min_samples=4, max_samples=4)
+    measure(contender, 3, timer, options, clock=frozen_clock)
+    indices = [(e[0], e[2]) for e in log if e[0] != "flush"]
+    assert indices == [(kind, i) for i in (0, 1, 2, 0) for kind in ("prepare", "launch", "collect")]
+
+
+def test_sampling_without_inputs_is_refused_by_name():
+    contender, timer, _, options = single([1.0])
+    with pytest.raises(ValueError, match="^n_inputs must be at least 1, got 0$"):
+        measure(contender, 0, timer, options, clock=frozen_clock)
+
+
+def test_student_and_baseline_are_verified_on_schedules_of_their_own():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", [1.0], timer)
+    baseline = ScriptedContender("baseline", [1.0], timer)
+    options = TimingOptions(warmup=0, min_samples=40, max_samples=40, verify_fraction=0.2, seed=1)
+    compare(student, baseline, 1, timer, options, clock=frozen_clock)
+    verified = {name: [k for k, e in enumerate(x for x in log if x[0] == "prepare" and x[1] == name) if e[3]]
+                for name in ("student", "baseline")}
+    assert verified["student"] != verified["baseline"]
+    assert len(verified["student"]) >= 2 and len(verified["baseline"]) >= 2
+
+
+def test_rounds_with_mismatched_or_empty_samples_are_refused_and_single_samples_pool():
+    uneven = paired_round([2.0, 2.0], [26.0, 26.0])
+    uneven.baseline.samples_ms = [26.0]
+    empty = paired_round([2.0], [26.0])
+    empty.student.samples_ms, empty.baseline.samples_ms = [], []
+    for bad in (uneven, empty):
+        with pytest.raises(ValueError, match=r"^every round needs its raw paired samples"):
+            pool_rounds([paired_round([2.0], [26.0]), bad])
+    assert pool_rounds([paired_round([2.0], [26.0]), paired_round([2.0], [24.0])]).speedup == 25.0 / 2.0
+
+
+def test_a_comparison_keeps_its_level_through_json():
+    stats = Stats(1.0, 1.0, 1.0, 1.0, 2, 0.0, True, None, [1.0, 1.0])
+    assert comparison_from_json(Comparison(stats, stats, 1.0, 1.0, 1.0, level=0.9).to_json(True)).level == 0.9
