@@ -14,10 +14,16 @@ import hashlib
 
 import numpy as np
 import pytest
+from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 
 import labrunner.commands.benchmark as benchmark
-from labrunner.commands.benchmark import (CpuReferences, per_input_set_medians, time_pipeline, time_speedup,
-                                          verify_timed_outputs)
+from labrunner.commands.benchmark import (
+    CpuReferences,
+    per_input_set_medians,
+    time_pipeline,
+    time_speedup,
+    verify_timed_outputs,
+)
 from labrunner.labs import get_lab
 from labrunner.measure.timing import Stats, TimingOptions
 from labrunner.truth import oracle
@@ -180,106 +186,6 @@ def test_per_input_set_medians_follow_the_rotation():
 
 
 # --- the worker's real timing code, in process, on a numpy stand-in for the GPU ---------------
-
-class NumpyGpu:
-    """Just enough of GpuDevice for `run_timing`: numpy buffers, and a 'kernel' that is the oracle itself.
-
-    It keeps what every launch saw (the bytes of Q, K and V), so the tests can say which sets ran."""
-
-    name = "gpu"
-
-    def __init__(self, prefix: int, skip_after: int | None = None):
-        self.prefix = prefix
-        self.skip_after = skip_after  # a kernel that stops computing after this many launches
-        self.launches = 0
-        self.seen: list[tuple[bytes, bytes, bytes]] = []
-
-    def upload(self, array):
-        return array.copy()
-
-    def guarded(self, count, fill_bits=None):
-        from labrunner.run.gpu_device import GuardedBuffer
-        from labrunner.truth.poison import POISON_BITS
-
-        return GuardedBuffer(np, count, POISON_BITS if fill_bits is None else fill_bits)
-
-    class xp:  # noqa: N801 - stands in for the cupy module
-        @staticmethod
-        def get_default_memory_pool():
-            return type("Pool", (), {"free_all_blocks": staticmethod(lambda: None)})
-
-    def launch(self, kernels, launch, buffers):
-        self.launches += 1
-        self.who = kernels  # "student" or "baseline": the module the worker launched from
-        self.seen.append(tuple(buffers[n].tobytes() for n in ("q", "k", "v")))
-        if self.skip_after is not None and self.launches > self.skip_after:
-            return
-        if launch.kernel in ("attn_scores", "attn_softmax"):
-            return  # lab 1: the stand-in computes everything in its last kernel
-        self.compute(buffers)
-
-    def compute(self, buffers):
-        q, k, v = buffers["q"], buffers["k"], buffers["v"]
-        buffers["out"][:] = oracle.attention(q, k, v, prefix=self.prefix).astype(np.float32).ravel()
-
-    def synchronize(self):
-        pass
-
-    def to_host(self, buffer):
-        return buffer.copy()
-
-
-class CountingTimer:
-    """Times nothing: every call, the empty kernel's too, takes 1 ms."""
-
-    flush_bytes = 1 << 27
-    persisting_l2_reset = True
-
-    def flush_caches(self):
-        pass
-
-    def time_ms(self, launch):
-        launch()
-        return 1.0
-
-    def overhead_ms(self, options):
-        from labrunner.measure.timing import measure
-
-        class Empty:
-            name = "empty"
-
-            def prepare(self, i, verify): pass
-
-            def launch(self, i): pass
-
-            def collect(self, i, verify): pass
-
-        return measure(Empty(), 1, self, options)
-
-
-class InProcessWorker:
-    """The worker's `run_timing` behind the Worker interface, requests and replies pickled as on the pipe."""
-
-    def __init__(self, device):
-        self.device = device
-        self.restarts = 0
-        self.keys: list[list[int]] = []
-        self.replies: list[dict] = []
-
-    def restart(self):
-        self.restarts += 1
-
-    def time(self, request, timeout_s):
-        import pickle
-
-        from labrunner.measure.timed_runs import run_timing
-
-        self.keys.append(request["sets"]["key"] if "sets" in request else None)
-        modules = {"student": "student", "baseline": "baseline"}  # the stand-in's kernels are its own code
-        reply = run_timing(self.device, modules, pickle.loads(pickle.dumps(request)))
-        self.replies.append(reply)
-        return pickle.loads(pickle.dumps(reply))
-
 
 @pytest.fixture
 def in_process(monkeypatch):

@@ -77,7 +77,7 @@ def test_lastkey_cases_plant_only_the_last_key():
 def test_a_planted_position_outside_the_sequence_is_refused(tmp_path):
     (tmp_path / "labx.toml").write_text(
         'lab = "labx"\n[[case]]\nname = "bad"\nrows = 33\nprefix = 31\nplanted = [3, 64, -1]\n')
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=r"^labx case bad: planted positions") as caught:
         load_catalogue("labx", tmp_path)
     assert str(caught.value) == "labx case bad: planted positions [64, -1] are outside 0..63"
 
@@ -121,7 +121,7 @@ def test_default_seed_without_option_or_environment(monkeypatch, value):
 @pytest.mark.parametrize("value", ["abc", "1.5", "12 34"])
 def test_a_non_integer_environment_seed_is_a_usage_error(monkeypatch, value):
     monkeypatch.setenv("ATTNLAB_SEED", value)
-    with pytest.raises(AttnlabError) as caught:
+    with pytest.raises(AttnlabError, match=r"^\$ATTNLAB_SEED must be an integer, got ") as caught:
         resolve_seed(None)
     assert caught.value.exit_code == ExitCode.USAGE == 2
     assert caught.value.message == f"$ATTNLAB_SEED must be an integer, got {value!r}"

@@ -11,9 +11,11 @@ from labrunner.truth.poison import (
     CANARY_BITS,
     GUARD_ELEMENTS,
     POISON_BITS,
+    WORKSPACE_POISON_BITS,
     filled,
     inspect_guards,
     never_written,
+    poison_for,
     poisoned,
 )
 
@@ -166,7 +168,7 @@ def test_the_rule_is_absolute_plus_relative(ref_value, out_value, passes):
 
 
 def test_shape_mismatch_is_refused():
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=r"^output shape \(2, 32, 64\) does not match") as caught:
         check_output(np.zeros((2, 32, 64), np.float32), np.zeros((3, 32, 64)))
     assert str(caught.value) == "output shape (2, 32, 64) does not match the reference (3, 32, 64)"
 
@@ -243,3 +245,27 @@ def test_an_exact_case_refuses_what_the_tolerance_would_pass():
     assert checked.status == WRONG
     assert checked.message == ("row 0, head 0, col 0: got 0.999999881, expected 1 (this case must reproduce the reference "
                                "exactly); 2048 of 2048 elements wrong")
+
+
+def test_an_exact_case_passes_bit_for_bit_and_shows_nine_digits_of_both_numbers():
+    ref = np.full((1, 32, 64), float(np.float32(0.1)))  # V's row, as the float32 it was
+    out = ref.astype(np.float32)
+    checked = check_output(out, ref, exact=True)
+    assert (checked.status, checked.message, checked.bad_elements) == (PASS, "all 2048 elements within the pass rule", 0)
+    out[0, 3, 5] = np.nextafter(np.float32(0.1), np.float32(1))
+    checked = check_output(out, ref, exact=True)
+    assert checked.message == ("row 0, head 3, col 5: got 0.100000009, expected 0.100000001 (this case must "
+                               "reproduce the reference exactly); 1 of 2048 elements wrong")
+
+
+def test_guard_damage_after_the_end_only_says_nothing_of_before():
+    before, after = bands()
+    after[0] = 0.0
+    damage = inspect_guards("workspace", before, after)
+    assert (damage.before, damage.after, damage.farthest_before, damage.farthest_after) == (0, 1, 0, 1)
+    assert damage.describe(64) == "out-of-bounds write to workspace: 1 element(s) past its end (up to 1 past element 63)"
+
+
+def test_the_output_and_a_workspace_have_poisons_of_their_own():
+    assert (poison_for("out"), poison_for("workspace")) == (POISON_BITS, WORKSPACE_POISON_BITS)
+    assert (POISON_BITS, WORKSPACE_POISON_BITS) == (0x7FEDBEEF, 0x7FEDF00D)

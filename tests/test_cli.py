@@ -109,9 +109,11 @@ def test_starter_overwrites_with_force(runner, tmp_path):
 
 
 def test_starter_into_a_missing_folder_is_a_usage_error(runner):
-    result = runner.invoke(main, ["starter", "lab2", "-o", "no/such/folder/attention.cu"])
-    assert isinstance(result.exception, SystemExit)
+    result = invoke(runner, "starter", "lab2", "-o", "no/such/folder/attention.cu")
     assert result.exit_code == 2
+    assert result.stderr == ("error: no/such/folder/attention.cu: cannot be written (No such file or directory); "
+                             "check the folder exists\n")
+    assert result.stdout == ""
 
 
 # --- usage errors ----------------------------------------------------------------------------
@@ -302,10 +304,9 @@ def test_grading_leaves_no_kernel_output_log_behind(runner, tmp_path, monkeypatc
 def test_a_negative_seed_is_a_usage_error(runner):
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")
-    result = runner.invoke(main, ["grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C1-P31",
-                                  "--seed", "-1"])
-    assert isinstance(result.exception, SystemExit)
+    result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C1-P31", "--seed", "-1")
     assert result.exit_code == 2
+    assert result.stderr == "error: --seed must not be negative, got -1\n"
 
 
 # --- doctor ----------------------------------------------------------------------------------
@@ -417,7 +418,12 @@ def test_python_m_labrunner_doctor_without_a_gpu():
 
 
 def test_the_built_package_runs_outside_the_source_tree(tmp_path):
-    pytest.importorskip("setuptools")
+    """A wheel built by pip and installed into a folder of its own runs from anywhere.
+
+    pip builds it as a user's `pip install` would, in an isolated build environment holding what
+    pyproject.toml's build-system asks for (whatever this environment has or lacks). A build that
+    cannot get its tools fails here, never skips.
+    """
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -425,20 +431,25 @@ def test_the_built_package_runs_outside_the_source_tree(tmp_path):
             shutil.copy(REPO / name, source / name)
     for name in ("labrunner", "cases", "kernels"):
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    build = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q", "build",
-                            "--build-base", str(tmp_path / "build")], cwd=source, capture_output=True, text=True)
-    assert build.returncode == 0, build.stderr
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    build = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("attnlab-*.whl")
+    install = subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "lib"), str(wheel)],
+                             capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     completed = subprocess.run([sys.executable, "-m", "labrunner", "starter", "lab2"], cwd=elsewhere,
-                               env={**os.environ, "PYTHONPATH": str(tmp_path / "build" / "lib")},
+                               env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
                                capture_output=True, text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr[-500:]
     assert completed.stdout == STARTER.read_text()
     # the compile gate finds the bundled headers (prelude, signature check) from the built package
     (elsewhere / "attention.cu").write_text(completed.stdout)
     checked = subprocess.run([sys.executable, "-m", "labrunner", "check", "lab2", "attention.cu"], cwd=elsewhere,
-                             env={**os.environ, "PYTHONPATH": str(tmp_path / "build" / "lib")},
+                             env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr[-500:]
     assert checked.stdout.rstrip().endswith("PASS (exit 0)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -22,7 +23,7 @@ def gates_file(tmp_path, content) -> object:
 
 
 def refusal(path, option="--gates") -> str:
-    with pytest.raises(AttnlabError) as caught:
+    with pytest.raises(AttnlabError, match=rf"^{re.escape(option)} {re.escape(str(path))}: ") as caught:
         load_gates(path, option)
     assert caught.value.exit_code == ExitCode.USAGE
     return caught.value.message
@@ -108,3 +109,50 @@ def test_calibrate_over_a_broken_gates_file_is_refused_before_any_work(tmp_path,
     result = CliRunner().invoke(main, ["calibrate", "lab2", "-o", "gates.json", "--device", "cpu"])
     assert result.exit_code == 2
     assert result.stderr == "error: -o gates.json: schema is 'something else', expected 'attnlab.gates/1'\n"
+
+
+def test_a_gate_is_looked_up_by_lab_and_gpu_name_and_missing_pieces_mean_no_gate():
+    gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
+    assert apply_gate(None, "lab2", "NVIDIA H200", 1.0) == {
+        "status": "none", "passed": True, "message": "no speed gate for NVIDIA H200"}
+    assert apply_gate(gates, "lab2", None, 1.0)["message"] == "no speed gate for this device"
+    assert apply_gate(gates, "lab1", "NVIDIA H200", 1.0)["status"] == "none"  # no lab1 entry at all
+    assert apply_gate({"schema": SCHEMA}, "lab2", "NVIDIA H200", 1.0)["status"] == "none"
+
+
+def test_a_missed_gate_records_both_speedups():
+    missed = apply_gate({"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}, "lab2", "NVIDIA H200", 6.549)
+    assert {k: v for k, v in missed.items() if k != "message"} == {
+        "status": "missed", "passed": False, "required_speedup": 6.55, "speedup": 6.549}
+
+
+def test_the_gates_option_is_named_in_a_refusal_by_default(tmp_path):
+    path = tmp_path / "gates.json"
+    with pytest.raises(AttnlabError, match=r"^--gates .*: no such file") as caught:
+        load_gates(path)
+    assert caught.value.message == f"--gates {path}: no such file (`attnlab calibrate lab2 -o {path}` writes one)"
+
+
+def test_writing_a_gate_creates_the_file_with_its_schema(tmp_path):
+    path = tmp_path / "gates.json"
+    entry = write_gate(path, "lab2", "NVIDIA H200", 13.0, 0.5, {"ci_low": 12.8})
+    today = datetime.date.today().isoformat()
+    assert entry == {"solution_speedup": 13.0, "fraction": 0.5, "calibrated": today, "ci_low": 12.8}
+    assert path.read_text() == (
+        '{\n  "schema": "attnlab.gates/1",\n  "lab2": {\n    "NVIDIA H200": {\n      "solution_speedup": 13.0,\n'
+        f'      "fraction": 0.5,\n      "calibrated": "{today}",\n      "ci_low": 12.8\n    }}\n  }}\n}}\n')
+
+
+def test_writing_a_gate_where_it_cannot_be_written_is_a_usage_error(tmp_path):
+    path = tmp_path / "no" / "such" / "gates.json"
+    with pytest.raises(AttnlabError, match=r"^-o .*gates\.json: cannot write \(No such file or directory\)$") as caught:
+        write_gate(path, "lab2", "NVIDIA H200", 13.0, 0.5, {})
+    assert (caught.value.exit_code, caught.value.message) == (
+        ExitCode.USAGE, f"-o {path}: cannot write (No such file or directory)")
+
+
+def test_writing_over_a_broken_gates_file_is_refused_and_leaves_it_alone(tmp_path):
+    path = gates_file(tmp_path, {"schema": "attnlab.result/1"})
+    with pytest.raises(AttnlabError, match=r"^-o .*: schema is 'attnlab.result/1', expected 'attnlab.gates/1'$"):
+        write_gate(path, "lab2", "NVIDIA H200", 13.0, 0.5, {})
+    assert json.loads(path.read_text()) == {"schema": "attnlab.result/1"}

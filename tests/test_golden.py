@@ -95,7 +95,7 @@ def test_a_wrong_scale_fails_the_proof():
 
 def test_require_proven_oracle_refuses_with_exit_6_and_the_exact_message():
     broken = lambda q, k, v, prefix: oracle.attention(q, k, v, prefix) + 0.5  # noqa: E731
-    with pytest.raises(AttnlabError) as caught:
+    with pytest.raises(AttnlabError, match=r"^the oracle failed its golden proof \(max error 0\.5 ") as caught:
         require_proven_oracle(attention=broken)
     assert caught.value.exit_code == ExitCode.ENVIRONMENT == 6
     assert caught.value.message == (
@@ -105,7 +105,7 @@ def test_require_proven_oracle_refuses_with_exit_6_and_the_exact_message():
 
 def test_an_oracle_that_overflows_to_nan_is_refused():
     broken = lambda q, k, v, prefix: variant(q, k, v, prefix, subtract_max=False, dtype=np.float32)  # noqa: E731
-    with pytest.raises(AttnlabError) as caught:
+    with pytest.raises(AttnlabError, match=r"^the oracle failed its golden proof \(max error nan ") as caught:
         require_proven_oracle(attention=broken)
     assert caught.value.exit_code == 6
     assert caught.value.message.startswith("the oracle failed its golden proof (max error nan > 1e-12 on golden.npz)")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from labrunner.truth import oracle
+from labrunner.truth.contract import kv_head_of, visible_mask
 
 HEADS, KV_HEADS, DIM = 32, 8, 64
 
@@ -161,6 +162,27 @@ def test_every_score_128_gives_the_uniform_mean():
 ])
 def test_shape_errors_name_the_tensor_and_both_shapes(q_shape, k_shape, v_shape, message):
     q, k, v = (np.zeros(s, np.float32) for s in (q_shape, k_shape, v_shape))
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match=r"^[qkv] must be \[") as caught:
         oracle.attention(q, k, v, prefix=7)
     assert str(caught.value) == message
+
+
+def test_the_contracts_mapping_and_mask_helpers():
+    assert [kv_head_of(h) for h in (0, 3, 4, 7, 31)] == [0, 0, 1, 1, 7]
+    assert kv_head_of(np.arange(32)).tolist() == [h // 4 for h in range(32)]
+    assert visible_mask(2, 3).tolist() == [[True, True, True, True, False],
+                                           [True, True, True, True, True]]
+    assert visible_mask(1, 0).tolist() == [[True]]
+
+
+def test_scores_far_past_exps_range_stay_exact():
+    # scores of +-392: exp(392) overflows float64 unless every row's own maximum is subtracted first
+    q = np.zeros((2, 32, 64), np.float32)
+    q[:, 0, :] = 7.0      # head 0 scores +392 against every key
+    q[:, 1, :] = -7.0     # head 1 scores -392 against every key
+    k = np.full((2, 8, 64), 7.0, np.float32)
+    v = np.arange(2 * 8 * 64, dtype=np.float32).reshape(2, 8, 64)
+    out = oracle.attention(q, k, v)
+    for head in (0, 1):  # equal scores: row 0 sees key 0 alone, row 1 the mean of keys 0 and 1
+        assert out[0, head].tolist() == v[0, 0].astype(np.float64).tolist()
+        assert out[1, head].tolist() == ((v[0, 0].astype(np.float64) + v[1, 0]) / 2).tolist()

@@ -7,6 +7,7 @@ deterministic and the expected counts can be worked out by hand.
 
 import math
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from labrunner.measure.device_state import (
 )
 from labrunner.measure.timing import (
     Comparison,
+    RunningMoments,
     Stats,
     TimingOptions,
     VerificationSchedule,
@@ -372,16 +374,16 @@ def test_interval_width_follows_the_level():
 
 
 def test_paired_samples_must_match_in_length():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^paired samples must be two non-empty sequences of equal length$"):
         paired_speedup_ci([1.0, 2.0], [1.0])
 
 
 def test_nonsense_options_are_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^max_samples \(10\) is below min_samples \(20\)$"):
         TimingOptions(max_samples=10, min_samples=20)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^noise_target must be positive, got 0$"):
         TimingOptions(noise_target=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^verify_fraction must lie in \[0, 1\], got 1\.5$"):
         TimingOptions(verify_fraction=1.5)
 
 
@@ -501,3 +503,177 @@ def test_a_comparison_survives_its_json_with_samples():
     data = Comparison(unmeasurable, unmeasurable, 1.0, 1.0, 1.0).to_json(include_samples=True)
     assert data["student"]["rse"] is None
     assert comparison_from_json(data).student.rse == math.inf
+
+
+# --- the rules' edges, each with its exact message ---------------------------------------------
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"noise_target": 0}, "noise_target must be positive, got 0"),
+    ({"min_samples": 1}, "min_samples must be at least 2, got 1"),
+    ({"min_samples": 5, "max_samples": 4}, "max_samples (4) is below min_samples (5)"),
+    ({"budget_s": 0}, "budget_s must be positive, got 0"),
+    ({"warmup": -1}, "warmup cannot be negative, got -1"),
+    ({"verify_fraction": -0.1}, "verify_fraction must lie in [0, 1], got -0.1"),
+    ({"verify_fraction": 1.01}, "verify_fraction must lie in [0, 1], got 1.01"),
+    ({"rounds": 0}, "rounds must be at least 1, got 0"),
+    ({"min_verified": -1}, "min_verified must lie in [0, min_samples], got -1"),
+    ({"min_samples": 4, "min_verified": 5}, "min_verified must lie in [0, min_samples], got 5"),
+])
+def test_every_nonsense_option_is_named_with_its_value(options, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        TimingOptions(**options)
+
+
+def test_the_edges_of_every_option_are_accepted():
+    """Does not raise: each value sits exactly on the edge of what its rule allows, so a rule that
+    drifted by one (`<` for `<=`) would refuse a setting the README and the CLI offer."""
+    TimingOptions(min_samples=2, max_samples=2, min_verified=2, verify_fraction=1.0, warmup=0, rounds=1)
+    TimingOptions(min_verified=0, verify_fraction=0.0, budget_s=1e-9, noise_target=1e-9)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"student_ms": [], "baseline_ms": []}, "paired samples must be two non-empty sequences of equal length"),
+    ({"student_ms": [[1.0]], "baseline_ms": [[1.0]]}, "paired samples must be two non-empty sequences of equal length"),
+    ({"student_ms": [1.0], "baseline_ms": [1.0], "level": 0}, "level must lie in (0, 1), got 0"),
+    ({"student_ms": [1.0], "baseline_ms": [1.0], "level": 1}, "level must lie in (0, 1), got 1"),
+    ({"student_ms": [1.0], "baseline_ms": [1.0], "resamples": 0}, "resamples must be at least 1, got 0"),
+])
+def test_a_bootstrap_with_nonsense_arguments_is_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        paired_speedup_ci(**kwargs)
+
+
+def test_one_resample_is_enough_to_give_an_interval():
+    speedup, low, high = paired_speedup_ci([1.0, 2.0], [2.0, 4.0], resamples=1)
+    assert (speedup, low, high) == (2.0, 2.0, 2.0)
+
+
+def test_the_relative_standard_error_needs_two_samples_and_a_positive_mean():
+    moments = RunningMoments()
+    moments.add(2.0)
+    assert moments.relative_standard_error() == math.inf
+    moments.add(4.0)  # mean 3, sample std sqrt(2): rse = sqrt(2) / sqrt(2) / 3
+    assert moments.relative_standard_error() == pytest.approx(1 / 3, rel=1e-12)
+    zeros = RunningMoments()
+    zeros.add(0.0)
+    zeros.add(0.0)
+    assert zeros.relative_standard_error() == math.inf  # a zero mean has no relative error
+    first = RunningMoments()
+    first.add(5.0)
+    assert (first.count, first.mean) == (1, 5.0)
+
+
+def test_a_comparisons_interval_comes_from_the_paired_bootstrap_at_95_percent():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", list(1.0 + np.random.default_rng(6).random(30)), timer)
+    baseline = ScriptedContender("baseline", list(3.0 + np.random.default_rng(7).random(30)), timer)
+    options = TimingOptions(warmup=0, min_samples=30, max_samples=30, seed=4)
+    result = compare(student, baseline, 2, timer, options, clock=frozen_clock)
+    speedup, low, high = paired_speedup_ci(result.student.samples_ms, result.baseline.samples_ms, level=0.95, seed=4)
+    assert (result.speedup, result.ci_low, result.ci_high, result.level) == (speedup, low, high, 0.95)
+    assert result.baseline.stopped_by == result.student.stopped_by == "max_samples"
+
+
+def test_a_compared_pairs_warning_quotes_the_pairs_budget():
+    log: list = []
+    timer = FakeTimer(log)
+    student = ScriptedContender("student", [1.0, 3.0], timer)
+    baseline = ScriptedContender("baseline", [1.0, 3.0], timer)
+    options = TimingOptions(warmup=0, min_samples=4, max_samples=4, budget_s=1.5)
+    result = compare(student, baseline, 1, timer, options, clock=frozen_clock)
+    assert result.student.warning.endswith("after 4 samples (budget 3.0 s)")
+
+
+def test_pooled_rounds_keep_every_sample_figure_and_stopping_rule():
+    first = paired_round([2.0, 2.0, 3.0], [20.0, 20.0, 20.0])
+    second = paired_round([4.0, 4.0, 4.0], [20.0, 20.0, 20.0], warning="noise 0.80% > 0.50% after 3 samples")
+    first.student.warning = "only 3 samples (minimum 20), noise 9.00% (budget 6.0 s)"
+    second.student.stopped_by = "budget"
+    pooled = pool_rounds([first, second], seed=0)
+    student = pooled.student
+    assert (student.median_ms, student.mean_ms, student.samples_ms) == (3.5, 19 / 6, [2.0, 2.0, 3.0, 4.0, 4.0, 4.0])
+    assert student.rse == pytest.approx(np.std([2, 2, 3, 4, 4, 4], ddof=1) / math.sqrt(6) / (19 / 6), rel=1e-12)
+    assert student.stopped_by == "budget,noise"
+    assert student.warning == ("round 1: only 3 samples (minimum 20), noise 9.00% (budget 6.0 s); "
+                               "round 2: noise 0.80% > 0.50% after 3 samples")
+    assert pooled.level == 0.95
+    assert comparison_from_json(pooled.to_json(include_samples=True)).level == 0.95
+
+
+def test_pooling_nothing_is_refused_by_name():
+    with pytest.raises(ValueError, match="^pool_rounds needs at least one round$"):
+        pool_rounds([])
+    bare = paired_round([2.0], [26.0])
+    bare.student.samples_ms = []
+    with pytest.raises(ValueError, match=r"^every round needs its raw paired samples \(Stats\.samples_ms\) to be pooled$"):
+        pool_rounds([bare, bare])
+
+
+def test_the_pooled_interval_is_the_central_95_percent_of_the_two_level_bootstrap():
+    rng = np.random.default_rng(8)
+    rounds = [paired_round(list(2.0 + rng.random(30)), list(20.0 + rng.random(30))) for _ in range(2)]
+    pooled = pool_rounds(rounds, seed=3)
+    # the same draws, written out: rounds with replacement, then pairs within each drawn round
+    draws = np.random.default_rng(3)
+    pairs = [(np.array(r.student.samples_ms), np.array(r.baseline.samples_ms)) for r in rounds]
+    ratios = []
+    for _ in range(2000):
+        drawn = draws.integers(0, 2, size=2)
+        s_parts, b_parts = [], []
+        for index in drawn:
+            s, b = pairs[index]
+            picks = draws.integers(0, s.size, size=s.size)
+            s_parts.append(s[picks])
+            b_parts.append(b[picks])
+        ratios.append(np.median(np.concatenate(b_parts)) / np.median(np.concatenate(s_parts)))
+    assert (pooled.ci_low, pooled.ci_high) == tuple(np.percentile(ratios, [2.5, 97.5]))
+
+
+def test_the_paired_interval_is_the_central_percentiles_of_resampled_pairs():
+    rng = np.random.default_rng(11)
+    student = list(1.0 + rng.random(40))
+    baseline = list(3.0 + rng.random(40))
+    speedup, low, high = paired_speedup_ci(student, baseline, level=0.9, resamples=300, seed=5)
+    # the same draws, written out: pair indices with replacement, the ratio of medians per resample
+    draws = np.random.default_rng(5)
+    picks = draws.integers(0, 40, size=(300, 40))
+    ratios = np.median(np.array(baseline)[picks], axis=1) / np.median(np.array(student)[picks], axis=1)
+    assert speedup == np.median(baseline) / np.median(student)
+    assert (low, high) == tuple(np.percentile(ratios, [5.0, 95.0]))
+
+
+def test_a_long_series_is_resampled_in_chunks_to_the_same_count():
+    student = list(np.linspace(1.0, 2.0, 1001))
+    speedup, low, high = paired_speedup_ci(student, [2 * s for s in student], resamples=2000)
+    assert (speedup, low, high) == pytest.approx((2.0, 2.0, 2.0), rel=1e-12)
+
+
+def test_each_call_is_prepared_launched_and_collected_on_one_input_set():
+    contender, timer, log, options = single([1.0], warmup=0, min_samples=4, max_samples=4)
+    measure(contender, 3, timer, options, clock=frozen_clock)
+    indices = [(e[0], e[2]) for e in log if e[0] != "flush"]
+    assert indices == [(kind, i) for i in (0, 1, 2, 0) for kind in ("prepare", "launch", "collect")]
+
+
+def test_sampling_without_inputs_is_refused_by_name():
+    contender, timer, _, options = single([1.0])
+    with pytest.raises(ValueError, match="^n_inputs must be at least 1, got 0$"):
+        measure(contender, 0, timer, options, clock=frozen_clock)
+
+
+
+def test_rounds_with_mismatched_or_empty_samples_are_refused_and_single_samples_pool():
+    uneven = paired_round([2.0, 2.0], [26.0, 26.0])
+    uneven.baseline.samples_ms = [26.0]
+    empty = paired_round([2.0], [26.0])
+    empty.student.samples_ms, empty.baseline.samples_ms = [], []
+    for bad in (uneven, empty):
+        with pytest.raises(ValueError, match=r"^every round needs its raw paired samples"):
+            pool_rounds([paired_round([2.0], [26.0]), bad])
+    assert pool_rounds([paired_round([2.0], [26.0]), paired_round([2.0], [24.0])]).speedup == 25.0 / 2.0
+
+
+def test_a_comparison_keeps_its_level_through_json():
+    stats = Stats(1.0, 1.0, 1.0, 1.0, 2, 0.0, True, None, [1.0, 1.0])
+    assert comparison_from_json(Comparison(stats, stats, 1.0, 1.0, 1.0, level=0.9).to_json(True)).level == 0.9

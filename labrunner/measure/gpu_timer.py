@@ -21,11 +21,12 @@ gap between them and a kernel, is what `overhead_ms` reports.
 
 from __future__ import annotations
 
-from typing import Callable
-
-import cupy
+from typing import TYPE_CHECKING, Callable
 
 from labrunner.measure.timing import Stats, TimingOptions, measure
+
+if TYPE_CHECKING:
+    import cupy
 
 EMPTY_KERNEL_SOURCE = 'extern "C" __global__ void attnlab_empty() {}'
 
@@ -66,6 +67,11 @@ class CupyTimer:
             # L2 is split into partitions with their own replacement policy;
             # writing just one L2's worth leaves some old lines resident.
             raise ValueError(f"flush_factor must be at least 2, got {flush_factor}")
+        # Imported here, not at the top: the module is importable (and its timer replaceable by a
+        # stand-in) where CuPy is not installed, as on a CPU-only test runner.
+        import cupy
+
+        self._cupy = cupy
         device_id = cupy.cuda.Device().id
         properties = cupy.cuda.runtime.getDeviceProperties(device_id)
         self.l2_bytes = int(properties["l2CacheSize"])
@@ -87,7 +93,7 @@ class CupyTimer:
         launch()
         self._end.record()
         self._end.synchronize()
-        return cupy.cuda.get_elapsed_time(self._start, self._end)
+        return self._cupy.cuda.get_elapsed_time(self._start, self._end)
 
     def overhead_ms(self, options: TimingOptions | None = None) -> Stats:
         """Time an empty kernel through the same path (flush, events, one launch).
@@ -96,7 +102,7 @@ class CupyTimer:
         way: the number is mostly the harness, not the kernel.
         """
         if self._empty_kernel is None:
-            self._empty_kernel = cupy.RawKernel(EMPTY_KERNEL_SOURCE, "attnlab_empty")
+            self._empty_kernel = self._cupy.RawKernel(EMPTY_KERNEL_SOURCE, "attnlab_empty")
         return measure(EmptyKernel(self._empty_kernel), 1, self, options)
 
 
