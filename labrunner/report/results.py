@@ -67,6 +67,9 @@ class RunResult:
     kernel_output: list[str] = field(default_factory=list)
     error: str | None = None
     error_code: ExitCode | None = None
+    sha256: str | None = None          # of the file graded, as read: a gradebook row names exactly what it graded
+    options: dict = field(default_factory=dict)  # the command's options, as given
+    seconds: float | None = None       # wall time of the whole command
 
     @property
     def decisive_case(self) -> CaseResult | None:
@@ -103,33 +106,22 @@ class RunResult:
             "oracle_proof": self.oracle_proof, "compile": self.compile,
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
             "notes": self.notes, "kernel_output": self.kernel_output,
+            "attnlab_version": attnlab_version(), "sha256": self.sha256, "options": self.options,
+            "gpu": (self.device or {}).get("name") if self.backend == "gpu" else None, "seconds": self.seconds,
         }
+
+
+def attnlab_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attnlab")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def write_json(result: RunResult, path: Path) -> None:
     path.write_text(json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n")
-
-
-def write_junit(result: RunResult, path: Path) -> None:
-    """One JUnit test case per grading case, for CI systems that render test reports."""
-    from xml.etree import ElementTree
-
-    suite = ElementTree.Element("testsuite", name=f"attnlab {result.lab} {result.file}",
-                                tests=str(len(result.cases)))
-    failures = 0
-    for case in result.cases:
-        element = ElementTree.SubElement(suite, "testcase", classname=f"{result.lab}.{result.file}", name=case.name)
-        if case.status in NOT_RUN:
-            ElementTree.SubElement(element, "skipped", message=case.message)
-        elif case.status != "pass":
-            failures += 1
-            ElementTree.SubElement(element, "failure", type=case.status, message=case.message)
-    if result.error:
-        failures += 1
-        element = ElementTree.SubElement(suite, "testcase", classname=str(result.lab), name=result.verdict)
-        ElementTree.SubElement(element, "failure", type=result.verdict, message=result.error)
-    suite.set("failures", str(failures))
-    ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
 
 
 def _plain(value):
