@@ -28,6 +28,7 @@ step calibrate-lab2 0 python3 -m labrunner calibrate lab2 -o "$out/gates.json" -
 step gated-solution 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --gates "$out/gates.json" --budget 1
 step gated-starter 5 python3 -m labrunner grade lab2 kernels/lab2/starter.cu --gates "$out/gates.json" --budget 1
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
+step batch-vs-alone 0 python3 scripts/batch_vs_alone.py --jobs 4
 step bench-stability 0 python3 scripts/bench_stability.py
 step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3
 

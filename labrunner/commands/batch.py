@@ -36,6 +36,7 @@ from typing import Callable
 
 import click
 
+from labrunner.commands.runs import gates_not_applied
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
@@ -108,18 +109,19 @@ def grade_in_process(task: SubmissionTask) -> Outcome:
     Path(task.json_path).unlink(missing_ok=True)  # a result left by an earlier batch must never stand in
     started = time.perf_counter()
     environment = {**os.environ, **dict(task.environment)}
-    completed = subprocess.run(task.argv(), cwd=task.cwd, env=environment, capture_output=True, text=True,
-                               errors="replace", stdin=subprocess.DEVNULL)
+    # stdout and stderr as one stream, in the order they were written: the log reads as a terminal would
+    completed = subprocess.run(task.argv(), cwd=task.cwd, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, errors="replace", stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - started
     if task.log_path:
-        Path(task.log_path).write_text(completed.stdout + completed.stderr)
+        Path(task.log_path).write_text(completed.stdout)
     try:
         result = json.loads(Path(task.json_path).read_text())
     except (OSError, ValueError):
         result = None
     if result is None or result.get("exit_code") != completed.returncode:
         why = ended_how(completed.returncode)
-        last = (completed.stderr.strip().splitlines() or [""])[-1][:300]
+        last = (completed.stdout.strip().splitlines() or [""])[-1][:300]
         result = dead_result(task, f"the grading process {why} without a result" + (f": {last}" if last else ""))
         write_json_file(result, Path(task.json_path))
     return Outcome(task, result, seconds)
@@ -243,7 +245,9 @@ def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], finished:
             try:
                 return job(task)
             except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
-                return Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0)
+                outcome = Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0)
+                write_json_file(outcome.result, Path(task.json_path))
+                return outcome
         finally:
             slots.put(slot)
 
@@ -336,6 +340,8 @@ def grade_batch(lab: str, paths: tuple[Path, ...], device: str, options: tuple[s
         from labrunner.commands.grade import resolve_backend
 
         backend, notes = resolve_backend(device)
+        if "--gates" in options and backend != "gpu":
+            notes.append(gates_not_applied(options[options.index("--gates") + 1], backend))
         for words in notes:
             terminal.note(words)
         gpus = visible_gpus() if backend == "gpu" else []
@@ -384,12 +390,12 @@ def report(lab: str, outcomes: list[Outcome], batch: BatchOptions) -> int:
     terminal.batch_report(lab, rows, code_counts(codes), int(worst))
     results = [o.result for o in outcomes]
     written = []
-    csv_path = batch.csv_path or (batch.out_dir / "gradebook.csv" if batch.out_dir else None)
+    csv_paths = [p for p in (batch.csv_path, batch.out_dir / "gradebook.csv" if batch.out_dir else None) if p]
     junit_paths = [p for p in (batch.junit_path, batch.out_dir / "junit.xml" if batch.out_dir else None) if p]
     try:
-        if csv_path:
-            write_gradebook(rows, csv_path)
-            written.append(str(csv_path))
+        for path in csv_paths:
+            write_gradebook(rows, path)
+            written.append(str(path))
         for path in junit_paths:
             write_aggregate(results, path, f"attnlab {lab}")
             written.append(str(path))

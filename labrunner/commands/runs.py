@@ -218,11 +218,15 @@ def load_gates_where_timed(path: Path | None, backend: str, result: RunResult) -
     if path is None:
         return None
     if backend != "gpu":
-        words = f"--gates {path}: not applied on the {backend} backend, which takes no timings"
+        words = gates_not_applied(path, backend)
         terminal.note(words)
         result.notes.append(words)
         return None
     return load_gates(path)
+
+
+def gates_not_applied(path, backend: str) -> str:
+    return f"--gates {path}: not applied on the {backend} backend, which takes no timings"
 
 
 @contextmanager

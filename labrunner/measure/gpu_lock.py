@@ -31,8 +31,21 @@ LOCK_FOLDER_VARIABLE = "ATTNLAB_LOCK_DIR"
 
 def lock_folder() -> Path:
     folder = Path(os.environ.get(LOCK_FOLDER_VARIABLE) or tempfile.gettempdir()) / "attnlab-gpu-locks"
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.chmod(0o1777)  # like /tmp: every user of the node shares its GPUs' locks
+        except OSError:
+            pass
     return folder
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor to lock (flock needs no write access, so another user's lock file serves as well)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
 
 
 def gpu_key(device_index: int = 0) -> str:
@@ -48,7 +61,7 @@ def gpu_key(device_index: int = 0) -> str:
 
 @contextmanager
 def _flock(path: Path, mode: int):
-    handle = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    handle = open_lock_file(path)
     try:
         fcntl.flock(handle, mode)
         yield
@@ -60,7 +73,7 @@ def _flock(path: Path, mode: int):
 def exclusive_timing(key: str):
     """Hold the GPU alone while timing: wait for running checks, keep new ones out."""
     folder = lock_folder()
-    handle = os.open(folder / f"{key}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    handle = open_lock_file(folder / f"{key}.lock")
     try:
         with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
             fcntl.flock(handle, fcntl.LOCK_EX)
