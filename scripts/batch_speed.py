@@ -48,12 +48,14 @@ def main() -> int:
     for jobs in (1, 2):
         with tempfile.TemporaryDirectory() as scratch:
             seconds, code, rows = grade_batch(args.lab, files, jobs, Path(scratch))
+            gradebook = (Path(scratch) / "gradebook.csv").read_text()
         times[jobs] = seconds
         verdicts[jobs] = [(r["file"], r["verdict"], r["exit_code"]) for r in rows]
         print(f"--jobs {jobs}: {seconds:7.1f} s  (exit {code})", flush=True)
     print(f"ratio --jobs 2 / --jobs 1: {times[2] / times[1]:.2f}")
     same = verdicts[1] == verdicts[2]
     print("verdicts: the same in both batches" if same else "verdicts: DIFFER between the batches")
+    print(f"\nthe --jobs 2 gradebook:\n{gradebook}", end="")
     return 0 if same else 1
 
 
