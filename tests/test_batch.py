@@ -252,3 +252,9 @@ def test_the_worst_code_puts_the_grader_before_the_students():
     assert batch.worst_code([0, 6, 4]) == ExitCode.ENVIRONMENT
     assert batch.worst_code([0, 0]) == ExitCode.PASS
     assert batch.code_counts([1, 0, 1, 4]) == [(0, "pass", 1), (1, "wrong answer", 2), (4, "misbehaving kernel", 1)]
+
+
+def test_a_submission_named_like_an_option_is_still_a_file():
+    task = batch.SubmissionTask("lab2", "-rf.cu", ("--device", "cpu"), "/o/a.json", "/o/a.xml", None, "/w", python="py")
+    assert task.argv() == ["py", "-m", "labrunner", "grade", "--json", "/o/a.json", "--junit", "/o/a.xml",
+                           "--device", "cpu", "--", "lab2", "-rf.cu"]

@@ -87,8 +87,9 @@ class SubmissionTask:
     environment: tuple[tuple[str, str], ...] = ()
 
     def argv(self) -> list[str]:
-        return [self.python, "-m", "labrunner", "grade", self.lab, self.file, "--json", self.json_path,
-                "--junit", self.junit_path, *self.options]
+        # `--` before the file: a submission named `-x.cu` is a file, never an option
+        return [self.python, "-m", "labrunner", "grade", "--json", self.json_path, "--junit", self.junit_path,
+                *self.options, "--", self.lab, self.file]
 
 
 @dataclass
