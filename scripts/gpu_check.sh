@@ -60,6 +60,7 @@ step profile-lab1 0 python3 -m labrunner profile lab1 kernels/lab1/solution.cu -
 step profile-lab2 0 python3 -m labrunner profile lab2 kernels/lab2/solution.cu --ncu-csv "$out/ncu-lab2.csv" --plot "$out/roofline-lab2.png" --json "$out/profile-lab2.json"
 step grade-lab2-profile 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --budget 0.5 --profile
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
+step batch-vs-alone 0 python3 scripts/batch_vs_alone.py --jobs 4
 step bench-stability 0 python3 scripts/bench_stability.py
 step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3
 

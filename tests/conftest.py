@@ -1,4 +1,5 @@
-"""Shared test setup: the gpu marker skips, with its reason, where no GPU is."""
+"""Shared test setup: the gpu marker skips, with its reason, where no GPU is, and every JSON result a
+test makes in this process is checked against the shipped JSON Schema."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ def pytest_collection_modifyitems(config, items):
             reason = reason or gpu_reason()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def every_json_result_keeps_its_schema(monkeypatch):
+    """Wrap RunResult.to_json (which --json writes) so a result that breaks the schema fails its test."""
+    from result_schema import validate_result
+
+    from labrunner.report.results import RunResult
+
+    original = RunResult.to_json
+    monkeypatch.setattr(RunResult, "to_json", lambda self: validate_result(original(self)))

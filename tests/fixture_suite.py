@@ -8,7 +8,6 @@ job would see. Run it directly for the table: `python tests/fixture_suite.py --d
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tempfile
@@ -16,6 +15,8 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from result_schema import validate_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPO = FIXTURES.parent.parent
@@ -90,7 +91,7 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
         started = time.perf_counter()
         completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
         seconds = time.perf_counter() - started
-        result = json.loads(report.read_text()) if report.exists() else {}
+        result = validate_file(report) if report.exists() else {}
     decisive = next((c for c in result.get("cases", []) if c["name"] == result.get("decisive_case")), None)
     got = {
         "verdict": result.get("verdict"),

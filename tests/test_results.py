@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
-from labrunner.report.results import NOT_RUN, SCHEMA, STATUS_EXIT_CODES, CaseResult, RunResult, write_json, write_junit
+from labrunner.report.junit import write_junit
+from labrunner.report.results import NOT_RUN, SCHEMA, STATUS_EXIT_CODES, CaseResult, RunResult, write_json
 
 
 def case(name: str, status: str) -> CaseResult:

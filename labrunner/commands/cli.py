@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -16,7 +17,8 @@ import click
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import LABS, get_lab
 from labrunner.report import terminal
-from labrunner.report.results import RunResult, write_json, write_junit
+from labrunner.report.junit import write_junit
+from labrunner.report.results import RunResult, write_json
 from labrunner.truth.golden import prove_oracle
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -62,10 +64,12 @@ def run_options(command):
     return functools.reduce(lambda c, d: d(c), reversed(decorators), command)
 
 
-def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None) -> None:
+def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None, after=None) -> None:
     """Render what is there, write --json and --junit, exit with the result's code. Never a traceback."""
     if result.error:
         terminal.error(result.error)
+    if after:
+        after(result)
     for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
         if path:
             try:
@@ -87,19 +91,45 @@ def unwritable(path: Path) -> str | None:
 
 
 def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | None = None,
-            also_writes: tuple[tuple[str, Path], ...] = ()) -> None:
+            also_writes: tuple[tuple[str, Path], ...] = (), after=None) -> None:
     for option, path in (("--json", json_path), ("--junit", junit_path), *also_writes):
         problem = path and unwritable(path)
         if problem:
             terminal.error(f"{option} {path}: cannot write ({problem})")
             sys.exit(int(ExitCode.USAGE))
+    started = time.perf_counter()
     try:
         body()
     except AttnlabError as exc:
         result.error, result.error_code = exc.message, exc.exit_code
     except KeyboardInterrupt:
         result.error, result.error_code = "interrupted", ExitCode.ENVIRONMENT
-    finish(result, json_path, junit_path)
+    result.seconds = round(time.perf_counter() - started, 3)
+    describe_run(result)
+    finish(result, json_path, junit_path, after)
+
+
+def describe_run(result: RunResult) -> None:
+    """What the JSON records about the run itself: the command's options and the hash of the file graded."""
+    import hashlib
+
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        result.options = {name: plain_option(value) for name, value in context.params.items()}
+    path = Path(result.file) if result.file else None
+    try:
+        if path and path.is_file():
+            result.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        pass  # unreadable: the run itself says so, with its exit code
+
+
+def plain_option(value):
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return [plain_option(v) for v in value]
+    return value
 
 
 @click.group(context_settings=CONTEXT)
@@ -112,6 +142,7 @@ def main():
     4 misbehaving kernel (crash, timeout, out-of-bounds, mutated input),
     5 speed gate missed, 6 environment missing (GPU, driver, compiler).
     """
+    terminal.prepare_streams()
 
 
 @main.command(context_settings=CONTEXT)
@@ -178,10 +209,12 @@ def compile_summary(submission, arch: str, nvrtc: str) -> dict:
 
 
 @main.command(context_settings=CONTEXT)
+@click.option("--device", type=click.Choice(["gpu", "cpu", "auto"]), default="auto", show_default=True,
+              help="The backend you mean to grade on: exit 6 when it is unusable here (auto: either one).")
 @json_option
-def doctor(json_path, junit_path):
+def doctor(device, json_path, junit_path):
     """Check this machine: GPU and driver, CuPy, NVRTC, a C++ compiler, and the oracle's golden proof."""
-    from labrunner.commands.doctor import diagnose
+    from labrunner.commands.doctor import diagnose, require_backend
 
     result = RunResult("doctor")
 
@@ -192,14 +225,80 @@ def doctor(json_path, junit_path):
         terminal.doctor_report(rows)
         if not result.oracle_proof["passed"]:
             raise AttnlabError("the oracle failed its golden proof", ExitCode.ENVIRONMENT)
+        require_backend(device, rows)
 
     guarded(result, json_path, body, junit_path)
 
 
+def batch_options(command):
+    """grade's options for many submissions (see commands/batch.py)."""
+    decorators = [
+        click.option("--jobs", type=click.IntRange(min=1), default=None,
+                     help="Submissions graded at once (default: one per GPU; on the CPU backend, one per core)."),
+        click.option("--executor", type=click.Choice(["local", "slurm", "submitit-local"]), default="local",
+                     show_default=True, help="Where the submissions run: this machine, a Slurm job array "
+                                             "(submitit; pip install 'attnlab[cluster]'), or submitit's local executor."),
+        click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                     help="Folder (created if missing) for one JSON, JUnit and log per submission, the aggregated "
+                          "junit.xml and gradebook.csv."),
+        click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Write the gradebook (a row per submission) to this CSV file."),
+        click.option("--annotations", type=click.Choice(["github"]), default=None,
+                     help="Also print GitHub Actions ::error annotations for compile errors and failing cases."),
+        click.option("--partition", default=None, help="Slurm: the partition to submit to."),
+        click.option("--gpus-per-job", type=click.IntRange(min=0), default=1, show_default=True,
+                     help="Slurm: GPUs each array task asks for."),
+        click.option("--time-limit", "time_limit_min", type=click.IntRange(min=1), default=60, show_default=True,
+                     help="Slurm: minutes each array task may run."),
+        click.option("--account", default=None, help="Slurm: the account to charge."),
+    ]
+    return functools.reduce(lambda c, d: d(c), reversed(decorators), command)
+
+
+BATCH_ONLY = ("jobs", "executor", "out_dir", "csv_path", "partition", "gpus_per_job", "time_limit_min", "account")
+
+
+def wants_batch(files: tuple[Path, ...], batch: dict) -> bool:
+    """One file with no batch option is graded as it always was; anything more is a batch."""
+    given = any(batch[name] not in (None, "local") for name in ("jobs", "executor", "out_dir", "csv_path"))
+    return len(files) != 1 or files[0].is_dir() or given
+
+
+def grade_many(lab, files, device, json_path, junit_path, batch: dict) -> None:
+    from labrunner.commands.batch import BatchOptions, grade_batch, passed_options
+
+    context = click.get_current_context()
+    if json_path:
+        terminal.error(f"--json {json_path}: one result per file; for a batch, --out-dir writes a JSON per submission")
+        sys.exit(int(ExitCode.USAGE))
+    options = BatchOptions(junit_path=junit_path, **batch)
+    forwarded = passed_options(context.command, context.params,
+                               {"json_path", "junit_path", "annotations", *BATCH_ONLY})
+    try:
+        code = grade_batch(lab, files, device, forwarded, options)
+    except AttnlabError as exc:
+        terminal.error(exc.message)
+        code = int(exc.exit_code)
+    except KeyboardInterrupt:
+        terminal.error("interrupted")
+        code = int(ExitCode.ENVIRONMENT)
+    sys.exit(code)
+
+
+def annotate(kind: str | None):
+    """The step that prints a single run's CI annotations, after its verdict."""
+    if kind != "github":
+        return None
+    from labrunner.report.annotations import github_annotations
+
+    return lambda result: terminal.plain_lines(github_annotations(result.to_json()))
+
+
 @main.command(context_settings=CONTEXT)
 @click.argument("lab")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", nargs=-1, required=True, type=click.Path(path_type=Path))
 @run_options
+@batch_options
 @click.option("--full", is_flag=True, help="CPU backend: also run the cases outside its time budget.")
 @click.option("--race-check", is_flag=True,
               help="CPU backend: run every case again with each block's threads in reverse order; "
@@ -213,9 +312,19 @@ def doctor(json_path, junit_path):
 @click.option("--profile", "with_profile", is_flag=True,
               help="GPU: after a correct run, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
 def grade(lab, file, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds,
-          json_path, junit_path, full, race_check, only, diagnose, gates_path, no_timing, with_profile):
-    """Grade FILE for LAB: compile, prove the oracle, check every case, then time it."""
+          json_path, junit_path, full, race_check, only, diagnose, gates_path, no_timing, with_profile, annotations,
+          **batch):
+    """Grade FILE for LAB: compile, prove the oracle, check every case, then time it.
+
+    Several files, or a folder (its .cu files, sorted), are graded as a batch: --jobs at once, a
+    progress bar over submissions, a gradebook (--csv), reports per submission (--out-dir), and the
+    worst submission's exit code.
+    """
     from labrunner.commands.runs import GradeRequest, grade_submission
+
+    if wants_batch(file, batch):
+        grade_many(lab, file, device, json_path, junit_path, {**batch, "annotations": annotations})
+    file = file[0]  # one file: graded exactly as it always was
 
     request = GradeRequest(lab=lab, file=file, device=device, unsafe_cpu=unsafe_cpu, seed=seed, timeout_s=timeout_s,
                            arch=arch, compile_timeout_s=compile_timeout_s, budget_s=budget_s,
@@ -223,7 +332,7 @@ def grade(lab, file, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_
                            only=tuple(only), diagnose=diagnose, gates_path=gates_path, timing=not no_timing,
                            profile=with_profile)
     result = RunResult("grade", lab, str(file))
-    guarded(result, json_path, lambda: grade_submission(request, result), junit_path)
+    guarded(result, json_path, lambda: grade_submission(request, result), junit_path, after=annotate(annotations))
 
 
 @main.command(context_settings=CONTEXT)

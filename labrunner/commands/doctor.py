@@ -32,3 +32,23 @@ def diagnose() -> list[tuple[str, bool, str]]:
     rows.append(("oracle golden proof", proof.passed, f"max error {proof.max_error:.1e} (must be <= 1e-12)"))
     rows.append(("Python", True, platform.python_version()))
     return rows
+
+
+def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
+    """The backend `--device` would grade on here; exit 6 naming the ones that work when it is unusable."""
+    from labrunner.exit_codes import environment_error
+
+    found = {name: (ok, words) for name, ok, words in rows}
+    usable = {
+        "gpu": found["GPU and driver"][0] and found["CuPy"][0] and found["NVRTC (compile gate)"][0],
+        "cpu": found["C++ compiler (CPU backend)"][0] and found["NVRTC (compile gate)"][0],
+    }
+    working = [name for name, ok in usable.items() if ok]
+    chosen = {"gpu": ["gpu"], "cpu": ["cpu"], "auto": ["gpu", "cpu"]}[device]
+    for backend in chosen:
+        if usable[backend]:
+            return backend
+    others = (f"usable here: {', '.join(working)} (grade with --device {working[0]})" if working
+              else "no backend is usable here; see the rows above")
+    raise environment_error(f"--device {device}: {'no backend' if device == 'auto' else f'the {device} backend'} "
+                            f"is unusable on this machine; {others}")

@@ -7,6 +7,7 @@ finishes, so a long run shows its cases before its timing starts.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.gates import DEFAULT_FRACTION, apply_gate, load_gates, write_gate
+from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
 from labrunner.measure.timing import TimingOptions
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
@@ -114,21 +116,22 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
     lab, submission, backend, seed = prepare(result, request.lab, request.file, request.device, request.arch,
                                              request.seed, compile_limits(request), request.unsafe_cpu)
-    gates = load_gates(request.gates_path) if request.gates_path else None
+    gates = load_gates_where_timed(request.gates_path, backend, result)
     options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
                           race_check=request.race_check, only=request.only, diagnose=request.diagnose)
     result.device = device_facts(backend)
     with Worker(backend) as worker:
         load_student(worker, lab, submission, load_options(request))
-        with terminal.progress_display() as progress:
+        with terminal.progress_display() as progress, gpu_share(backend, "checking"):
             result.cases = run_cases(lab, submission, worker, backend, options, progress)
         terminal.cases_report(result)
         correct = result.decisive_case is None
         if correct and request.timing and backend == "gpu" and not request.only:
             timing_options = timing_options_for(request, seed.value)
-            run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
-                           baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch,
-                           limits=compile_limits(request))
+            with gpu_share(backend, "timing"):
+                run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
+                               baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch,
+                               limits=compile_limits(request))
             if result.timing and result.timing.get("kind") == "speedup":
                 result.gate = apply_gate(gates, lab.name, (result.device or {}).get("name"), result.timing["speedup"])
         elif correct and backend == "cpu":
@@ -185,11 +188,11 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     refuse_speedup_options(lab, request)
     path = request.file or lab.solution_path
     result.file = display_path(path)
+    refuse_bench_without_gpu(request.device)
     lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
                                              request.seed, compile_limits(request), request.unsafe_cpu)
     if backend != "gpu":
-        raise AttnlabError("bench times kernels, which needs a GPU; use `attnlab grade --device cpu` to check "
-                           "correctness on the CPU", ExitCode.ENVIRONMENT)
+        raise bench_needs_a_gpu(None)
     baseline = resolve_baseline(lab, request.versus)
     result.device = device_facts(backend)
     catalogue = load_catalogue(lab.name)
@@ -201,8 +204,9 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
                                      request.timeout_s or 60.0)]
         if result.decisive_case is None:
             timing_options = timing_options_for(request, seed.value)
-            run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s, baseline,
-                           request.arch, request.chunk, request.prefix, compile_limits(request))
+            with gpu_share(backend, "timing"):
+                run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
+                               baseline, request.arch, request.chunk, request.prefix, compile_limits(request))
         result.kernel_output = worker.kernel_output()
     terminal.cases_report(result)
     terminal.timing_report(result)
@@ -212,6 +216,52 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
 
         append_range_summary(lab, submission, result, request.arch, seed.value)
     terminal.verdict_line(result)
+
+
+def bench_needs_a_gpu(why: str | None) -> AttnlabError:
+    """The one message for bench on a backend that cannot time, whichever way the CPU was chosen."""
+    reason = f" ({why})" if why else ""
+    return AttnlabError(f"bench times kernels, which needs a GPU{reason}; check correctness on the CPU with "
+                        "`attnlab grade LAB FILE --device cpu`", ExitCode.ENVIRONMENT)
+
+
+def refuse_bench_without_gpu(device: str) -> None:
+    """Asked before the compile gate, so `--device auto` never announces a CPU fall-back that bench then refuses."""
+    from labrunner.commands import grade
+
+    if device == "cpu":
+        raise bench_needs_a_gpu("--device cpu")
+    if device == "auto":
+        available, words = grade.gpu_status()
+        if not available:
+            raise bench_needs_a_gpu(words)
+
+
+def load_gates_where_timed(path: Path | None, backend: str, result: RunResult) -> dict | None:
+    """Gates apply only where a GPU times; on the CPU a gates file is noted and left unread, so one course
+    command runs on GPU and CPU runners alike."""
+    if path is None:
+        return None
+    if backend != "gpu":
+        words = gates_not_applied(path, backend)
+        terminal.note(words)
+        result.notes.append(words)
+        return None
+    return load_gates(path)
+
+
+def gates_not_applied(path, backend: str) -> str:
+    return f"--gates {path}: not applied on the {backend} backend, which takes no timings"
+
+
+@contextmanager
+def gpu_share(backend: str, phase: str):
+    """On the GPU: checking shares it with other graders, timing has it alone (see measure/gpu_lock.py)."""
+    if backend != "gpu":
+        yield
+        return
+    with (shared_checking if phase == "checking" else exclusive_timing)(gpu_key()):
+        yield
 
 
 def bench_check_case(lab: Lab, catalogue, request: BenchRequest) -> Case:

@@ -70,6 +70,9 @@ class RunResult:
     kernel_output: list[str] = field(default_factory=list)
     error: str | None = None
     error_code: ExitCode | None = None
+    sha256: str | None = None          # of the file graded, as read: a gradebook row names exactly what it graded
+    options: dict = field(default_factory=dict)  # the command's options, as given
+    seconds: float | None = None       # wall time of the whole command
 
     @property
     def decisive_case(self) -> CaseResult | None:
@@ -109,42 +112,22 @@ class RunResult:
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
             "notes": [shown_text(n) for n in self.notes], "kernel_output": [shown(line) for line in self.kernel_output],
             **({"profile": self.profile} if self.profile is not None else {}),
+            "attnlab_version": attnlab_version(), "sha256": self.sha256, "options": self.options,
+            "gpu": (self.device or {}).get("name") if self.backend == "gpu" else None, "seconds": self.seconds,
         }
+
+
+def attnlab_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attnlab")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def write_json(result: RunResult, path: Path) -> None:
     path.write_text(json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n")
-
-
-def write_junit(result: RunResult, path: Path) -> None:
-    """One JUnit test case per grading case, for CI systems that render test reports.
-
-    Always well-formed XML 1.0: every text is passed through `shown_text`, which escapes the
-    characters XML forbids (and terminal controls) rather than dropping them silently.
-    """
-    from xml.etree import ElementTree
-
-    suite = ElementTree.Element("testsuite", name=shown(f"attnlab {result.lab} {result.file}"),
-                                tests=str(len(result.cases)))
-    if result.backend:  # which backend's verdict this is (a CPU verdict is not the GPU's)
-        properties = ElementTree.SubElement(suite, "properties")
-        ElementTree.SubElement(properties, "property", name="backend", value=result.backend)
-    failures = 0
-    for case in result.cases:
-        element = ElementTree.SubElement(suite, "testcase", classname=shown(f"{result.lab}.{result.file}"), name=case.name)
-        if case.status in NOT_RUN:
-            ElementTree.SubElement(element, "skipped", message=shown_text(case.message))
-        elif case.status != "pass":
-            failures += 1
-            ElementTree.SubElement(element, "failure", type=case.status, message=shown_text(case.message))
-    if result.error:
-        failures += 1
-        element = ElementTree.SubElement(suite, "testcase", classname=str(result.lab), name=result.verdict)
-        ElementTree.SubElement(element, "failure", type=result.verdict, message=shown_text(result.error))
-    suite.set("failures", str(failures))
-    if result.kernel_output:
-        ElementTree.SubElement(suite, "system-out").text = "\n".join(shown(line) for line in result.kernel_output)
-    ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
 
 
 def _plain(value):

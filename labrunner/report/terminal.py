@@ -110,8 +110,8 @@ def doctor_report(rows: list[tuple[str, bool, str]]) -> None:
     table.add_column("")
     table.add_column("details")
     for name, ok, words in rows:
-        table.add_row(name, "[green]ok[/]" if ok else "[red]missing[/]", words)
-    stdout.print(table)
+        table.add_row(name, "[green]ok[/]" if ok else "[red]missing[/]", escape(words))
+    print_unwrapped(table)
 
 
 def cases_report(result: RunResult) -> None:
@@ -128,7 +128,7 @@ def cases_report(result: RunResult) -> None:
         table.add_row(case.name, str(case.rows), str(case.prefix), f"[{style}]{case.status}[/]",
                       "" if case.max_abs_err is None else f"{case.max_abs_err:.2e}",
                       "" if case.status == "pass" else escape(shown_text(case.message)))
-    stdout.print(table)
+    print_unwrapped(table)
 
 
 def timing_report(result: RunResult) -> None:
@@ -362,3 +362,97 @@ def range_summary_line(report: dict) -> None:
         parts.append(f"{contender['label']} {contender['duration_ms']:.3f} ms, DRAM {_mb(contender['dram_bytes'])} MB, "
                      f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {point['verdict']}" if point else ""))
     stdout.print(escape(f"Range pass at {report['shape']['label']} (ncu): " + " | ".join(parts)), soft_wrap=True)
+
+
+# --- output fit for logs ---------------------------------------------------------------------
+
+def print_unwrapped(table) -> None:
+    """In a log (stdout not a terminal) a table is as wide as its rows need, so no row ever wraps; on a
+    terminal, or where the rows fit, the console's own width (COLUMNS honoured)."""
+    if stdout.is_terminal:
+        stdout.print(table)
+        return
+    from rich.measure import Measurement
+
+    natural = Measurement.get(stdout, stdout.options.update(max_width=100_000), table).maximum
+    if natural <= stdout.width:
+        stdout.print(table)
+        return
+    stdout.width = natural  # rich clamps a print's width to the console's, so widen the console for this one
+    try:
+        stdout.print(table)
+    finally:
+        stdout._width = None  # back to asking COLUMNS and the terminal
+
+
+# Characters attnlab itself prints, spelled in ASCII for a stream that cannot encode them.
+ASCII_SPELLING = {"·": "-", "×": "x", "≤": "<=", "≥": ">=", "±": "+/-", "…": "...", "—": "-", "–": "-",
+                  "→": "->", "│": "|", "─": "-", "━": "-", "µ": "u", "≈": "~"}
+
+
+def _spell_in_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
+    text = error.object[error.start:error.end]
+    return "".join(ASCII_SPELLING.get(c, "?") for c in text), error.end
+
+
+def ascii_wanted(stream) -> bool:
+    """A stream that cannot encode UTF-8 (PYTHONIOENCODING=ascii), or a C/POSIX locale (LANG=C, which
+    Python itself would quietly coerce to UTF-8)."""
+    import os
+
+    encoding = (getattr(stream, "encoding", None) or "ascii").lower().replace("-", "").replace("_", "")
+    locale = os.environ.get("LC_ALL") or os.environ.get("LANG") or ""
+    return not encoding.startswith("utf") or locale in ("C", "POSIX")
+
+
+def prepare_streams() -> None:
+    """Make stdout and stderr safe for logs: where ASCII is wanted, switch them to ASCII with attnlab's
+    spellings (rich then draws its tables with ASCII too), so no character ends a run in a traceback."""
+    import codecs
+    import sys
+
+    codecs.register_error("attnlab-ascii", _spell_in_ascii)
+    for stream in (sys.stdout, sys.stderr):
+        if ascii_wanted(stream) and hasattr(stream, "reconfigure"):
+            stream.flush()
+            stream.reconfigure(encoding="ascii", errors="attnlab-ascii")
+
+
+# --- a batch of submissions ------------------------------------------------------------------
+
+@contextmanager
+def batch_progress(total: int):
+    """A bar over submissions on stderr; in a log, one line as each submission finishes."""
+    if not stderr.is_terminal:
+        count = {"done": 0}
+
+        def finished(description: str) -> None:
+            count["done"] += 1
+            stderr.print(f"[{count['done']}/{total}] {escape(description)}", markup=True, soft_wrap=True,
+                         highlight=False)
+
+        yield finished
+        return
+    bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       console=stderr, transient=True)
+    with bar:
+        task = bar.add_task("grading submissions", total=total)
+        yield lambda description: bar.update(task, advance=1, description=escape(description))
+
+
+def batch_report(lab: str, rows: list[dict], counts: list[tuple[int, str, int]], worst: int) -> None:
+    """The gradebook as a table (one row per submission), then a line per exit code with its count."""
+    table = Table(title=f"{lab}: {len(rows)} submission{'s' if len(rows) != 1 else ''}")
+    for column in ("file", "verdict", "exit", "SPEEDUP", "gate", "first failing case", "s"):
+        table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
+    for row in rows:
+        style = "green" if row["verdict"] == "pass" else "bold red"
+        table.add_row(escape(row["file"]), f"[{style}]{escape(row['verdict'])}[/]", str(row["exit_code"]),
+                      f"{row['speedup']}x" if row["speedup"] else "", row["gate_met"],
+                      escape(row["first_failing_case"]), row["seconds"])
+    print_unwrapped(table)
+    for code, meaning, count in counts:
+        stdout.print(f"exit {code} ({meaning}): {count} submission{'s' if count != 1 else ''}", highlight=False)
+    stdout.print(f"exit {worst}: the worst submission's", highlight=False)
+
+

@@ -1,0 +1,409 @@
+"""A batch: many submissions graded as one command, on this machine or on a Slurm cluster.
+
+Each submission is graded by the single-file path itself (`attnlab grade LAB FILE --json ...`)
+in a process of its own, so a batch gives every file exactly the verdict it gets graded alone, a
+grader that dies costs one submission its verdict and nothing more, and the results come back as
+the JSON files that process wrote (never its stdout, which a kernel's printf can fill).
+
+Where those processes run is the executor's business, and only that:
+
+- `local`: a pool of `--jobs N` on this machine (default: one per GPU, or one per core on the
+  CPU backend). With several GPUs, each job is given one (`CUDA_VISIBLE_DEVICES`), round robin.
+- `slurm`: a Slurm job array through submitit, one array task per submission, with the partition,
+  GPUs per job, time limit and account as options.
+- `submitit-local`: submitit's own local executor, the same submitit code path as `slurm`, which
+  is how that path is tested without a cluster.
+
+However they run, several jobs may share a GPU: their correctness cases overlap, their timing never
+does (`measure/gpu_lock.py`). The gradebook, the per-submission reports and the aggregated JUnit
+are built here, from the JSON results, and the command exits with the worst submission's code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from labrunner.commands.runs import gates_not_applied
+from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
+from labrunner.report import terminal
+from labrunner.report.annotations import github_annotations
+from labrunner.report.gradebook import row as gradebook_row
+from labrunner.report.gradebook import write_gradebook
+from labrunner.report.junit import write_aggregate
+from labrunner.report.results import SCHEMA
+
+EXECUTORS = ("local", "slurm", "submitit-local")
+
+# Which failure most needs a look when a batch ends: a grader that could not run at all, then a
+# command that was wrong, then the submissions' own faults from the worst down. The batch exits
+# with the first of these that any submission has.
+WORST_FIRST = (ExitCode.ENVIRONMENT, ExitCode.USAGE, ExitCode.COMPILE_ERROR, ExitCode.MISBEHAVED,
+               ExitCode.WRONG_ANSWER, ExitCode.SPEED_GATE, ExitCode.PASS)
+MEANING = {ExitCode.PASS: "pass", ExitCode.WRONG_ANSWER: "wrong answer", ExitCode.USAGE: "usage error",
+           ExitCode.COMPILE_ERROR: "compile error", ExitCode.MISBEHAVED: "misbehaving kernel",
+           ExitCode.SPEED_GATE: "speed gate missed", ExitCode.ENVIRONMENT: "environment missing"}
+RESERVED_NAMES = ("junit", "gradebook")  # the batch's own files in --out-dir
+
+
+@dataclass
+class BatchOptions:
+    jobs: int | None = None
+    executor: str = "local"
+    out_dir: Path | None = None
+    csv_path: Path | None = None
+    junit_path: Path | None = None      # the aggregated JUnit, where --junit is given to a batch
+    annotations: str | None = None
+    partition: str | None = None
+    gpus_per_job: int = 1
+    time_limit_min: int = 60
+    account: str | None = None
+
+
+@dataclass(frozen=True)
+class SubmissionTask:
+    """One submission's grading, as a process runs it: picklable, so a Slurm job can carry it."""
+
+    lab: str
+    file: str                      # as the user named it (the reports say the same)
+    options: tuple[str, ...]       # the grade command's options, as given
+    json_path: str
+    junit_path: str
+    log_path: str | None
+    cwd: str
+    python: str = sys.executable
+    environment: tuple[tuple[str, str], ...] = ()
+
+    def argv(self) -> list[str]:
+        # `--` before the file: a submission named `-x.cu` is a file, never an option
+        return [self.python, "-m", "labrunner", "grade", "--json", self.json_path, "--junit", self.junit_path,
+                *self.options, "--", self.lab, self.file]
+
+
+@dataclass
+class Outcome:
+    task: SubmissionTask
+    result: dict
+    seconds: float
+    exit_code: int = field(init=False)
+
+    def __post_init__(self):
+        self.exit_code = int(self.result.get("exit_code", ExitCode.ENVIRONMENT))
+
+
+def grade_in_process(task: SubmissionTask) -> Outcome:
+    """Grade one submission through the single-file command, in a process of its own.
+
+    This is the function every executor runs, on this machine or on a cluster's node."""
+    Path(task.json_path).unlink(missing_ok=True)  # a result left by an earlier batch must never stand in
+    started = time.perf_counter()
+    environment = {**os.environ, **dict(task.environment)}
+    # stdout and stderr as one stream, in the order they were written: the log reads as a terminal would
+    completed = subprocess.run(task.argv(), cwd=task.cwd, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    if task.log_path:
+        Path(task.log_path).write_text(completed.stdout)
+    try:
+        result = json.loads(Path(task.json_path).read_text())
+    except (OSError, ValueError):
+        result = None
+    if result is None or result.get("exit_code") != completed.returncode:
+        why = ended_how(completed.returncode)
+        last = (completed.stdout.strip().splitlines() or [""])[-1][:300]
+        result = dead_result(task, f"the grading process {why} without a result" + (f": {last}" if last else ""))
+        write_json_file(result, Path(task.json_path))
+    return Outcome(task, result, seconds)
+
+
+def ended_how(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
+
+
+def dead_result(task: SubmissionTask, reason: str) -> dict:
+    """What a submission's result says when the job grading it died: the grader's fault, not the student's."""
+    return {"schema": SCHEMA, "command": "grade", "lab": task.lab, "file": task.file, "backend": None, "device": None,
+            "seed": None, "verdict": "environment-missing", "exit_code": int(ExitCode.ENVIRONMENT), "error": reason,
+            "decisive_case": None, "oracle_proof": None, "compile": None, "cases": [], "timing": None, "gate": None,
+            "notes": [], "kernel_output": [], "attnlab_version": None, "sha256": None, "options": {}, "gpu": None,
+            "seconds": None}
+
+
+def write_json_file(data: dict, path: Path) -> None:
+    try:
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    except OSError:
+        pass  # the gradebook still has the row; the folder itself is what failed
+
+
+# --- which files ----------------------------------------------------------------------------
+
+def expand_submissions(paths: tuple[Path, ...]) -> list[Path]:
+    """Files as given, and each folder's .cu files (sorted by name), in the order named."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted((p for p in path.iterdir() if p.suffix == ".cu" and p.is_file()), key=lambda p: p.name)
+            if not found:
+                raise usage_error(f"{path}: a folder with no .cu files; name the submissions or their folder")
+            files += found
+        else:
+            files.append(path)
+    return files
+
+
+def report_names(files: list[Path]) -> list[str]:
+    """A report name per submission: its stem, made unique (a.cu twice becomes a, a-2) and never the batch's own."""
+    used = set(RESERVED_NAMES)
+    names = []
+    for path in files:
+        stem = path.stem or "submission"
+        name, n = stem, 1
+        while name in used:
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def passed_options(command: click.Command, params: dict, leave_out: set[str]) -> tuple[str, ...]:
+    """The grade command's options as the user gave them, spelled again for each submission's process.
+
+    Read from click's own definitions, so an option added to `grade` passes through unchanged. A seed
+    taken from $ATTNLAB_SEED is never written out: each process reads it from its environment, so a
+    secret seed never appears on a command line."""
+    words: list[str] = []
+    for option in command.params:
+        if not isinstance(option, click.Option) or option.name in leave_out or option.name not in params:
+            continue
+        value = params[option.name]
+        if value is None or value == option.default or (option.multiple and not value):
+            continue
+        if option.is_flag and option.secondary_opts:
+            words.append(option.opts[0] if value else option.secondary_opts[0])
+        elif option.is_flag:
+            words += [option.opts[0]] if value else []
+        elif option.multiple:
+            for item in value:
+                words += [option.opts[0], str(item)]
+        else:
+            words += [option.opts[0], str(value)]
+    return tuple(words)
+
+
+# --- the executors ----------------------------------------------------------------------------
+
+def default_jobs(backend: str) -> int:
+    if backend == "gpu":
+        return max(1, len(visible_gpus()))
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for a child."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g for g in given.split(",") if g.strip()]
+    try:
+        import cupy
+
+        return [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())]
+    except Exception:
+        return []
+
+
+def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], finished: Callable[[Outcome], None],
+              job: Callable[[SubmissionTask], Outcome] = grade_in_process) -> list[Outcome]:
+    """A pool of `jobs` slots; each slot grades one submission at a time in its own process. Slots are
+    spread over the GPUs, so with one job per GPU every GPU grades one submission at a time."""
+    slots: queue.Queue[int] = queue.Queue()
+    for slot in range(jobs):
+        slots.put(slot)
+
+    def one(task: SubmissionTask) -> Outcome:
+        slot = slots.get()
+        try:
+            if len(gpus) > 1:
+                task = SubmissionTask(**{**task.__dict__, "environment": (("CUDA_VISIBLE_DEVICES", gpus[slot % len(gpus)]),)})
+            try:
+                return job(task)
+            except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
+                outcome = Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0)
+                write_json_file(outcome.result, Path(task.json_path))
+                return outcome
+        finally:
+            slots.put(slot)
+
+    outcomes: dict[int, Outcome] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(one, task): i for i, task in enumerate(tasks)}
+        for future in as_completed(futures):
+            outcome = future.result()
+            outcomes[futures[future]] = outcome
+            finished(outcome)
+    return [outcomes[i] for i in range(len(tasks))]
+
+
+def submitit_executor(options: BatchOptions, folder: Path, count: int):
+    """The submitit executor for `slurm` or `submitit-local`; Slurm's specifics stay in its parameters."""
+    try:
+        import submitit
+    except ImportError:
+        raise environment_error(f"--executor {options.executor} needs submitit: pip install 'attnlab[cluster]'") from None
+    if options.executor == "submitit-local":
+        executor = submitit.LocalExecutor(folder=folder)
+        executor.update_parameters(timeout_min=options.time_limit_min)
+        return executor
+    try:
+        executor = submitit.SlurmExecutor(folder=folder)
+    except RuntimeError as exc:
+        raise environment_error(f"--executor slurm: {exc} (submitit found no Slurm here); submit from a Slurm "
+                                "login node, or grade on this machine with --executor local") from None
+    executor.update_parameters(**slurm_parameters(options, count))
+    return executor
+
+
+def slurm_parameters(options: BatchOptions, count: int) -> dict:
+    """submitit's SlurmExecutor parameters for one array task per submission."""
+    parameters = {"time": options.time_limit_min, "gpus_per_node": options.gpus_per_job, "ntasks_per_node": 1,
+                  "array_parallelism": options.jobs or count, "job_name": "attnlab-grade"}
+    if options.partition:
+        parameters["partition"] = options.partition
+    if options.account:
+        parameters["account"] = options.account
+    return parameters
+
+
+def run_submitit(tasks: list[SubmissionTask], executor, finished: Callable[[Outcome], None],
+                 job: Callable[[SubmissionTask], Outcome] = grade_in_process, poll_s: float = 0.5) -> list[Outcome]:
+    """One job array (`map_array`); each task's result is gathered as it ends. A task that died (killed,
+    out of time, node lost) gives its submission `environment-missing` with submitit's reason."""
+    handles = executor.map_array(job, tasks)
+    outcomes: dict[int, Outcome] = {}
+    while len(outcomes) < len(handles):
+        for i, handle in enumerate(handles):
+            if i in outcomes or not handle.done():
+                continue
+            try:
+                outcome = handle.result()
+            except Exception as exc:
+                reason = " ".join(str(exc).split())[:400] or type(exc).__name__
+                outcome = Outcome(tasks[i], dead_result(tasks[i], f"the grading job {handle.job_id} died: {reason}"), 0.0)
+                write_json_file(outcome.result, Path(tasks[i].json_path))
+            outcomes[i] = outcome
+            finished(outcome)
+        if len(outcomes) < len(handles):
+            time.sleep(poll_s)
+    return [outcomes[i] for i in range(len(tasks))]
+
+
+# --- the command ------------------------------------------------------------------------------
+
+def worst_code(codes: list[int]) -> ExitCode:
+    present = set(codes)
+    return next((code for code in WORST_FIRST if int(code) in present), ExitCode.PASS)
+
+
+def code_counts(codes: list[int]) -> list[tuple[int, str, int]]:
+    return [(int(code), MEANING[code], codes.count(int(code))) for code in sorted(ExitCode) if int(code) in codes]
+
+
+def grade_batch(lab: str, paths: tuple[Path, ...], device: str, options: tuple[str, ...], batch: BatchOptions,
+                job: Callable[[SubmissionTask], Outcome] = grade_in_process, executor=None) -> int:
+    """Grade every submission, write the reports, print the gradebook; returns the batch's exit code.
+
+    `job` and `executor` are for tests: a job that dies, submitit's local executor injected."""
+    from labrunner.labs import get_lab
+
+    get_lab(lab)  # an unknown lab is one usage error, not one per submission
+    files = expand_submissions(paths)
+    prepare_outputs(batch)
+    backend, gpus = "gpu", []
+    if batch.executor == "local":
+        from labrunner.commands.grade import resolve_backend
+
+        backend, notes = resolve_backend(device)
+        if "--gates" in options and backend != "gpu":
+            notes.append(gates_not_applied(options[options.index("--gates") + 1], backend))
+        for words in notes:
+            terminal.note(words)
+        gpus = visible_gpus() if backend == "gpu" else []
+    jobs = batch.jobs or default_jobs(backend)
+    with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch:
+        reports = Path(batch.out_dir or scratch).resolve()
+        tasks = [SubmissionTask(lab, str(path), options, str(reports / f"{name}.json"), str(reports / f"{name}.xml"),
+                                str(reports / f"{name}.log") if batch.out_dir else None, str(Path.cwd()))
+                 for path, name in zip(files, report_names(files))]
+        with terminal.batch_progress(len(tasks)) as progress:
+            def finished(outcome: Outcome) -> None:
+                progress(f"{outcome.task.file}: {outcome.result.get('verdict')} (exit {outcome.exit_code})")
+
+            if batch.executor == "local":
+                outcomes = run_local(tasks, jobs, gpus, finished, job)
+            else:
+                folder = (batch.out_dir.resolve() / "submitit") if batch.out_dir else Path(scratch) / "submitit"
+                chosen = executor or submitit_executor(batch, folder, len(tasks))
+                outcomes = run_submitit(tasks, chosen, finished, job)
+        return report(lab, outcomes, batch)
+
+
+def prepare_outputs(batch: BatchOptions) -> None:
+    """--out-dir is created if missing; every report path is checked before any grading, so none is lost."""
+    from labrunner.commands.cli import unwritable
+
+    if batch.out_dir:
+        try:
+            batch.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise usage_error(f"--out-dir {batch.out_dir}: cannot create it ({exc.strerror})") from None
+        if not os.access(batch.out_dir, os.W_OK):
+            raise usage_error(f"--out-dir {batch.out_dir}: cannot write there (Permission denied)")
+    for option, path in (("--csv", batch.csv_path), ("--junit", batch.junit_path)):
+        problem = path and unwritable(path)
+        if problem:
+            raise usage_error(f"{option} {path}: cannot write ({problem})")
+
+
+def report(lab: str, outcomes: list[Outcome], batch: BatchOptions) -> int:
+    rows = [gradebook_row(o.result, o.seconds) for o in outcomes]
+    codes = [o.exit_code for o in outcomes]
+    worst = worst_code(codes)
+    if batch.annotations == "github":
+        terminal.plain_lines([line for o in outcomes for line in github_annotations(o.result)])
+    terminal.batch_report(lab, rows, code_counts(codes), int(worst))
+    results = [o.result for o in outcomes]
+    written = []
+    csv_paths = [p for p in (batch.csv_path, batch.out_dir / "gradebook.csv" if batch.out_dir else None) if p]
+    junit_paths = [p for p in (batch.junit_path, batch.out_dir / "junit.xml" if batch.out_dir else None) if p]
+    try:
+        for path in csv_paths:
+            write_gradebook(rows, path)
+            written.append(str(path))
+        for path in junit_paths:
+            write_aggregate(results, path, f"attnlab {lab}")
+            written.append(str(path))
+    except OSError as exc:
+        raise AttnlabError(f"{exc.filename}: cannot write ({exc.strerror})", ExitCode.USAGE) from None
+    if batch.out_dir:
+        terminal.note(f"wrote one JSON, JUnit and log per submission to {batch.out_dir}")
+    if written:
+        terminal.note("wrote " + ", ".join(written))
+    return int(worst)

@@ -1,0 +1,92 @@
+"""One GPU, one timer: a lock file per GPU so that no two attnlab processes time on it at once.
+
+A batch runs several submissions on one GPU. Their correctness cases may share it (a wrong
+answer is wrong however busy the GPU is), but a time taken while another kernel runs is not the
+kernel's time. So each GPU has a lock file with two modes (flock's shared and exclusive locks):
+checking cases holds it shared, timing holds it exclusive. A timer then waits for the checks
+already running to finish and runs alone, and a SPEEDUP graded in a batch is the SPEEDUP the same
+file gets graded alone.
+
+A waiting timer must not starve behind a stream of checks that keep overlapping one another, so a
+second file works as a turnstile: a timer holds it while it waits, and a check passes through it
+before taking its shared lock. Locks belong to the process that took them, and the kernel drops
+them when that process ends, however it ends: a crashed grader never leaves a GPU locked.
+
+The GPU is named by its PCI bus id, as the process sees it, so two processes given the same GPU
+under different CUDA_VISIBLE_DEVICES numbers still take the same lock. On a cluster the lock
+folder is the node's own temporary folder, which is what a per-node GPU needs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_FOLDER_VARIABLE = "ATTNLAB_LOCK_DIR"
+
+
+def lock_folder() -> Path:
+    folder = Path(os.environ.get(LOCK_FOLDER_VARIABLE) or tempfile.gettempdir()) / "attnlab-gpu-locks"
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.chmod(0o1777)  # like /tmp: every user of the node shares its GPUs' locks
+        except OSError:
+            pass
+    return folder
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor to lock (flock needs no write access, so another user's lock file serves as well)."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
+
+
+def gpu_key(device_index: int = 0) -> str:
+    """A name for the GPU this process uses, the same in every process that sees it."""
+    try:
+        import cupy
+
+        bus_id = cupy.cuda.Device(device_index).pci_bus_id
+    except Exception:  # no CuPy or no driver: there is no GPU to share, and any name will do
+        bus_id = f"device-{device_index}"
+    return re.sub(r"[^0-9A-Za-z.-]", "_", bus_id)
+
+
+@contextmanager
+def _flock(path: Path, mode: int):
+    handle = open_lock_file(path)
+    try:
+        fcntl.flock(handle, mode)
+        yield
+    finally:
+        os.close(handle)  # closing the descriptor releases its lock
+
+
+@contextmanager
+def exclusive_timing(key: str):
+    """Hold the GPU alone while timing: wait for running checks, keep new ones out."""
+    folder = lock_folder()
+    handle = open_lock_file(folder / f"{key}.lock")
+    try:
+        with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+@contextmanager
+def shared_checking(key: str):
+    """Run correctness cases beside other checks, but never while a kernel is being timed."""
+    folder = lock_folder()
+    with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
+        pass  # a timer that is waiting holds the turnstile: queue behind it
+    with _flock(folder / f"{key}.lock", fcntl.LOCK_SH):
+        yield

@@ -1,0 +1,109 @@
+"""JUnit XML: how CI systems (GitLab, Jenkins, GitHub's test reporters) show a grading run.
+
+One `<testsuite>` per submission and one `<testcase>` per grading case, written from the result's
+JSON form, so a batch builds its aggregated report from the very files it wrote per submission.
+What viewers rely on, and so what is written:
+
+- `tests` counts the test cases written; `failures`, `errors`, `skipped` and `time` are all there.
+- A failure (the submission failed a check: a wrong case, a misbehaving kernel, a compile error,
+  a missed speed gate) carries its text twice: the first line as the `message` attribute (what
+  Jenkins and GitHub show) and the whole text in the body (what GitLab shows).
+- An error is a run that could not grade at all (no GPU, a usage error, a grader that died): the
+  fault is the grading job's, not the student's.
+- The classname is `attnlab.<lab>.<file stem>`, with the stem's dots replaced, because viewers
+  split a classname at its dots into packages.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from xml.etree import ElementTree
+
+from labrunner.report.results import NOT_RUN, RunResult
+
+GRADER_FAULTS = ("environment-missing", "usage-error", "error")  # verdicts that are <error>, not <failure>
+
+# XML 1.0 cannot carry most control characters, and a compiler's message quotes the student's source.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(text: str | None) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text or "")
+
+
+def classname(lab: str | None, file: str | None, command: str) -> str:
+    stem = Path(file).stem if file else command
+    return f"attnlab.{lab or command}.{re.sub(r'[.]', '_', stem) or command}"
+
+
+def testsuite(data: dict) -> ElementTree.Element:
+    """One submission's suite, from its JSON result."""
+    name = f"attnlab {data.get('lab') or data.get('command')} {data.get('file') or ''}".strip()
+    suite = ElementTree.Element("testsuite", name=xml_text(name))
+    if data.get("backend"):  # which backend's verdict this is: a CPU verdict is not the GPU's
+        properties = ElementTree.SubElement(suite, "properties")
+        ElementTree.SubElement(properties, "property", name="backend", value=xml_text(data["backend"]))
+    owner = xml_text(classname(data.get("lab"), data.get("file"), data.get("command") or "run"))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+
+    def case(name: str) -> ElementTree.Element:
+        counts["tests"] += 1
+        return ElementTree.SubElement(suite, "testcase", classname=owner, name=xml_text(name))
+
+    def outcome(element: ElementTree.Element, kind: str, status: str, text: str) -> None:
+        counts["failures" if kind == "failure" else "errors"] += 1
+        first_line = xml_text(text).split("\n", 1)[0]
+        tag = ElementTree.SubElement(element, kind, type=status, message=first_line)
+        tag.text = xml_text(text)
+
+    for item in data.get("cases") or []:
+        element = case(item["name"])
+        if item["status"] in NOT_RUN:
+            counts["skipped"] += 1
+            ElementTree.SubElement(element, "skipped", message=xml_text(item["message"]))
+        elif item["status"] != "pass":
+            body = item["message"] + (f"\n\ncompute-sanitizer:\n{item['diagnosis']}" if item.get("diagnosis") else "")
+            outcome(element, "failure", item["status"], body)
+    if data.get("error"):
+        verdict = data.get("verdict") or "error"
+        element = case("compile" if verdict == "compile-error" else verdict)
+        outcome(element, "error" if verdict in GRADER_FAULTS else "failure", verdict, data["error"])
+    gate = data.get("gate") or {}
+    if gate.get("status") in ("met", "missed"):
+        element = case("speed-gate")
+        if not gate.get("passed", True):
+            outcome(element, "failure", "speed-gate", gate["message"])
+    if data.get("kernel_output"):  # already escaped in the JSON: shown, never interpreted
+        ElementTree.SubElement(suite, "system-out").text = xml_text("\n".join(data["kernel_output"]))
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    suite.set("time", f"{data.get('seconds') or 0:.3f}")
+    return suite
+
+
+def write_junit(result: RunResult, path: Path) -> None:
+    """One run's report: a `<testsuite>` as the document's root, as it always was."""
+    _write(testsuite(result.to_json()), path)
+
+
+def write_aggregate(results: list[dict], path: Path, name: str) -> None:
+    """A batch's report: every submission's suite under one `<testsuites>`, with the totals."""
+    root = ElementTree.Element("testsuites", name=xml_text(name))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    seconds = 0.0
+    for data in results:
+        suite = testsuite(data)
+        root.append(suite)
+        for key in totals:
+            totals[key] += int(suite.get(key))
+        seconds += float(suite.get("time"))
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{seconds:.3f}")
+    _write(root, path)
+
+
+def _write(root: ElementTree.Element, path: Path) -> None:
+    ElementTree.indent(root)
+    ElementTree.ElementTree(root).write(path, encoding="unicode", xml_declaration=True)

@@ -1,0 +1,60 @@
+"""GitHub Actions annotations: the right file and line, and no way for a student's text to start a
+workflow command of its own."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from labrunner.exit_codes import ExitCode
+from labrunner.report.annotations import github_annotations
+from labrunner.report.results import CaseResult, RunResult
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_compile_error_points_at_the_compilers_line():
+    data = RunResult("grade", "lab2", "subs/a.cu", error="subs/a.cu(41): error: expected an expression\n"
+                     "subs/a.cu(44): warning: unused variable\nsubs/a.cu(50): error: identifier \"y\" is undefined",
+                     error_code=ExitCode.COMPILE_ERROR).to_json()
+    assert github_annotations(data) == [
+        "::error file=subs/a.cu,line=41,title=attnlab lab2%3A compile error::expected an expression",
+        "::error file=subs/a.cu,line=50,title=attnlab lab2%3A compile error::identifier \"y\" is undefined"]
+
+
+def test_a_failing_case_points_at_the_kernels_definition(tmp_path):
+    kernel = tmp_path / "flash, v2.cu"
+    shutil.copy(REPO / "kernels/lab2/starter.cu", kernel)
+    line = next(n for n, text in enumerate(kernel.read_text().splitlines(), 1) if "flash_prefill(" in text)
+    cases = [CaseResult("C1-P31", "pass", "ok", 1, 31), CaseResult("C17-P31", "wrong", "row 0: got 1, expected 2", 17, 31)]
+    data = RunResult("grade", "lab2", str(kernel), backend="cpu", cases=cases).to_json()
+    file = str(kernel).replace(",", "%2C")
+    assert github_annotations(data) == [f"::error file={file},line={line},title=attnlab lab2 C17-P31%3A wrong::"
+                                        "row 0: got 1, expected 2"]
+
+
+def test_a_newline_in_a_message_cannot_start_another_command():
+    data = RunResult("grade", "lab2", "a.cu", error="a.cu: refused\n::warning::pwned 100%",
+                     error_code=ExitCode.USAGE).to_json()
+    (line,) = github_annotations(data)
+    assert line == "::error file=a.cu,title=attnlab lab2%3A usage-error::a.cu: refused%0A::warning::pwned 100%25"
+    assert "\n" not in line
+
+
+def test_a_pass_has_no_annotations():
+    data = RunResult("grade", "lab2", "a.cu", cases=[CaseResult("C1-P31", "pass", "ok", 1, 31)]).to_json()
+    assert github_annotations(data) == []
+
+
+def test_a_single_file_prints_its_annotations_after_the_verdict(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from labrunner.commands.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken.cu").write_text("// one\nint int x;\n")
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["grade", "lab2", "broken.cu", "--device", "cpu",
+                                                             "--annotations", "github"])
+    assert result.exit_code == 3
+    assert result.stdout.startswith("::error file=broken.cu,line=2,title=attnlab lab2%3A compile error::")
+    assert result.stderr.startswith("error: broken.cu(2): error: ")

@@ -1,0 +1,260 @@
+"""A batch: many submissions in one command, graded as each is graded alone, with a gradebook, a
+JSON and JUnit per submission, an aggregated JUnit, and the worst submission's exit code.
+
+The batch runs through the real command line on the CPU backend (`--jobs 2 --device cpu`); the
+Slurm path runs through submitit's local executor, which is the same submitit code."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import junitparser
+import pytest
+from click.testing import CliRunner
+from fixture_suite import FIXTURES, REPO, load_fixtures
+from result_schema import validate_file
+
+from labrunner.commands import batch
+from labrunner.commands.cli import main
+from labrunner.exit_codes import ExitCode
+
+SOLUTION = REPO / "kernels/lab2/solution.cu"
+COMPILE_ERROR = FIXTURES / "lab2/hostile/foreign_include.cu"
+QUICK = ("--case", "C1-P31")  # one small case: these tests are about the batch, not the kernels
+
+
+def cpu_backend_ready() -> bool:
+    from labrunner.run.cpu_device import cpu_backend_status
+
+    return cpu_backend_status()[0]
+
+
+needs_cpu_backend = pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
+
+
+def attnlab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    environment.pop("ATTNLAB_SEED", None)
+    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=cwd, env=environment, capture_output=True,
+                          text=True, timeout=900)
+
+
+def plain_fixtures(lab: str) -> list:
+    """The fixtures graded on the CPU with the suite's default options (no per-file timeout or flags)."""
+    return [f for f in load_fixtures(lab) if f.runs_on("cpu") and "timeout" not in f.expected
+            and "args" not in f.expected]
+
+
+# --- twenty submissions, graded together and alone --------------------------------------------
+
+@pytest.fixture(scope="module")
+def twenty(tmp_path_factory):
+    """lab2's fixtures and shipped kernels (18) and lab1's shipped kernels (2): two batches, 20 submissions."""
+    if not cpu_backend_ready():
+        pytest.skip("no C++ compiler for the CPU backend")
+    folder = tmp_path_factory.mktemp("batch")
+    runs = {}
+    for lab, fixtures in (("lab2", plain_fixtures("lab2")),
+                          ("lab1", [f for f in load_fixtures("lab1") if f.path.is_relative_to(REPO / "kernels")])):
+        out = folder / lab / "reports" / "nested"  # created, parents too
+        completed = attnlab("grade", lab, *(str(f.path) for f in fixtures), "--jobs", "2", "--device", "cpu",
+                            "--out-dir", str(out), "--csv", str(folder / f"{lab}.csv"), cwd=folder)
+        runs[lab] = (fixtures, completed, out, folder / f"{lab}.csv")
+    return runs
+
+
+def test_twenty_submissions_get_the_verdicts_they_get_alone(twenty):
+    assert sum(len(fixtures) for fixtures, *_ in twenty.values()) == 20
+    for lab, (fixtures, completed, out, _) in twenty.items():
+        results = {r["file"]: r for r in (validate_file(p) for p in sorted(out.glob("*.json")))}
+        assert sorted(results) == sorted(str(f.path) for f in fixtures), completed.stderr[-2000:]
+        for fixture in fixtures:  # the expectations test_fixtures_cpu holds each file to when graded alone
+            got = results[str(fixture.path)]
+            decisive = next((c for c in got["cases"] if c["name"] == got["decisive_case"]), None)
+            assert (got["verdict"], got["exit_code"]) == (fixture.expected["verdict"], fixture.expected["exit_code"]), fixture.name
+            assert got["decisive_case"] == fixture.expected.get("case"), fixture.name
+            if "row" in fixture.expected:
+                assert decisive["first_bad"]["row"] == fixture.expected["row"], fixture.name
+            assert got["options"]["device"] == "cpu" and got["sha256"] == batch_sha(fixture.path)
+
+
+def batch_sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_batch_exits_with_the_worst_code_and_counts_each(twenty):
+    fixtures, completed, _, _ = twenty["lab2"]
+    codes = [f.expected["exit_code"] for f in fixtures]
+    assert completed.returncode == 3  # a compile error outranks the misbehaving and wrong kernels
+    lines = completed.stdout.splitlines()
+    counted = [line for line in lines if line.startswith("exit ")]
+    meaning = {0: "pass", 1: "wrong answer", 3: "compile error", 4: "misbehaving kernel"}
+    assert counted == [f"exit {code} ({meaning[code]}): {codes.count(code)} submission{'s' if codes.count(code) != 1 else ''}"
+                       for code in sorted(set(codes))] + ["exit 3: the worst submission's"]
+    fixtures, completed, _, _ = twenty["lab1"]
+    assert completed.returncode == 1  # the unfilled starter
+
+
+def test_the_gradebook_has_a_row_per_submission_matching_its_json(twenty):
+    for lab, (fixtures, _, out, csv_path) in twenty.items():
+        with open(csv_path, newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert [r["file"] for r in rows] == [str(f.path) for f in fixtures]
+        for entry, fixture in zip(rows, fixtures):
+            assert (entry["verdict"], int(entry["exit_code"])) == (fixture.expected["verdict"], fixture.expected["exit_code"])
+            assert entry["sha256"] == batch_sha(fixture.path)
+            assert entry["speedup"] == entry["gate_met"] == entry["hints"] == ""
+            assert float(entry["seconds"]) > 0
+        assert (out / "gradebook.csv").read_text() == csv_path.read_text()  # --out-dir keeps one too
+
+
+def test_the_junit_reports_parse_and_add_up(twenty):
+    fixtures, _, out, _ = twenty["lab2"]
+    total = junitparser.JUnitXml.fromfile(str(out / "junit.xml"))
+    suites = list(total)
+    assert len(suites) == len(fixtures)
+    assert total.tests == sum(s.tests for s in suites) and total.failures == sum(s.failures for s in suites)
+    for fixture, suite in zip(fixtures, suites):
+        (alone,) = list(junitparser.JUnitXml.fromfile(str(out / f"{fixture.path.stem}.xml")))
+        assert (suite.name, suite.tests, suite.failures) == (alone.name, alone.tests, alone.failures)
+        assert all(case.classname == f"attnlab.lab2.{fixture.path.stem}" for case in suite)
+        assert (suite.failures + suite.errors == 0) == (fixture.expected["exit_code"] == 0), fixture.name
+    assert (out / "solution.log").read_text().rstrip().endswith("PASS on the CPU backend (exit 0)")
+
+
+# --- the submitit path, as on a Slurm cluster ---------------------------------------------------
+
+@needs_cpu_backend
+def test_the_submitit_path_grades_like_the_local_one(tmp_path):
+    completed = attnlab("grade", "lab2", str(SOLUTION), str(COMPILE_ERROR), "--executor", "submitit-local",
+                        "--device", "cpu", *QUICK, "--out-dir", "out", cwd=tmp_path)
+    assert completed.returncode == 3, completed.stderr[-2000:]
+    solution, failed = (validate_file(tmp_path / "out" / f"{name}.json") for name in ("solution", "foreign_include"))
+    assert (solution["verdict"], solution["exit_code"], [c["name"] for c in solution["cases"] if c["status"] == "pass"]) == \
+        ("pass", 0, ["C1-P31"])
+    assert (failed["verdict"], failed["exit_code"]) == ("compile-error", 3)
+    assert (tmp_path / "out" / "submitit").is_dir()  # submitit's own job files, where a TA can read them
+
+
+@needs_cpu_backend
+def test_a_job_that_dies_costs_its_submission_only(tmp_path, monkeypatch):
+    import cloudpickle
+    import submitit
+
+    import batch_jobs
+
+    cloudpickle.register_pickle_by_value(batch_jobs)
+    monkeypatch.chdir(tmp_path)
+    options = batch.BatchOptions(executor="submitit-local", out_dir=tmp_path / "out")
+    code = batch.grade_batch("lab2", (SOLUTION, COMPILE_ERROR), "cpu", ("--device", "cpu", *QUICK), options,
+                             job=batch_jobs.dies_on_foreign_include,
+                             executor=submitit.LocalExecutor(folder=tmp_path / "jobs"))
+    assert code == ExitCode.ENVIRONMENT
+    died = validate_file(tmp_path / "out" / "foreign_include.json")
+    assert (died["verdict"], died["exit_code"], died["file"]) == ("environment-missing", 6, str(COMPILE_ERROR))
+    assert died["error"].startswith("the grading job ") and " died: " in died["error"]
+    graded = validate_file(tmp_path / "out" / "solution.json")
+    assert (graded["verdict"], graded["exit_code"]) == ("pass", 0)
+    with open(tmp_path / "out" / "gradebook.csv", newline="") as handle:
+        assert [(r["verdict"], r["exit_code"]) for r in csv.DictReader(handle)] == [("pass", "0"), ("environment-missing", "6")]
+
+
+@needs_cpu_backend
+def test_a_local_job_that_fails_costs_its_submission_only(tmp_path, monkeypatch):
+    import batch_jobs
+
+    monkeypatch.chdir(tmp_path)
+    options = batch.BatchOptions(jobs=2, out_dir=tmp_path / "out")
+    code = batch.grade_batch("lab2", (SOLUTION, COMPILE_ERROR), "cpu", ("--device", "cpu", *QUICK), options,
+                             job=batch_jobs.raises_on_foreign_include)
+    assert code == ExitCode.ENVIRONMENT
+    rows = list(csv.DictReader(open(tmp_path / "out" / "gradebook.csv", newline="")))
+    assert [(r["verdict"], r["exit_code"]) for r in rows] == [("pass", "0"), ("environment-missing", "6")]
+    junit = junitparser.JUnitXml.fromfile(str(tmp_path / "out" / "junit.xml"))
+    (case,) = list(list(junit)[1])
+    assert (case.name, case.result[0].message) == ("environment-missing", "the grading job failed: node lost")
+
+
+def test_a_grader_killed_by_a_signal_is_said_plainly():
+    assert batch.ended_how(-9) == "was killed by SIGKILL"
+    assert batch.ended_how(1) == "exited 1"
+
+
+def test_slurm_without_a_cluster_is_exit_6_and_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("a.cu").write_text(SOLUTION.read_text())
+    result = CliRunner().invoke(main, ["grade", "lab2", "a.cu", "--executor", "slurm", "--partition", "gpu"],
+                                env={"PATH": "/usr/bin:/bin"})
+    assert result.exit_code == 6
+    assert result.stderr == ('error: --executor slurm: Could not detect "srun", are you indeed on a slurm cluster? '
+                             "(submitit found no Slurm here); submit from a Slurm login node, or grade on this machine "
+                             "with --executor local\n")
+
+
+def test_slurm_options_become_submitit_parameters():
+    options = batch.BatchOptions(executor="slurm", jobs=8, partition="h200", gpus_per_job=1, time_limit_min=30,
+                                 account="cs249")
+    assert batch.slurm_parameters(options, 120) == {
+        "time": 30, "gpus_per_node": 1, "ntasks_per_node": 1, "array_parallelism": 8, "job_name": "attnlab-grade",
+        "partition": "h200", "account": "cs249"}
+    assert batch.slurm_parameters(batch.BatchOptions(executor="slurm"), 120)["array_parallelism"] == 120
+
+
+# --- what a batch is made of -------------------------------------------------------------------
+
+def test_the_grade_options_are_passed_on_and_a_secret_seed_never_is(monkeypatch):
+    monkeypatch.setenv("ATTNLAB_SEED", "424242")
+    grade = main.commands["grade"]
+    context = grade.make_context("grade", ["lab2", "a.cu", "b.cu", "--device", "cpu", "--jobs", "2", "--case", "C1-P31",
+                                           "--case", "C17-P31", "--no-diagnose", "--timeout", "5", "--race-check",
+                                           "--gates", "gates.json", "--out-dir", "out", "--annotations", "github"])
+    forwarded = batch.passed_options(grade, context.params, {"json_path", "junit_path", "annotations", "jobs",
+                                                             "executor", "out_dir", "csv_path"})
+    assert forwarded == ("--device", "cpu", "--timeout", "5.0", "--race-check", "--case", "C1-P31", "--case", "C17-P31",
+                         "--no-diagnose", "--gates", "gates.json")
+
+
+def test_report_names_are_unique_and_never_the_batchs_own():
+    files = [Path("a/x.cu"), Path("b/x.cu"), Path("junit.cu"), Path("gradebook.cu"), Path("x-2.cu")]
+    assert batch.report_names(files) == ["x", "x-2", "junit-2", "gradebook-2", "x-2-2"]
+
+
+def test_a_folder_is_its_cu_files_sorted(tmp_path):
+    for name in ("b.cu", "a.cu", "notes.txt", "c.cuh"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub.cu").mkdir()
+    assert batch.expand_submissions((tmp_path, Path("z.cu"))) == [tmp_path / "a.cu", tmp_path / "b.cu", Path("z.cu")]
+
+
+def test_a_folder_without_cu_files_is_a_usage_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(main, ["grade", "lab2", str(tmp_path / "empty"), "--device", "cpu"])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'empty'}: a folder with no .cu files; name the submissions or their folder\n"
+
+
+def test_json_for_a_batch_is_a_usage_error_that_names_out_dir(tmp_path):
+    result = CliRunner().invoke(main, ["grade", "lab2", "a.cu", "b.cu", "--json", "r.json"])
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --json r.json: one result per file; for a batch, --out-dir writes a JSON per "
+                             "submission\n")
+
+
+def test_the_worst_code_puts_the_grader_before_the_students():
+    assert batch.worst_code([0, 1, 5]) == ExitCode.WRONG_ANSWER
+    assert batch.worst_code([1, 4, 3]) == ExitCode.COMPILE_ERROR
+    assert batch.worst_code([0, 6, 4]) == ExitCode.ENVIRONMENT
+    assert batch.worst_code([0, 0]) == ExitCode.PASS
+    assert batch.code_counts([1, 0, 1, 4]) == [(0, "pass", 1), (1, "wrong answer", 2), (4, "misbehaving kernel", 1)]
+
+
+def test_a_submission_named_like_an_option_is_still_a_file():
+    task = batch.SubmissionTask("lab2", "-rf.cu", ("--device", "cpu"), "/o/a.json", "/o/a.xml", None, "/w", python="py")
+    assert task.argv() == ["py", "-m", "labrunner", "grade", "--json", "/o/a.json", "--junit", "/o/a.xml",
+                           "--device", "cpu", "--", "lab2", "-rf.cu"]

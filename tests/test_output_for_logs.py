@@ -1,0 +1,126 @@
+"""Output fit for CI logs: no wrapped case rows when piped, COLUMNS honoured, ASCII where the stream or
+the locale asks for it (with the right exit code), messages never eaten as markup, and one clear
+answer from doctor and bench about the backend."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from labrunner.commands import grade as grade_module
+from labrunner.commands.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+SOLUTION = REPO / "kernels/lab2/solution.cu"
+PREFIX_IGNORED = REPO / "tests/fixtures/lab2/wrong/prefix_ignored.cu"
+BENCH_REFUSED = ("error: bench times kernels, which needs a GPU ({why}); check correctness on the CPU with "
+                 "`attnlab grade LAB FILE --device cpu`\n")
+
+
+def cpu_backend_ready() -> bool:
+    from labrunner.run.cpu_device import cpu_backend_status
+
+    return cpu_backend_status()[0]
+
+
+needs_cpu_backend = pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
+
+
+def piped(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """attnlab as a CI job runs it: stdout and stderr are pipes, and only the given variables are changed."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LC_ALL", "LANG", "ATTNLAB_SEED")}
+    environment.update({"PYTHONPATH": str(REPO), **env})
+    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=REPO, env=environment, capture_output=True,
+                          timeout=300)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+
+
+@needs_cpu_backend
+def test_a_correct_solution_graded_with_an_ascii_stream_exits_0_in_ascii():
+    completed = piped("grade", "lab2", str(SOLUTION), "--device", "cpu", PYTHONIOENCODING="ascii")
+    assert completed.returncode == 0, completed.stderr[-1000:]
+    text = completed.stdout.decode("ascii")  # raises if a byte is not ASCII
+    completed.stderr.decode("ascii")
+    assert text.rstrip().endswith("PASS on the CPU backend (exit 0)")
+    assert f"lab2 - {SOLUTION} - cpu (CPU (attnlab's fiber backend))" in text
+    assert re.search(r"^\| C1-P31 +\| +1 \| +31 \| pass ", text, re.MULTILINE)
+
+
+@needs_cpu_backend
+def test_the_c_locale_gives_ascii_too():
+    completed = piped("grade", "lab2", str(SOLUTION), "--device", "cpu", "--case", "C1-P31", LANG="C")
+    assert completed.returncode == 0
+    assert completed.stdout.decode("ascii").rstrip().endswith("PASS on the CPU backend (exit 0)")
+
+
+@needs_cpu_backend
+def test_piped_case_rows_never_wrap_even_at_80_columns():
+    completed = piped("grade", "lab2", str(PREFIX_IGNORED), "--device", "cpu", "--no-timing")
+    assert completed.returncode == 1
+    rows = [line for line in completed.stdout.decode().splitlines() if re.match(r"│ \S", line)]
+    assert [row.split("│")[1].strip() for row in rows] == [
+        "C1-P31", "C17-P31", "C33-P31", "C1-P1000", "C17-P1000", "C33-P1000", "planted-C33-P31", "lastkey-C17-P31",
+        "planted-C33-P1000", "lastkey-C33-P1000", "C2048-P2048"]
+    # each message whole, on its own row
+    assert all(re.search(r"; rows? [-0-9, ]+ fails? \(\d+ of \d+\) +│$", row) for row in rows[:8]), rows
+    assert all(re.search(r"outside the CPU backend's time budget; --full runs it +│$", row) for row in rows[8:])
+    assert len(completed.stdout.decode().splitlines()) == 17  # heading, 4 rules, header, 11 rows, verdict
+
+
+def test_columns_is_honoured_for_what_fits():
+    completed = piped("labs", COLUMNS="60")
+    assert completed.returncode == 0
+    lines = completed.stdout.decode().splitlines()
+    assert max(len(line) for line in lines) == 60
+
+
+def test_a_message_with_brackets_keeps_them(runner_no_gpu):
+    runner, monkeypatch = runner_no_gpu
+    message = "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, message))
+    result = runner.invoke(main, ["grade", "lab2", str(SOLUTION)])
+    assert result.exit_code == 6
+    assert result.stderr == (f"error: {message}. Grade on the CPU instead with --device cpu (correctness only), "
+                             "or --device auto to fall back to it automatically\n")
+
+
+@pytest.fixture
+def runner_no_gpu(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return CliRunner(env={"COLUMNS": "200"}), monkeypatch
+
+
+def test_doctor_exits_6_when_the_gpu_is_asked_for_and_names_what_works(runner_no_gpu, no_gpu):
+    runner, _ = runner_no_gpu
+    result = runner.invoke(main, ["doctor", "--device", "gpu"])
+    assert result.exit_code == 6
+    assert result.stderr == ("error: --device gpu: the gpu backend is unusable on this machine; usable here: cpu "
+                             "(grade with --device cpu)\n")
+    assert re.search(r"│ GPU and driver +│ missing │ no GPU found", result.stdout)
+
+
+@needs_cpu_backend
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_doctor_passes_for_a_usable_backend(runner_no_gpu, no_gpu, device):
+    runner, _ = runner_no_gpu
+    result = runner.invoke(main, ["doctor", "--device", device])
+    assert (result.exit_code, result.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("device, why", [("cpu", "--device cpu"), ("auto", "no GPU found")])
+def test_bench_on_the_cpu_is_refused_in_one_message(runner_no_gpu, no_gpu, device, why):
+    runner, _ = runner_no_gpu
+    result = runner.invoke(main, ["bench", "lab2", "--device", device])
+    assert result.exit_code == 6
+    assert result.stderr == BENCH_REFUSED.format(why=why)  # no note about falling back first
+    assert result.stdout == ""
