@@ -23,6 +23,9 @@ INCLUDE_DIR = Path(__file__).parent.parent / "include"
 # NVRTC ships no C or C++ standard headers; these stand in for the few a kernel includes
 # (<cfloat>, <cmath>, <cstdint> and their .h forms). Only NVRTC searches here: g++ uses its own.
 NVRTC_STANDARD_HEADERS = INCLUDE_DIR / "nvrtc_std"
+# Every NVRTC compile of a submission searches these and nothing else: the gate's here, and the
+# GPU worker's (CuPy's RawModule) in labrunner/run/gpu_device.py, so both see the same headers.
+NVRTC_INCLUDE_OPTIONS = (f"--include-path={INCLUDE_DIR}", f"--include-path={NVRTC_STANDARD_HEADERS}")
 PRELUDE_INCLUDE = "#include <attnlab/prelude.cuh>"
 DEFAULT_ARCH = "sm_90"
 
@@ -105,8 +108,7 @@ def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[str],
         f"--gpu-architecture={arch}",
         "--std=c++17",
         "--no-source-include",
-        f"--include-path={INCLUDE_DIR}",
-        f"--include-path={NVRTC_STANDARD_HEADERS}",
+        *NVRTC_INCLUDE_OPTIONS,
         *extra_options,
     ]
     reply = run_compiler({"source": source, "name": filename, "options": options}, filename, limits)

@@ -1,14 +1,15 @@
 """The GPU backend: the student's module through CuPy's RawModule (NVRTC), launches, buffers.
 
-It runs only inside the worker process (see `worker.py`): the driver itself never touches the
-GPU, so a kernel that poisons its CUDA context takes nothing of the driver's with it.
+It runs only inside the worker process (see `worker.py`): no student code ever runs in the
+driver's CUDA context, so a kernel that poisons its own context takes nothing of the driver's
+with it. (The driver's context holds only its own oracle for timed calls, `gpu_oracle.py`.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from labrunner.build.nvrtc import INCLUDE_DIR
+from labrunner.build.nvrtc import NVRTC_INCLUDE_OPTIONS
 from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
 
@@ -51,7 +52,7 @@ class GpuDevice:
         """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here."""
         module = self.xp.RawModule(
             code=composed_source,
-            options=("--std=c++17", f"--include-path={INCLUDE_DIR}", "--no-source-include", "-lineinfo"),
+            options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include", "-lineinfo"),
         )
         return {name: module.get_function(name) for name in entry_types}
 
