@@ -51,6 +51,11 @@ CXXFLAGS = [
     "-ffp-contract=off",
     # Kernels reinterpret float arrays as float4 and the like.
     "-fno-strict-aliasing",
+    # Some distributions' g++ (Ubuntu's) guard stacks by default and so import __stack_chk_fail,
+    # which the object check refuses: build the same object on every host. The guard would only
+    # abort the worker on a smashed frame; the seccomp filter and the worker's box are what
+    # contain a kernel that writes where it should not.
+    "-fno-stack-protector",
     # errno is never read by kernels; lets sqrtf inline.  Results unchanged.
     "-fno-math-errno",
     # Fault handling longjmps off the fiber stacks; keep the unchecked longjmp.
