@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from pathlib import Path
 
 import click
 
-from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.exit_codes import AttnlabError, ExitCode, Terminated, usage_error
 from labrunner.labs import LABS, get_lab
 from labrunner.report import terminal
 from labrunner.report.results import RunResult, write_json, write_junit
@@ -84,13 +85,34 @@ def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | 
         if problem:
             terminal.error(f"{option} {path}: cannot write ({problem})")
             sys.exit(int(ExitCode.USAGE))
+    previous = _on_sigterm(_terminate)
     try:
         body()
     except AttnlabError as exc:
         result.error, result.error_code = exc.message, exc.exit_code
-    except KeyboardInterrupt:
-        result.error, result.error_code = "interrupted", ExitCode.ENVIRONMENT
+    except (KeyboardInterrupt, Terminated) as exc:
+        name, result.error_code = (("SIGINT", ExitCode.INTERRUPTED) if isinstance(exc, KeyboardInterrupt)
+                                   else ("SIGTERM", ExitCode.TERMINATED))
+        kept = len([c for c in result.cases if c.status != "skipped"])
+        result.error = f"interrupted by {name}: {kept} case{'s' if kept != 1 else ''} finished before it are kept"
+        terminal.cases_report(result)
+    finally:
+        _on_sigterm(previous)
     finish(result, json_path, junit_path)
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _on_sigterm(handler):
+    """Installs a SIGTERM handler and returns the previous one (only the main thread may; elsewhere, none)."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
 
 
 @click.group(context_settings=CONTEXT)
@@ -100,8 +122,9 @@ def main():
 
     \b
     Exit codes: 0 pass, 1 wrong answer, 2 usage error, 3 compile error,
-    4 misbehaving kernel (crash, timeout, out-of-bounds, mutated input),
-    5 speed gate missed, 6 environment missing (GPU, driver, compiler).
+    4 misbehaving kernel (crash, timeout, out-of-bounds, mutated input, race),
+    5 speed gate missed, 6 environment missing (GPU, driver, compiler),
+    130 interrupted (SIGINT), 143 terminated (SIGTERM).
     """
 
 
@@ -191,8 +214,9 @@ def doctor(json_path, junit_path):
 @run_options
 @click.option("--full", is_flag=True, help="CPU backend: also run the cases outside its time budget.")
 @click.option("--race-check", is_flag=True,
-              help="CPU backend: run every case again with each block's threads in reverse order; "
-                   "different outputs mean a missing __syncthreads().")
+              help="CPU: run every case again under other thread orders (reversed, seeded random); different "
+                   "outputs mean a missing __syncthreads(). GPU: the small cases under compute-sanitizer's "
+                   "racecheck and synccheck.")
 @click.option("--case", "only", multiple=True, help="Run only this case (repeatable).")
 @click.option("--diagnose/--no-diagnose", default=True, show_default=True,
               help="GPU: after a crash, replay that case under compute-sanitizer (where installed) to name the line.")

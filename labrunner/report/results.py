@@ -41,11 +41,14 @@ class CaseResult:
     first_bad: dict | None = None
     failing_rows: list[int] = field(default_factory=list)
     diagnosis: str | None = None  # compute-sanitizer's report on a crash, where it ran
+    nonfinite: int = 0            # output elements that are NaN or Inf
+    evidence: dict = field(default_factory=dict)  # what the hints read (truth/hints.py); not in the JSON
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "status": self.status, "rows": self.rows, "prefix": self.prefix,
-            "max_abs_err": self.max_abs_err, "bad_elements": self.bad_elements, "first_bad": self.first_bad,
+            "max_abs_err": _number(self.max_abs_err), "nonfinite": self.nonfinite,
+            "bad_elements": self.bad_elements, "first_bad": self.first_bad,
             "failing_rows": self.failing_rows, "message": self.message, "diagnosis": self.diagnosis,
         }
 
@@ -67,6 +70,20 @@ class RunResult:
     kernel_output: list[str] = field(default_factory=list)
     error: str | None = None
     error_code: ExitCode | None = None
+    hints: list[dict] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for c in self.cases if c.status == "skipped")
+
+    @property
+    def summary(self) -> str:
+        """The verdict in words, with the skipped cases counted: a pass that left cases out says so."""
+        if not self.skipped:
+            return self.verdict
+        count = f"{self.skipped} case{'s' if self.skipped != 1 else ''}"
+        where = f" on the {self.backend.upper()} backend" if self.backend else ""
+        return f"{self.verdict} ({count} skipped{where}; --full runs them)"
 
     @property
     def decisive_case(self) -> CaseResult | None:
@@ -80,7 +97,8 @@ class RunResult:
     def verdict(self) -> str:
         if self.error_code is not None:
             return {ExitCode.COMPILE_ERROR: "compile-error", ExitCode.USAGE: "usage-error",
-                    ExitCode.ENVIRONMENT: "environment-missing"}.get(self.error_code, "error")
+                    ExitCode.ENVIRONMENT: "environment-missing", ExitCode.INTERRUPTED: "interrupted",
+                    ExitCode.TERMINATED: "interrupted"}.get(self.error_code, "error")
         case = self.decisive_case
         if case is not None:
             return case.status
@@ -98,7 +116,8 @@ class RunResult:
         return {
             "schema": SCHEMA, "command": self.command, "lab": self.lab, "file": self.file,
             "backend": self.backend, "device": self.device, "seed": self.seed,
-            "verdict": self.verdict, "exit_code": int(self.exit_code), "error": self.error,
+            "verdict": self.verdict, "summary": self.summary, "exit_code": int(self.exit_code), "error": self.error,
+            "skipped": self.skipped, "hints": self.hints,
             "decisive_case": self.decisive_case.name if self.decisive_case else None,
             "oracle_proof": self.oracle_proof, "compile": self.compile,
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
@@ -115,7 +134,7 @@ def write_junit(result: RunResult, path: Path) -> None:
     from xml.etree import ElementTree
 
     suite = ElementTree.Element("testsuite", name=f"attnlab {result.lab} {result.file}",
-                                tests=str(len(result.cases)))
+                                tests=str(len(result.cases)), skipped=str(result.skipped))
     failures = 0
     for case in result.cases:
         element = ElementTree.SubElement(suite, "testcase", classname=f"{result.lab}.{result.file}", name=case.name)
@@ -130,6 +149,13 @@ def write_junit(result: RunResult, path: Path) -> None:
         ElementTree.SubElement(element, "failure", type=result.verdict, message=result.error)
     suite.set("failures", str(failures))
     ElementTree.ElementTree(suite).write(path, encoding="unicode", xml_declaration=True)
+
+
+def _number(value: float | None) -> float | str | None:
+    """JSON has no NaN or Inf: a non-finite error is written as the word ("nan", "inf")."""
+    if value is None or value == value and abs(value) != float("inf"):
+        return value
+    return str(value)
 
 
 def _plain(value):

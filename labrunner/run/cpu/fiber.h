@@ -74,8 +74,14 @@ namespace {
 
 constexpr size_t kSharedLimit = 227 * 1024;  // bytes of shared memory per block (sm_90)
 constexpr int kMaxThreads = 1024;
+// Shared memory is filled with this quiet NaN at every block's start (labrunner/truth/poison.py
+// knows it as SHARED_POISON_BITS): x86 keeps a NaN's payload through arithmetic, so an output
+// computed from shared memory no thread wrote carries it, and the driver can name the race.
 constexpr uint32_t kPoison32 = 0x7FF00BADu;  // a quiet NaN as float; 0x7FF00BAD7FF00BAD is a NaN double
-constexpr uint64_t kPoison64 = 0x7FF00BAD7FF00BADull;
+// What a shuffle from an inactive source lane returns: a NaN of its own, so that it is never
+// mistaken for a shared-memory read.
+constexpr uint32_t kShflPoison32 = 0x7FF0D1E5u;
+constexpr uint64_t kShflPoison64 = 0x7FF0D1E57FF0D1E5ull;
 
 enum State : uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 enum WarpKind : uint8_t { WK_SHFL, WK_SYNCWARP, WK_VOTE };
@@ -132,6 +138,15 @@ struct Runtime {
     unsigned warp_exited[kMaxThreads / 32];
     unsigned warp_waiting[kMaxThreads / 32];
     bool reverse = false;
+    // The schedule: 0 runs a block's threads in order, 1 in reverse; 2 and up draw a random
+    // priority for every thread from this seed at each block start and at every barrier, and
+    // always run the runnable thread of highest priority (a lowest-priority thread lags behind
+    // everyone until it must be waited for, which is when a missing barrier shows).
+    int schedule = 0;
+    uint64_t rng = 0;
+    int* rank = nullptr;         // [thread] -> its priority (0 runs first)
+    int* by_rank = nullptr;      // [priority] -> thread
+    uint64_t ready[kMaxThreads / 64];  // runnable threads, one bit per priority
 
     uint3 block_idx{0, 0, 0}, block_dim{1, 1, 1}, grid_dim{1, 1, 1};
     const char* kernel = "";
@@ -213,7 +228,34 @@ inline void switch_to(Fiber* from, Fiber* to) {
 
 // ------------------------------------------------------------------- queue
 
+inline bool prioritised() { return rt.schedule >= 2; }
+
+inline uint64_t next_random() {  // splitmix64: a small, good, seedable generator
+    uint64_t z = (rt.rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// A fresh random priority for every thread (Fisher-Yates). Called only when no thread is queued.
+void draw_priorities() {
+    for (int r = 0; r < rt.nthreads; ++r) rt.by_rank[r] = r;
+    for (int r = rt.nthreads - 1; r > 0; --r) {
+        int j = (int)(next_random() % (uint64_t)(r + 1));
+        int t = rt.by_rank[r];
+        rt.by_rank[r] = rt.by_rank[j];
+        rt.by_rank[j] = t;
+    }
+    for (int r = 0; r < rt.nthreads; ++r) rt.rank[rt.by_rank[r]] = r;
+}
+
 inline void push(int i) {
+    if (prioritised()) {
+        const int r = rt.rank[i];
+        rt.ready[r >> 6] |= 1ull << (r & 63);
+        ++rt.qcount;
+        return;
+    }
     int slot = rt.qhead + rt.qcount;
     if (slot >= rt.nthreads) slot -= rt.nthreads;
     rt.queue[slot] = i;
@@ -222,6 +264,16 @@ inline void push(int i) {
 
 inline int pop() {
     if (rt.qcount == 0) return -1;
+    if (prioritised()) {
+        for (int w = 0; w < kMaxThreads / 64; ++w)
+            if (rt.ready[w]) {
+                const int r = w * 64 + __builtin_ctzll(rt.ready[w]);
+                rt.ready[w] &= rt.ready[w] - 1;
+                --rt.qcount;
+                return rt.by_rank[r];
+            }
+        return -1;
+    }
     int i = rt.queue[rt.qhead];
     if (++rt.qhead == rt.nthreads) rt.qhead = 0;
     --rt.qcount;
@@ -237,6 +289,8 @@ inline void run_next(Fiber* me) {
 // ---------------------------------------------------------------- barriers
 
 void release_barrier() {
+    // Every live thread waits here and none is queued: a new random order can start now.
+    if (prioritised()) draw_priorities();
     int count = 0, n = 0;
     for (int i = 0; i < rt.nthreads; ++i) {
         const Fiber& f = rt.fibers[i];
@@ -313,7 +367,7 @@ void release_warp(int w, unsigned mask) {
             else if (s >= 0 && s < 32 && (mask >> s & 1))
                 f.result = lane_fiber(w, s).value;
             else
-                f.result = kPoison64;  // source lane inactive: undefined on a GPU
+                f.result = kShflPoison64;  // source lane inactive: undefined on a GPU
         } else {
             f.result = ballot;
         }
@@ -485,7 +539,11 @@ bool ensure_fibers(int n) {
     rt.fibers = (Fiber*)calloc(n, sizeof(Fiber));
     rt.ucs = (ucontext_t*)calloc(n, sizeof(ucontext_t));
     rt.queue = (int*)calloc(n, sizeof(int));
-    if (!rt.fibers || !rt.ucs || !rt.queue) return false;
+    free(rt.rank);
+    free(rt.by_rank);
+    rt.rank = (int*)calloc(n, sizeof(int));
+    rt.by_rank = (int*)calloc(n, sizeof(int));
+    if (!rt.fibers || !rt.ucs || !rt.queue || !rt.rank || !rt.by_rank) return false;
     for (int i = 0; i < n; ++i) {
         char* base = rt.stack_map + per * i;
         mprotect(base, page, PROT_NONE);
@@ -657,6 +715,13 @@ void run_block() {
         rt.warp_waiting[w] = 0;
     }
     rt.qhead = rt.qcount = 0;
+    if (prioritised()) {
+        // The same schedule number gives the same orders on every run: a race found is a race replayed.
+        const uint64_t block = ((uint64_t)rt.block_idx.z * rt.grid_dim.y + rt.block_idx.y) * rt.grid_dim.x + rt.block_idx.x;
+        rt.rng = (uint64_t)rt.schedule * 0x100000001B3ull ^ (block * 0x9E3779B97F4A7C15ull);
+        memset(rt.ready, 0, sizeof rt.ready);
+        draw_priorities();
+    }
     for (int k = 0; k < rt.nthreads; ++k) push(rt.reverse ? rt.nthreads - 1 - k : k);
     rt.live = rt.nthreads;
     rt.bar_count = 0;
@@ -698,7 +763,8 @@ int launch(const char* kernel, void (*thunk)(void**), void** args, const int* gr
     rt.block_dim = uint3{(unsigned)block[0], (unsigned)block[1], (unsigned)block[2]};
     rt.grid_dim = uint3{(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     rt.dyn_shared = (size_t)shared_bytes;
-    rt.reverse = reverse != 0;
+    rt.reverse = reverse == 1;
+    rt.schedule = reverse;
     rt.thunk = thunk;
     rt.args = args;
     fflush(stdout);

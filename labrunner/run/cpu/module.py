@@ -439,7 +439,8 @@ class CpuModule:
         except Exception:
             pass
         with _LAUNCH_LOCK:
-            rc = fn(ptrs, gi, bi, shared_bytes, 1 if reverse_threads else 0, err, len(err))
+            # reverse_threads is the schedule: False/0 in order, True/1 reversed, 2 and up seeded random orders
+            rc = fn(ptrs, gi, bi, shared_bytes, int(reverse_threads), err, len(err))
         del keep
         if rc != 0:
             raise CpuKernelError(err.value.decode(errors="replace"))
