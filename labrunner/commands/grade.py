@@ -5,7 +5,7 @@ Correctness gates timing: nothing is timed (see `benchmark.py`) until every case
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -125,8 +125,10 @@ def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, op
             continue
         progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
         failures = sum(1 for r in results if r.status != "pass")
-        result = run_one_case(lab, submission, worker, case, options, timeout, explain=failures < EXPLAINED_FAILURES,
-                              stage_check=failures == 0)
+        # Once a race is found the verdict is race: later cases need no more schedules to say so.
+        raced = any(r.status == "race" for r in results)
+        result = run_one_case(lab, submission, worker, case, replace(options, race_check=False) if raced else options,
+                              timeout, explain=failures < EXPLAINED_FAILURES, stage_check=failures == 0)
         if result.status == "crash" and backend == "gpu" and options.diagnose:
             progress.advance(f"{case.name}: replaying under compute-sanitizer")
             add_diagnosis(lab, submission, case, options, timeout, result)

@@ -226,6 +226,15 @@ def rewrite_source(src: str) -> str:
     return src
 
 
+# g++ writes `attention.cu:20:5: error: ...`; NVRTC, and every message of the driver's, `attention.cu(20): error: ...`.
+_GCC_LINE = re.compile(r"^([^:\n]+):(\d+):\d+: (error|warning|note): ", re.MULTILINE)
+
+
+def _as_nvrtc_lines(text: str) -> str:
+    """Compiler lines in the one form a student sees everywhere: `file(line): error: ...`."""
+    return _GCC_LINE.sub(lambda m: f"{m.group(1)}({m.group(2)}): {m.group(3)}: ", text)
+
+
 # ----------------------------------------------------------- launch wrappers
 
 _SCALARS = {
@@ -358,7 +367,7 @@ class CpuModule:
                 except subprocess.TimeoutExpired:
                     raise CpuKernelError("C++ compile failed:\ncompiler timed out after 600 s") from None
                 if res.returncode != 0:
-                    msg = (res.stderr + res.stdout).replace(tmp + os.sep, "").strip()
+                    msg = _as_nvrtc_lines((res.stderr + res.stdout).replace(tmp + os.sep, "").strip())
                     raise CpuKernelError("C++ compile failed:\n" + msg)
                 part = cache / f".{so_path.name}.{os.getpid()}.{threading.get_ident()}"
                 shutil.copyfile(out_tmp, part)
