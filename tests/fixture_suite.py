@@ -55,7 +55,8 @@ class Outcome:
                 if self.got.get(key) != want:
                     wrong.append(f"{key}: expected {want!r}, got {self.got.get(key)!r}")
         # Hints: a fixture that names one must get it first; a passing one must get none.
-        want_hint = self.fixture.expected.get("hint", "" if self.fixture.expected["verdict"] == "pass" else None)
+        want_hint = expected.get(f"{self.backend}_hint",
+                                 expected.get("hint", "" if expected["verdict"] == "pass" else None))
         if want_hint is not None and self.got.get("hint", "") != want_hint:
             wrong.append(f"hint: expected {want_hint or 'none'!r}, got {self.got.get('hint') or 'none'!r}")
         for needle in self.fixture.expected.get("gpu_diagnosis_names", []) if self.backend == "gpu" else []:
