@@ -163,9 +163,9 @@ def test_a_file_without_flash_prefill_is_missing_the_entry_point(tmp_path):
     assert error.message == f"attention.cu: error: missing entry point flash_prefill; {NEEDS}"
 
 
-def test_an_empty_file_is_missing_the_entry_point(tmp_path):
+def test_an_empty_file_is_said_to_be_empty(tmp_path):
     error = refusal(tmp_path, "")
-    assert error.message == f"attention.cu: error: missing entry point flash_prefill; {NEEDS}"
+    assert error.message == "attention.cu: file is empty; `attnlab starter lab2` prints the file to start from"
 
 
 def test_a_kernel_without_extern_c_is_named(tmp_path):

@@ -157,7 +157,7 @@ def test_the_shipped_solutions_have_the_barriers_the_variants_remove():
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
-@pytest.mark.parametrize("lab, line, text", variants(), ids=lambda v: v if isinstance(v, (str, int)) else "")
+@pytest.mark.parametrize("lab, line, text", [pytest.param(*v, id=f"{v[0]}-line-{v[1]}") for v in variants()])
 def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(tmp_path, lab, line, text):
     kernel = tmp_path / f"{lab}_without_barrier_{line}.cu"
     kernel.write_text(text)

@@ -153,11 +153,13 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)}
     schedules = RACE_SCHEDULES if options.race_check and worker.backend == "cpu" else ()
+    tried: list[tuple[int, str]] = []
 
     def under_other_schedules():
         # Run one at a time, as judge_case asks: the first schedule that disagrees ends the search.
         # The worker's reverse_threads carries the CPU schedule's number (True and False keep their meaning).
         for number, label in schedules:
+            tried.append((number, label))
             yield label, worker.run_case("student", launches, given, writable, ("out",), timeout_s,
                                          reverse_threads=number)
 
@@ -168,7 +170,8 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
     except WorkerFailure as failure:
         return misbehaved(case, failure)
     if result.status in ("wrong", "never-written", "race"):
-        explain_failure(lab, submission, worker, case, inputs, run, reference, result, dict(schedules), timeout_s,
+        # the schedule that disagreed is the last one tried: the kernel search replays only that one
+        explain_failure(lab, submission, worker, case, inputs, run, reference, result, dict(tried[-1:]), timeout_s,
                         explain, stage_check)
     return result
 
