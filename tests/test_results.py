@@ -36,7 +36,7 @@ MET = {"status": "met", "passed": True, "message": "met"}
 def test_every_exit_code_keeps_its_number():
     assert {code.name: int(code) for code in ExitCode} == {
         "PASS": 0, "WRONG_ANSWER": 1, "USAGE": 2, "COMPILE_ERROR": 3, "MISBEHAVED": 4, "SPEED_GATE": 5,
-        "ENVIRONMENT": 6}
+        "ENVIRONMENT": 6, "INTERRUPTED": 130, "TERMINATED": 143}
 
 
 def test_every_case_status_maps_to_its_exit_code_most_severe_first():
@@ -95,6 +95,7 @@ def test_a_wrong_case_outranks_a_missed_gate():
     (ExitCode.COMPILE_ERROR, "compile-error"), (ExitCode.USAGE, "usage-error"),
     (ExitCode.ENVIRONMENT, "environment-missing"), (ExitCode.WRONG_ANSWER, "error"),
     (ExitCode.MISBEHAVED, "crash"),  # a worker that failed while loading the kernel
+    (ExitCode.INTERRUPTED, "interrupted"), (ExitCode.TERMINATED, "interrupted"),
 ])
 def test_an_error_names_its_verdict_and_keeps_its_exit_code(code, verdict):
     result = run("pass", "pass", error="attention.cu(3): error: expected a ';'", error_code=code)
@@ -128,17 +129,19 @@ def test_the_json_form_is_the_documented_schema(tmp_path):
         "verdict": "wrong", "exit_code": 1, "error": None, "decisive_case": "c1", "gate": MISSED}
     assert SCHEMA == "attnlab.result/1"
     assert data["cases"][1] == {"name": "c1", "status": "wrong", "rows": 1, "prefix": 0, "max_abs_err": 0.5,
-                                "bad_elements": 0, "first_bad": {"row": 2, "head": 0, "col": 1, "got": 1.5, "expected": 1.0},
+                                "nonfinite": 0, "bad_elements": 0, "first_bad": {"row": 2, "head": 0, "col": 1, "got": 1.5, "expected": 1.0},
                                 "failing_rows": [], "message": "c1 ended wrong", "diagnosis": None}
     assert path.read_text().endswith("}\n")
 
 
-def test_json_refuses_a_nan_and_an_unknown_type(tmp_path):
-    result = run("wrong")
-    result.cases[0].max_abs_err = math.nan
+def test_json_writes_a_non_finite_error_as_a_word_and_refuses_any_other_nan_and_an_unknown_type(tmp_path):
+    result = run("wrong", "wrong")
+    result.cases[0].max_abs_err, result.cases[1].max_abs_err = math.nan, np.float64(-math.inf)
+    write_json(result, tmp_path / "r.json")
+    assert [c["max_abs_err"] for c in json.loads((tmp_path / "r.json").read_text())["cases"]] == ["nan", "-inf"]
+    result.cases[0].first_bad = {"row": 0, "head": 0, "col": 0, "got": math.nan}  # a field the schema leaves open
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         write_json(result, tmp_path / "r.json")
-    result.cases[0].max_abs_err = 0.5
     result.cases[0].first_bad = {"row": 0, "head": 0, "col": 0, "got": object()}  # a field the schema leaves open
     with pytest.raises(TypeError, match="^object is not JSON serializable$"):
         write_json(result, tmp_path / "r.json")
@@ -182,8 +185,8 @@ def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_p
     data = json.loads(path.read_text())
     assert {k: v for k, v in data.items() if k != "cases"} == {
         "schema": "attnlab.result/1", "command": "grade", "lab": "lab2", "file": "flash.cu", "backend": "gpu",
-        "device": {"name": "NVIDIA H200"}, "seed": "secret", "verdict": "pass", "exit_code": 0, "error": None,
-        "decisive_case": None, "oracle_proof": {"passed": True, "max_error": 0.0}, "compile": {"arch": "sm_90"},
+        "device": {"name": "NVIDIA H200"}, "seed": "secret", "verdict": "pass", "summary": "pass", "exit_code": 0,
+        "error": None, "skipped": 0, "hints": [], "decisive_case": None, "oracle_proof": {"passed": True, "max_error": 0.0}, "compile": {"arch": "sm_90"},
         "timing": {"speedup": 13.0}, "gate": MET, "notes": ["a note"], "kernel_output": ["printed"],
         "attnlab_version": "0.1.0", "sha256": None, "options": {}, "gpu": "NVIDIA H200", "seconds": None}
     assert path.read_text().startswith('{\n  "schema": "attnlab.result/1",\n  "command": "grade",\n')
