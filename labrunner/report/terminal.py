@@ -214,7 +214,8 @@ def verdict_line(result: RunResult) -> None:
     backend = "" if skipped else {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
     for hint in result.hints:
         stdout.print(f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=True)
-    stdout.print(f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})")
+    stdout.print(f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})",
+                 soft_wrap=True)  # one line a log reader can grep, however narrow the terminal
 
 
 def kernel_output(lines: list[str]) -> None:
