@@ -13,9 +13,11 @@ class ExitCode(enum.IntEnum):
     WRONG_ANSWER = 1     # a value outside the pass rule, or an element never written
     USAGE = 2            # unknown lab, missing or unreadable file, bad option
     COMPILE_ERROR = 3    # the compiler rejected the file, or an entry point is missing or wrong
-    MISBEHAVED = 4       # crash, timeout, out-of-bounds write, mutated input
+    MISBEHAVED = 4       # crash, timeout, out-of-bounds write, mutated input, race
     SPEED_GATE = 5       # correct, but slower than this GPU's calibrated gate
     ENVIRONMENT = 6      # no GPU, driver, CuPy, NVRTC or C++ compiler for the chosen backend
+    INTERRUPTED = 130    # stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it; the cases so far are kept
+    TERMINATED = 143     # stopped by SIGTERM (a cancelled CI job): 128 + 15; the cases so far are kept
 
 
 class AttnlabError(Exception):
@@ -33,3 +35,9 @@ def usage_error(message: str) -> AttnlabError:
 
 def environment_error(message: str) -> AttnlabError:
     return AttnlabError(message, ExitCode.ENVIRONMENT)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the driver is, so a cancelled run unwinds as Ctrl-C does: the worker is
+    closed, the cases finished so far are reported. A BaseException, like KeyboardInterrupt, so that
+    no `except Exception` on the way up mistakes it for an error of its own."""

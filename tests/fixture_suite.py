@@ -48,11 +48,18 @@ class Outcome:
     @property
     def mismatches(self) -> list[str]:
         wrong = []
+        expected = self.fixture.expected
         for key in ("verdict", "exit_code", "case", "row"):
-            if key in self.fixture.expected or key in ("verdict", "exit_code"):
-                want = self.fixture.expected.get(key)
+            if key in expected or key in ("verdict", "exit_code"):
+                # `gpu_case` and the like: where the backends' default case sets differ
+                want = expected.get(f"{self.backend}_{key}", expected.get(key))
                 if self.got.get(key) != want:
                     wrong.append(f"{key}: expected {want!r}, got {self.got.get(key)!r}")
+        # Hints: a fixture that names one must get it first; a passing one must get none.
+        want_hint = expected.get(f"{self.backend}_hint",
+                                 expected.get("hint", "" if expected["verdict"] == "pass" else None))
+        if want_hint is not None and self.got.get("hint", "") != want_hint:
+            wrong.append(f"hint: expected {want_hint or 'none'!r}, got {self.got.get('hint') or 'none'!r}")
         for needle in self.fixture.expected.get("gpu_diagnosis_names", []) if self.backend == "gpu" else []:
             if needle not in (self.got.get("diagnosis") or ""):
                 wrong.append(f"diagnosis: expected it to name {needle!r}, got {self.got.get('diagnosis')!r}")
@@ -101,6 +108,8 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
         "row": (decisive or {}).get("first_bad", {}).get("row") if decisive and decisive.get("first_bad") else None,
         "message": (decisive or {}).get("message") or result.get("error") or completed.stderr.strip()[-300:],
         "diagnosis": (decisive or {}).get("diagnosis"),
+        "hint": ((result.get("hints") or [{}])[0]).get("hazard", ""),
+        "hints": [h["hazard"] for h in result.get("hints") or []],
     }
     return Outcome(fixture, got, seconds, backend)
 
@@ -110,12 +119,14 @@ def run_suite(backend: str, lab: str | None = None, extra: tuple[str, ...] = ())
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = [f"{'kernel':40} {'expected':32} {'got':32} {'s':>6}  ok"]
+    lines = [f"{'kernel':40} {'expected':32} {'got':32} {'hints':28} {'s':>6}  ok"]
     for o in outcomes:
         e, g = o.fixture.expected, o.got
         want = f"{e['verdict']} {e.get('case', '')} r{e.get('row', '-')} x{e['exit_code']}"
         have = f"{g['verdict']} {g.get('case') or ''} r{'-' if g.get('row') is None else g['row']} x{g['exit_code']}"
-        lines.append(f"{o.fixture.name:40} {want:32} {have:32} {o.seconds:6.1f}  {'ok' if not o.mismatches else 'MISMATCH'}")
+        hints = ", ".join(g.get("hints") or []) or "-"
+        lines.append(f"{o.fixture.name:40} {want:32} {have:32} {hints:28} {o.seconds:6.1f}  "
+                     f"{'ok' if not o.mismatches else 'MISMATCH'}")
     bad = sum(1 for o in outcomes if o.mismatches)
     lines.append(f"{len(outcomes) - bad} passed, {bad} failed")
     return "\n".join(lines)

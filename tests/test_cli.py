@@ -272,7 +272,7 @@ def test_grade_with_an_unknown_case_is_a_usage_error(runner):
     assert result.exit_code == 2
     assert result.stderr.endswith("error: --case C5: lab2 has no such case (it has C1-P31, C17-P31, C33-P31, "
                                   "C1-P1000, C17-P1000, C33-P1000, planted-C33-P31, planted-C33-P1000, "
-                                  "lastkey-C33-P1000, lastkey-C17-P31, C2048-P2048)\n")
+                                  "lastkey-C33-P1000, lastkey-C17-P31, C2048-P2048, geometry-C129-P31)\n")
 
 
 def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch):

@@ -44,6 +44,14 @@ def test_hints_are_read_from_the_result_where_present():
     assert row(data)["hints"] == "check the causal bound"
 
 
+def test_the_hints_a_grade_gives_fill_the_column_in_their_order():
+    hints = [{"hazard": "scale", "text": "every score is off by one factor: multiply Q.K by\n1/sqrt(64)"},
+             {"hazard": "bounds", "text": "rows past the first block are wrong"}]
+    cases = [CaseResult("C1-P31", "wrong", "bad", 1, 31)]
+    data = RunResult("grade", "lab2", "e.cu", backend="cpu", cases=cases, hints=hints).to_json()
+    assert row(data)["hints"] == "every score is off by one factor: multiply Q.K by 1/sqrt(64) | rows past the first block are wrong"
+
+
 def test_cells_a_spreadsheet_would_run_as_formulas_are_written_as_text(tmp_path):
     data = RunResult("grade", "lab2", "=HYPERLINK(\"http://x\").cu", sha256=SHA).to_json()
     write_gradebook([row(data, seconds=1.0)], tmp_path / "g.csv")

@@ -19,8 +19,13 @@ from labrunner.build.includes import refuse_foreign_includes
 from labrunner.commands.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
 
-REFUSED = ("is refused: a submission may include only the driver's headers (<attnlab/...>); "
-           "paste what you need into the file itself")
+ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"
+DIRECTIVE = f"is refused: a submission may include only {ALLOWED}"  # #import, #embed, #include_next
+REFUSED = f"{DIRECTIVE}; paste what you need into the file itself"  # an #include of any other header
+DOTDOT = ("is refused: a header name may not contain `..`; include the driver's headers by their own names, "
+          "as <attnlab/prelude.cuh>")
+NOT_LITERAL = f"is refused: an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED}"
+PROBE = f"is refused: a submission may not probe for files; it may include only {ALLOWED}"
 KERNEL = ('extern "C" __global__ void flash_prefill(const float* q, const float* kCache, const float* vCache, '
           'float* out, int chunkLen, int prefixLen) {}\n')
 
@@ -34,7 +39,7 @@ def no_nvrtc(monkeypatch):
 
 
 def refused(source: str, filename: str = "attention.cu") -> str:
-    with pytest.raises(AttnlabError, match=r"is refused: a submission may include only") as caught:
+    with pytest.raises(AttnlabError, match=r"^\S+\(\d+\): error: `[^`]+` is refused: ") as caught:
         refuse_foreign_includes(source, filename)
     assert caught.value.exit_code == ExitCode.COMPILE_ERROR
     return caught.value.message
@@ -42,21 +47,19 @@ def refused(source: str, filename: str = "attention.cu") -> str:
 
 # --- the driver's header path is matched exactly ------------------------------------------------
 
-@pytest.mark.parametrize("argument", [
-    "<attnlab/../../x.cuh>",              # ends in .cuh: only the `..` can make it foreign
-    "<attnlab/../attnlab/prelude.cuh>",
-    "<attnlab/./prelude.cuh>",
-    "<attnlab/sub/prelude.cuh>",
-    "<attnlab/prelude.cuh/../../../etc/passwd>",
-    "</attnlab/prelude.cuh>",
-    "<attnlab/prelude.h>",
-    "<attnlab/prelude.cuh",
-    "<attnlab/prelude.cuh> extra",
-    '"attnlab/prelude.cuh"',             # the quoted form searches the file's own folder first
-    "<ATTNLAB/prelude.cuh>",
+@pytest.mark.parametrize(("argument", "why"), [
+    ("<attnlab/../../x.cuh>", DOTDOT),              # ends in .cuh: only the `..` can make it foreign
+    ("<attnlab/../attnlab/prelude.cuh>", DOTDOT),
+    ("<attnlab/./prelude.cuh>", REFUSED),
+    ("<attnlab/sub/prelude.cuh>", REFUSED),
+    ("<attnlab/prelude.cuh/../../../etc/passwd>", DOTDOT),
+    ("</attnlab/prelude.cuh>", REFUSED),
+    ("<attnlab/prelude.h>", REFUSED),
+    ("<attnlab/prelude.cuh", NOT_LITERAL),
+    ("<ATTNLAB/prelude.cuh>", REFUSED),
 ])
-def test_anything_but_the_drivers_header_path_is_refused(argument):
-    assert refused(f"#include {argument}\n") == f"attention.cu(1): error: `#include {argument}` {REFUSED}"
+def test_anything_but_the_drivers_header_path_is_refused(argument, why):
+    assert refused(f"#include {argument}\n") == f"attention.cu(1): error: `#include {argument}` {why}"
 
 
 def test_a_double_slash_in_the_header_path_is_refused():
@@ -71,6 +74,8 @@ def test_a_double_slash_in_the_header_path_is_refused():
     "#include <attnlab/prelude.cuh> // the driver's prelude",
     "#include <attnlab/prelude.cuh> /* twice is harmless */",
     "%:include <attnlab/prelude.cuh>",
+    "#include <attnlab/prelude.cuh> extra",  # both compilers ignore tokens after the header name (a warning)
+    '#include "attnlab/prelude.cuh"',        # no compiler sees a folder of the file's own: the driver's header
 ])
 def test_the_drivers_own_header_is_accepted_however_it_is_spaced(line):
     """Does not raise: the policy must not refuse what every starter file does (a refusal here fails every student)."""
@@ -82,7 +87,7 @@ def test_a_dotdot_path_ending_in_cuh_is_refused_before_nvrtc_by_attnlab_check(no
     Path("attention.cu").write_text("// my kernel\n#include <attnlab/../../x.cuh>\n" + KERNEL)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["check", "lab2", "attention.cu"])
     assert result.exit_code == ExitCode.COMPILE_ERROR == 3
-    assert result.output == f"error: attention.cu(2): error: `#include <attnlab/../../x.cuh>` {REFUSED}\n"
+    assert result.output == f"attention.cu(2): error: `#include <attnlab/../../x.cuh>` {DOTDOT}\n"
 
 
 # --- __has_include probes ------------------------------------------------------------------------
@@ -92,12 +97,12 @@ def test_a_dotdot_path_ending_in_cuh_is_refused_before_nvrtc_by_attnlab_check(no
     ("#if __has_include(</etc/shadow>)\n#endif\n", 1, "__has_include"),
     ('#if 0\n#elif __has_include("/root/.ssh/id_rsa")\n#endif\n', 2, "__has_include"),
     ('#if __has_include_next("/etc/passwd")\n#endif\n', 1, "__has_include_next"),
-    ('#if defined(X) && \\\n    __has_include("/etc/passwd")\n#endif\n', 1, "__has_include"),
+    ('#if defined(X) && \\\n    __has_include("/etc/passwd")\n#endif\n', 2, "__has_include"),  # the probe's own line
     ('/* a probe\n   below */\n#if __has_include ("/etc/passwd")\n#endif\n', 3, "__has_include"),
     ("#if __has_include(<attnlab/prelude.cuh>)\n#endif\n", 1, "__has_include"),
 ])
 def test_a_has_include_probe_is_refused_and_named(source, line, probe):
-    assert refused(source) == f"attention.cu({line}): error: `{probe}` {REFUSED}"
+    assert refused(source) == f"attention.cu({line}): error: `{probe}` {PROBE}"
 
 
 def test_a_has_include_probe_is_refused_before_nvrtc_by_attnlab_check(no_nvrtc, tmp_path, monkeypatch):
@@ -105,7 +110,7 @@ def test_a_has_include_probe_is_refused_before_nvrtc_by_attnlab_check(no_nvrtc, 
     Path("attention.cu").write_text('#if __has_include("/etc/passwd")\n#define LEAK 1\n#endif\n' + KERNEL)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["check", "lab2", "attention.cu"])
     assert result.exit_code == ExitCode.COMPILE_ERROR
-    assert result.output == f"error: attention.cu(1): error: `__has_include` {REFUSED}\n"
+    assert result.output == f"attention.cu(1): error: `__has_include` {PROBE}\n"
 
 
 def test_a_name_that_only_contains_has_include_is_not_a_probe():
@@ -116,14 +121,14 @@ def test_a_name_that_only_contains_has_include_is_not_a_probe():
 
 # --- every file-reading directive, and where the report points ------------------------------------
 
-@pytest.mark.parametrize(("directive", "shown"), [
-    ('#import "x.h"', '#import "x.h"'),
-    ("#embed </etc/passwd>", "#embed </etc/passwd>"),
-    ("#include_next <attnlab/prelude.cuh>", "#include_next <attnlab/prelude.cuh>"),
-    ("#include", "#include"),
+@pytest.mark.parametrize(("directive", "shown", "why"), [
+    ('#import "x.h"', '#import "x.h"', DIRECTIVE),
+    ("#embed </etc/passwd>", "#embed </etc/passwd>", DIRECTIVE),
+    ("#include_next <attnlab/prelude.cuh>", "#include_next <attnlab/prelude.cuh>", DIRECTIVE),
+    ("#include", "#include", NOT_LITERAL),
 ])
-def test_every_file_reading_directive_is_refused(directive, shown):
-    assert refused(directive + "\n") == f"attention.cu(1): error: `{shown}` {REFUSED}"
+def test_every_file_reading_directive_is_refused(directive, shown, why):
+    assert refused(directive + "\n") == f"attention.cu(1): error: `{shown}` {why}"
 
 
 def test_the_first_refused_line_is_reported_after_splices_and_block_comments():
@@ -132,7 +137,7 @@ def test_the_first_refused_line_is_reported_after_splices_and_block_comments():
               "#include <attnlab/prelude.cuh>\n"  # line 5: allowed
               '#include "../secret.h"\n'          # line 6: the first refusal
               '#include "/etc/passwd"\n')
-    assert refused(source, "k.cu") == f'k.cu(6): error: `#include "../secret.h"` {REFUSED}'
+    assert refused(source, "k.cu") == f'k.cu(6): error: `#include "../secret.h"` {DOTDOT}'
 
 
 def test_directives_inside_comments_and_strings_are_not_directives():
@@ -176,8 +181,6 @@ def test_a_directive_is_found_wherever_the_preprocessor_finds_it(source, line, s
     'const char* s = "a\\"b"; /* old:\n#include "/etc/passwd" */\n',  # ... holding an escaped quote
     'const char* s = "\\\\"; /* old:\n#include "/etc/passwd" */\n',  # ... holding an escaped backslash
     "#include <attnlab/prelude.cuh> //",                             # a comment at the very end
-    "#include <attnlab/prelude.cuh> /* never closed\n#include </etc/passwd>\n",
-    "/* never closed, ending in a star *",
     'const char* s = "never closed',
     'const char* s = "ends in a backslash\\',
 ])
@@ -186,3 +189,14 @@ def test_what_the_preprocessor_never_reads_as_a_directive_is_not_refused(source)
     comment, or the file ends inside one); refusing it would fail a correct file, and a scanner that
     stumbles at the end of a file would crash the grader instead of letting NVRTC report it."""
     assert refuse_foreign_includes(source, "attention.cu") is None
+
+
+@pytest.mark.parametrize("source", [
+    "#include <attnlab/prelude.cuh> /* never closed\n#include </etc/passwd>\n",
+    "/* never closed, ending in a star *",
+])
+def test_a_block_comment_that_never_ends_is_refused_at_its_line(source):
+    """Neither compiler reads what follows an unclosed comment, and both refuse the file: said here,
+    before either runs, with the line the comment opens on."""
+    with pytest.raises(AttnlabError, match=r"^attention\.cu\(1\): error: a /\* comment that never ends \(add \*/\)$"):
+        refuse_foreign_includes(source, "attention.cu")

@@ -36,7 +36,7 @@ MET = {"status": "met", "passed": True, "message": "met"}
 def test_every_exit_code_keeps_its_number():
     assert {code.name: int(code) for code in ExitCode} == {
         "PASS": 0, "WRONG_ANSWER": 1, "USAGE": 2, "COMPILE_ERROR": 3, "MISBEHAVED": 4, "SPEED_GATE": 5,
-        "ENVIRONMENT": 6}
+        "ENVIRONMENT": 6, "INTERRUPTED": 130, "TERMINATED": 143}
 
 
 def test_every_case_status_maps_to_its_exit_code_most_severe_first():
@@ -93,7 +93,9 @@ def test_a_wrong_case_outranks_a_missed_gate():
 
 @pytest.mark.parametrize(("code", "verdict"), [
     (ExitCode.COMPILE_ERROR, "compile-error"), (ExitCode.USAGE, "usage-error"),
-    (ExitCode.ENVIRONMENT, "environment-missing"), (ExitCode.WRONG_ANSWER, "error"), (ExitCode.MISBEHAVED, "error"),
+    (ExitCode.ENVIRONMENT, "environment-missing"), (ExitCode.WRONG_ANSWER, "error"),
+    (ExitCode.MISBEHAVED, "crash"),  # a worker that failed while loading the kernel
+    (ExitCode.INTERRUPTED, "interrupted"), (ExitCode.TERMINATED, "interrupted"),
 ])
 def test_an_error_names_its_verdict_and_keeps_its_exit_code(code, verdict):
     result = run("pass", "pass", error="attention.cu(3): error: expected a ';'", error_code=code)
@@ -117,7 +119,7 @@ def test_attnlab_errors_carry_their_message_and_code():
 def test_the_json_form_is_the_documented_schema(tmp_path):
     result = run("pass", "wrong", gate=MISSED, seed="7", backend="cpu")
     result.cases[1].max_abs_err = np.float64(0.5)  # numpy scalars arrive from the checker
-    result.cases[1].first_bad = {"row": np.int64(2), "head": 0, "col": 1, "got": 1.5, "expected": 1.0}
+    result.cases[1].first_bad = {"row": 2, "head": 0, "col": 1, "got": np.float32(1.5), "expected": 1.0}
     path = tmp_path / "result.json"
     write_json(result, path)
     data = json.loads(path.read_text())
@@ -127,17 +129,20 @@ def test_the_json_form_is_the_documented_schema(tmp_path):
         "verdict": "wrong", "exit_code": 1, "error": None, "decisive_case": "c1", "gate": MISSED}
     assert SCHEMA == "attnlab.result/1"
     assert data["cases"][1] == {"name": "c1", "status": "wrong", "rows": 1, "prefix": 0, "max_abs_err": 0.5,
-                                "bad_elements": 0, "first_bad": {"row": 2, "head": 0, "col": 1, "got": 1.5, "expected": 1.0},
+                                "nonfinite": 0, "bad_elements": 0, "first_bad": {"row": 2, "head": 0, "col": 1, "got": 1.5, "expected": 1.0},
                                 "failing_rows": [], "message": "c1 ended wrong", "diagnosis": None}
     assert path.read_text().endswith("}\n")
 
 
-def test_json_refuses_a_nan_and_an_unknown_type(tmp_path):
-    result = run("wrong")
-    result.cases[0].max_abs_err = math.nan
+def test_json_writes_a_non_finite_error_as_a_word_and_refuses_any_other_nan_and_an_unknown_type(tmp_path):
+    result = run("wrong", "wrong")
+    result.cases[0].max_abs_err, result.cases[1].max_abs_err = math.nan, np.float64(-math.inf)
+    write_json(result, tmp_path / "r.json")
+    assert [c["max_abs_err"] for c in json.loads((tmp_path / "r.json").read_text())["cases"]] == ["nan", "-inf"]
+    result.cases[0].first_bad = {"row": 0, "head": 0, "col": 0, "got": math.nan}  # a field the schema leaves open
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
         write_json(result, tmp_path / "r.json")
-    result.cases[0].max_abs_err = object()
+    result.cases[0].first_bad = {"row": 0, "head": 0, "col": 0, "got": object()}  # a field the schema leaves open
     with pytest.raises(TypeError, match="^object is not JSON serializable$"):
         write_json(result, tmp_path / "r.json")
 
@@ -147,11 +152,13 @@ def test_junit_has_one_test_case_per_case_with_failures_and_skips(tmp_path):
     path = tmp_path / "r.xml"
     write_junit(result, path)
     suite = ElementTree.parse(path).getroot()
-    assert (suite.get("name"), suite.get("tests"), suite.get("failures")) == ("attnlab lab2 flash.cu", "4", "1")
+    assert [suite.get(k) for k in ("name", "tests", "failures", "errors", "skipped", "time")] == [
+        "attnlab lab2 flash.cu", "4", "1", "0", "2", "0.000"]
     cases = suite.findall("testcase")
-    assert [(c.get("classname"), c.get("name")) for c in cases] == [("lab2.flash.cu", f"c{i}") for i in range(4)]
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [("attnlab.lab2.flash", f"c{i}") for i in range(4)]
     assert [child.tag for c in cases for child in c] == ["failure", "skipped", "skipped"]
-    assert (cases[1].find("failure").get("type"), cases[1].find("failure").get("message")) == ("wrong", "c1 ended wrong")
+    failure = cases[1].find("failure")
+    assert (failure.get("type"), failure.get("message"), failure.text) == ("wrong", "c1 ended wrong", "c1 ended wrong")
     assert cases[2].find("skipped").get("message") == "c2 ended skipped"
     assert path.read_text().startswith("<?xml version='1.0' encoding='utf-8'?>\n<testsuite ")
 
@@ -161,25 +168,27 @@ def test_junit_reports_an_error_as_one_more_failing_case(tmp_path):
     path = tmp_path / "r.xml"
     write_junit(result, path)
     suite = ElementTree.parse(path).getroot()
-    assert (suite.get("tests"), suite.get("failures")) == ("1", "1")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
     error_case = suite.findall("testcase")[-1]
-    assert (error_case.get("classname"), error_case.get("name")) == ("lab2", "compile-error")
+    assert (error_case.get("classname"), error_case.get("name")) == ("attnlab.lab2.flash", "compile")
     failure = error_case.find("failure")
-    assert (failure.get("type"), failure.get("message")) == ("compile-error", "attention.cu(3): error: expected a ';'")
+    assert (failure.get("type"), failure.get("message"), failure.text) == (
+        "compile-error", "attention.cu(3): error: expected a ';'", "attention.cu(3): error: expected a ';'")
 
 
 def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_path):
     result = RunResult("grade", "lab2", "flash.cu", backend="gpu", device={"name": "NVIDIA H200"}, seed="secret",
-                       oracle_proof={"passed": True}, cases=[case("c0", "pass")], timing={"speedup": 13.0},
+                       oracle_proof={"passed": True, "max_error": 0.0}, cases=[case("c0", "pass")], timing={"speedup": 13.0},
                        gate=MET, compile={"arch": "sm_90"}, notes=["a note"], kernel_output=["printed"])
     path = tmp_path / "result.json"
     write_json(result, path)
     data = json.loads(path.read_text())
     assert {k: v for k, v in data.items() if k != "cases"} == {
         "schema": "attnlab.result/1", "command": "grade", "lab": "lab2", "file": "flash.cu", "backend": "gpu",
-        "device": {"name": "NVIDIA H200"}, "seed": "secret", "verdict": "pass", "exit_code": 0, "error": None,
-        "decisive_case": None, "oracle_proof": {"passed": True}, "compile": {"arch": "sm_90"},
-        "timing": {"speedup": 13.0}, "gate": MET, "notes": ["a note"], "kernel_output": ["printed"]}
+        "device": {"name": "NVIDIA H200"}, "seed": "secret", "verdict": "pass", "summary": "pass", "exit_code": 0,
+        "error": None, "skipped": 0, "hints": [], "decisive_case": None, "oracle_proof": {"passed": True, "max_error": 0.0}, "compile": {"arch": "sm_90"},
+        "timing": {"speedup": 13.0}, "gate": MET, "notes": ["a note"], "kernel_output": ["printed"],
+        "attnlab_version": "0.1.0", "sha256": None, "options": {}, "gpu": "NVIDIA H200", "seconds": None}
     assert path.read_text().startswith('{\n  "schema": "attnlab.result/1",\n  "command": "grade",\n')
 
 
@@ -188,4 +197,6 @@ def test_junit_counts_every_failure_and_the_error(tmp_path):
     path = tmp_path / "r.xml"
     write_junit(result, path)
     suite = ElementTree.parse(path).getroot()
-    assert (suite.get("tests"), suite.get("failures")) == ("3", "3")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "2", "1")
+    assert [c.get("name") for c in suite.findall("testcase")] == ["c0", "c1", "c2", "environment-missing"]
+    assert [child.tag for c in suite.findall("testcase") for child in c] == ["failure", "failure", "error"]

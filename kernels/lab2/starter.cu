@@ -18,6 +18,8 @@
 // Launch geometry: the driver reads these exported constants from your compiled module, so you
 // change the launch here, never in Python.
 //   grid  = (ceil(chunkLen / attnlab_rows_per_block), 32 / attnlab_heads_per_block, 1)
+//           attnlab_rows_per_block = 0 means one block over all rows: grid.x = 1, for a kernel
+//           whose block walks every row of its head itself (no magic number standing for "all")
 //   block = (attnlab_threads, 1, 1), with attnlab_smem_bytes of dynamic shared memory
 //           (above 48 KB the driver raises the kernel's limit for you; Hopper allows 227 KB).
 extern "C" __constant__ int attnlab_threads = 256;

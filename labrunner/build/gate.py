@@ -25,6 +25,7 @@ from labrunner.build.includes import refuse_foreign_includes
 from labrunner.build.launch_constants import check_launch_constants
 from labrunner.build.nvrtc import DEFAULT_ARCH, CompiledModule, compile_module
 from labrunner.build.source import read_source
+from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
 
 
@@ -41,6 +42,9 @@ def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = 
                     limits: CompileLimits = CompileLimits()) -> Submission:
     label = label or str(path)
     source = read_source(path, label)
+    if not source.strip():  # said as what it is, not as the entry points an empty file lacks
+        raise AttnlabError(f"{label}: error: file is empty; `attnlab starter {lab.name}` prints the file to start from",
+                           ExitCode.COMPILE_ERROR)
     module = compile_gate(source, label, arch, limits)
     check_entry_points(lab, module, label)
     check_parameter_types(lab, module, label, arch, limits)

@@ -140,8 +140,8 @@ def ended_how(returncode: int) -> str:
 def dead_result(task: SubmissionTask, reason: str) -> dict:
     """What a submission's result says when the job grading it died: the grader's fault, not the student's."""
     return {"schema": SCHEMA, "command": "grade", "lab": task.lab, "file": task.file, "backend": None, "device": None,
-            "seed": None, "verdict": "environment-missing", "exit_code": int(ExitCode.ENVIRONMENT), "error": reason,
-            "decisive_case": None, "oracle_proof": None, "compile": None, "cases": [], "timing": None, "gate": None,
+            "seed": None, "verdict": "environment-missing", "summary": "environment-missing",
+            "exit_code": int(ExitCode.ENVIRONMENT), "error": reason, "skipped": 0, "hints": [], "decisive_case": None, "oracle_proof": None, "compile": None, "cases": [], "timing": None, "gate": None,
             "notes": [], "kernel_output": [], "attnlab_version": None, "sha256": None, "options": {}, "gpu": None,
             "seconds": None}
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.exit_codes import AttnlabError, ExitCode, Terminated, usage_error
 from labrunner.labs import LABS, get_lab
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
@@ -98,12 +99,19 @@ def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | 
             terminal.error(f"{option} {path}: cannot write ({problem})")
             sys.exit(int(ExitCode.USAGE))
     started = time.perf_counter()
+    previous = _on_sigterm(_terminate)
     try:
         body()
     except AttnlabError as exc:
         result.error, result.error_code = exc.message, exc.exit_code
-    except KeyboardInterrupt:
-        result.error, result.error_code = "interrupted", ExitCode.ENVIRONMENT
+    except (KeyboardInterrupt, Terminated) as exc:
+        name, result.error_code = (("SIGINT", ExitCode.INTERRUPTED) if isinstance(exc, KeyboardInterrupt)
+                                   else ("SIGTERM", ExitCode.TERMINATED))
+        kept = len([c for c in result.cases if c.status != "skipped"])
+        result.error = f"interrupted by {name}: {kept} case{'s' if kept != 1 else ''} finished before it are kept"
+        terminal.cases_report(result)
+    finally:
+        _on_sigterm(previous)
     result.seconds = round(time.perf_counter() - started, 3)
     describe_run(result)
     finish(result, json_path, junit_path, after)
@@ -132,6 +140,20 @@ def plain_option(value):
     return value
 
 
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _on_sigterm(handler):
+    """Installs a SIGTERM handler and returns the previous one (only the main thread may; elsewhere, none)."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
+
+
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="attnlab")
 def main():
@@ -139,8 +161,9 @@ def main():
 
     \b
     Exit codes: 0 pass, 1 wrong answer, 2 usage error, 3 compile error,
-    4 misbehaving kernel (crash, timeout, out-of-bounds, mutated input),
-    5 speed gate missed, 6 environment missing (GPU, driver, compiler).
+    4 misbehaving kernel (crash, timeout, out-of-bounds, mutated input, race),
+    5 speed gate missed, 6 environment missing (GPU, driver, compiler),
+    130 interrupted (SIGINT), 143 terminated (SIGTERM).
     """
     terminal.prepare_streams()
 
@@ -301,8 +324,9 @@ def annotate(kind: str | None):
 @batch_options
 @click.option("--full", is_flag=True, help="CPU backend: also run the cases outside its time budget.")
 @click.option("--race-check", is_flag=True,
-              help="CPU backend: run every case again with each block's threads in reverse order; "
-                   "different outputs mean a missing __syncthreads().")
+              help="CPU: run every case again under other thread orders (reversed, seeded random); different "
+                   "outputs mean a missing __syncthreads(). GPU: the small cases under compute-sanitizer's "
+                   "racecheck and synccheck.")
 @click.option("--case", "only", multiple=True, help="Run only this case (repeatable).")
 @click.option("--diagnose/--no-diagnose", default=True, show_default=True,
               help="GPU: after a crash, replay that case under compute-sanitizer (where installed) to name the line.")

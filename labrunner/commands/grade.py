@@ -5,7 +5,7 @@ Correctness gates timing: nothing is timed (see `benchmark.py`) until every case
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,10 +16,11 @@ from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
-from labrunner.truth.cases import Case, Seed, load_catalogue, make_inputs
+from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue, make_inputs
 from labrunner.truth.check import check_output, describe_rows
+from labrunner.truth.hints import gather_evidence
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
-from labrunner.truth.poison import inspect_guards
+from labrunner.truth.poison import SHARED_POISON_BITS, carries, inspect_guards
 
 DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
 BACKENDS = ("gpu", "cpu", "auto")
@@ -30,9 +31,25 @@ class CaseOptions:
     seed: Seed
     timeout_s: float | None = None
     full: bool = False          # CPU: run the cases outside the default budget too
-    race_check: bool = False    # CPU: run every case again with each block's threads reversed
+    race_check: bool = False    # CPU: every case under several thread schedules; GPU: racecheck and synccheck
     only: tuple[str, ...] = ()  # case names to run (empty: all)
     diagnose: bool = True       # GPU: replay a crashing case under compute-sanitizer, where installed
+
+
+# Failing cases whose output is compared with the variant oracles for hints (the first ones).
+EXPLAINED_FAILURES = 3
+
+# The CPU schedules --race-check runs each case under besides the first (threads in order), by the
+# number the CPU backend knows them by: reversed, then seeded random priorities (run/cpu/fiber.h).
+# Reversal alone misses a warp that runs ahead through a reduction before a slower warp has read
+# the value it overwrites; random priorities let some warp run ahead at every barrier.
+RACE_SCHEDULES: tuple[tuple[int, str], ...] = (
+    (1, "reverse order"),
+    (2, "random order (seed 2)"),
+    (3, "random order (seed 3)"),
+    (4, "random order (seed 4)"),
+    (5, "random order (seed 5)"),
+)
 
 
 def gpu_status() -> tuple[bool, str]:
@@ -86,10 +103,19 @@ def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
     return []
 
 
-def select_cases(lab: Lab, backend: str, options: CaseOptions) -> tuple[list[Case], list[tuple[Case, str]]]:
-    """The cases to run, and those skipped with the reason (the CPU backend's time budget)."""
+def select_cases(lab: Lab, backend: str, options: CaseOptions,
+                 constants: dict[str, int] | None = None) -> tuple[list[Case], list[tuple[Case, str]]]:
+    """The cases to run, and those skipped with the reason (the CPU backend's time budget).
+
+    `constants`: the submission's launch geometry. Where no case of the default set spans three of
+    its blocks, the case derived from it joins the set (`geometry_case`), on every backend.
+    """
     catalogue = load_catalogue(lab.name)
     cases = list(catalogue.cases)
+    derived = geometry_case(catalogue, lab.row_tiles(constants)) if constants is not None else None
+    by_default = [c for c in cases if backend != "cpu" or options.full or c.cpu]
+    if derived and not any(c.rows >= derived.rows for c in by_default):
+        cases.append(derived)
     if options.only:
         unknown = [n for n in options.only if n not in {c.name for c in cases}]
         if unknown:
@@ -102,10 +128,12 @@ def select_cases(lab: Lab, backend: str, options: CaseOptions) -> tuple[list[Cas
 
 
 def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, options: CaseOptions,
-              progress: Progress = Progress()) -> list[CaseResult]:
-    cases, skipped = select_cases(lab, backend, options)
+              progress: Progress = Progress(), results: list[CaseResult] | None = None) -> list[CaseResult]:
+    """Every case, in order. `results` (when given) fills as each case finishes, so an interrupted
+    run still has the cases it finished."""
+    cases, skipped = select_cases(lab, backend, options, submission.constants)
     timeout = options.timeout_s or DEFAULT_TIMEOUT_S[backend]
-    results: list[CaseResult] = []
+    results = [] if results is None else results
     progress.start("checking cases", len(cases))
     stopped_by: str | None = None
     for case in cases:
@@ -113,46 +141,163 @@ def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, op
             results.append(CaseResult(case.name, "not-run", f"not run: {stopped_by}", case.rows, case.prefix))
             continue
         progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
-        result = run_one_case(lab, submission, worker, case, options, timeout)
+        failures = sum(1 for r in results if r.status != "pass")
+        # Once a race is found the verdict is race: later cases need no more schedules to say so.
+        raced = any(r.status == "race" for r in results)
+        result = run_one_case(lab, submission, worker, case, replace(options, race_check=False) if raced else options,
+                              timeout, explain=failures < EXPLAINED_FAILURES, stage_check=failures == 0)
         if result.status == "crash" and backend == "gpu" and options.diagnose:
             progress.advance(f"{case.name}: replaying under compute-sanitizer")
             add_diagnosis(lab, submission, case, options, timeout, result)
         results.append(result)
         if result.status in ("crash", "timeout"):
             stopped_by = f"case {case.name} ended in a {result.status}"
+    if options.race_check and backend == "gpu" and not stopped_by:
+        progress.advance("racecheck and synccheck under compute-sanitizer")
+        add_race_report(lab, submission, [c for c in cases if c.cpu], options, timeout, results)
     progress.done()
     results += [CaseResult(c.name, "skipped", f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
     return results
 
 
 def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, options: CaseOptions,
-                 timeout_s: float) -> CaseResult:
+                 timeout_s: float, explain: bool = True, stage_check: bool = True) -> CaseResult:
+    """One case, judged; a failure explained. `explain`: compare a wrong output with the variant
+    oracles the hints read; `stage_check`: rerun a wrong pipeline kernel by kernel (lab 1). The driver
+    does both for the first failures only, since each costs time."""
     inputs = make_inputs(case, options.seed.value)
     given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)}
+    schedules = RACE_SCHEDULES if options.race_check and worker.backend == "cpu" else ()
+    tried: list[tuple[int, str]] = []
+
+    def under_other_schedules():
+        # Run one at a time, as judge_case asks: the first schedule that disagrees ends the search.
+        # The worker's reverse_threads carries the CPU schedule's number (True and False keep their meaning).
+        for number, label in schedules:
+            tried.append((number, label))
+            yield label, worker.run_case("student", launches, given, writable, ("out",), timeout_s,
+                                         reverse_threads=number)
+
     try:
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
-        reversed_run = (worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=True)
-                        if options.race_check else None)
+        reference = oracle.attention(inputs.q, inputs.k, inputs.v, prefix=case.prefix)
+        result = judge_case(case, run, given, writable, reference, under_other_schedules())
     except WorkerFailure as failure:
         return misbehaved(case, failure)
-    reference = oracle.attention(inputs.q, inputs.k, inputs.v, prefix=case.prefix)
-    return judge_case(case, run, given, writable, reference, reversed_run)
+    if result.status in ("wrong", "never-written", "race"):
+        # the schedule that disagreed is the last one tried: the kernel search replays only that one
+        explain_failure(lab, submission, worker, case, inputs, run, reference, result, dict(tried[-1:]), timeout_s,
+                        explain, stage_check)
+    return result
+
+
+def explain_failure(lab: Lab, submission: Submission, worker: Worker, case: Case, inputs, run, reference,
+                    result: CaseResult, schedules: dict[int, str], timeout_s: float, explain: bool = True,
+                    stage_check: bool = True) -> None:
+    """What a student needs beyond where: the kernel a race is in, lab 1's first wrong stage, the evidence for hints.
+
+    A diagnosis only: nothing here changes a verdict. A kernel that misbehaves while being
+    explained (it passed once, so it should not) leaves the explanation out.
+    """
+    out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
+    result.evidence = gather_evidence(case, inputs, out, reference, result.status, result.failing_rows, explain)
+    launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
+    try:
+        if result.status == "race":
+            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, result, schedules, timeout_s)
+            result.message += f"; in kernel {kernel}"
+        elif lab.stages and stage_check:
+            stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s)
+            if stage:
+                result.message += f"; stage check: {stage}"
+    except WorkerFailure:
+        pass
+
+
+def stage_buffers(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float,
+                  schedule: int = 0) -> list[tuple[str, np.ndarray]]:
+    """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote."""
+    given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)}
+    stages = []
+    for count, launch in enumerate(launches, start=1):
+        written = next(a for a in reversed(launch.args) if isinstance(a, str) and a in writable)
+        run = worker.run_case("student", launches[:count], given, writable, (written,), timeout_s,
+                              reverse_threads=schedule)
+        stages.append((launch.kernel, run.outputs[written]))
+    return stages
+
+
+def racing_kernel(lab: Lab, submission: Submission, worker: Worker, case: Case, inputs, launches: list,
+                  result: CaseResult, schedules: dict[int, str], timeout_s: float) -> str:
+    """The first kernel whose own result carries the shared-memory poison, or differs between schedules."""
+    if len(launches) == 1:
+        return launches[0].kernel
+    first = stage_buffers(lab, worker, case, inputs, launches, timeout_s)
+    for kernel, buffer in first:
+        if carries(buffer, SHARED_POISON_BITS).any():
+            return kernel
+    for number in schedules:
+        other = stage_buffers(lab, worker, case, inputs, launches, timeout_s, number)
+        for (kernel, a), (_, b) in zip(first, other):
+            if not same_values(a, b).all():
+                return kernel
+    return launches[-1].kernel
+
+
+def first_wrong_stage(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float) -> str | None:
+    """Lab 1's stage check: the first kernel whose result disagrees with the definition, in words.
+
+    A stage that disagrees but is made good by the next one (scores left unscaled, scaled inside
+    the softmax) is a different split of the same work, not the bug: the stage named is the first
+    that disagrees after the last one that agrees. The last stage is the output, already wrong.
+    """
+    stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
+    problems = [lab.stages[kernel](buffer, inputs, case.rows) for kernel, buffer in stages]
+    kernels = [kernel for kernel, _ in stages] + [launches[-1].kernel]
+    agreeing = [i for i, problem in enumerate(problems) if problem is None]
+    first = (agreeing[-1] + 1) if agreeing else 0
+    if first == len(stages):
+        return (f"{kernels[first]} is the first kernel whose result disagrees with the definition "
+                "(every kernel before it agrees)")
+    return f"{kernels[first]} is the first kernel whose result disagrees with the definition: {problems[first]}"
+
+
+def add_race_report(lab: Lab, submission: Submission, cases: list[Case], options: CaseOptions, timeout_s: float,
+                    results: list[CaseResult]) -> None:
+    """GPU --race-check: the small cases under compute-sanitizer's racecheck and synccheck; the first
+    hazard makes its case a race, with the kernel and line the tool names."""
+    from labrunner.run.racecheck import find_hazard
+
+    for case in cases:
+        result = next((r for r in results if r.name == case.name), None)
+        if result is None or result.status not in ("pass", "wrong", "never-written"):
+            continue
+        hazard = find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
+        if hazard:
+            result.status = "race"
+            result.message = hazard
+            return
+
+
+def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> dict:
+    """One case as the replay process (`labrunner.run.replay`) runs it under a sanitizer."""
+    inputs = make_inputs(case, options.seed.value)
+    request = {"launches": lab.plan_launches(submission.constants, case.rows, case.prefix),
+               "inputs": {"q": inputs.q, "k": inputs.k, "v": inputs.v},
+               "writable": {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)},
+               "returned": ("out",), "reverse_threads": False}
+    return {"source": submission.module.composed_source, "filename": submission.label,
+            "entry_types": lab.entry_point_types(), "request": request}
 
 
 def add_diagnosis(lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float,
                   result: CaseResult) -> None:
     from labrunner.run.diagnose import replay_under_sanitizer
 
-    inputs = make_inputs(case, options.seed.value)
-    request = {"launches": lab.plan_launches(submission.constants, case.rows, case.prefix),
-               "inputs": {"q": inputs.q, "k": inputs.k, "v": inputs.v},
-               "writable": {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)},
-               "returned": ("out",), "reverse_threads": False}
-    report = replay_under_sanitizer({"source": submission.module.composed_source, "filename": submission.label,
-                                     "entry_types": lab.entry_point_types(), "request": request},
-                                    case_timeout_s=timeout_s)
+    report = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
     if report:
         result.diagnosis = report
         result.message += "; compute-sanitizer: " + " | ".join(line.strip() for line in report.splitlines())
@@ -164,8 +309,13 @@ def misbehaved(case: Case, failure: WorkerFailure) -> CaseResult:
 
 
 def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str, int],
-               reference: np.ndarray, reversed_run=None) -> CaseResult:
-    """Guards first (they explain everything after them), then inputs, then every output value."""
+               reference: np.ndarray, others=()) -> CaseResult:
+    """Guards first (they explain everything after them), then inputs, then every output value.
+
+    `others`: (label, run) of the same case under other thread schedules (--race-check on the CPU),
+    taken one at a time. Any difference from the first run is a race, whether or not the first run
+    passed.
+    """
     for name in writable:
         damage = inspect_guards(name, *run.bands[name])
         if damage:
@@ -181,19 +331,31 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
     checked = check_output(out, reference, exact=case.exact)
     result = CaseResult(case.name, checked.status, checked.message, case.rows, case.prefix, checked.max_abs_err,
-                        checked.bad_elements, checked.first_bad, checked.failing_rows)
+                        checked.bad_elements, checked.first_bad, checked.failing_rows, nonfinite=checked.nonfinite)
     if not checked.passed:
         result.message += f"; {describe_rows(checked.failing_rows, case.rows)}"
-    elif reversed_run is not None:
-        other = reversed_run.outputs["out"].reshape(out.shape)
-        agree = within_tolerance(other, out.astype(np.float64))
+    if checked.status == "race":
+        return result
+    for label, other_run in others:
+        other = other_run.outputs["out"].reshape(out.shape)
+        agree = same_values(other, out)
         if not agree.all():
             row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
             result.status = "race"
-            result.message = (f"the output depends on thread order: with each block's threads run in reverse, row {row}, "
-                              f"head {head}, col {col} is {other[row, head, col]:.6g} instead of {out[row, head, col]:.6g}; "
-                              "a missing __syncthreads()?")
+            result.message = (f"the output depends on thread order: with each block's threads in {label} between "
+                              f"barriers, row {row}, head {head}, col {col} is {_value(other[row, head, col])} "
+                              f"instead of {_value(out[row, head, col])}: a missing __syncthreads()?")
+            break
     return result
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two runs agree on an element when both are NaN, or equal within the pass rule."""
+    return (np.isnan(a) & np.isnan(b)) | within_tolerance(a, b.astype(np.float64))
+
+
+def _value(x) -> str:
+    return f"{float(x):.6g}" if np.isfinite(x) else str(float(x))
 
 
 def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:

@@ -26,6 +26,7 @@ from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
 from labrunner.truth.cases import Case, load_catalogue, resolve_seed
 from labrunner.truth.golden import require_proven_oracle
+from labrunner.truth.hints import derive_hints
 
 
 @dataclass
@@ -120,10 +121,11 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
                           race_check=request.race_check, only=request.only, diagnose=request.diagnose)
     result.device = device_facts(backend)
-    with Worker(backend) as worker:
+    with Worker(backend) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
         load_student(worker, lab, submission, load_options(request))
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
-            result.cases = run_cases(lab, submission, worker, backend, options, progress)
+            run_cases(lab, submission, worker, backend, options, progress, results=result.cases)
+        result.hints = derive_hints([c.evidence for c in result.cases if c.evidence])
         terminal.cases_report(result)
         correct = result.decisive_case is None
         if correct and request.timing and backend == "gpu" and not request.only:

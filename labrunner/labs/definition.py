@@ -8,7 +8,7 @@ tolerances, seeds) is data in `cases/<lab>.toml`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -69,6 +69,11 @@ class Lab:
     workspace: Callable[[int, int], dict[str, int]] = lambda rows, prefix: {}  # name -> float count
     validate: Callable[[dict[str, int]], list[str]] = lambda constants: []
     baseline: str = "starter"
+    # For every grid dimension that runs over rows (or keys): how many one block covers (0: all of them).
+    row_tiles: Callable[[dict[str, int]], list[int]] = lambda constants: []
+    # Kernel -> the check of the buffer it writes against the definition ((buffer, inputs, rows) -> a
+    # problem in words, or None), for every kernel but the last: the stage check of a wrong output.
+    stages: dict[str, Callable] = field(default_factory=dict)
 
     @property
     def starter_path(self) -> Path:

@@ -11,6 +11,7 @@ from labrunner.labs.definition import (
     check_positive,
     entry,
 )
+from labrunner.truth.check import probabilities_stage_problem, scores_stage_problem
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 DEFAULTS = {
@@ -81,4 +82,11 @@ LAB1 = Lab(
     workspace=lambda rows, prefix: {"scores": QUERY_HEADS * rows * rows},
     validate=validate,
     baseline="none",
+    # scores tiles rows (grid.y) and keys (grid.x), softmax rows (grid.x), the weighted sum rows (grid.y)
+    stages={
+        "attn_scores": lambda buffer, inputs, rows: scores_stage_problem(buffer, inputs.q, inputs.k, rows),
+        "attn_softmax": lambda buffer, inputs, rows: probabilities_stage_problem(buffer, inputs.q, inputs.k, rows),
+    },
+    row_tiles=lambda c: [c["attnlab_scores_tile_keys"], c["attnlab_scores_tile_rows"],
+                         c["attnlab_softmax_rows_per_block"], c["attnlab_wsum_tile_rows"]],
 )

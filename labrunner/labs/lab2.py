@@ -7,17 +7,24 @@ from labrunner.truth.contract import QUERY_HEADS
 
 DEFAULTS = {
     "attnlab_threads": 256,          # threads per block
-    "attnlab_rows_per_block": 64,    # query rows of the chunk one block serves: grid.x = ceil(C / rows)
+    "attnlab_rows_per_block": 64,    # query rows of the chunk one block serves: grid.x = ceil(C / rows); 0: all of them
     "attnlab_heads_per_block": 1,    # query heads one block serves: grid.y = 32 / heads (4 = one KV group)
     "attnlab_smem_bytes": 0,         # dynamic shared memory per block; above 48 KB the driver raises the limit
 }
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in maximum per block
 
 
+def row_blocks(c: dict[str, int], rows: int) -> int:
+    """grid.x: one block per attnlab_rows_per_block rows, or one block for the whole chunk when it is 0
+    (a kernel that walks every row of its head itself says so without a magic number)."""
+    per_block = c["attnlab_rows_per_block"]
+    return 1 if per_block == 0 else ceil_div(rows, per_block)
+
+
 def plan_launches(c: dict[str, int], rows: int, prefix: int) -> list[Launch]:
     return [Launch(
         "flash_prefill",
-        (ceil_div(rows, c["attnlab_rows_per_block"]), QUERY_HEADS // c["attnlab_heads_per_block"], 1),
+        (row_blocks(c, rows), QUERY_HEADS // c["attnlab_heads_per_block"], 1),
         (c["attnlab_threads"], 1, 1),
         c["attnlab_smem_bytes"],
         ("q", "k", "v", "out", rows, prefix),
@@ -29,8 +36,9 @@ def validate(c: dict[str, int]) -> list[str]:
     heads = c["attnlab_heads_per_block"]
     if heads <= 0 or QUERY_HEADS % heads:
         problems.append(f"attnlab_heads_per_block = {heads} must divide {QUERY_HEADS}")
-    if c["attnlab_rows_per_block"] <= 0:
-        problems.append(f"attnlab_rows_per_block = {c['attnlab_rows_per_block']} must be positive")
+    if c["attnlab_rows_per_block"] < 0:
+        problems.append(f"attnlab_rows_per_block = {c['attnlab_rows_per_block']} must be positive, or 0 for "
+                        "one block over all rows")
     if c["attnlab_smem_bytes"] > MAX_SHARED_BYTES:
         problems.append(f"attnlab_smem_bytes = {c['attnlab_smem_bytes']} exceeds the {MAX_SHARED_BYTES} bytes a block may have")
     return problems
@@ -49,4 +57,5 @@ LAB2 = Lab(
     launch_defaults=DEFAULTS,
     plan_launches=plan_launches,
     validate=validate,
+    row_tiles=lambda c: [c["attnlab_rows_per_block"]],
 )

@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 
 from labrunner.report.results import NOT_RUN, RunResult
 
-GRADER_FAULTS = ("environment-missing", "usage-error", "error")  # verdicts that are <error>, not <failure>
+GRADER_FAULTS = ("environment-missing", "usage-error", "error", "interrupted")  # <error>, not <failure>
 
 # XML 1.0 cannot carry most control characters, and a compiler's message quotes the student's source.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -42,11 +42,14 @@ class CaseResult:
     first_bad: dict | None = None
     failing_rows: list[int] = field(default_factory=list)
     diagnosis: str | None = None  # compute-sanitizer's report on a crash, where it ran
+    nonfinite: int = 0            # output elements that are NaN or Inf
+    evidence: dict = field(default_factory=dict)  # what the hints read (truth/hints.py); not in the JSON
 
     def to_json(self) -> dict:
         return {
             "name": self.name, "status": self.status, "rows": self.rows, "prefix": self.prefix,
-            "max_abs_err": self.max_abs_err, "bad_elements": self.bad_elements, "first_bad": self.first_bad,
+            "max_abs_err": _number(self.max_abs_err), "nonfinite": self.nonfinite,
+            "bad_elements": self.bad_elements, "first_bad": self.first_bad,
             "failing_rows": self.failing_rows, "message": shown_text(self.message),
             "diagnosis": None if self.diagnosis is None else shown_text(self.diagnosis),
         }
@@ -73,6 +76,20 @@ class RunResult:
     sha256: str | None = None          # of the file graded, as read: a gradebook row names exactly what it graded
     options: dict = field(default_factory=dict)  # the command's options, as given
     seconds: float | None = None       # wall time of the whole command
+    hints: list[dict] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for c in self.cases if c.status == "skipped")
+
+    @property
+    def summary(self) -> str:
+        """The verdict in words, with the skipped cases counted: a pass that left cases out says so."""
+        if not self.skipped:
+            return self.verdict
+        count = f"{self.skipped} case{'s' if self.skipped != 1 else ''}"
+        where = f" on the {self.backend.upper()} backend" if self.backend else ""
+        return f"{self.verdict} ({count} skipped{where}; --full runs them)"
 
     @property
     def decisive_case(self) -> CaseResult | None:
@@ -86,8 +103,8 @@ class RunResult:
     def verdict(self) -> str:
         if self.error_code is not None:
             return {ExitCode.COMPILE_ERROR: "compile-error", ExitCode.USAGE: "usage-error",
-                    ExitCode.ENVIRONMENT: "environment-missing",
-                    ExitCode.MISBEHAVED: "crash"}.get(self.error_code, "error")
+                    ExitCode.ENVIRONMENT: "environment-missing", ExitCode.MISBEHAVED: "crash",
+                    ExitCode.INTERRUPTED: "interrupted", ExitCode.TERMINATED: "interrupted"}.get(self.error_code, "error")
         case = self.decisive_case
         if case is not None:
             return case.status
@@ -105,8 +122,9 @@ class RunResult:
         return {
             "schema": SCHEMA, "command": self.command, "lab": self.lab, "file": self.file,
             "backend": self.backend, "device": self.device, "seed": self.seed,
-            "verdict": self.verdict, "exit_code": int(self.exit_code),
+            "verdict": self.verdict, "summary": self.summary, "exit_code": int(self.exit_code),
             "error": None if self.error is None else shown_text(self.error),
+            "skipped": self.skipped, "hints": self.hints,
             "decisive_case": self.decisive_case.name if self.decisive_case else None,
             "oracle_proof": self.oracle_proof, "compile": self.compile,
             "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
@@ -128,6 +146,13 @@ def attnlab_version() -> str:
 
 def write_json(result: RunResult, path: Path) -> None:
     path.write_text(json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n")
+
+
+def _number(value: float | None) -> float | str | None:
+    """JSON has no NaN or Inf: a non-finite error is written as the word ("nan", "inf")."""
+    if value is None or value == value and abs(value) != float("inf"):
+        return value
+    return str(value)
 
 
 def _plain(value):

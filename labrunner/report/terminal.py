@@ -120,13 +120,16 @@ def cases_report(result: RunResult) -> None:
     title = f"{result.lab} · {result.file} · {result.backend}" + (f" ({result.device.get('name')})" if result.device else "")
     heading(title)
     table = Table()
-    for column in ("case", "rows", "prefix", "status", "max |err|", "details"):
+    # A lab without a cached prefix (lab 1) has no prefix column: a column of zeros teaches nothing.
+    with_prefix = any(case.prefix for case in result.cases)
+    columns = ("case", "rows", *(("prefix",) if with_prefix else ()), "status", "max |err|", "details")
+    for column in columns:
         table.add_column(column, justify="right" if column in ("rows", "prefix", "max |err|") else "left",
                          overflow="fold")
     for case in result.cases:
         style = STATUS_STYLE.get(case.status, "bold red")
-        table.add_row(case.name, str(case.rows), str(case.prefix), f"[{style}]{case.status}[/]",
-                      "" if case.max_abs_err is None else f"{case.max_abs_err:.2e}",
+        table.add_row(case.name, str(case.rows), *((str(case.prefix),) if with_prefix else ()),
+                      f"[{style}]{case.status}[/]", _error(case.max_abs_err),
                       "" if case.status == "pass" else escape(shown_text(case.message)))
     print_unwrapped(table)
 
@@ -205,9 +208,14 @@ def verdict_line(result: RunResult) -> None:
     style = "bold green" if verdict == "pass" else "bold red"
     decisive = result.decisive_case
     where = f" in case {decisive.name}" if decisive else ""
-    # A CPU verdict speaks for the CPU build only; say which backend gave it.
-    backend = {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
-    stdout.print(f"[{style}]{verdict.upper()}[/]{where}{backend} (exit {int(result.exit_code)})")
+    # A CPU verdict speaks for the CPU build only; say which backend gave it (the skipped count,
+    # where there is one, already names it).
+    skipped = result.summary.removeprefix(verdict)  # " (N cases skipped on the CPU backend; --full runs them)"
+    backend = "" if skipped else {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
+    for hint in result.hints:
+        stdout.print(f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=True)
+    stdout.print(f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})",
+                 soft_wrap=True)  # one line a log reader can grep, however narrow the terminal
 
 
 def kernel_output(lines: list[str]) -> None:
@@ -215,6 +223,13 @@ def kernel_output(lines: list[str]) -> None:
         stderr.print("[dim]the kernels printed (device printf; shown for reference, never read as results):[/]")
         for line in lines:
             stderr.print(f"[dim]  | {escape(shown(line))}[/]", markup=True, highlight=False)
+
+
+def _error(value: float | None) -> str:
+    """max |err|: nan or inf when any element is, never a small number beside `got nan`."""
+    if value is None:
+        return ""
+    return f"{value:.2e}" if value == value and abs(value) != float("inf") else str(value)
 
 
 def _opt(value) -> str:

@@ -82,7 +82,7 @@ class CpuDevice:
     def guarded(self, count: int, fill_bits: int = POISON_BITS) -> HostGuardedBuffer:
         return HostGuardedBuffer(count, fill_bits)
 
-    def launch(self, module, launch: Launch, buffers: dict, reverse_threads: bool = False) -> None:
+    def launch(self, module, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
         args = [buffers[a] if isinstance(a, str) else int(a) for a in launch.args]
         module.launch(launch.kernel, launch.grid, launch.block, launch.shared_bytes, args,
                       reverse_threads=reverse_threads)

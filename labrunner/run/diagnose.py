@@ -56,6 +56,22 @@ def write_case(folder: Path, payload: dict) -> None:
 
 def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
     """The sanitizer's report on one case (a few lines), or None when there is no sanitizer or no report."""
+    replayed = sanitizer_replay(payload, case_timeout_s, "memcheck", print_limit=3)
+    if replayed is None:
+        return None
+    reported, finished = replayed
+    if not finished:
+        return (f"{SANITIZER} did not finish within {REPLAY_FACTOR * case_timeout_s:g} s "
+                f"({REPLAY_FACTOR} times the case's {case_timeout_s:g} s)")
+    lines = [shown(line) for line in reported if _KEEP.search(line)]
+    return "\n".join(lines[:8]) or None
+
+
+def sanitizer_replay(payload: dict, case_timeout_s: float, tool_name: str,
+                     print_limit: int) -> tuple[list[str], bool] | None:
+    """One case replayed in a box under one of compute-sanitizer's tools (memcheck here, racecheck and
+    synccheck for `racecheck.py`): the tool's own lines and whether it finished in time; None when
+    the sanitizer is not installed."""
     tool = sanitizer_path()
     if tool is None:
         return None
@@ -67,22 +83,17 @@ def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
         write_case(case_dir, payload)
         read_end, write_end = os.pipe()
         try:
-            box.start([tool, "--tool", "memcheck", "--print-limit", "3",
+            box.start([tool, "--tool", tool_name, "--print-limit", str(print_limit),
                        *python_command("labrunner.run.replay", REPLAY_LIMITS, box.private, str(case_dir))],
                       stdout=write_end, host_code=False)
         finally:
             os.close(write_end)
         try:
-            reported, finished = read_report(read_end, time.monotonic() + limit_s,
-                                             lambda: box.process.poll() is not None)
+            return read_report(read_end, time.monotonic() + limit_s, lambda: box.process.poll() is not None)
         finally:
             os.close(read_end)
     finally:
         box.kill()
-    if not finished:
-        return f"{SANITIZER} did not finish within {limit_s:g} s ({REPLAY_FACTOR} times the case's {case_timeout_s:g} s)"
-    lines = [shown(line) for line in reported if _KEEP.search(line)]
-    return "\n".join(lines[:8]) or None
 
 
 def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[str], bool]:

@@ -65,7 +65,7 @@ class GpuDevice:
     def guarded(self, count: int, fill_bits: int = POISON_BITS) -> GuardedBuffer:
         return GuardedBuffer(self.xp, count, fill_bits)
 
-    def launch(self, kernels, launch: Launch, buffers: dict, reverse_threads: bool = False) -> None:
+    def launch(self, kernels, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
         kernel = kernels[launch.kernel]
         if launch.shared_bytes > DEFAULT_SHARED_LIMIT and kernel.max_dynamic_shared_size_bytes < launch.shared_bytes:
             kernel.max_dynamic_shared_size_bytes = launch.shared_bytes

@@ -214,7 +214,7 @@ class Worker:
 
     def run_case(self, role: str, launches: list[Launch], inputs: dict[str, np.ndarray],
                  writable: dict[str, int], returned: tuple[str, ...], timeout_s: float,
-                 reverse_threads: bool = False) -> CaseRun:
+                 reverse_threads: int = False) -> CaseRun:
         reply = self._call({"op": "run", "role": role, "launches": launches, "inputs": inputs,
                             "writable": writable, "returned": list(returned), "reverse_threads": reverse_threads},
                            timeout_s, replies.case_reply(inputs, writable, returned))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ class Catalogue:
     lab: str
     cases: tuple[Case, ...]
     timing: dict
+    geometry: dict = field(default_factory=dict)  # how the case derived from a file's launch geometry looks
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,27 @@ def load_catalogue(lab: str, cases_dir: Path = CASES_DIR) -> Catalogue:
         outside = [p for p in case.planted if not 0 <= p < case.keys]
         if outside:
             raise ValueError(f"{lab} case {case.name}: planted positions {outside} are outside 0..{case.keys - 1}")
-    return Catalogue(lab=data["lab"], cases=cases, timing=data.get("timing", {}))
+    return Catalogue(lab=data["lab"], cases=cases, timing=data.get("timing", {}), geometry=data.get("geometry", {}))
+
+
+def geometry_case(catalogue: Catalogue, tiles: list[int]) -> Case | None:
+    """The case a file's own launch geometry calls for: rows spanning three blocks of its largest row tile.
+
+    `tiles` holds, for every grid dimension that runs over rows (or keys), how many a block covers
+    (0: one block covers them all). A fixed catalogue can only guess at tile sizes; a kernel that
+    exports 64 rows per block and computes every block's rows from block 0 passes every case of
+    64 rows or fewer. Two whole blocks and one partial one cross every boundary of that geometry:
+    the first block, a middle block, and a last block that must stop at the chunk's end.
+    """
+    tiles = [t for t in tiles if t > 0]
+    if not tiles or not catalogue.geometry:
+        return None
+    rows = 2 * max(tiles) + 1
+    prefix = catalogue.geometry.get("prefix", 0)
+    name = catalogue.geometry["name"].format(rows=rows, prefix=prefix)
+    return Case(name=name, rows=rows, prefix=prefix,
+                why=f"rows span three blocks of the file's own launch geometry ({max(tiles)} rows per block)",
+                cpu=rows <= catalogue.geometry.get("max_cpu_rows", rows))
 
 
 @dataclass

@@ -3,7 +3,9 @@
 It reports what a student needs to find the bug: the first bad (row, head, column) with got
 against expected and the rule they broke, how many elements are wrong, and which rows fail.
 An element that still holds the poison pattern is reported as never written, not as a wrong
-number, because "your kernel never wrote row 16" is a different bug from "row 16 is off".
+number, because "your kernel never wrote row 16" is a different bug from "row 16 is off"; one
+that carries the CPU backend's shared-memory poison read shared memory before any thread wrote
+it, which is a race.
 """
 
 from __future__ import annotations
@@ -12,27 +14,58 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labrunner.truth.contract import EXACT_RULE, PASS_RULE, exactly_equal, within_tolerance
-from labrunner.truth.poison import never_written
+from labrunner.truth.contract import (
+    EXACT_RULE,
+    GROUP,
+    PASS_RULE,
+    QUERY_HEADS,
+    SCALE,
+    exactly_equal,
+    visible_mask,
+    within_tolerance,
+)
+from labrunner.truth.poison import SHARED_POISON_BITS, WORKSPACE_POISON_BITS, carries, never_written
 
 PASS = "pass"
 WRONG = "wrong"
 NEVER_WRITTEN = "never-written"
+RACE = "race"
+
+NEVER_WRITTEN_WORDS = ("never written, or computed from a value never written "
+                       "(an output or shared buffer read before it was set?)")
+RACE_WORDS = "read shared memory no thread had written since the last barrier: a missing __syncthreads()?"
 
 
 @dataclass
 class OutputCheck:
-    status: str                      # pass, wrong or never-written
+    status: str                      # pass, wrong, never-written or race
     message: str
-    max_abs_err: float | None        # over elements the kernel wrote with finite values
+    max_abs_err: float | None        # nan or inf when any element is; None for an empty output
     bad_elements: int
     total_elements: int
     first_bad: dict | None = None    # {"row", "head", "col", "got", "expected"}
     failing_rows: list[int] = field(default_factory=list)
+    nonfinite: int = 0               # elements that are NaN or Inf
+    workspace_poisoned: int = 0      # elements carrying the workspace's poison: computed from an unwritten workspace
 
     @property
     def passed(self) -> bool:
         return self.status == PASS
+
+
+def max_abs_error(out: np.ndarray, ref: np.ndarray) -> tuple[float | None, int]:
+    """The largest |out - ref|, and how many elements are not finite.
+
+    A NaN anywhere makes it nan and an Inf (with no NaN) inf: a column that reads 7.35e-07 beside
+    `got nan` would say the kernel was nearly right.
+    """
+    if out.size == 0:
+        return None, 0
+    values = out.astype(np.float64)
+    nonfinite = int((~np.isfinite(values)).sum())
+    if np.isnan(values).any():
+        return float("nan"), nonfinite
+    return float(np.abs(values - ref).max()), nonfinite
 
 
 def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> OutputCheck:
@@ -45,25 +78,31 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         raise ValueError(f"output shape {out.shape} does not match the reference {ref.shape}")
     ok = exactly_equal(out, ref) if exact else within_tolerance(out, ref)
     unwritten = never_written(out)
-    finite = np.isfinite(out)
-    errors = np.abs(out.astype(np.float64) - ref)
-    max_abs_err = float(errors[finite].max()) if finite.any() else None
+    raced = carries(out, SHARED_POISON_BITS)
+    max_abs_err, nonfinite = max_abs_error(out, ref)
+    workspace_poisoned = int(carries(out, WORKSPACE_POISON_BITS).sum())
     bad = ~ok
     bad_count = int(bad.sum())
     if bad_count == 0:
         return OutputCheck(PASS, f"all {out.size} elements within the pass rule", max_abs_err, 0, out.size)
 
     failing_rows = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1)).tolist()
-    unwritten_count = int(unwritten.sum())
-    if unwritten_count:
+    got = None
+    if raced.any():
+        # Severity first: a race makes every other wrong value suspect, so it is the reported bug.
+        row, head, col = np.unravel_index(np.flatnonzero(raced)[0], out.shape)
+        message = (f"row {row}, head {head}, col {col}: {RACE_WORDS} "
+                   f"({int(raced.sum())} of {out.size} elements carry the shared-memory poison)")
+        status = RACE
+        got = "nan"
+    elif unwritten.any():
+        unwritten_count = int(unwritten.sum())
         row, head, col = np.unravel_index(np.flatnonzero(unwritten)[0], out.shape)
-        where = f"row {row}, head {head}, col {col}"
-        message = (f"{where}: never written (still holds the poison pattern); "
+        message = (f"row {row}, head {head}, col {col}: {NEVER_WRITTEN_WORDS}; "
                    f"{unwritten_count} of {out.size} elements never written")
         if bad_count > unwritten_count:
             message += f", {bad_count - unwritten_count} more wrong"
         status = NEVER_WRITTEN
-        got = None
     else:
         row, head, col = np.unravel_index(np.flatnonzero(bad)[0], out.shape)
         got = float(out[row, head, col])
@@ -71,13 +110,60 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         message = (f"row {row}, head {head}, col {col}: got {_number(got, digits)}, expected "
                    f"{_number(ref[row, head, col], digits)} ({EXACT_RULE if exact else PASS_RULE}); "
                    f"{bad_count} of {out.size} elements wrong")
+        if workspace_poisoned:
+            message += (f"; {workspace_poisoned} were computed from a workspace value never written "
+                        "(the workspace read before it was set?)")
         status = WRONG
     first_bad = {
         "row": int(row), "head": int(head), "col": int(col),
-        "got": got if got is None or np.isfinite(got) else str(got),
+        "got": got if got is None or isinstance(got, str) or np.isfinite(got) else str(got),
         "expected": float(ref[row, head, col]),
     }
-    return OutputCheck(status, message, max_abs_err, bad_count, out.size, first_bad, failing_rows)
+    return OutputCheck(status, message, max_abs_err, bad_count, out.size, first_bad, failing_rows, nonfinite,
+                       workspace_poisoned)
+
+
+def scores_stage_problem(scores: np.ndarray, q: np.ndarray, k: np.ndarray, rows: int) -> str | None:
+    """Lab 1's first stage against its definition: scores[h][i][j] = q[i][h] . k[j][h/4] / 8 for j <= i.
+
+    Above the diagonal is left to the softmax (a pipeline may mask there or later). None: agrees.
+    """
+    s = scores.reshape(QUERY_HEADS, rows, rows)
+    expected = _scores(q, k)
+    ok = within_tolerance(s, expected) | ~visible_mask(rows, 0)[None]
+    if ok.all():
+        return None
+    h, i, j = np.unravel_index(np.flatnonzero(~ok)[0], ok.shape)
+    return (f"scores[{h}][{i}][{j}] is {_number(float(s[h, i, j]))}, expected q[{i}][{h}] . k[{j}][{h // GROUP}] / 8 "
+            f"= {_number(float(expected[h, i, j]))}")
+
+
+def probabilities_stage_problem(probabilities: np.ndarray, q: np.ndarray, k: np.ndarray, rows: int) -> str | None:
+    """Lab 1's second stage: each row of probabilities sums to 1 and is the softmax of its scores (0 above
+    the diagonal). None: agrees."""
+    p = probabilities.reshape(QUERY_HEADS, rows, rows)
+    visible = visible_mask(rows, 0)[None]
+    scores = np.where(visible, _scores(q, k), -np.inf)
+    expected = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    expected /= expected.sum(axis=-1, keepdims=True)
+    sums = p.astype(np.float64).sum(axis=-1)
+    off = ~(np.abs(sums - 1.0) <= 1e-3)
+    if off.any():
+        h, i = np.unravel_index(np.flatnonzero(off)[0], off.shape)
+        return f"row {i} of head {h} sums to {_number(float(sums[h, i]))}; every probability row sums to 1"
+    ok = within_tolerance(p, expected)
+    if ok.all():
+        return None
+    h, i, j = np.unravel_index(np.flatnonzero(~ok)[0], ok.shape)
+    where = "the softmax of its row" if j <= i else "0 above the diagonal"
+    return (f"probability [{h}][{i}][{j}] is {_number(float(p[h, i, j]))}, expected {_number(float(expected[h, i, j]))} "
+            f"({where})")
+
+
+def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """[32][rows][keys] float64 q.k / 8, every query head against its KV head h / 4."""
+    k_of_head = k.astype(np.float64)[:, np.arange(QUERY_HEADS) // GROUP, :]  # [keys][32][64]
+    return np.einsum("ihd,jhd->hij", q.astype(np.float64), k_of_head) * SCALE
 
 
 def describe_rows(rows: list[int], total: int) -> str:

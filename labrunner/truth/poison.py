@@ -17,6 +17,10 @@ POISON_BITS = 0x7FEDBEEF   # quiet NaN, payload "edbeef": the output before the 
 # an output computed from an unwritten workspace value must not look like an unwritten output.
 WORKSPACE_POISON_BITS = 0x7FEDF00D
 CANARY_BITS = 0x7FCA11ED   # quiet NaN, payload "ca11ed": the guard bands either side
+# The CPU backend fills every block's shared memory with this at the block's start (run/cpu/fiber.h
+# writes the same bits). A value computed from it keeps the payload on x86, so an output that
+# carries it read shared memory that no thread had written: a missing __syncthreads(), nearly always.
+SHARED_POISON_BITS = 0x7FF00BAD
 GUARD_ELEMENTS = 4096      # 16 KiB of canaries before and after every writable buffer
 
 
@@ -34,7 +38,12 @@ def poisoned(shape: tuple[int, ...]) -> np.ndarray:
 
 def never_written(out: np.ndarray) -> np.ndarray:
     """True where the element still holds the poison pattern, bit for bit."""
-    return np.ascontiguousarray(out).view(np.uint32) == POISON_BITS
+    return carries(out, POISON_BITS)
+
+
+def carries(values: np.ndarray, bits: int) -> np.ndarray:
+    """True where a float32 holds exactly this NaN: a poison itself, or a value computed from it."""
+    return np.ascontiguousarray(values).view(np.uint32) == bits
 
 
 @dataclass

@@ -74,8 +74,14 @@ namespace {
 
 constexpr size_t kSharedLimit = 227 * 1024;  // bytes of shared memory per block (sm_90)
 constexpr int kMaxThreads = 1024;
+// Shared memory is filled with this quiet NaN at every block's start (labrunner/truth/poison.py
+// knows it as SHARED_POISON_BITS): x86 keeps a NaN's payload through arithmetic, so an output
+// computed from shared memory no thread wrote carries it, and the driver can name the race.
 constexpr uint32_t kPoison32 = 0x7FF00BADu;  // a quiet NaN as float; 0x7FF00BAD7FF00BAD is a NaN double
-constexpr uint64_t kPoison64 = 0x7FF00BAD7FF00BADull;
+// What a shuffle from an inactive source lane returns: a NaN of its own, so that it is never
+// mistaken for a shared-memory read.
+constexpr uint32_t kShflPoison32 = 0x7FF0D1E5u;
+constexpr uint64_t kShflPoison64 = 0x7FF0D1E57FF0D1E5ull;
 
 enum State : uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 enum WarpKind : uint8_t { WK_SHFL, WK_SYNCWARP, WK_VOTE };
@@ -132,6 +138,15 @@ struct Runtime {
     unsigned warp_exited[kMaxThreads / 32];
     unsigned warp_waiting[kMaxThreads / 32];
     bool reverse = false;
+    // The schedule: 0 runs a block's threads in order, 1 in reverse; 2 and up draw a random
+    // priority for every thread from this seed at each block start and at every barrier, and
+    // always run the runnable thread of highest priority (a lowest-priority thread lags behind
+    // everyone until it must be waited for, which is when a missing barrier shows).
+    int schedule = 0;
+    uint64_t rng = 0;
+    int* rank = nullptr;         // [thread] -> its priority (0 runs first)
+    int* by_rank = nullptr;      // [priority] -> thread
+    uint64_t ready[kMaxThreads / 64];  // runnable threads, one bit per priority
 
     uint3 block_idx{0, 0, 0}, block_dim{1, 1, 1}, grid_dim{1, 1, 1};
     const char* kernel = "";
@@ -220,7 +235,34 @@ inline void switch_to(Fiber* from, Fiber* to) {
 
 // ------------------------------------------------------------------- queue
 
+inline bool prioritised() { return rt.schedule >= 2; }
+
+inline uint64_t next_random() {  // splitmix64: a small, good, seedable generator
+    uint64_t z = (rt.rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// A fresh random priority for every thread (Fisher-Yates). Called only when no thread is queued.
+void draw_priorities() {
+    for (int r = 0; r < rt.nthreads; ++r) rt.by_rank[r] = r;
+    for (int r = rt.nthreads - 1; r > 0; --r) {
+        int j = (int)(next_random() % (uint64_t)(r + 1));
+        int t = rt.by_rank[r];
+        rt.by_rank[r] = rt.by_rank[j];
+        rt.by_rank[j] = t;
+    }
+    for (int r = 0; r < rt.nthreads; ++r) rt.rank[rt.by_rank[r]] = r;
+}
+
 inline void push(int i) {
+    if (prioritised()) {
+        const int r = rt.rank[i];
+        rt.ready[r >> 6] |= 1ull << (r & 63);
+        ++rt.qcount;
+        return;
+    }
     int slot = rt.qhead + rt.qcount;
     if (slot >= rt.nthreads) slot -= rt.nthreads;
     rt.queue[slot] = i;
@@ -229,6 +271,16 @@ inline void push(int i) {
 
 inline int pop() {
     if (rt.qcount == 0) return -1;
+    if (prioritised()) {
+        for (int w = 0; w < kMaxThreads / 64; ++w)
+            if (rt.ready[w]) {
+                const int r = w * 64 + __builtin_ctzll(rt.ready[w]);
+                rt.ready[w] &= rt.ready[w] - 1;
+                --rt.qcount;
+                return rt.by_rank[r];
+            }
+        return -1;
+    }
     int i = rt.queue[rt.qhead];
     if (++rt.qhead == rt.nthreads) rt.qhead = 0;
     --rt.qcount;
@@ -244,6 +296,8 @@ inline void run_next(Fiber* me) {
 // ---------------------------------------------------------------- barriers
 
 void release_barrier() {
+    // Every live thread waits here and none is queued: a new random order can start now.
+    if (prioritised()) draw_priorities();
     int count = 0, n = 0;
     for (int i = 0; i < rt.nthreads; ++i) {
         const Fiber& f = rt.fibers[i];
@@ -320,7 +374,7 @@ void release_warp(int w, unsigned mask) {
             else if (s >= 0 && s < 32 && (mask >> s & 1))
                 f.result = lane_fiber(w, s).value;
             else
-                f.result = kPoison64;  // source lane inactive: undefined on a GPU
+                f.result = kShflPoison64;  // source lane inactive: undefined on a GPU
         } else {
             f.result = ballot;
         }
@@ -489,7 +543,11 @@ bool ensure_fibers(int n) {
     rt.fibers = (Fiber*)calloc(n, sizeof(Fiber));
     rt.ucs = (ucontext_t*)calloc(n, sizeof(ucontext_t));
     rt.queue = (int*)calloc(n, sizeof(int));
-    if (!rt.fibers || !rt.ucs || !rt.queue) return false;
+    free(rt.rank);
+    free(rt.by_rank);
+    rt.rank = (int*)calloc(n, sizeof(int));
+    rt.by_rank = (int*)calloc(n, sizeof(int));
+    if (!rt.fibers || !rt.ucs || !rt.queue || !rt.rank || !rt.by_rank) return false;
     for (int i = 0; i < n; ++i) {
         char* base = rt.stack_map + per * i;
         mprotect(base, page, PROT_NONE);
@@ -526,7 +584,57 @@ struct sigaction g_old_act[3];
 stack_t g_old_altstack;
 const int g_fault_sigs[3] = {SIGSEGV, SIGBUS, SIGFPE};
 
-void on_fault(int sig, siginfo_t* si, void*) {
+// A general-protection fault (SIGSEGV with no address) in a kernel is nearly always an SSE access to
+// an address that is not 16-byte aligned: a float4 load or store at a float offset, which a GPU
+// reports as a misaligned address. The address is not in the signal; decode the faulting
+// instruction's memory operand (legacy SSE encoding: the CPU build targets plain x86-64) from
+// the registers the signal saved. Returns false where the instruction is not one we can read.
+bool misaligned_operand(const unsigned char* p, const ucontext_t* uc, uintptr_t* address) {
+#if defined(__x86_64__)
+    static const int regs[16] = {REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI, REG_RDI,
+                                 REG_R8,  REG_R9,  REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15};
+    const greg_t* g = uc->uc_mcontext.gregs;
+    int i = 0;
+    while (p[i] == 0x66 || p[i] == 0xF2 || p[i] == 0xF3) ++i;
+    unsigned rex = (p[i] & 0xF0) == 0x40 ? p[i++] : 0;
+    if (p[i++] != 0x0F) return false;
+    const unsigned char op = p[i++];
+    if (op == 0x38 || op == 0x3A) ++i;
+    const unsigned char modrm = p[i++];
+    const int mod = modrm >> 6, rm = modrm & 7;
+    if (mod == 3) return false;
+    int32_t disp32;
+    uintptr_t a = 0;
+    if (rm == 4) {
+        const unsigned char sib = p[i++];
+        const int index = ((sib >> 3) & 7) | (rex & 2 ? 8 : 0), base = (sib & 7) | (rex & 1 ? 8 : 0);
+        if (index != 4) a += (uintptr_t)g[regs[index]] << (sib >> 6);
+        if ((sib & 7) == 5 && mod == 0) {
+            memcpy(&disp32, p + i, 4);
+            i += 4;
+            a += (uintptr_t)(intptr_t)disp32;
+        } else {
+            a += (uintptr_t)g[regs[base]];
+        }
+    } else if (rm == 5 && mod == 0) {
+        return false;  // RIP-relative: a global, never a kernel's pointer arithmetic
+    } else {
+        a = (uintptr_t)g[regs[rm | (rex & 1 ? 8 : 0)]];
+    }
+    if (mod == 1) a += (uintptr_t)(intptr_t)(int8_t)p[i];
+    if (mod == 2) {
+        memcpy(&disp32, p + i, 4);
+        a += (uintptr_t)(intptr_t)disp32;
+    }
+    *address = a;
+    return (a & 15) != 0;
+#else
+    (void)p, (void)uc, (void)address;
+    return false;
+#endif
+}
+
+void on_fault(int sig, siginfo_t* si, void* context) {
     if (!rt.in_launch) {
         // Not ours: put the previous handler back and let the fault recur.
         for (int i = 0; i < 3; ++i)
@@ -539,6 +647,23 @@ void on_fault(int sig, siginfo_t* si, void*) {
                        : sig == SIGBUS ? "bus error (SIGBUS)"
                                        : "illegal memory access (SIGSEGV)";
     char extra[160] = "";
+    uintptr_t misaligned = 0;
+#if defined(__x86_64__)
+    const unsigned char* at = context ? (const unsigned char*)((const ucontext_t*)context)->uc_mcontext.gregs[REG_RIP]
+                                      : nullptr;
+#else
+    const unsigned char* at = nullptr;
+#endif
+    if (sig == SIGSEGV && si->si_code == SI_KERNEL && si->si_addr == nullptr && at &&
+        misaligned_operand(at, (const ucontext_t*)context, &misaligned)) {
+        rt.failed = false;
+        set_error("misaligned access in kernel %s, block (%u,%u,%u), %s: a 16-byte access at address 0x%lx, "
+                  "which is %lu bytes past a multiple of 16 (float4 and other 16-byte types need 16-byte "
+                  "alignment)",
+                  rt.kernel, rt.block_idx.x, rt.block_idx.y, rt.block_idx.z, t, (unsigned long)misaligned,
+                  (unsigned long)(misaligned & 15));
+        siglongjmp(rt.fault_jmp, 1);
+    }
     if (sig != SIGFPE) {
         char* a = (char*)si->si_addr;
         bool overflow = false;
@@ -661,6 +786,13 @@ void run_block() {
         rt.warp_waiting[w] = 0;
     }
     rt.qhead = rt.qcount = 0;
+    if (prioritised()) {
+        // The same schedule number gives the same orders on every run: a race found is a race replayed.
+        const uint64_t block = ((uint64_t)rt.block_idx.z * rt.grid_dim.y + rt.block_idx.y) * rt.grid_dim.x + rt.block_idx.x;
+        rt.rng = (uint64_t)rt.schedule * 0x100000001B3ull ^ (block * 0x9E3779B97F4A7C15ull);
+        memset(rt.ready, 0, sizeof rt.ready);
+        draw_priorities();
+    }
     for (int k = 0; k < rt.nthreads; ++k) push(rt.reverse ? rt.nthreads - 1 - k : k);
     rt.live = rt.nthreads;
     rt.bar_count = 0;
@@ -701,7 +833,8 @@ int launch(const char* kernel, void (*thunk)(void**), void** args, const int* gr
     rt.block_dim = uint3{(unsigned)block[0], (unsigned)block[1], (unsigned)block[2]};
     rt.grid_dim = uint3{(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
     rt.dyn_shared = (size_t)shared_bytes;
-    rt.reverse = reverse != 0;
+    rt.reverse = reverse == 1;
+    rt.schedule = reverse;
     rt.thunk = thunk;
     rt.args = args;
     fflush(stdout);

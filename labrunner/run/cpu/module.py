@@ -431,8 +431,13 @@ def build_object(
                "-x", "c++", str(src_path), "-o", str(out_tmp)]
         res = run_compiler(cmd, tmp, timeout_s, memory_bytes, filename)
         if res.returncode != 0:
-            msg = (res.stderr + res.stdout).replace(tmp + os.sep, "").strip()
-            raise CpuCompileError("C++ compile failed:\n" + msg)
+            # The composed source names the file by its label (`#line 1`), so g++'s lines about it
+            # read `label:20:5: error: ...`: kept and written as NVRTC writes them, everything else
+            # (quoted source, other files) dropped, exactly as for NVRTC's log.
+            from labrunner.build.diagnostics import compiler_error_message, gcc_diagnostics
+
+            kept = gcc_diagnostics((res.stderr + res.stdout).replace(tmp + os.sep, ""), filename, filename)
+            raise CpuCompileError("C++ compile failed:\n" + compiler_error_message(kept, filename, "g++"))
         part = cache / f".{so_path.name}.{os.getpid()}.{threading.get_ident()}"
         shutil.copyfile(out_tmp, part)
         os.replace(part, so_path)
@@ -542,7 +547,7 @@ class CpuModule:
         block: tuple[int, int, int],
         shared_bytes: int,
         args: list,
-        reverse_threads: bool = False,
+        reverse_threads: int = False,  # the schedule: 0 in order, 1 reversed, 2 and up seeded random
     ) -> None:
         fn = self._fns.get(name)
         if fn is None:
@@ -603,7 +608,8 @@ class CpuModule:
         with _LAUNCH_LOCK:
             self._set_options(int(stack_kb) if stack_kb.isdigit() else 128,
                               1 if os.environ.get("ATTNLAB_CPU_FIBERS") == "ucontext" else 0)
-            rc = fn(ptrs, gi, bi, shared_bytes, 1 if reverse_threads else 0, err, len(err))
+            # reverse_threads is the schedule: False/0 in order, True/1 reversed, 2 and up seeded random orders
+            rc = fn(ptrs, gi, bi, shared_bytes, int(reverse_threads), err, len(err))
         del keep
         if rc != 0:
             raise CpuKernelError(err.value.decode(errors="replace"))

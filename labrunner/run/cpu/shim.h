@@ -149,7 +149,7 @@ inline int shfl_src(ShflMode mode, int b, int width) {
 template <class T>
 inline T shfl(ShflMode mode, const char* what, unsigned mask, T var, int b, int width, const char* file, int line) {
     uint64_t r = warp_op(WK_SHFL, mask, to_bits(var), shfl_src(mode, b, width), 0, {what, file, line});
-    if (sizeof(T) == 4 && r == kPoison64) r = kPoison32;
+    if (sizeof(T) == 4 && r == kShflPoison64) r = kShflPoison32;
     return from_bits<T>(r);
 }
 
