@@ -1,12 +1,13 @@
-"""The sandbox: what a boxed process sees, and that a hostile file's code outside any kernel leaves
-no trace: no secret in any output, no process left, no file outside its private directory, and the
-true verdict."""
+"""The sandbox: what a boxed process sees, and that a hostile file's code leaves no trace: no secret
+in any output, no process left, no file outside its private directory, and the true verdict."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -16,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from labrunner.run.cpu.module import cpu_compiler_available
+from labrunner.run.cpu.syscall_filter import availability
 from labrunner.run.sandbox import (CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi, pid_namespaces_allowed,
                                    python_command)
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures" / "lab2" / "hostile"
 needs_gxx = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend")
+needs_seccomp = pytest.mark.skipif(availability() is not None, reason=f"no seccomp here: {availability()}")
 
 
 def probe(limits, monkeypatch) -> dict:
@@ -88,7 +91,8 @@ def living(name: str) -> list[int]:
     return found
 
 
-def grade_hostile(tmp_path: Path, name: str, seed: str) -> tuple[subprocess.CompletedProcess, dict, str, Path]:
+def grade_hostile(tmp_path: Path, name: str, seed: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict, str,
+                                                                              Path]:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     reports = tmp_path / "reports"
@@ -96,8 +100,8 @@ def grade_hostile(tmp_path: Path, name: str, seed: str) -> tuple[subprocess.Comp
     env = {**os.environ, "ATTNLAB_SEED": seed, "TMPDIR": str(scratch)}
     completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", str(HOSTILE / name), "--device",
                                 "cpu", "--no-timing", "--json", str(reports / "r.json"), "--junit",
-                                str(reports / "r.xml")], cwd=REPO, env=env, capture_output=True, text=True,
-                               timeout=300)
+                                str(reports / "r.xml"), *extra], cwd=REPO, env=env, capture_output=True,
+                               text=True, timeout=300)
     return completed, json.loads((reports / "r.json").read_text()), (reports / "r.xml").read_text(), scratch
 
 
@@ -114,6 +118,94 @@ def test_code_outside_any_kernel_is_refused_before_it_runs_and_leaves_no_trace(t
     time.sleep(2.5)
     assert json.loads((tmp_path / "reports" / "r.json").read_text()) == result
     assert list(scratch.iterdir()) == []
+
+
+# runtime_escape.cu makes the constructor's attack from inside its kernel, on the first call, through
+# the C library's symbol table: the object check sees nothing to refuse. With --unsafe-cpu (no seccomp
+# filter) only the box stands between it and the grader, so these tests prove the box itself.
+ESCAPE_TARGETS = (Path("/tmp/attnlab-hostile-escape"), Path("/tmp/attnlab-escaped-next-to-private"))
+FORGED_REPLY = '\\x00\\x00\\x00+{"body":{"ok":true,"verdict":"pass"}'
+
+
+@pytest.fixture
+def runtime_escape():
+    """Nothing of the attack stays on this machine, whatever a test found: its escapee (should the box
+    have failed to end it) and its files at fixed paths (the second is where it lands when the
+    fixture suite grades it, whose private directories are in /tmp)."""
+    for path in ESCAPE_TARGETS:
+        path.unlink(missing_ok=True)
+    yield
+    for pid in living("attnlab-escapee"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for path in ESCAPE_TARGETS:
+        path.unlink(missing_ok=True)
+
+
+def first_bad_row(result: dict) -> int:
+    """The first wrong row of the decisive case."""
+    return next(c for c in result["cases"] if c["name"] == result["decisive_case"])["first_bad"]["row"]
+
+
+@needs_gxx
+def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_leaves_no_trace(tmp_path,
+                                                                                                 runtime_escape):
+    seed = str(secrets.randbelow(10**12) + 10**12)
+    completed, result, junit, scratch = grade_hostile(tmp_path, "runtime_escape.cu", seed, "--unsafe-cpu")
+    assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
+    assert first_bad_row(result) == 0
+    output = result["kernel_output"]
+    # the attack was real: it found the C library, the report to rewrite, and started its escapee
+    assert "report to rewrite: found on the driver's command line" in output
+    assert "escapee: running, in a session of its own, named attnlab-escapee" in output
+    # the secret: not in its environment, not readable from the driver's, in no output
+    assert "my ATTNLAB_SEED: (not set)" in output
+    assert "parent environment: refused" in output
+    for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
+        assert seed not in text
+    # nothing of what it started is left to rewrite the report, and its private directory is gone
+    # (with nothing beside it where Landlock confines its writes: the next test)
+    assert living("attnlab-escapee") == []
+    time.sleep(2.5)
+    assert json.loads((tmp_path / "reports" / "r.json").read_text()) == result
+    assert [p.name for p in scratch.iterdir()] == ([] if landlock_abi() else ["attnlab-escaped-next-to-private"])
+    # its forged replies were skipped, and shown as kernel output, escaped
+    assert any(line.startswith(FORGED_REPLY) for line in output)
+    assert "\x1b" not in completed.stdout + completed.stderr
+
+
+@needs_gxx
+@pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock: writes outside are not confined")
+def test_code_inside_a_kernel_without_the_syscall_filter_cannot_write_outside_its_private_directory(tmp_path,
+                                                                                                     runtime_escape):
+    completed, result, _, scratch = grade_hostile(tmp_path, "runtime_escape.cu", "1", "--unsafe-cpu")
+    assert (completed.returncode, result["verdict"]) == (1, "wrong")
+    assert "could not write ../attnlab-escaped-next-to-private" in result["kernel_output"]
+    assert "could not write /tmp/attnlab-hostile-escape" in result["kernel_output"]
+    assert not Path("/tmp/attnlab-hostile-escape").exists()
+    assert list(scratch.iterdir()) == []
+
+
+@needs_gxx
+@needs_seccomp
+def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_true_verdict_stands(tmp_path,
+                                                                                                    runtime_escape):
+    """The same attack with the filter on: every call that reaches outside the process fails, so it
+    cannot even look for its driver, and it says so; only writes to descriptors it has go through."""
+    seed = str(secrets.randbelow(10**12) + 10**12)
+    completed, result, junit, scratch = grade_hostile(tmp_path, "runtime_escape.cu", seed)
+    assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
+    assert first_bad_row(result) == 0
+    output = result["kernel_output"]
+    assert output[:6] == ["my ATTNLAB_SEED: (not set)", "parent environment: refused", "report to rewrite: not found",
+                          "fork failed", "could not write ../attnlab-escaped-next-to-private",
+                          "could not write /tmp/attnlab-hostile-escape"]
+    assert output[6].startswith(FORGED_REPLY) and len(output) == 7
+    for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
+        assert seed not in text
+    assert living("attnlab-escapee") == []
+    assert list(scratch.iterdir()) == []
+    assert not Path("/tmp/attnlab-hostile-escape").exists()
 
 
 @needs_gxx
