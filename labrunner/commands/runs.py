@@ -44,6 +44,7 @@ class RunRequest:
     noise_target: float = 0.005
     rounds: int = 1
     unsafe_cpu: bool = False    # --unsafe-cpu: the CPU worker without its syscall filter
+    profile: bool = False       # --profile: the Range pass's one line after a correct GPU run
 
 
 @dataclass
@@ -54,7 +55,6 @@ class GradeRequest(RunRequest):
     diagnose: bool = True
     gates_path: Path | None = None
     timing: bool = True
-    profile: bool = False  # --profile: the Range pass's one line after a correct GPU run
 
 
 @dataclass
@@ -62,7 +62,6 @@ class BenchRequest(RunRequest):
     chunk: int | None = None
     prefix: int | None = None
     versus: str = "starter"
-    profile: bool = False
 
 
 def compile_limits(request: RunRequest) -> CompileLimits:
@@ -142,10 +141,15 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     terminal.timing_report(result)
     terminal.gate_report(result)
     terminal.kernel_output(result.kernel_output)
+    close_report(lab, submission, result, request, seed.value)
+
+
+def close_report(lab: Lab, submission: Submission, result: RunResult, request: RunRequest, seed: int) -> None:
+    """What grade and bench print last: the Range pass's one line where --profile asks, then the verdict."""
     if request.profile:
         from labrunner.commands.profile import append_range_summary
 
-        append_range_summary(lab, submission, result, request.arch, seed.value)
+        append_range_summary(lab, submission, result, request.arch, seed)
     terminal.verdict_line(result)
 
 
@@ -213,11 +217,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     terminal.cases_report(result)
     terminal.timing_report(result)
     terminal.kernel_output(result.kernel_output)
-    if request.profile:
-        from labrunner.commands.profile import append_range_summary
-
-        append_range_summary(lab, submission, result, request.arch, seed.value)
-    terminal.verdict_line(result)
+    close_report(lab, submission, result, request, seed.value)
 
 
 def bench_needs_a_gpu(why: str | None) -> AttnlabError:
