@@ -14,7 +14,6 @@ print(json.dumps({
     "cwd": os.getcwd(),
     "cwd_entries": sorted(os.listdir(".")),
     "session_leader": os.getsid(0) == os.getpid(),
-    "sid": os.getsid(0),
     "limits": {name: resource.getrlimit(getattr(resource, name))[0]
                for name in ("RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE")},
     "capabilities": int(status["CapEff"].strip(), 16),
