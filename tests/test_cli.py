@@ -24,7 +24,7 @@ from labrunner.commands.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 STARTER = REPO / "kernels/lab2/starter.cu"
-UNKNOWN_LAB = "error: unknown lab 'lab9': choose one of lab1, lab2 (`attnlab labs` lists them)\n"
+UNKNOWN_LAB = "error: unknown lab 'lab9': choose one of lab1, lab2, lab3 (`attnlab labs` lists them)\n"
 NO_GPU = ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
           "or --device auto to fall back to it automatically\n")
 

@@ -118,7 +118,7 @@ def request(calls: int = 5) -> dict:
         inputs = {"q": np.zeros((t, 32, 64), np.float32), "k": np.zeros((t, 8, 64), np.float32),
                   "v": np.zeros((t, 8, 64), np.float32)}
         shapes.append({"label": f"T = {t}", "inputs": inputs, "launches": LAB1.plan_launches(LAB1.constants({}), t, 0),
-                       "workspace": LAB1.workspace(t, 0), "out_count": t * 32 * 64})
+                       "workspace": LAB1.workspace({}, t, 0), "out_count": t * 32 * 64})
     return {"calls": calls, "use_cupti": True, "shapes": shapes}
 
 

@@ -199,7 +199,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
     (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
-                      "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(t, 0),
+                      "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(constants, t, 0),
                       "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
     request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options)}
     try:

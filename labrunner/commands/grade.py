@@ -15,7 +15,6 @@ from labrunner.labs.definition import Lab
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
 from labrunner.run.worker import Worker, WorkerFailure
-from labrunner.truth import oracle
 from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue, make_inputs
 from labrunner.truth.check import check_output, describe_rows
 from labrunner.truth.hints import gather_evidence
@@ -111,7 +110,8 @@ def select_cases(lab: Lab, backend: str, options: CaseOptions,
     its blocks, the case derived from it joins the set (`geometry_case`), on every backend.
     """
     catalogue = load_catalogue(lab.name)
-    cases = list(catalogue.cases)
+    partition = lab.case_partition(constants if constants is not None else lab.constants({}))
+    cases = [case.resolved(partition) for case in catalogue.cases]
     derived = geometry_case(catalogue, lab.row_tiles(constants)) if constants is not None else None
     by_default = [c for c in cases if backend != "cpu" or options.full or c.cpu]
     if derived and not any(c.rows >= derived.rows for c in by_default):
@@ -166,9 +166,9 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
     oracles the hints read; `stage_check`: rerun a wrong pipeline kernel by kernel (lab 1). The driver
     does both for the first failures only, since each costs time."""
     inputs = make_inputs(case, options.seed.value)
-    given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    given = inputs.buffers()
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
-    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)}
+    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(submission.constants, case.rows, case.prefix)}
     schedules = RACE_SCHEDULES if options.race_check and worker.backend == "cpu" else ()
     tried: list[tuple[int, str]] = []
 
@@ -182,7 +182,7 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
 
     try:
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
-        reference = oracle.attention(inputs.q, inputs.k, inputs.v, prefix=case.prefix)
+        reference = inputs.reference()
         result = judge_case(case, run, given, writable, reference, under_other_schedules())
     except WorkerFailure as failure:
         return misbehaved(case, failure)
@@ -217,10 +217,12 @@ def explain_failure(lab: Lab, submission: Submission, worker: Worker, case: Case
 
 
 def stage_buffers(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float,
-                  schedule: int = 0) -> list[tuple[str, np.ndarray]]:
-    """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote."""
-    given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
-    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)}
+                  schedule: int = 0, constants: dict[str, int] | None = None) -> list[tuple[str, np.ndarray]]:
+    """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote.
+    `constants`: the file's launch geometry, where its workspace depends on it (the defaults otherwise)."""
+    given = inputs.buffers()
+    workspace = lab.workspace(constants or lab.constants({}), case.rows, case.prefix)
+    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **workspace}
     stages = []
     for count, launch in enumerate(launches, start=1):
         written = next(a for a in reversed(launch.args) if isinstance(a, str) and a in writable)
@@ -235,12 +237,12 @@ def racing_kernel(lab: Lab, submission: Submission, worker: Worker, case: Case, 
     """The first kernel whose own result carries the shared-memory poison, or differs between schedules."""
     if len(launches) == 1:
         return launches[0].kernel
-    first = stage_buffers(lab, worker, case, inputs, launches, timeout_s)
+    first = stage_buffers(lab, worker, case, inputs, launches, timeout_s, constants=submission.constants)
     for kernel, buffer in first:
         if carries(buffer, SHARED_POISON_BITS).any():
             return kernel
     for number in schedules:
-        other = stage_buffers(lab, worker, case, inputs, launches, timeout_s, number)
+        other = stage_buffers(lab, worker, case, inputs, launches, timeout_s, number, submission.constants)
         for (kernel, a), (_, b) in zip(first, other):
             if not same_values(a, b).all():
                 return kernel
@@ -286,8 +288,9 @@ def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOpti
     """One case as the replay process (`labrunner.run.replay`) runs it under a sanitizer."""
     inputs = make_inputs(case, options.seed.value)
     request = {"launches": lab.plan_launches(submission.constants, case.rows, case.prefix),
-               "inputs": {"q": inputs.q, "k": inputs.k, "v": inputs.v},
-               "writable": {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(case.rows, case.prefix)},
+               "inputs": inputs.buffers(),
+               "writable": {"out": case.rows * QUERY_HEADS * HEAD_DIM,
+                            **lab.workspace(submission.constants, case.rows, case.prefix)},
                "returned": ("out",), "reverse_threads": False}
     return {"source": submission.module.composed_source, "filename": submission.label,
             "entry_types": lab.entry_point_types(), "request": request}

@@ -118,7 +118,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         trace_request = {"calls": request.calls, "use_cupti": request.cupti, "shapes": [
             {"label": label, "inputs": profile_inputs(seed.value, rows, prefix),
              "launches": lab.plan_launches(submission.constants, rows, prefix),
-             "workspace": lab.workspace(rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
+             "workspace": lab.workspace(submission.constants, rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
             for label, rows, prefix in shapes]}
         reply = take_trace(worker, trace_request)
         result.kernel_output = worker.kernel_output()
@@ -220,7 +220,7 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
     with tempfile.TemporaryDirectory(prefix="attnlab-range-") as scratch:
         facts_path = Path(scratch) / "facts.json"
         payload = {"rows": rows, "prefix": prefix, "seed": seed, "out_count": rows * QUERY_HEADS * HEAD_DIM,
-                   "workspace": lab.workspace(rows, prefix), "warmup_calls": WARMUP_CALLS,
+                   "workspace": lab.workspace(plans[0][3].constants, rows, prefix), "warmup_calls": WARMUP_CALLS,
                    "facts_path": str(facts_path),
                    "contenders": [{"role": role, "source": sub.module.composed_source, "filename": sub.label,
                                    "entry_types": lab.entry_point_types(),

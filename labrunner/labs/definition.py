@@ -66,7 +66,8 @@ class Lab:
     entry_points: tuple[EntryPoint, ...]
     launch_defaults: dict[str, int]               # attnlab_* constant -> default value
     plan_launches: Callable[[dict[str, int], int, int], list[Launch]]  # (constants, rows, prefix)
-    workspace: Callable[[int, int], dict[str, int]] = lambda rows, prefix: {}  # name -> float count
+    # (constants, rows, prefix) -> workspace name -> float count: a workspace may depend on the file's geometry
+    workspace: Callable[[dict[str, int], int, int], dict[str, int]] = lambda constants, rows, prefix: {}
     validate: Callable[[dict[str, int]], list[str]] = lambda constants: []
     baseline: str = "starter"
     # For every grid dimension that runs over rows (or keys): how many one block covers (0: all of them).
@@ -74,6 +75,8 @@ class Lab:
     # Kernel -> the check of the buffer it writes against the definition ((buffer, inputs, rows) -> a
     # problem in words, or None), for every kernel but the last: the stage check of a wrong output.
     stages: dict[str, Callable] = field(default_factory=dict)
+    # The partition size `p` a decode catalogue's lengths are written against, from the file's constants.
+    case_partition: Callable[[dict[str, int]], int] = lambda constants: 0
 
     @property
     def starter_path(self) -> Path:
@@ -84,8 +87,9 @@ class Lab:
         return KERNELS_DIR / self.name / "solution.cu"
 
     def entry_point_types(self) -> dict[str, list[str]]:
-        """Kernel name -> "float*"/"int" per parameter, for the CPU backend's launch wrappers."""
-        return {e.name: ["int" if p.c_type == "int" else "float*" for p in e.parameters] for e in self.entry_points}
+        """Kernel name -> "float*"/"int*"/"int" per parameter, for the CPU backend's launch wrappers."""
+        return {e.name: ["int" if p.c_type == "int" else "int*" if p.c_type.endswith("int*") else "float*"
+                         for p in e.parameters] for e in self.entry_points}
 
     def constants(self, exported: dict[str, int]) -> dict[str, int]:
         """The defaults, overridden by what the student's module exports."""

@@ -79,7 +79,7 @@ LAB1 = Lab(
     ),
     launch_defaults=DEFAULTS,
     plan_launches=plan_launches,
-    workspace=lambda rows, prefix: {"scores": QUERY_HEADS * rows * rows},
+    workspace=lambda constants, rows, prefix: {"scores": QUERY_HEADS * rows * rows},
     validate=validate,
     baseline="none",
     # scores tiles rows (grid.y) and keys (grid.x), softmax rows (grid.x), the weighted sum rows (grid.y)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import tomllib
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from labrunner import data_dir
 from labrunner.exit_codes import usage_error
+from labrunner.truth import oracle, paged_cache
 from labrunner.truth.contract import DTYPE, HEAD_DIM, KV_HEADS, QUERY_HEADS
 
 CASES_DIR = data_dir("cases")
@@ -26,6 +27,14 @@ PLANT_VALUE = 4.0  # in query head 0 and KV head 0, all 64 dims: planted meets p
 
 @dataclass(frozen=True)
 class Case:
+    """A chunk of `rows` query rows at `prefix` (labs 1 and 2), or a decode batch (`lengths` given).
+
+    A decode case is a batch of sequences, one new token each, whose keys live in a paged cache
+    (`paged_cache`): `lengths` and `plants` are written against the partition size `p` of the file
+    being graded and become numbers in `resolved`. A resolved decode case has `rows` = its batch
+    size and `prefix` = its longest sequence's length (the shape its launches are planned for).
+    """
+
     name: str
     rows: int
     prefix: int = 0
@@ -33,10 +42,31 @@ class Case:
     why: str = ""
     cpu: bool = False
     exact: bool = False  # every element must equal the reference exactly (lab 1's single token)
+    lengths: tuple = ()  # decode: each sequence's keys ("2p+1", 17, ...)
+    plants: tuple = ()   # decode: (sequence, key) pairs planted at score 128 (key "L-1": the last)
+    partition: int = 0   # decode: the p the lengths were resolved with
 
     @property
     def keys(self) -> int:
         return self.prefix + self.rows
+
+    @property
+    def decode(self) -> bool:
+        return bool(self.lengths)
+
+    def resolved(self, partition: int) -> "Case":
+        """The decode case with `p` = partition: numbers for lengths and plants, rows and prefix set."""
+        if not self.decode:
+            return self
+        lengths = tuple(paged_cache.evaluate(n, partition) for n in self.lengths)
+        if min(lengths) < 1:
+            raise ValueError(f"case {self.name}: with p = {partition} a length is {min(lengths)}; each is at least 1")
+        plants = tuple((int(b), paged_cache.evaluate(key, partition, lengths[int(b)])) for b, key in self.plants)
+        outside = [(b, key) for b, key in plants if not (0 <= b < len(lengths) and 0 <= key < lengths[b])]
+        if outside:
+            raise ValueError(f"case {self.name}: planted (sequence, key) {outside[0]} is outside the batch")
+        return replace(self, lengths=lengths, plants=plants, rows=len(lengths), prefix=max(lengths),
+                       partition=partition)
 
 
 @dataclass(frozen=True)
@@ -82,12 +112,14 @@ def load_catalogue(lab: str, cases_dir: Path = CASES_DIR) -> Catalogue:
     cases = tuple(
         Case(
             name=entry["name"],
-            rows=entry["rows"],
+            rows=entry.get("rows", len(entry.get("lengths", ()))),
             prefix=entry.get("prefix", 0),
             planted=tuple(entry.get("planted", ())),
             why=entry.get("why", ""),
             cpu=entry.get("cpu", False),
             exact=entry.get("exact", False),
+            lengths=tuple(entry.get("lengths", ())),
+            plants=tuple(tuple(pair) for pair in entry.get("plants", ())),
         )
         for entry in data["case"]
     )
@@ -121,16 +153,53 @@ def geometry_case(catalogue: Catalogue, tiles: list[int]) -> Case | None:
 @dataclass
 class Inputs:
     q: np.ndarray  # [rows][32][64] float32
-    k: np.ndarray  # [prefix + rows][8][64] float32
-    v: np.ndarray  # [prefix + rows][8][64] float32
+    k: np.ndarray  # [prefix + rows][8][64] float32; decode: the key pages, [numPages * 16][8][64]
+    v: np.ndarray  # like k
+    prefix: int = 0
+    block_table: np.ndarray | None = None  # decode: [B][maxPages] int32, unused entries -1
+    seq_lens: np.ndarray | None = None     # decode: [B] int32
+
+    @property
+    def lengths(self) -> list[int]:
+        return [int(n) for n in self.seq_lens]
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        """The inputs as the kernels receive them, by the names a lab's launches use."""
+        given = {"q": self.q, "k": self.k, "v": self.v}
+        if self.block_table is not None:
+            given.update(blockTable=self.block_table, seqLens=self.seq_lens)
+        return given
+
+    def reference(self) -> np.ndarray:
+        """The float64 oracle's output for these inputs: `[rows][32][64]`."""
+        if self.block_table is not None:
+            return oracle.decode_attention(self.q, self.k, self.v, self.block_table, self.seq_lens,
+                                           paged_cache.PAGE_TOKENS)
+        return oracle.attention(self.q, self.k, self.v, prefix=self.prefix)
 
 
 def make_inputs(case: Case, seed: int) -> Inputs:
     """Standard-normal inputs, the same for a given (seed, case name), then the plants."""
     rng = np.random.default_rng([seed, zlib.crc32(case.name.encode())])
+    if case.decode:
+        return paged_inputs(rng, case)
     inputs = random_inputs(rng, case.rows, case.prefix)
     plant(inputs, case.planted, case.prefix)
+    inputs.prefix = case.prefix
     return inputs
+
+
+def paged_inputs(rng: np.random.Generator, case: Case) -> Inputs:
+    """A resolved decode case's batch: queries, shuffled pages with NaN where no key stands, the table."""
+    lengths = [int(n) for n in case.lengths]
+    table, pages = paged_cache.layout(rng, lengths)
+    q = rng.standard_normal((len(lengths), QUERY_HEADS, HEAD_DIM), dtype=DTYPE)
+    k = paged_cache.fill_pages(rng, table, lengths, pages, (KV_HEADS, HEAD_DIM))
+    v = paged_cache.fill_pages(rng, table, lengths, pages, (KV_HEADS, HEAD_DIM))
+    for b, key in case.plants:
+        q[b, 0, :] = PLANT_VALUE
+        k[paged_cache.key_row(table, b, key), 0, :] = PLANT_VALUE
+    return Inputs(q, k, v, block_table=table, seq_lens=np.array(lengths, dtype=np.int32))
 
 
 def random_inputs(rng: np.random.Generator, rows: int, prefix: int) -> Inputs:

@@ -1,0 +1,185 @@
+// Lab 3 reference solution: split-K decode against a paged KV cache, K/V shared by the KV group.
+//
+// Read this after finishing your own. Decode reads 4 KiB of K and V per key per KV head pair and
+// does almost nothing with it, so the whole game is moving those bytes at the memory's speed:
+//   1. Each K/V row is loaded once for the 4 query heads of its KV group (FlashInfer's grouped
+//      decode): one block serves query heads 4g .. 4g + 3, so the starter's 4x re-read is gone.
+//   2. Loads are float4 (16 bytes a lane, 256 bytes a half-warp: one K row of one KV head), and
+//      each warp issues the loads of 8 keys before it uses any, so many bytes are in flight.
+//   3. Each sequence is cut into partitions of PARTITION keys (Flash-Decoding, vLLM's paged
+//      attention v2), one block each, so a 32,768-key sequence keeps 64 blocks busy instead of one
+//      warp, and the short sequences of the batch no longer wait behind it.
+//
+// Work split in decode_partial: 128 threads = 4 warps; a warp takes every 4th chunk of 8 keys of
+// the partition (a chunk never crosses a page: partitions start on a page boundary). Lane l of a
+// warp works on key 2u + l / 16 of the chunk (u = 0..3) and on dims 4 * (l % 16) .. + 3, so a dot
+// product is 4 multiply-adds and 4 shuffles within the half-warp. Each half-warp carries its own
+// online softmax state per head (m, l and a 64-wide accumulator spread over its 16 lanes); at the
+// end the two halves and the four warps are merged, rescaling each by exp(m_own - m_merged).
+// decode_combine does the same merge across partitions: rescale every partition by
+// exp(partMax - globalMax) before adding, divide once. Empty partitions (a sequence shorter than
+// its batch's longest) are never written and never read: the combine stops at the sequence's own
+// partition count.
+constexpr int PARTITION = 512;  // keys per partition: a multiple of the 8-key chunk and of the 16-row page
+constexpr int THREADS = 128;
+constexpr int WARPS = THREADS / 32;
+constexpr int CHUNK = 8;        // keys a warp loads before it uses any
+constexpr int PAGE = 16;
+
+extern "C" __constant__ int attnlab_partition_tokens = PARTITION;
+extern "C" __constant__ int attnlab_heads_per_block = GROUP;
+extern "C" __constant__ int attnlab_partial_threads = THREADS;
+extern "C" __constant__ int attnlab_partial_smem_bytes = 0;
+extern "C" __constant__ int attnlab_combine_threads = DH;
+
+// exp(m - mNew), where both may be -inf (a state that has seen no key yet): then nothing to rescale.
+__device__ __forceinline__ float rescale(float m, float mNew) {
+    return mNew == -INFINITY ? 1.0f : expf(m - mNew);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+decode_partial(const float* __restrict__ q, const float* __restrict__ kCache, const float* __restrict__ vCache,
+               const int* __restrict__ blockTable, const int* __restrict__ seqLens, float* __restrict__ partOut,
+               float* __restrict__ partMax, float* __restrict__ partSum, int maxPages, int maxParts) {
+    __shared__ float stateM[WARPS][GROUP], stateL[WARPS][GROUP];
+    __shared__ __align__(16) float stateAcc[WARPS][GROUP][DH];
+
+    const int part = blockIdx.x;
+    const int g = blockIdx.y;  // the KV group: query heads 4g .. 4g + 3
+    const int b = blockIdx.z;
+    const int len = seqLens[b];
+    const int start = part * PARTITION;
+    if (start >= len) return;  // an empty partition: the combine never reads it
+    const int end = min(start + PARTITION, len);
+
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    const int half = lane / 16;
+    const int sub = lane % 16;  // dims 4 * sub .. 4 * sub + 3
+
+    float4 qv[GROUP];
+#pragma unroll
+    for (int i = 0; i < GROUP; ++i) {
+        const float4 x = *reinterpret_cast<const float4*>(&q[((size_t)b * HQ + g * GROUP + i) * DH + 4 * sub]);
+        qv[i] = make_float4(x.x * 0.125f, x.y * 0.125f, x.z * 0.125f, x.w * 0.125f);  // 1/8 is exact
+    }
+    float m[GROUP], l[GROUP];
+    float4 acc[GROUP];
+#pragma unroll
+    for (int i = 0; i < GROUP; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        acc[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+
+    const int* table = blockTable + (size_t)b * maxPages;
+    for (int chunk = start + warp * CHUNK; chunk < end; chunk += WARPS * CHUNK) {
+        const size_t pageBase = (size_t)table[chunk / PAGE] * PAGE;
+        float4 kv[CHUNK / 2], vv[CHUNK / 2];
+        bool valid[CHUNK / 2];
+#pragma unroll
+        for (int u = 0; u < CHUNK / 2; ++u) {
+            const int key = chunk + 2 * u + half;
+            valid[u] = key < end;  // a masked key is never loaded: its slot may hold NaN, and 0 * NaN is NaN
+            const size_t at = ((pageBase + key % PAGE) * HKV + g) * DH + 4 * sub;
+            kv[u] = valid[u] ? __ldg(reinterpret_cast<const float4*>(&kCache[at])) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            vv[u] = valid[u] ? __ldg(reinterpret_cast<const float4*>(&vCache[at])) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < GROUP; ++i) {
+            float s[CHUNK / 2];
+            float chunkMax = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < CHUNK / 2; ++u) {
+                float dot = qv[i].x * kv[u].x + qv[i].y * kv[u].y + qv[i].z * kv[u].z + qv[i].w * kv[u].w;
+#pragma unroll
+                for (int off = 8; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+                s[u] = valid[u] ? dot : -INFINITY;
+                chunkMax = fmaxf(chunkMax, s[u]);
+            }
+            const float mNew = fmaxf(m[i], chunkMax);
+            const float alpha = rescale(m[i], mNew);
+            float4 a = make_float4(acc[i].x * alpha, acc[i].y * alpha, acc[i].z * alpha, acc[i].w * alpha);
+            float sum = l[i] * alpha;
+#pragma unroll
+            for (int u = 0; u < CHUNK / 2; ++u) {
+                const float p = valid[u] ? expf(s[u] - mNew) : 0.0f;
+                sum += p;
+                a.x += p * vv[u].x;
+                a.y += p * vv[u].y;
+                a.z += p * vv[u].z;
+                a.w += p * vv[u].w;
+            }
+            m[i] = mNew;
+            l[i] = sum;
+            acc[i] = a;
+        }
+    }
+
+    // Merge the two half-warps (lane l and lane l ^ 16 hold the same dims), then the four warps.
+#pragma unroll
+    for (int i = 0; i < GROUP; ++i) {
+        const float mo = __shfl_xor_sync(0xffffffffu, m[i], 16);
+        const float lo = __shfl_xor_sync(0xffffffffu, l[i], 16);
+        float4 ao;
+        ao.x = __shfl_xor_sync(0xffffffffu, acc[i].x, 16);
+        ao.y = __shfl_xor_sync(0xffffffffu, acc[i].y, 16);
+        ao.z = __shfl_xor_sync(0xffffffffu, acc[i].z, 16);
+        ao.w = __shfl_xor_sync(0xffffffffu, acc[i].w, 16);
+        const float mNew = fmaxf(m[i], mo);
+        const float fa = rescale(m[i], mNew), fb = rescale(mo, mNew);
+        if (half == 0) {
+            if (sub == 0) {
+                stateM[warp][i] = mNew;
+                stateL[warp][i] = l[i] * fa + lo * fb;
+            }
+            *reinterpret_cast<float4*>(&stateAcc[warp][i][4 * sub]) =
+                make_float4(acc[i].x * fa + ao.x * fb, acc[i].y * fa + ao.y * fb,
+                            acc[i].z * fa + ao.z * fb, acc[i].w * fa + ao.w * fb);
+        }
+    }
+    __syncthreads();
+
+    // Thread t merges head t / 32, dims 2 * (t % 32) and 2 * (t % 32) + 1, over the four warps.
+    const int i = threadIdx.x / 32;
+    const int d = 2 * lane;
+    float mAll = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) mAll = fmaxf(mAll, stateM[w][i]);
+    float sum = 0.0f, o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+        const float f = rescale(stateM[w][i], mAll);  // a warp that saw no key has l = 0 and acc = 0
+        sum += f * stateL[w][i];
+        o0 += f * stateAcc[w][i][d];
+        o1 += f * stateAcc[w][i][d + 1];
+    }
+    const size_t slot = ((size_t)b * HQ + g * GROUP + i) * maxParts + part;
+    *reinterpret_cast<float2*>(&partOut[slot * DH + d]) = make_float2(o0, o1);
+    if (lane == 0) {
+        partMax[slot] = mAll;
+        partSum[slot] = sum;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(DH)
+decode_combine(const float* __restrict__ partOut, const float* __restrict__ partMax,
+               const float* __restrict__ partSum, const int* __restrict__ seqLens, float* __restrict__ out,
+               int maxParts) {
+    // One block per (query head, sequence), one thread per dim.
+    const int h = blockIdx.x;
+    const int b = blockIdx.y;
+    const int d = threadIdx.x;
+    const int parts = (seqLens[b] + PARTITION - 1) / PARTITION;  // this sequence's non-empty partitions
+    const size_t slot = ((size_t)b * HQ + h) * maxParts;
+    float mAll = -INFINITY;
+    for (int p = 0; p < parts; ++p) mAll = fmaxf(mAll, partMax[slot + p]);
+    // Partition maxima can differ by more than 88: exp(partMax - mAll) is at most 1, never inf.
+    float sum = 0.0f, o = 0.0f;
+    for (int p = 0; p < parts; ++p) {
+        const float f = expf(partMax[slot + p] - mAll);
+        sum += f * partSum[slot + p];
+        o += f * partOut[(slot + p) * DH + d];
+    }
+    out[((size_t)b * HQ + h) * DH + d] = o / sum;
+}

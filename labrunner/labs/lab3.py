@@ -1,0 +1,83 @@
+"""Lab 3, decode against a paged KV cache: a partial kernel per partition, a combine, graded on bandwidth."""
+
+from __future__ import annotations
+
+from labrunner.labs.definition import Lab, Launch, check_block, check_nonnegative, entry
+from labrunner.truth.contract import GROUP, QUERY_HEADS
+from labrunner.truth.paged_cache import PAGE_TOKENS, max_pages, max_parts
+
+DEFAULTS = {
+    "attnlab_partition_tokens": 0,     # keys per partition (grid.x); 0: one partition per sequence
+    "attnlab_heads_per_block": 1,      # query heads of one KV group per block of decode_partial: grid.y = 32 / heads
+    "attnlab_partial_threads": 32,     # threads per block of decode_partial
+    "attnlab_partial_smem_bytes": 0,   # its dynamic shared memory; above 48 KB the driver raises the limit
+    "attnlab_combine_threads": 64,     # threads per block of decode_combine, one block per (head, sequence)
+}
+MAX_SHARED_BYTES = 227 * 1024
+# The p a catalogue's lengths are written against for a file that keeps one partition per
+# sequence (partition 0): the same lengths the shipped solution is graded on.
+WHOLE_SEQUENCE_CASE_PARTITION = 512
+
+
+def plan_launches(c: dict[str, int], batch: int, longest: int) -> list[Launch]:
+    """A decode batch of `batch` sequences whose longest has `longest` keys (a decode case's rows and prefix)."""
+    parts = max_parts(longest, c["attnlab_partition_tokens"])
+    pages = max_pages(longest)
+    return [
+        Launch("decode_partial", (parts, QUERY_HEADS // c["attnlab_heads_per_block"], batch),
+               (c["attnlab_partial_threads"], 1, 1), c["attnlab_partial_smem_bytes"],
+               ("q", "k", "v", "blockTable", "seqLens", "partOut", "partMax", "partSum", pages, parts)),
+        Launch("decode_combine", (QUERY_HEADS, batch, 1), (c["attnlab_combine_threads"], 1, 1), 0,
+               ("partOut", "partMax", "partSum", "seqLens", "out", parts)),
+    ]
+
+
+def workspace(c: dict[str, int], batch: int, longest: int) -> dict[str, int]:
+    """The partial results' buffers, [B][32][maxParts][64] and twice [B][32][maxParts]: the driver poisons
+    and guards them; what they hold between the two kernels is the file's business."""
+    parts = max_parts(longest, c["attnlab_partition_tokens"])
+    return {"partOut": batch * QUERY_HEADS * parts * 64, "partMax": batch * QUERY_HEADS * parts,
+            "partSum": batch * QUERY_HEADS * parts}
+
+
+def validate(c: dict[str, int]) -> list[str]:
+    problems = (check_block(c, "attnlab_partial_threads") + check_block(c, "attnlab_combine_threads")
+                + check_nonnegative(c, "attnlab_partial_smem_bytes"))
+    partition = c["attnlab_partition_tokens"]
+    if partition < 0 or partition % PAGE_TOKENS:
+        problems.append(f"attnlab_partition_tokens = {partition} must be 0 (one partition per sequence) or a "
+                        f"positive multiple of {PAGE_TOKENS} (whole pages)")
+    heads = c["attnlab_heads_per_block"]
+    if heads not in (1, 2, GROUP):
+        problems.append(f"attnlab_heads_per_block = {heads} must be 1, 2 or {GROUP} (query heads of one KV group)")
+    if c["attnlab_partial_smem_bytes"] > MAX_SHARED_BYTES:
+        problems.append(f"attnlab_partial_smem_bytes = {c['attnlab_partial_smem_bytes']} exceeds the "
+                        f"{MAX_SHARED_BYTES} bytes a block may have")
+    return problems
+
+
+LAB3 = Lab(
+    name="lab3",
+    title="Decode against a paged KV cache",
+    teaches="decode as a serving engine runs it, graded on bandwidth: read K and V through a block table of "
+            "16-token pages, load each K/V row once for the 4 query heads of its group, split long sequences "
+            "into partitions and combine them by their maxima",
+    entry_points=(
+        entry("decode_partial",
+              "const float* q, const float* kCache, const float* vCache, const int* blockTable, const int* seqLens, "
+              "float* partOut, float* partMax, float* partSum, int maxPages, int maxParts",
+              "for each (sequence, query head, partition): whatever decode_combine needs of the softmax of "
+              "(q[b][h] . kCache[key j of b][h/4]) / 8 over the partition's keys j < seqLens[b], weighting vCache"),
+        entry("decode_combine",
+              "const float* partOut, const float* partMax, const float* partSum, const int* seqLens, float* out, "
+              "int maxParts",
+              "out[b][h] = softmax over keys j < seqLens[b] of (q[b][h] . kCache[key j of b][h/4]) / 8, "
+              "weighting vCache, from the partitions' partial results"),
+    ),
+    launch_defaults=DEFAULTS,
+    plan_launches=plan_launches,
+    workspace=workspace,
+    validate=validate,
+    baseline="starter",
+    case_partition=lambda c: c["attnlab_partition_tokens"] or WHOLE_SEQUENCE_CASE_PARTITION,
+)
