@@ -1,6 +1,6 @@
-"""Derives the golden case from closed forms, independently of the oracle's code.
+"""Derives the golden cases from closed forms, independently of the oracle's code.
 
-Run `python cases/make_golden.py` to rewrite `cases/golden.npz`. The case is a chunk of 5 rows
+Run `python cases/make_golden.py` to rewrite `cases/golden.npz` and `cases/golden_decode.npz`. The case is a chunk of 5 rows
 at prefix 3 (8 keys). Every value is exact in float32, and every expected output follows from
 arithmetic done here, not from attention code:
 
@@ -67,7 +67,60 @@ def derive() -> dict[str, np.ndarray]:
     return {"q": q, "k": k, "v": v, "prefix": np.array(PREFIX), "expected": expected}
 
 
+# The decode golden case: three sequences in a paged cache of 6 pages of 16 rows, read through a
+# block table with shuffled pages and -1 padding. The rows of a last page past its sequence's end,
+# and page 1 (named by no table row), hold NaN: the closed forms below never touch them, and an
+# oracle that did would fail the proof.
+#
+# * Sequence 0 has one key: its probability is exactly 1, so every head's output is V's row of it.
+# * Sequence 1 (21 keys, pages 5 then 2) has query 0 in every head: the uniform mean of its V rows,
+#   with v = (j - 2d + 100g) / 8 at logical key j: (10 - 2d + 100g) / 8.
+# * Sequence 2 (19 keys, pages 0 then 3) has 4.0 in query head 0 and 0 elsewhere; its key 9 carries
+#   4.0 in KV head 0 and every other key alternates +x, -x there, scoring exactly 0. Head 0 is
+#   (e^128 v_9 + the other eighteen v_j) / (e^128 + 18): V's row of the planted key, to the last
+#   bit of a float64. Heads 1 to 31 see query 0: the mean, (9 - 2d + 100g) / 8.
+PAGE = 16
+PAGES = 6
+DECODE_TABLE = [[4, -1, -1], [5, 2, -1], [0, 3, -1]]
+DECODE_LENGTHS = [1, 21, 19]
+DECODE_PLANTED_SEQUENCE, DECODE_PLANTED_KEY = 2, 9
+
+
+def derive_decode() -> dict[str, np.ndarray]:
+    batch = len(DECODE_LENGTHS)
+    q = np.zeros((batch, HEADS, DIM), np.float32)
+    q[0] = ((np.arange(HEADS)[:, None] * 5 + np.arange(DIM)) % 7 - 3) / 4  # any finite query: one key is all there is
+    q[DECODE_PLANTED_SEQUENCE, 0, :] = 4.0
+    signs = np.where(np.arange(DIM) % 2 == 0, 1.0, -1.0)
+    k = np.full((PAGES * PAGE, KV_HEADS, DIM), np.nan, np.float32)
+    v = np.full((PAGES * PAGE, KV_HEADS, DIM), np.nan, np.float32)
+    for b, length in enumerate(DECODE_LENGTHS):
+        for j in range(length):
+            row = DECODE_TABLE[b][j // PAGE] * PAGE + j % PAGE
+            k[row, :, :] = signs * (j + 1) / 4
+            v[row] = [[v_value(j, g, d) for d in range(DIM)] for g in range(KV_HEADS)]
+    planted_row = DECODE_TABLE[DECODE_PLANTED_SEQUENCE][DECODE_PLANTED_KEY // PAGE] * PAGE + DECODE_PLANTED_KEY % PAGE
+    k[planted_row, 0, :] = 4.0
+
+    expected = np.empty((batch, HEADS, DIM))
+    for h in range(HEADS):
+        g = h // 4
+        for d in range(DIM):
+            expected[0, h, d] = v_value(0, g, d)
+            for b in (1, 2):
+                expected[b, h, d] = ((DECODE_LENGTHS[b] - 1) / 2 - 2 * d + 100 * g) / 8
+    e128 = math.exp(128)
+    length = DECODE_LENGTHS[DECODE_PLANTED_SEQUENCE]
+    for d in range(DIM):
+        others = sum(v_value(j, 0, d) for j in range(length) if j != DECODE_PLANTED_KEY)
+        expected[DECODE_PLANTED_SEQUENCE, 0, d] = ((e128 * v_value(DECODE_PLANTED_KEY, 0, d) + others)
+                                                   / (e128 + length - 1))
+    return {"q": q, "k": k, "v": v, "block_table": np.array(DECODE_TABLE, np.int32),
+            "seq_lens": np.array(DECODE_LENGTHS, np.int32), "expected": expected}
+
+
 if __name__ == "__main__":
-    target = Path(__file__).with_name("golden.npz")
-    np.savez(target, **derive())
-    print(f"wrote {target}")
+    for name, case in (("golden.npz", derive()), ("golden_decode.npz", derive_decode())):
+        target = Path(__file__).with_name(name)
+        np.savez(target, **case)
+        print(f"wrote {target}")

@@ -11,7 +11,7 @@ from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.truth import oracle
 from labrunner.truth.cases import CASES_DIR
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
-from labrunner.truth.golden import GOLDEN_PATH, PROOF_TOLERANCE, prove_oracle, require_proven_oracle
+from labrunner.truth.golden import GOLDEN_DECODE_PATH, GOLDEN_PATH, PROOF_TOLERANCE, prove_oracle, require_proven_oracle
 
 
 def load_make_golden():
@@ -126,3 +126,53 @@ def test_the_proof_tolerance_is_inclusive(tmp_path, offset, passed):
     proof = prove_oracle(path, attention=lambda q, k, v, prefix: np.zeros((1, 32, 64)))
     assert proof.max_error == offset
     assert proof.passed is passed
+
+
+# -- decode through a block table (lab 3) ------------------------------------------------------------
+def test_golden_decode_file_is_exactly_what_make_golden_derives():
+    derived = load_make_golden().derive_decode()
+    with np.load(GOLDEN_DECODE_PATH) as stored:
+        assert sorted(stored.files) == sorted(derived)
+        for name, array in derived.items():
+            assert stored[name].dtype == array.dtype, name
+            assert np.array_equal(stored[name], array, equal_nan=True), name
+
+
+def test_golden_decode_holds_its_three_properties():
+    """q = 0 gives the mean of the visible V rows; the planted key gives its V row; one key gives
+    probability exactly 1 (V's row, bit for bit)."""
+    with np.load(GOLDEN_DECODE_PATH) as golden:
+        table, v, expected = golden["block_table"], golden["v"].astype(np.float64), golden["expected"]
+        assert golden["seq_lens"].tolist() == [1, 21, 19]
+        rows_of_1 = [table[1, j // 16] * 16 + j % 16 for j in range(21)]
+        assert np.allclose(expected[1], v[rows_of_1].mean(axis=0)[np.arange(32) // GROUP], rtol=0, atol=1e-12)
+        planted = table[2, 0] * 16 + 9
+        assert np.allclose(expected[2, 0], v[planted, 0], rtol=0, atol=1e-12)
+        assert np.array_equal(expected[0], v[table[0, 0] * 16, np.arange(32) // GROUP])
+        got = oracle.decode_attention(golden["q"], golden["k"], golden["v"], table, golden["seq_lens"])
+        assert np.array_equal(got[0], expected[0])  # exactly, not within a tolerance
+        # NaN stands wherever no key does, so an oracle that read one would fail
+        assert np.isnan(golden["k"][table[0, 0] * 16 + 1]).all() and np.isnan(golden["v"][16:32]).all()
+
+
+def whole_pages(q, k, v, table, lengths):
+    """A decode that reads every row of a sequence's last page, the masked ones too."""
+    return oracle.decode_attention(q, k, v, table, -(-lengths // 16) * 16)
+
+
+def pages_in_order(q, k, v, table, lengths):
+    """A decode that ignores the table and reads each sequence's pages in physical order from its first."""
+    ordered = table.copy()
+    for b in range(len(lengths)):
+        used = ordered[b] >= 0
+        ordered[b, used] = ordered[b, 0] + np.arange(used.sum())
+    return oracle.decode_attention(q, k, v, np.minimum(ordered, k.shape[0] // 16 - 1), lengths)
+
+
+@pytest.mark.parametrize("decode", [whole_pages, pages_in_order], ids=["masked-rows-read", "pages-in-order"])
+def test_a_broken_decode_oracle_fails_the_proof_and_names_the_decode_file(decode):
+    proof = prove_oracle(decode=decode)
+    assert proof.passed is False
+    assert proof.file == "golden_decode.npz"
+    with pytest.raises(AttnlabError, match=r"^the oracle failed its golden proof \(max error .* on golden_decode\.npz\)"):
+        require_proven_oracle(decode=decode)

@@ -33,7 +33,7 @@ def evaluate(expression: str | int, partition: int, length: int = 0) -> int:
         return expression
     text = expression.replace(" ", "")
     total, at = 0, 0
-    while at < len(text):
+    while at < len(text) or not text:
         match = _TERM.match(text, at)
         sign, digits, unit = match.groups()
         if not digits and not unit or (at > 0 and not sign):
