@@ -55,7 +55,8 @@ def no_nvrtc(monkeypatch):
 # --- the shipped kernels ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("lab, file", [("lab2", "starter.cu"), ("lab2", "solution.cu"),
-                                       ("lab1", "starter.cu"), ("lab1", "solution.cu")])
+                                       ("lab1", "starter.cu"), ("lab1", "solution.cu"),
+                                       ("lab3", "starter.cu"), ("lab3", "solution.cu")])
 def test_shipped_kernels_pass_the_gate(lab, file):
     path = REPO / "kernels" / lab / file
     submission = load_submission(LABS[lab], path, f"{lab}/{file}")

@@ -7,7 +7,7 @@ from fixture_suite import run_suite, table
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("lab", ["lab1", "lab2"])
+@pytest.mark.parametrize("lab", ["lab1", "lab2", "lab3"])
 def test_every_fixture_gets_its_verdict_on_the_gpu(lab):
     outcomes = run_suite("gpu", lab)
     print("\n" + table(outcomes))

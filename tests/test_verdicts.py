@@ -24,7 +24,8 @@ from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.run.racecheck import parse_hazard
 from labrunner.truth.cases import Seed
 from labrunner.truth.check import NEVER_WRITTEN, RACE, check_output
-from labrunner.truth.hints import HAZARDS, derive_hints
+from labrunner.truth.cases import load_catalogue, make_inputs
+from labrunner.truth.hints import HAZARDS, decode_variant, derive_hints, gather_evidence
 from labrunner.truth.poison import SHARED_POISON_BITS, WORKSPACE_POISON_BITS, filled, poisoned
 
 REPO = Path(__file__).resolve().parent.parent
@@ -144,7 +145,7 @@ def test_a_value_carrying_the_shared_memory_poison_is_a_race():
 def variants() -> list[tuple[str, int, str]]:
     """Each shipped solution with one of its __syncthreads() removed, made from the shipped text."""
     found = []
-    for lab in ("lab1", "lab2"):
+    for lab in ("lab1", "lab2", "lab3"):
         text = (REPO / "kernels" / lab / "solution.cu").read_text()
         for match in re.finditer(r"__syncthreads\(\);", text):
             line = text.count("\n", 0, match.start()) + 1
@@ -155,7 +156,7 @@ def variants() -> list[tuple[str, int, str]]:
 def test_the_shipped_solutions_have_the_barriers_the_variants_remove():
     assert [(lab, line) for lab, line, _ in variants()] == [
         ("lab1", 45), ("lab1", 48), ("lab1", 67), ("lab1", 76), ("lab1", 78), ("lab1", 125), ("lab1", 128),
-        ("lab2", 60), ("lab2", 68), ("lab2", 115)]
+        ("lab2", 60), ("lab2", 68), ("lab2", 115), ("lab3", 141)]
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
@@ -169,7 +170,8 @@ def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(t
     decisive = next(c for c in data["cases"] if c["name"] == data["decisive_case"])
     assert (data["verdict"], completed.returncode) == ("race", 4), decisive["message"]
     assert "a missing __syncthreads()?" in decisive["message"]
-    assert re.search(r"; in kernel (attn_scores|attn_softmax|attn_weighted_sum|flash_prefill)$", decisive["message"])
+    assert re.search(r"; in kernel (attn_scores|attn_softmax|attn_weighted_sum|flash_prefill|decode_partial)$",
+                     decisive["message"])
     assert [h["hazard"] for h in data["hints"]] == ["race"]
 
 
@@ -307,6 +309,53 @@ def test_a_hint_needs_its_evidence(cases, hazards):
     assert all(h["hazard"] in HAZARDS and "\n" not in h["text"] for h in hints)
 
 
+def decode_evidence(**given) -> dict:
+    """A failing lab-3 case at p = 512: lengths 1, 2, 15, 16, 17, 511, 512, 513, 1024, 1025."""
+    return evidence(**{"case": "lengths-around-p", "rows": 10, "prefix": 1025, "empty_partition_rows": list(range(9)),
+                       "partial_page_rows": [0, 1, 2, 4, 5, 7, 9], "nonfinite_rows": [], **given})
+
+
+@pytest.mark.parametrize("cases, hazards", [
+    ([decode_evidence(matches=["combine-no-rescale"])], ["combine-rescale"]),
+    ([decode_evidence(failing_rows=list(range(9)), nonfinite_rows=list(range(9)))], ["empty-partition"]),
+    ([decode_evidence(failing_rows=list(range(8)), nonfinite_rows=list(range(8)))], []),
+    ([decode_evidence(failing_rows=[0, 1, 9], nonfinite_rows=[0, 1, 9])], ["masked-nan"]),
+    ([decode_evidence(failing_rows=[0, 1, 9], nonfinite_rows=[0, 1])], []),
+    ([decode_evidence(failing_rows=[3], nonfinite_rows=[3])], []),
+    ([decode_evidence(matches=["partition-tail"])], ["partition-tail"]),
+    ([decode_evidence(matches=["page-key-minus-one", "page-table"])], ["page-table"]),
+    ([decode_evidence(matches=["page-table"]), decode_evidence(case="skewed", matches=[])], []),
+])
+def test_a_decode_hint_needs_its_evidence(cases, hazards):
+    assert [h["hazard"] for h in derive_hints(cases)] == hazards
+
+
+@pytest.mark.parametrize("change, match, hazard", [
+    (dict(unrescaled_partition=64), "combine-no-rescale", "combine-rescale"),
+    (dict(keys=lambda n: n // 64 * 64), "partition-tail", "partition-tail"),
+    (dict(page_index=lambda j: np.maximum(j - 1, 0) // 16), "page-key-minus-one", "page-table"),
+])
+def test_decode_evidence_recognises_the_variant_that_made_the_output(change, match, hazard):
+    case = next(c for c in load_catalogue("lab3").cases if c.name == "lengths-around-p").resolved(64)
+    inputs = make_inputs(case, 5)
+    reference = inputs.reference()
+    out = decode_variant(inputs, **change).astype(np.float32)
+    checked = check_output(out, reference)
+    found = gather_evidence(case, inputs, out, reference, checked.status, checked.failing_rows)
+    assert match in found["matches"]
+    assert [h["hazard"] for h in derive_hints([found])][:1] == [hazard]
+
+
+def test_decode_evidence_names_the_sequences_with_empty_partitions_and_partial_pages():
+    case = next(c for c in load_catalogue("lab3").cases if c.name == "lengths-around-p").resolved(64)
+    inputs = make_inputs(case, 5)
+    found = gather_evidence(case, inputs, inputs.reference().astype(np.float32), inputs.reference(), "wrong", [0])
+    assert inputs.lengths == [1, 2, 15, 16, 17, 63, 64, 65, 128, 129]
+    assert found["empty_partition_rows"] == list(range(9))
+    assert found["partial_page_rows"] == [0, 1, 2, 4, 5, 7, 9]
+    assert found["nonfinite_rows"] == []
+
+
 def test_at_most_two_hints_most_specific_first():
     hints = derive_hints([evidence(status="never-written", rows=17, failing_rows=[16], matches=["scale-missing"],
                                    heads_wrong=list(range(4, 32)))])
@@ -315,7 +364,8 @@ def test_at_most_two_hints_most_specific_first():
 
 def test_the_hazard_list_is_fixed():
     assert HAZARDS == ("race", "max-subtraction", "causal-mask", "prefix-offset", "scale", "gqa-mapping", "rescale",
-                       "bounds", "unwritten")
+                       "combine-rescale", "empty-partition", "partition-tail", "masked-nan", "page-table", "bounds",
+                       "unwritten")
 
 
 # --- 8. lab 1's stage check -----------------------------------------------------------------------

@@ -329,7 +329,7 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
         if changed.size:
             return CaseResult(case.name, "input-mutated",
                               f"input {name} was modified: {changed.size} element(s) changed, the first at flat "
-                              f"index {changed[0]}; kernels must treat q, k and v as read-only",
+                              f"index {changed[0]}; kernels must treat {_listed(list(given))} as read-only",
                               case.rows, case.prefix)
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
     checked = check_output(out, reference, exact=case.exact)
@@ -350,6 +350,11 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
                               f"instead of {_value(out[row, head, col])}: a missing __syncthreads()?")
             break
     return result
+
+
+def _listed(names: list[str]) -> str:
+    """`q, k and v`: the inputs a lab's kernels receive, in words."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:

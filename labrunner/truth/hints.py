@@ -5,7 +5,9 @@ from a fixed list (the JSON carries its id) and is given only when the failures 
 evidence: which cases fail and how (only planted ones, with inf or nan; only the last-key one),
 which rows and heads, and whether the output is exactly attention with one known mistake made
 (the scale left out, the causal edge moved by a key, the prefix ignored, another KV head read).
-A grade gets at most two hints, the most specific first.
+Decode adds its own: partitions combined without rescaling, an empty partition that turns into
+NaN, a partition size assumed to divide the length, a masked key read into a sum, a block-table
+index off by one. A grade gets at most two hints, the most specific first.
 
 `gather_evidence` runs in the driver on each failing case (it recomputes small variants of the
 oracle, so it is skipped for cases too large to redo cheaply); `derive_hints` reads the evidence of
@@ -21,11 +23,22 @@ from labrunner.truth.poison import WORKSPACE_POISON_BITS, carries
 
 # The hazards, most specific first: the order hints are given in.
 HAZARDS = ("race", "max-subtraction", "causal-mask", "prefix-offset", "scale", "gqa-mapping", "rescale",
-           "bounds", "unwritten")
+           "combine-rescale", "empty-partition", "partition-tail", "masked-nan", "page-table", "bounds", "unwritten")
 MAX_HINTS = 2
 # Score elements (rows * keys) above which the variant oracles are not recomputed.
 EVIDENCE_LIMIT = 40_000
 RESCALE_TILES = (1, 16, 32, 64, 128)
+# Keys of a decode case (summed over its sequences) above which its variants are not recomputed.
+DECODE_EVIDENCE_LIMIT = 200_000
+PAGE_TOKENS = 16
+# Block-table indices a kernel may compute for key j instead of j // 16 (C's division truncates:
+# (j - 1) / 16 is 0 for key 0).
+PAGE_INDEX_SLIPS = {
+    "next-page": lambda j: j // PAGE_TOKENS + 1,
+    "previous-page": lambda j: j // PAGE_TOKENS - 1,
+    "key-minus-one": lambda j: np.maximum(j - 1, 0) // PAGE_TOKENS,
+    "key-plus-one": lambda j: (j + 1) // PAGE_TOKENS,
+}
 
 
 def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status: str,
@@ -39,7 +52,7 @@ def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status
     heads_wrong = sorted(int(h) for h in np.flatnonzero(bad.any(axis=(0, 2))))
     evidence = {
         "case": case.name, "status": status, "rows": case.rows, "prefix": case.prefix,
-        "planted": bool(case.planted),
+        "planted": bool(case.planted or case.plants),
         # only the last key of the sequence planted: the row max first appears in the final tile
         "last_key": case.planted == (case.keys - 1,),
         "nonfinite": int((~np.isfinite(out)).sum()),
@@ -50,6 +63,8 @@ def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status
         "kv_heads_read": {},
         "compared": False,
     }
+    if inputs.block_table is not None:
+        return _decode_evidence(evidence, case, inputs, out, reference, compare)
     if not compare or status != "wrong" or case.rows * case.keys > EVIDENCE_LIMIT or not heads_wrong:
         return evidence
     evidence["compared"] = True
@@ -78,6 +93,79 @@ def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status
                 evidence["kv_heads_read"][h] = g
                 break
     return evidence
+
+
+def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: np.ndarray, compare: bool) -> dict:
+    """What a failing decode case shows: which sequences have empty partitions or a partly used last
+    page, and which decode variants (a combine without rescaling, a dropped last partition, a slipped
+    block-table index, another scale or KV head) reproduce the output."""
+    lengths = np.array(inputs.lengths)
+    partition = case.partition
+    parts = -(-lengths // partition) if partition else np.ones_like(lengths)
+    evidence["empty_partition_rows"] = np.flatnonzero(parts < parts.max()).tolist()
+    evidence["partial_page_rows"] = np.flatnonzero(lengths % PAGE_TOKENS).tolist()
+    evidence["nonfinite_rows"] = np.flatnonzero((~np.isfinite(out)).any(axis=(1, 2))).tolist()
+    heads_wrong = evidence["heads_wrong"]
+    if not compare or evidence["status"] != "wrong" or lengths.sum() > DECODE_EVIDENCE_LIMIT or not heads_wrong:
+        return evidence
+    evidence["compared"] = True
+    variants = {"scale-missing": dict(scale=1.0), "scale-doubled": dict(scale=2 * SCALE),
+                "scale-twice": dict(scale=SCALE * SCALE)}
+    if partition:
+        variants["combine-no-rescale"] = dict(unrescaled_partition=partition)
+        variants["partition-tail"] = dict(keys=lambda n: n // partition * partition)
+    variants.update({f"page-{name}": dict(page_index=slip) for name, slip in PAGE_INDEX_SLIPS.items()})
+    for name, change in variants.items():
+        if _explains_rows(out, decode_variant(inputs, **change)):
+            evidence["matches"].append(name)
+    if any(name.startswith("page-") for name in evidence["matches"]):
+        evidence["matches"].append("page-table")
+    per_kv = [decode_variant(inputs, kv_head=g) for g in range(KV_HEADS)]
+    for h in heads_wrong:
+        for g in range(KV_HEADS):
+            if g != h // GROUP and _explains(out[:, h], per_kv[g][:, h]):
+                evidence["kv_heads_read"][h] = g
+                break
+    return evidence
+
+
+def decode_variant(inputs, scale: float = SCALE, kv_head: int | None = None, page_index=lambda j: j // PAGE_TOKENS,
+                   keys=lambda n: n, unrescaled_partition: int = 0) -> np.ndarray:
+    """Decode through the block table with one thing changed: the scale, one KV head read by every
+    query head, the table index of key j (`page_index`), how many keys a sequence of n keys reads
+    (`keys`), or partitions of `unrescaled_partition` keys added up without rescaling each by its
+    max. A sequence the change leaves without keys, or sends to a -1 entry, is NaN. float64 `[B][32][64]`."""
+    table = inputs.block_table
+    heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
+    out = np.full(inputs.q.shape, np.nan)
+    for b, n in enumerate(inputs.lengths):
+        j = np.arange(keys(n))
+        index = page_index(j)
+        if j.size == 0 or index.min() < 0 or index.max() >= table.shape[1] or (table[b, index] < 0).any():
+            continue
+        rows = table[b, index].astype(np.int64) * PAGE_TOKENS + j % PAGE_TOKENS
+        k = inputs.k.astype(np.float64)[rows][:, heads, :]  # [keys][32][64]
+        v = inputs.v.astype(np.float64)[rows][:, heads, :]
+        scores = np.einsum("hd,jhd->hj", inputs.q[b].astype(np.float64), k) * scale
+        size = unrescaled_partition or j.size
+        acc, total = np.zeros((QUERY_HEADS, inputs.q.shape[2])), np.zeros(QUERY_HEADS)
+        with np.errstate(invalid="ignore", over="ignore"):
+            for start in range(0, j.size, size):
+                part = scores[:, start:start + size]
+                weights = np.exp(part - part.max(axis=1, keepdims=True))
+                total += weights.sum(axis=1)
+                acc += np.einsum("hj,jhd->hd", weights, v[start:start + size])
+            out[b] = acc / total[:, None]
+    return out
+
+
+def _explains_rows(out: np.ndarray, variant: np.ndarray) -> bool:
+    """A decode variant reproduces the output: within the pass rule in every sequence it defines, and
+    not finite in every sequence it leaves undefined (a kernel that divides 0 by 0 there)."""
+    undefined = np.isnan(variant).any(axis=(1, 2))
+    if not within_tolerance(out[~undefined], variant[~undefined]).all():
+        return False
+    return bool((~np.isfinite(out[undefined])).any(axis=(1, 2)).all())
 
 
 def variant_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int, scale: float = SCALE,
@@ -174,6 +262,30 @@ def derive_hints(evidence: list[dict]) -> list[dict]:
     if all(e["last_key"] for e in failing) or _all_match(failing, "rescale-missing"):
         found["rescale"] = ("only cases where a row's max arrives in a later key tile fail: when the max moves, "
                             "rescale both l and the accumulator by exp(m_old - m_new)")
+    if _all_match(failing, "combine-no-rescale"):
+        found["combine-rescale"] = ("the output is every partition's softmax added up as it stands: partitions have "
+                                    "different maxima, so scale each partition's sum and accumulator by "
+                                    "exp(partMax - globalMax) before adding them, and divide once")
+    decode = [e for e in failing if "partial_page_rows" in e]
+    if decode and len(decode) == len(failing):
+        if all(e["failing_rows"] == e["empty_partition_rows"] and set(e["failing_rows"]) <= set(e["nonfinite_rows"])
+               for e in decode):
+            found["empty-partition"] = ("exactly the sequences with empty partitions fail, with nan: a partition "
+                                        "with no keys has max -inf and sum 0 and must add nothing (0 / 0 and "
+                                        "exp(-inf - -inf) are nan): skip it, or stop at the sequence's own "
+                                        "partition count")
+        if all(e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
+               for e in decode):
+            found["masked-nan"] = ("only sequences whose last page is partly used fail, with nan: the rows past a "
+                                   "sequence's end hold garbage, and a masked key must never be loaded into a sum "
+                                   "(0 * NaN is NaN): skip it, do not weight it by 0")
+    if _all_match(failing, "partition-tail"):
+        found["partition-tail"] = ("the output is attention without the keys of each sequence's last, partial "
+                                   "partition: a length need not be a multiple of attnlab_partition_tokens, so a "
+                                   "sequence has ceil(seqLens[b] / p) partitions and the last ends at seqLens[b]")
+    if _all_match(failing, "page-table"):
+        found["page-table"] = ("the output is attention over keys read through a block-table index off by one: key "
+                               "j of sequence b is row j % 16 of page blockTable[b][j / 16]")
     suffix_from = _failing_suffix(failing)
     if suffix_from is not None:
         found["bounds"] = (f"only the last rows fail (from row {suffix_from} on in case "
