@@ -54,11 +54,17 @@ class NumpyGpu:
         self.seen.append(tuple(buffers[n].tobytes() for n in ("q", "k", "v")))
         if self.skip_after is not None and self.launches > self.skip_after:
             return
-        if launch.kernel in ("attn_scores", "attn_softmax"):
-            return  # lab 1: the stand-in computes everything in its last kernel
+        if launch.kernel in ("attn_scores", "attn_softmax", "decode_partial"):
+            return  # labs 1 and 3: the stand-in computes everything in its last kernel
         self.compute(buffers)
 
     def compute(self, buffers):
+        if "blockTable" in buffers:  # lab 3: decode through the block table
+            q = buffers["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)
+            out = oracle.decode_attention(q, buffers["k"], buffers["v"], buffers["blockTable"].reshape(q.shape[0], -1),
+                                          buffers["seqLens"])
+            buffers["out"][:] = out.astype(np.float32).ravel()
+            return
         q = buffers["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)
         k = buffers["k"].reshape(-1, KV_HEADS, HEAD_DIM)
         v = buffers["v"].reshape(-1, KV_HEADS, HEAD_DIM)

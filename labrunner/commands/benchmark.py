@@ -38,7 +38,7 @@ PROJECTED_SIZES = (4096, 32768)
 class References(Protocol):
     """Where the references of checked timed calls come from: the driver's GPU, or numpy in the tests."""
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int): ...
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: dict | None = None): ...
 
     def check(self, out: np.ndarray, reference) -> OutputCheck: ...
 
@@ -48,8 +48,13 @@ class References(Protocol):
 class CpuReferences:
     """The numpy definition of each set and the CPU oracle: exact, and seconds per set at the timing shape."""
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int) -> np.ndarray:
-        s = make_set(key, number, rows, prefix)
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int,
+                  layout: dict | None = None) -> np.ndarray:
+        pages = (layout or {}).get("pages")
+        s = make_set(key, number, rows, prefix, pages)
+        if pages is not None:
+            fixed = layout["fixed"]
+            return oracle.decode_attention(s["q"], s["k"], s["v"], fixed["blockTable"], fixed["seqLens"])
         return oracle.attention(s["q"], s["k"], s["v"], prefix=prefix)
 
     def check(self, out: np.ndarray, reference: np.ndarray) -> OutputCheck:
@@ -80,6 +85,11 @@ def attention_flops(rows: int, prefix: int) -> float:
     return 4.0 * HEAD_DIM * visible_pairs * QUERY_HEADS
 
 
+def decode_flops(layout: dict) -> float:
+    """4 * 64 FLOPs per visible key per query head: each sequence's one row of QK^T and PV."""
+    return 4.0 * HEAD_DIM * QUERY_HEADS * float(layout["fixed"]["seqLens"].sum())
+
+
 def new_key() -> list[int]:
     """A round's key to the pool of input sets, from the operating system's entropy: no kernel can know it."""
     draw = random.SystemRandom()
@@ -92,7 +102,8 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
 
 
 def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]], key: list[int], sets_drawn: int,
-                         rows: int, prefix: int, references: References, minimum: int = 0) -> CaseResult | None:
+                         rows: int, prefix: int, references: References, minimum: int = 0,
+                         layout: dict | None = None) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
     `contenders` maps who ("student", "baseline") to (the label a message names, the worker's
@@ -115,7 +126,8 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
             by_set.setdefault(int(number), []).append((who, label, out))
     baseline_failure = None
     for number in sorted(by_set):
-        reference = references.reference(tuple(key), number, rows, prefix)
+        reference = (references.reference(tuple(key), number, rows, prefix, layout) if layout
+                     else references.reference(tuple(key), number, rows, prefix))
         for who, label, out in by_set[number]:
             checked = references.check(out.reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
             if checked.passed:
@@ -146,6 +158,12 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     references = references or gpu_references()
     launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
                 "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix)}
+    # a workspace follows each file's own geometry (lab 3's partial buffers); a paged cache's layout is
+    # made from the run's seed (the shape of the work), its values from each round's secret key
+    workspaces = {"student_workspace": lab.workspace(student_constants, rows, prefix),
+                  "baseline_workspace": lab.workspace(baseline_constants, rows, prefix)}
+    layout = lab.timing_layout(rows, prefix, seed)
+    moved = lab.bytes_to_move(rows, prefix, layout) if lab.bytes_to_move else None
     replies = []
     for round_index in range(options.rounds):
         if round_index:
@@ -153,14 +171,17 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         # each round its own bootstrap seed (the checked calls are drawn from the system's entropy)
         round_options = replace(options, seed=options.seed + round_index)
         key = new_key()
-        request = {"kind": "speedup", "sets": {"key": key, "rows": rows, "prefix": prefix},
-                   "options": asdict(round_options), "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches}
+        request = {"kind": "speedup", "sets": {"key": key, "rows": rows, "prefix": prefix, **layout},
+                   "options": asdict(round_options), "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches,
+                   **{name: sizes for name, sizes in workspaces.items() if sizes},
+                   **({"copy_bytes": copy_bytes(moved)} if moved else {})}
         try:
             reply = worker.time(request, timing_budget_s(options, 2))
             failure = verify_timed_outputs(f"timed C{rows}-P{prefix}",
                                            {"student": (student_label, reply["checked"]["student"]),
                                             "baseline": (baseline_label, reply["checked"]["baseline"])},
-                                           key, reply["sets_drawn"], rows, prefix, references, options.min_verified)
+                                           key, reply["sets_drawn"], rows, prefix, references, options.min_verified,
+                                           layout)
         except WorkerFailure as failure:
             return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
         if failure:
@@ -169,7 +190,8 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
     comparison = pool_rounds(rounds, seed=options.seed).to_json()
     timing = {
-        "kind": "speedup", "rows": rows, "prefix": prefix, "gflop": attention_flops(rows, prefix) / 1e9,
+        "kind": "speedup", "rows": rows, "prefix": prefix,
+        "gflop": (decode_flops(layout) if layout else attention_flops(rows, prefix)) / 1e9,
         "student_label": student_label, "baseline_label": baseline_label, "comparison": comparison,
         "speedup": comparison["speedup"],
         "rounds": [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high,
@@ -184,7 +206,30 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         **_common(replies[0], replies[-1]),
     }
     timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
+    if moved:
+        timing["bandwidth"] = bandwidth_figures(moved, comparison, [reply["copy"] for reply in replies])
     return timing, None
+
+
+# A device-to-device copy of this many bytes (read once, written once) sets the bandwidth a bandwidth
+# lab is measured against: at least 1 GiB, far past any L2, and no more than the call itself moves.
+MIN_COPY_BYTES = 1 << 30
+
+
+def copy_bytes(moved: int) -> int:
+    return max(MIN_COPY_BYTES, moved // 2) // 256 * 256
+
+
+def bandwidth_figures(moved: int, comparison: dict, copies: list[dict]) -> dict:
+    """Bytes that must move, each contender's achieved TB/s, and the same run's device copy: its TB/s
+    (2 x its bytes, read and written, over its median time; the best round's) and the fraction of it
+    the student reached."""
+    copy_tb_s = max(2 * c["bytes"] / (c["stats"]["median_ms"] * 1e-3) / 1e12 for c in copies)
+    student = moved / (comparison["student"]["median_ms"] * 1e-3) / 1e12
+    return {"bytes": moved, "student_tb_s": student,
+            "baseline_tb_s": moved / (comparison["baseline"]["median_ms"] * 1e-3) / 1e12,
+            "copy_tb_s": copy_tb_s, "copy_fraction": student / copy_tb_s,
+            "copy": [{"bytes": c["bytes"], "median_ms": c["stats"]["median_ms"]} for c in copies]}
 
 
 def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]:

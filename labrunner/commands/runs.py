@@ -18,7 +18,8 @@ from labrunner.commands.grade import CaseOptions, load_student, resolve_backend,
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
-from labrunner.measure.gates import DEFAULT_FRACTION, apply_gate, load_gates, write_gate
+from labrunner.measure.gates import (DEFAULT_COPY_FRACTION, DEFAULT_FRACTION, apply_bandwidth_gate, apply_gate,
+                                     load_gates, write_gate)
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
 from labrunner.measure.timing import TimingOptions
 from labrunner.report import terminal
@@ -133,7 +134,9 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
                 run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
                                baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch,
                                limits=compile_limits(request))
-            if result.timing and result.timing.get("kind") == "speedup":
+            if result.timing and "bandwidth" in result.timing:
+                result.gate = apply_bandwidth_gate(result.timing["bandwidth"], (result.device or {}).get("name"))
+            elif result.timing and result.timing.get("kind") == "speedup":
                 result.gate = apply_gate(gates, lab.name, (result.device or {}).get("name"), result.timing["speedup"])
         elif correct and backend == "cpu":
             result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
@@ -175,6 +178,8 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
         terminal.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved{rounds}")
         timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
                                        submission.label, base.label)
+        if timing and "bandwidth" in timing:
+            timing["bandwidth"]["required_fraction"] = catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
     if failure:
         result.cases.append(failure)
         terminal.error(f"{failure.name}: {failure.message}")

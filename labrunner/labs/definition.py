@@ -77,6 +77,12 @@ class Lab:
     stages: dict[str, Callable] = field(default_factory=dict)
     # The partition size `p` a decode catalogue's lengths are written against, from the file's constants.
     case_partition: Callable[[dict[str, int]], int] = lambda constants: 0
+    # What a timed call's inputs hold beside the random Q, K and V, at (rows, prefix, seed): for a paged
+    # cache {"pages": how many, "fixed": {name: int32 array}} (the block table and lengths); {}: nothing.
+    timing_layout: Callable[[int, int, int], dict] = lambda rows, prefix, seed: {}
+    # The bytes one call must move at the least, from the timing layout, for a lab graded on bandwidth
+    # (its time is also set against a device copy timed in the same run); None: SPEEDUP alone.
+    bytes_to_move: Callable[[int, int, dict], int] | None = None
 
     @property
     def starter_path(self) -> Path:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from labrunner.labs.definition import Lab, Launch, check_block, check_nonnegative, entry
-from labrunner.truth.contract import GROUP, QUERY_HEADS
-from labrunner.truth.paged_cache import PAGE_TOKENS, max_pages, max_parts
+from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.truth.paged_cache import PAGE_TOKENS, bytes_to_move, max_pages, max_parts, timing_batch
 
 DEFAULTS = {
     "attnlab_partition_tokens": 0,     # keys per partition (grid.x); 0: one partition per sequence
@@ -56,6 +58,17 @@ def validate(c: dict[str, int]) -> list[str]:
     return problems
 
 
+def timing_layout(batch: int, longest: int, seed: int) -> dict:
+    """The timing shape's cache: seeded lengths (one of exactly `longest`), every page used, shuffled."""
+    lengths, table = timing_batch(batch, longest, seed)
+    return {"pages": int(table.max()) + 1,
+            "fixed": {"blockTable": table, "seqLens": np.array(lengths, dtype=np.int32)}}
+
+
+def timed_bytes(batch: int, longest: int, layout: dict) -> int:
+    return bytes_to_move(layout["fixed"]["seqLens"].tolist(), QUERY_HEADS, KV_HEADS, HEAD_DIM)
+
+
 LAB3 = Lab(
     name="lab3",
     title="Decode against a paged KV cache",
@@ -80,4 +93,6 @@ LAB3 = Lab(
     validate=validate,
     baseline="starter",
     case_partition=lambda c: c["attnlab_partition_tokens"] or WHOLE_SEQUENCE_CASE_PARTITION,
+    timing_layout=timing_layout,
+    bytes_to_move=timed_bytes,
 )

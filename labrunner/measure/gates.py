@@ -67,6 +67,25 @@ def apply_gate(gates: dict | None, lab: str, gpu_name: str | None, speedup: floa
     }
 
 
+# A lab graded on bandwidth (lab 3) needs no calibration file: its gate is a fraction of the device
+# copy timed in the same run, so it calibrates itself on every GPU. Its catalogue may set another.
+DEFAULT_COPY_FRACTION = 0.8
+
+
+def apply_bandwidth_gate(bandwidth: dict, gpu_name: str | None) -> dict:
+    """`bandwidth`: the timing's figures (`copy_fraction` reached, `required_fraction`, TB/s of both)."""
+    reached, required = bandwidth["copy_fraction"], bandwidth["required_fraction"]
+    passed = reached >= required
+    verb = "met" if passed else "missed"
+    return {
+        "status": "met" if passed else "missed", "passed": passed, "required_fraction": required,
+        "copy_fraction": reached,
+        "message": (f"{verb}: {reached:.2f} of the device copy's bandwidth ({bandwidth['student_tb_s']:.2f} of "
+                    f"{bandwidth['copy_tb_s']:.2f} TB/s, timed in the same run on {gpu_name or 'this GPU'}) against "
+                    f"the {required:g} required"),
+    }
+
+
 def write_gate(path: Path, lab: str, gpu_name: str, solution_speedup: float, fraction: float, details: dict) -> dict:
     gates = load_gates(path, "-o") if path.exists() else {"schema": SCHEMA}
     entry = {"solution_speedup": round(solution_speedup, 3), "fraction": fraction,

@@ -27,7 +27,7 @@ MAX_BLOCKS = 4096  # a grid-stride loop covers the rest
 class CudaSets:
     """Makes set n on the GPU, in place, with the CUDA twin of the numpy definition."""
 
-    def __init__(self, device, key: tuple[int, int], rows: int, prefix: int):
+    def __init__(self, device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
         check_key(key)
         self.key = key
         self.rows, self.prefix = rows, prefix
@@ -53,24 +53,30 @@ def timing_set_kernel():
 class NumpySets:
     """The definition itself, for a device whose buffers are numpy arrays (the tests' stand-in GPU)."""
 
-    def __init__(self, device, key: tuple[int, int], rows: int, prefix: int):
+    def __init__(self, device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
         check_key(key)
         self.key = key
-        self.rows, self.prefix = rows, prefix
+        self.rows, self.prefix, self.pages = rows, prefix, pages
 
     def fill(self, buffers: dict, number: int) -> None:
-        for name, values in make_set(self.key, number, self.rows, self.prefix).items():
+        for name, values in make_set(self.key, number, self.rows, self.prefix, self.pages).items():
             buffers[name][...] = values
 
 
 class InputPool:
-    """`slots` buffer sets on the device and which numbered set each holds now."""
+    """`slots` buffer sets on the device and which numbered set each holds now.
+
+    A request may name `pages` (a decode batch: K and V are that many pages of 16 rows) and `fixed`
+    inputs (its block table and lengths): uploaded once and shared by every slot. They are the
+    shape of the work, not its values: the values in the pages are every call's own."""
 
     def __init__(self, device, request: dict, slots: int):
-        rows, prefix = request["rows"], request["prefix"]
-        self.maker = CudaSets(device, tuple(request["key"]), rows, prefix)
-        self.slots = [{name: device.upload(np.zeros(shape, dtype=np.float32))
-                       for name, shape in set_shapes(rows, prefix).items()} for _ in range(slots)]
+        rows, prefix, pages = request["rows"], request["prefix"], request.get("pages")
+        self.maker = CudaSets(device, tuple(request["key"]), rows, prefix, pages)
+        fixed = {name: device.upload(array) for name, array in request.get("fixed", {}).items()}
+        self.slots = [{**{name: device.upload(np.zeros(shape, dtype=np.float32))
+                          for name, shape in set_shapes(rows, prefix, pages).items()}, **fixed}
+                      for _ in range(slots)]
         self.holds: list[int | None] = [None] * slots
         self.drawn = 0
 

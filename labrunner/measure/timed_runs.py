@@ -89,6 +89,34 @@ class Unverified(KernelCall):
         pass
 
 
+def guarded_workspace(device, sizes: dict[str, int]) -> dict:
+    """A contender's workspace, poisoned and guarded like a case's (re-poisoned before every call)."""
+    return {name: device.guarded(count, poison_for(name)) for name, count in sizes.items()}
+
+
+class DeviceCopy:
+    """A device-to-device copy of `bytes`, timed like a contender: the bandwidth a decode kernel is set
+    against, measured in the same process, on the same GPU, between the same flushes."""
+
+    name = "device copy"
+
+    def __init__(self, device, count_bytes: int):
+        self.bytes = count_bytes
+        xp = device.xp if hasattr(device.xp, "copyto") else np
+        self.copyto = xp.copyto
+        self.source = device.upload(np.zeros(count_bytes // 4, dtype=np.float32))
+        self.target = device.upload(np.zeros(count_bytes // 4, dtype=np.float32))
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        """Nothing to refresh: a copy's time does not depend on the values."""
+
+    def launch(self, input_index: int) -> None:
+        self.copyto(self.target, self.source)
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        """Nothing to check."""
+
+
 def run_timing(device, modules: dict, request: dict) -> dict:
     if device.name != "gpu":
         raise RuntimeError("timing needs the GPU backend")
@@ -108,10 +136,15 @@ def run_timing(device, modules: dict, request: dict) -> dict:
     if request["kind"] == "speedup":
         pool = InputPool(device, request["sets"], INPUT_SLOTS)
         student = KernelCall("student", device, modules["student"], request["student_launches"], pool,
-                             request["out_count"], {})
+                             request["out_count"], guarded_workspace(device, request.get("student_workspace", {})))
         baseline = KernelCall("baseline", device, modules["baseline"], request["baseline_launches"], pool,
-                              request["out_count"], {}, leads=False)
+                              request["out_count"], guarded_workspace(device, request.get("baseline_workspace", {})),
+                              leads=False)
         comparison = compare(student, baseline, INPUT_SLOTS, timer, options)
+        if request.get("copy_bytes"):
+            copy = DeviceCopy(device, request["copy_bytes"])
+            reply["copy"] = {"bytes": copy.bytes, "stats": measure(copy, 1, timer, options).to_json()}
+            del copy
         reply["comparison"] = comparison.to_json(include_samples=True)  # the driver pools rounds from them
         reply["checked"] = {"student": student.checked(), "baseline": baseline.checked()}
         reply["sets_drawn"] = pool.drawn

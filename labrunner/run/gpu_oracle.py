@@ -54,11 +54,16 @@ class GpuOracle:
     def host(self, array) -> np.ndarray:
         return self.cp.asnumpy(array) if self.cp is not np else array
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int):
-        """The float64 reference of set `number`, on the GPU."""
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: dict | None = None):
+        """The float64 reference of set `number`, on the GPU; `layout`: a paged cache's pages, table and lengths."""
         cp = self.cp
-        buffers = {name: cp.empty(shape, dtype=np.float32) for name, shape in set_shapes(rows, prefix).items()}
-        self.sets(None, key, rows, prefix).fill(buffers, number)
+        pages = (layout or {}).get("pages")
+        buffers = {name: cp.empty(shape, dtype=np.float32) for name, shape in set_shapes(rows, prefix, pages).items()}
+        self.sets(None, key, rows, prefix, pages).fill(buffers, number)
+        if pages is not None:
+            fixed = layout["fixed"]
+            return oracle.decode_attention(buffers["q"], buffers["k"], buffers["v"], fixed["blockTable"],
+                                           fixed["seqLens"], xp=cp)
         return oracle.attention(buffers["q"], buffers["k"], buffers["v"], prefix=prefix, xp=cp)
 
     def check(self, out: np.ndarray, reference) -> OutputCheck:

@@ -55,7 +55,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp=n
 
 
 def decode_attention(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, block_table: np.ndarray,
-                     seq_lens: np.ndarray, page_tokens: int = 16) -> np.ndarray:
+                     seq_lens: np.ndarray, page_tokens: int = 16, xp=np) -> np.ndarray:
     """Decode through a block table, in float64: each sequence's one new row against its own keys.
 
     q: `[B][32][64]`; k_pages, v_pages: `[numPages * page_tokens][8][64]` (or `[numPages][page_tokens][8][64]`);
@@ -64,11 +64,11 @@ def decode_attention(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, bl
     sits at position seq_lens[b] - 1 and sees every key before it and its own: that is `attention`
     for one row at prefix seq_lens[b] - 1, over exactly the rows the table names (the rows of a page
     past the sequence's end, and pages no table names, are never touched: they may hold anything).
-    Returns float64 `[B][32][64]`.
+    Returns float64 `[B][32][64]`. The table and the lengths are host (numpy) arrays whatever `xp` is.
     """
     k_rows = k_pages.reshape(-1, KV_HEADS, HEAD_DIM)
     v_rows = v_pages.reshape(-1, KV_HEADS, HEAD_DIM)
-    out = np.empty((q.shape[0], QUERY_HEADS, HEAD_DIM))
+    out = xp.empty((q.shape[0], QUERY_HEADS, HEAD_DIM))
     for b, length in enumerate(int(n) for n in seq_lens):
         if length < 1:
             raise ValueError(f"sequence {b} has {length} keys; every sequence has at least 1")
@@ -76,5 +76,6 @@ def decode_attention(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, bl
         rows = block_table[b, keys // page_tokens].astype(np.int64) * page_tokens + keys % page_tokens
         if (block_table[b, keys // page_tokens] < 0).any():
             raise ValueError(f"sequence {b}: its {length} keys reach a block-table entry of -1")
-        out[b] = attention(q[b:b + 1], k_rows[rows], v_rows[rows], prefix=length - 1)[0]
+        rows = xp.asarray(rows)
+        out[b] = attention(q[b:b + 1], k_rows[rows], v_rows[rows], prefix=length - 1, xp=xp)[0]
     return out

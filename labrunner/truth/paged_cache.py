@@ -90,3 +90,22 @@ def key_rows(table: np.ndarray, lengths: list[int]) -> np.ndarray:
 def key_row(table: np.ndarray, sequence: int, key: int) -> int:
     return int(table[sequence, key // PAGE_TOKENS]) * PAGE_TOKENS + key % PAGE_TOKENS
 
+
+
+def timing_batch(batch: int, longest: int, seed: int) -> tuple[list[int], np.ndarray]:
+    """The timing shape's lengths (sequence 0 has exactly `longest` keys, the rest are uniform in
+    1 .. longest, from `seed`) and its block table: every page used, shuffled, -1 padding. The
+    values in the pages are the timing sets' own, fresh for every timed call."""
+    rng = np.random.default_rng([seed, batch, longest])
+    lengths = [longest] + rng.integers(1, longest, endpoint=True, size=batch - 1).tolist()
+    table, _ = layout(rng, lengths, spare_pages=0)
+    return lengths, table
+
+
+def bytes_to_move(lengths: list[int], heads: int, kv_heads: int, head_dim: int) -> int:
+    """What a decode batch must read and write at the least: every visible key's K and V row of every KV
+    head once, each query and output row once, the table entries it uses and the lengths (float32 and
+    int32, 4 bytes each). Partial results are the kernel's own choice, so they count for nothing."""
+    keys = sum(lengths)
+    pages = sum(-(-n // PAGE_TOKENS) for n in lengths)
+    return 4 * (2 * keys * kv_heads * head_dim + 2 * len(lengths) * heads * head_dim + pages + len(lengths))

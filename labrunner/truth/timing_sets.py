@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.truth.paged_cache import PAGE_TOKENS
 
 KEY_BITS = 63  # each of the key's two words: a JSON integer any reader keeps exactly
 
@@ -63,15 +64,16 @@ _SQRT_HALF = 0.7071067811865476
 _ATANH = tuple(1.0 / (2 * k + 1) for k in range(13))
 
 
-def set_shapes(rows: int, prefix: int) -> dict[str, tuple[int, int, int]]:
-    """The tensors of one set, in the order the generator fills them."""
-    keys = prefix + rows
+def set_shapes(rows: int, prefix: int, pages: int | None = None) -> dict[str, tuple[int, int, int]]:
+    """The tensors of one set, in the order the generator fills them. `pages`: a decode batch's K and V
+    are that many pages of 16 key rows (`paged_cache`), not the prefix and the chunk's keys."""
+    keys = prefix + rows if pages is None else pages * PAGE_TOKENS
     return {"q": (rows, QUERY_HEADS, HEAD_DIM), "k": (keys, KV_HEADS, HEAD_DIM), "v": (keys, KV_HEADS, HEAD_DIM)}
 
 
-def make_set(key: tuple[int, int], number: int, rows: int, prefix: int) -> dict[str, np.ndarray]:
+def make_set(key: tuple[int, int], number: int, rows: int, prefix: int, pages: int | None = None) -> dict[str, np.ndarray]:
     """Set `number` of the pool under `key`, in numpy: what the CUDA twin writes, bit for bit."""
-    shapes = set_shapes(rows, prefix)
+    shapes = set_shapes(rows, prefix, pages)
     counts = [int(np.prod(s)) for s in shapes.values()]
     values = normals(raw_bits(key, number, 0, sum(counts)))
     ends = np.cumsum(counts)

@@ -1,0 +1,111 @@
+"""Lab 3's timing: a paged batch of fresh values on a fixed seeded layout, bytes that must move, the
+same run's device copy, and the gate as a fraction of that copy. The worker's real timing code runs
+in process on the numpy stand-in for the GPU (its "kernel" is the decode oracle), every call 1 ms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
+
+import labrunner.commands.benchmark as benchmark
+from labrunner.commands.benchmark import CpuReferences, time_speedup
+from labrunner.labs import get_lab
+from labrunner.measure.gates import apply_bandwidth_gate
+from labrunner.measure.timing import TimingOptions
+from labrunner.truth.paged_cache import bytes_to_move, timing_batch
+
+LAB = get_lab("lab3")
+ROWS, LONGEST = 3, 40
+SOLUTION = LAB.constants({"attnlab_partition_tokens": 16, "attnlab_heads_per_block": 4,
+                          "attnlab_partial_threads": 128})
+STARTER = LAB.constants({})
+COPY_BYTES = 1 << 20  # past half of what the test shape moves, so the copy is this size
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    import labrunner.measure.gpu_timer
+    import labrunner.measure.input_pool as input_pool
+
+    monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
+    monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
+    monkeypatch.setattr(benchmark, "MIN_COPY_BYTES", COPY_BYTES)
+
+
+def timed(worker, rounds=1):
+    return time_speedup(LAB, worker, SOLUTION, STARTER, ROWS, LONGEST, seed=3,
+                        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+                        student_label="solution.cu", baseline_label="starter.cu", references=CpuReferences())
+
+
+def test_the_timing_layout_is_seeded_with_one_sequence_of_the_longest_length():
+    lengths, table = timing_batch(64, 32768, seed=20261129)
+    again, same_table = timing_batch(64, 32768, seed=20261129)
+    assert lengths == again and np.array_equal(table, same_table)
+    assert lengths[0] == 32768 and len(lengths) == 64 and 1 <= min(lengths) and max(lengths) == 32768
+    used = table[table >= 0]
+    pages = sum(-(-n // 16) for n in lengths)
+    assert sorted(used.tolist()) == list(range(pages))  # every page used once, none spare
+    assert table.shape == (64, 2049) and (table[:, -1] == -1).all()
+    # about 4.3 GB of K and V at the timing shape, far beyond any L2
+    assert 3.0e9 < bytes_to_move(lengths, 32, 8, 64) < 5.6e9
+
+
+def test_bytes_that_must_move_count_k_and_v_once_per_kv_head_and_nothing_partial():
+    # 17 + 1 keys: K and V of 8 heads x 64 dims; q and out of 2 x 32 x 64; 2 + 1 table entries; 2 lengths
+    assert bytes_to_move([17, 1], 32, 8, 64) == 4 * (2 * 18 * 8 * 64 + 2 * 2 * 32 * 64 + 3 + 2)
+
+
+def test_a_decode_round_reports_bandwidth_against_the_same_runs_copy(in_process):
+    worker = InProcessWorker(NumpyGpu())
+    timing, failure = timed(worker)
+    assert failure is None
+    layout = LAB.timing_layout(ROWS, LONGEST, 3)
+    moved = bytes_to_move(layout["fixed"]["seqLens"].tolist(), 32, 8, 64)
+    # every call, the copy's too, takes the counting timer's 1 ms
+    assert timing["bandwidth"] == {
+        "bytes": moved, "student_tb_s": moved / 1e-3 / 1e12, "baseline_tb_s": moved / 1e-3 / 1e12,
+        "copy_tb_s": 2 * COPY_BYTES / 1e-3 / 1e12, "copy_fraction": moved / (2 * COPY_BYTES),
+        "copy": [{"bytes": COPY_BYTES, "median_ms": 1.0}]}
+    assert timing["gflop"] == 4 * 64 * 32 * sum(layout["fixed"]["seqLens"].tolist()) / 1e9
+    assert timing["verified_calls"]["student"] >= 2 and timing["speedup"] == 1.0
+
+
+def test_each_contender_gets_a_workspace_of_its_own_geometry_and_the_sets_carry_the_layout(in_process):
+    requests = []
+    worker = InProcessWorker(NumpyGpu())
+    original = worker.time
+    worker.time = lambda request, timeout_s: requests.append(request) or original(request, timeout_s)
+    timed(worker)
+    request = requests[0]
+    parts = -(-LONGEST // 16)
+    assert request["student_workspace"] == {"partOut": ROWS * 32 * parts * 64, "partMax": ROWS * 32 * parts,
+                                            "partSum": ROWS * 32 * parts}
+    assert request["baseline_workspace"] == {"partOut": ROWS * 32 * 64, "partMax": ROWS * 32, "partSum": ROWS * 32}
+    sets = request["sets"]
+    assert sets["pages"] == sum(-(-n // 16) for n in sets["fixed"]["seqLens"].tolist())
+    assert sets["fixed"]["blockTable"].dtype == np.int32 and request["copy_bytes"] == COPY_BYTES
+    # every timed call saw pages of its own: no two calls' K the same
+    seen_k = [k for _, k, _ in worker.device.seen]
+    # two launches a call (partial and combine), and the baseline runs on the set its student just ran on
+    assert len(set(seen_k)) == len(seen_k) // 4
+
+
+def test_a_decode_kernel_that_stops_computing_gets_no_time(in_process):
+    timing, failure = timed(InProcessWorker(NumpyGpu(skip_after=10)))
+    assert timing is None
+    assert failure.status == "never-written"
+    assert "a timed call on fresh input set" in failure.message and "no time is reported" in failure.message
+
+
+@pytest.mark.parametrize("reached, status, words", [
+    (0.93, "met", "met: 0.93 of the device copy's bandwidth (3.72 of 4.00 TB/s, timed in the same run on NVIDIA "
+                  "H200) against the 0.8 required"),
+    (0.5, "missed", "missed: 0.50 of the device copy's bandwidth (2.00 of 4.00 TB/s, timed in the same run on "
+                    "NVIDIA H200) against the 0.8 required"),
+])
+def test_the_bandwidth_gate_is_a_fraction_of_the_same_runs_copy(reached, status, words):
+    gate = apply_bandwidth_gate({"copy_fraction": reached, "required_fraction": 0.8, "student_tb_s": 4.0 * reached,
+                                 "copy_tb_s": 4.0}, "NVIDIA H200")
+    assert (gate["status"], gate["passed"], gate["message"]) == (status, status == "met", words)
