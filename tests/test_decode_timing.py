@@ -109,3 +109,61 @@ def test_the_bandwidth_gate_is_a_fraction_of_the_same_runs_copy(reached, status,
     gate = apply_bandwidth_gate({"copy_fraction": reached, "required_fraction": 0.8, "student_tb_s": 4.0 * reached,
                                  "copy_tb_s": 4.0}, "NVIDIA H200")
     assert (gate["status"], gate["passed"], gate["message"]) == (status, status == "met", words)
+
+
+# --- `attnlab grade lab3` end to end on the stand-in GPU ------------------------------------------
+
+def small_catalogue(copy_fraction: float):
+    from labrunner.truth.cases import Case, Catalogue
+
+    return Catalogue(lab="lab3", cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
+                     timing={"rows": ROWS, "prefix": LONGEST, "copy_fraction": copy_fraction})
+
+
+@pytest.fixture
+def standin_gpu(monkeypatch, tmp_path, in_process):
+    from labrunner.commands import grade as grade_module
+    from labrunner.commands import runs as runs_module
+    from labrunner.measure import device_state
+    from labrunner.measure.device_state import DeviceState
+
+    device = NumpyGpu()
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, "NVIDIA H200"))
+    monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(device))
+    monkeypatch.setattr(device_state, "read_device_state",
+                        lambda index=0: DeviceState(name="NVIDIA H200", sm_clock_mhz=1980))
+    monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
+    monkeypatch.chdir(tmp_path)
+
+    def grade(copy_fraction: float):
+        import json
+        from pathlib import Path
+
+        from click.testing import CliRunner
+
+        from labrunner.commands.cli import main
+
+        monkeypatch.setattr(grade_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
+        monkeypatch.setattr(runs_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
+        result = CliRunner(env={"COLUMNS": "200"}).invoke(
+            main, ["grade", "lab3", str(LAB.solution_path), "--device", "gpu", "--budget", "0.05", "--json", "r.json"])
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+        return result, json.loads(Path("r.json").read_text())
+
+    return grade
+
+
+# The stand-in moves about 0.22 of its copy's bytes in the same 1 ms: a gate at 0.1 is met, one at 0.5 missed.
+@pytest.mark.parametrize("copy_fraction, verdict, exit_code", [(0.1, "pass", 0), (0.5, "speed-gate", 5)])
+def test_grade_lab3_prints_bandwidth_and_gates_on_the_copy_fraction(standin_gpu, copy_fraction, verdict, exit_code):
+    result, data = standin_gpu(copy_fraction)
+    bandwidth = data["timing"]["bandwidth"]
+    fraction = bandwidth["copy_fraction"]
+    assert (data["verdict"], result.exit_code) == (verdict, exit_code)
+    assert data["gate"]["status"] == ("met" if verdict == "pass" else "missed")
+    assert data["gate"]["required_fraction"] == copy_fraction
+    assert fraction == bandwidth["bytes"] / (2 * COPY_BYTES)
+    assert f"B = 3 sequences, the longest 40 keys ({bandwidth['bytes'] / 1e9:.2f} GB must move)" in result.stdout
+    assert (f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {data['timing']['student_label']} reaches "
+            f"{fraction:.2f} of it ({bandwidth['student_tb_s']:.2f} TB/s)") in result.stdout
+    assert "SPEEDUP 1.00x" in result.stdout
