@@ -37,8 +37,15 @@ def test_the_lengths_around_p_land_on_the_files_own_partition():
 
 
 def test_a_file_with_one_partition_per_sequence_meets_the_solutions_lengths():
-    assert LAB3.case_partition(LAB3.constants({})) == 512
-    assert LAB3.case_partition(LAB3.constants({"attnlab_partition_tokens": 1024})) == 1024
+    from labrunner.commands.grade import CaseOptions, select_cases
+    from labrunner.truth.cases import Seed
+
+    options = CaseOptions(seed=Seed(1, "default"))
+    starter, _ = select_cases(LAB3, "gpu", options, LAB3.constants({}))
+    wide, _ = select_cases(LAB3, "gpu", options, LAB3.constants({"attnlab_partition_tokens": 1024}))
+    assert load_catalogue("lab3").geometry == {"partition_when_whole": 512}
+    assert starter[1].lengths[-1] == 2 * 512 + 1 and starter[1].partition == 0
+    assert wide[1].lengths[-1] == 2 * 1024 + 1 and wide[1].partition == 1024
 
 
 def test_the_layout_shuffles_pages_pads_with_minus_one_and_spares_pages():

@@ -110,8 +110,8 @@ def select_cases(lab: Lab, backend: str, options: CaseOptions,
     its blocks, the case derived from it joins the set (`geometry_case`), on every backend.
     """
     catalogue = load_catalogue(lab.name)
-    partition = lab.case_partition(constants if constants is not None else lab.constants({}))
-    cases = [case.resolved(partition) for case in catalogue.cases]
+    own = lab.partition(constants if constants is not None else lab.constants({}))
+    cases = [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
     derived = geometry_case(catalogue, lab.row_tiles(constants)) if constants is not None else None
     by_default = [c for c in cases if backend != "cpu" or options.full or c.cpu]
     if derived and not any(c.rows >= derived.rows for c in by_default):

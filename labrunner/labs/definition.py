@@ -75,8 +75,9 @@ class Lab:
     # Kernel -> the check of the buffer it writes against the definition ((buffer, inputs, rows) -> a
     # problem in words, or None), for every kernel but the last: the stage check of a wrong output.
     stages: dict[str, Callable] = field(default_factory=dict)
-    # The partition size `p` a decode catalogue's lengths are written against, from the file's constants.
-    case_partition: Callable[[dict[str, int]], int] = lambda constants: 0
+    # The file's own partition size (keys per partition; 0: one partition per sequence), from its constants:
+    # a decode catalogue's lengths are written against it (see `[geometry] partition_when_whole`).
+    partition: Callable[[dict[str, int]], int] = lambda constants: 0
     # What a timed call's inputs hold beside the random Q, K and V, at (rows, prefix, seed): for a paged
     # cache {"pages": how many, "fixed": {name: int32 array}} (the block table and lengths); {}: nothing.
     timing_layout: Callable[[int, int, int], dict] = lambda rows, prefix, seed: {}

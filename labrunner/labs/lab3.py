@@ -16,9 +16,6 @@ DEFAULTS = {
     "attnlab_combine_threads": 64,     # threads per block of decode_combine, one block per (head, sequence)
 }
 MAX_SHARED_BYTES = 227 * 1024
-# The p a catalogue's lengths are written against for a file that keeps one partition per
-# sequence (partition 0): the same lengths the shipped solution is graded on.
-WHOLE_SEQUENCE_CASE_PARTITION = 512
 
 
 def plan_launches(c: dict[str, int], batch: int, longest: int) -> list[Launch]:
@@ -92,7 +89,7 @@ LAB3 = Lab(
     workspace=workspace,
     validate=validate,
     baseline="starter",
-    case_partition=lambda c: c["attnlab_partition_tokens"] or WHOLE_SEQUENCE_CASE_PARTITION,
+    partition=lambda c: c["attnlab_partition_tokens"],
     timing_layout=timing_layout,
     bytes_to_move=timed_bytes,
 )

@@ -44,7 +44,7 @@ class Case:
     exact: bool = False  # every element must equal the reference exactly (lab 1's single token)
     lengths: tuple = ()  # decode: each sequence's keys ("2p+1", 17, ...)
     plants: tuple = ()   # decode: (sequence, key) pairs planted at score 128 (key "L-1": the last)
-    partition: int = 0   # decode: the p the lengths were resolved with
+    partition: int = 0   # decode: the graded file's own partition size (0: one partition per sequence)
 
     @property
     def keys(self) -> int:
@@ -54,8 +54,10 @@ class Case:
     def decode(self) -> bool:
         return bool(self.lengths)
 
-    def resolved(self, partition: int) -> "Case":
-        """The decode case with `p` = partition: numbers for lengths and plants, rows and prefix set."""
+    def resolved(self, partition: int, own: int | None = None) -> "Case":
+        """The decode case with `p` = partition: numbers for lengths and plants, rows and prefix set.
+        `own`: the file's own partition size where it differs (0: one partition per sequence, whose
+        cases are written against the catalogue's `partition_when_whole`)."""
         if not self.decode:
             return self
         lengths = tuple(paged_cache.evaluate(n, partition) for n in self.lengths)
@@ -66,7 +68,7 @@ class Case:
         if outside:
             raise ValueError(f"case {self.name}: planted (sequence, key) {outside[0]} is outside the batch")
         return replace(self, lengths=lengths, plants=plants, rows=len(lengths), prefix=max(lengths),
-                       partition=partition)
+                       partition=partition if own is None else own)
 
 
 @dataclass(frozen=True)
