@@ -167,3 +167,22 @@ def test_grade_lab3_prints_bandwidth_and_gates_on_the_copy_fraction(standin_gpu,
     assert (f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {data['timing']['student_label']} reaches "
             f"{fraction:.2f} of it ({bandwidth['student_tb_s']:.2f} TB/s)") in result.stdout
     assert "SPEEDUP 1.00x" in result.stdout
+
+
+def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_gpu, monkeypatch):
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from labrunner.commands import runs as runs_module
+    from labrunner.commands.cli import main
+
+    standin_gpu(0.1)  # the catalogue patched in; this grade's own report is not read
+    monkeypatch.setattr(runs_module, "refuse_bench_without_gpu", lambda device: None)
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        main, ["bench", "lab3", "--device", "gpu", "--budget", "0.05", "--json", "b.json"])
+    data = json.loads(Path("b.json").read_text())
+    assert result.exit_code == 0, result.stdout
+    assert [(c["name"], c["rows"], c["prefix"], c["status"]) for c in data["cases"]] == [("small", 3, 515, "pass")]
+    assert data["timing"]["bandwidth"]["bytes"] > 0 and "device copy in the same run" in result.stdout

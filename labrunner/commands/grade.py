@@ -110,8 +110,7 @@ def select_cases(lab: Lab, backend: str, options: CaseOptions,
     its blocks, the case derived from it joins the set (`geometry_case`), on every backend.
     """
     catalogue = load_catalogue(lab.name)
-    own = lab.partition(constants if constants is not None else lab.constants({}))
-    cases = [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
+    cases = resolved_cases(lab, catalogue, constants)
     derived = geometry_case(catalogue, lab.row_tiles(constants)) if constants is not None else None
     by_default = [c for c in cases if backend != "cpu" or options.full or c.cpu]
     if derived and not any(c.rows >= derived.rows for c in by_default):
@@ -125,6 +124,13 @@ def select_cases(lab: Lab, backend: str, options: CaseOptions,
         return cases, []
     skipped = [(c, "outside the CPU backend's time budget; --full runs it") for c in cases if not c.cpu]
     return [c for c in cases if c.cpu], skipped
+
+
+def resolved_cases(lab: Lab, catalogue, constants: dict[str, int] | None) -> list[Case]:
+    """The catalogue's cases with a decode case's lengths written out for the file's own partition size
+    (the catalogue's `partition_when_whole` for a file that keeps one partition per sequence)."""
+    own = lab.partition(constants if constants is not None else lab.constants({}))
+    return [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
 
 
 def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, options: CaseOptions,

@@ -14,7 +14,7 @@ from pathlib import Path
 from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
 from labrunner.build.gate import Submission, load_submission
 from labrunner.commands.benchmark import time_pipeline, time_speedup
-from labrunner.commands.grade import CaseOptions, load_student, resolve_backend, run_cases, run_one_case
+from labrunner.commands.grade import CaseOptions, load_student, resolve_backend, resolved_cases, run_cases, run_one_case
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
@@ -207,7 +207,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     baseline = resolve_baseline(lab, request.versus)
     result.device = device_facts(backend)
     catalogue = load_catalogue(lab.name)
-    check_case = bench_check_case(lab, catalogue, request)
+    check_case = bench_check_case(lab, catalogue, request, submission.constants)
     with Worker(backend) as worker:
         load_student(worker, lab, submission, load_options(request))
         options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
@@ -271,8 +271,12 @@ def gpu_share(backend: str, phase: str):
         yield
 
 
-def bench_check_case(lab: Lab, catalogue, request: BenchRequest) -> Case:
-    """The one correctness check before timing: at the timed shape itself."""
+def bench_check_case(lab: Lab, catalogue, request: BenchRequest, constants: dict | None = None) -> Case:
+    """The one correctness check before timing: at the timed shape itself (a decode batch: the case of
+    the catalogue with the longest sequence, since the timed batch's gigabytes would cross the pipe)."""
+    decode = [c for c in resolved_cases(lab, catalogue, constants) if c.decode]
+    if decode:
+        return max(decode, key=lambda c: c.prefix)
     if lab.baseline == "none":
         return next(c for c in catalogue.cases if c.rows == max(c.rows for c in catalogue.cases))
     rows = request.chunk or catalogue.timing["rows"]
