@@ -186,3 +186,14 @@ def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_
     assert result.exit_code == 0, result.stdout
     assert [(c["name"], c["rows"], c["prefix"], c["status"]) for c in data["cases"]] == [("small", 3, 515, "pass")]
     assert data["timing"]["bandwidth"]["bytes"] > 0 and "device copy in the same run" in result.stdout
+
+
+def test_profile_refuses_lab3_in_one_line_before_any_work():
+    from click.testing import CliRunner
+
+    from labrunner.commands.cli import main
+
+    result = CliRunner().invoke(main, ["profile", "lab3", str(LAB.solution_path)])
+    assert result.exit_code == 2
+    assert result.stderr == ("error: attnlab profile does not profile lab3 yet (its inputs are a paged cache): "
+                             "`attnlab bench lab3` prints its bandwidth against a device copy\n")

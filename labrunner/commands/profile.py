@@ -34,7 +34,8 @@ from labrunner.build.gate import Submission, load_submission
 from labrunner.commands.benchmark import attention_flops
 from labrunner.commands.grade import CaseOptions, load_student, run_one_case
 from labrunner.commands.runs import BenchRequest, bench_check_case, device_facts, display_path, prepare
-from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
 from labrunner.measure.roofline import Ceilings, Point, ceilings_from_facts
@@ -97,6 +98,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         from labrunner.report.roofline_plot import require_matplotlib
 
         require_matplotlib()
+    refuse_paged_lab(get_lab(request.lab))
     lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
     result.device = device_facts(backend)
     profile: dict = {"schema": SCHEMA}
@@ -307,8 +309,19 @@ def roofline_points(profile: dict) -> list[dict]:
     return points
 
 
+def refuse_paged_lab(lab: Lab) -> None:
+    """The profile's inputs, FLOP counts and traffic model are a prefill's (q, k, v at rows and prefix):
+    a lab whose timed inputs are a paged cache (lab 3) is not profiled yet, and says so before any work."""
+    if lab.bytes_to_move is not None:
+        raise usage_error(f"attnlab profile does not profile {lab.name} yet (its inputs are a paged cache): "
+                          f"`attnlab bench {lab.name}` prints its bandwidth against a device copy")
+
+
 def append_range_summary(lab: Lab, submission: Submission, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
+    if lab.bytes_to_move is not None:
+        terminal.note(f"--profile: no Range pass, since attnlab profile does not profile {lab.name} yet")
+        return
     if result.backend != "gpu" or result.decisive_case is not None:
         terminal.note("--profile: no Range pass, since the kernel was not timed on the GPU")
         return
