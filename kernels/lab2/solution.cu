@@ -7,91 +7,138 @@
 // denominator l and a 64-wide accumulator, rescaled by alpha = exp(m_old - m_new) whenever a
 // tile raises the max, and divided by l once at the very end.
 //
-// Work split: 256 threads as a 16 x 16 grid (ty, tx). For scores, thread (ty, tx) computes the
-// 4 x 4 block rows ty*4 .. ty*4+3 by keys tx*4 .. tx*4+3; for the accumulator, the same rows
-// by dims tx*4 .. tx*4+3. The 16 threads sharing a ty are 16 lanes of one warp, so a row's max
-// and sum are reduced with four shuffles. Q and K are stored transposed ([dim][row], [dim][key])
-// so each step of the dot product reads two float4s: 16 multiply-adds per 2 shared loads.
+// The work is plain FP32 multiply-adds (kernels/lab2/expert.cu does the same on the tensor
+// cores). Prefill is compute-bound, so the levers are the ones that keep the FMA pipe fed:
+//  - Register tiling. 128 threads as a 16 x 8 grid (ty, tx); each thread owns 4 rows x 8 keys
+//    of the score tile and 4 rows x 8 dims of the accumulator: 32 multiply-adds for every three
+//    16-byte shared loads (4 query values, and 4 values of each of two keys or value rows).
+//  - A conflict-free shared layout. Q, K, V and P are stored row-major with a pitch of 68
+//    floats: 16-byte aligned, and 68 = 4 (mod 32) shifts each row by four banks. A thread's
+//    keys are tx, tx + 8, ..., tx + 56, so the 8 lanes that read K together read 8 rows that
+//    start 4 banks apart: 8 x 16 bytes, every bank once. Its accumulator dims are tx*4 .. +3
+//    and 32 + tx*4 .. +3: 8 lanes read 128 contiguous bytes of a V row. The 4 query rows of a
+//    quarter-warp are the same for its 8 lanes, so Q and P reads are broadcasts.
+//  - Only the work the mask leaves. The tile loop stops at the last key the block's last row
+//    sees, and only the tiles that cross the diagonal pay for the per-element mask.
+//  - Balanced causal work. Late rows see more keys; the GPU starts blocks in blockIdx order,
+//    so blockIdx.x = 0 takes the last 64 rows, and the short blocks fill the tail of the grid.
+//  - Occupancy: 128 threads and 69,632 bytes of shared memory per block, three blocks per SM.
+//
+// What bounds it, and the next step, are in README.md's H200 table (`attnlab bench lab2 --vs sdpa`
+// and `attnlab profile lab2`): the FMA pipe. Past it lie the tensor cores: expert.cu.
 constexpr int BR = 64;         // query rows per block
 constexpr int BC = 64;         // keys per K/V tile
-constexpr int PAD = 68;        // row pitch of the transposed tiles: off the 32-bank stride, 16-byte aligned
-constexpr int THREADS = 256;
-constexpr int SMEM_FLOATS = DH * PAD /*qT*/ + DH * PAD /*kT*/ + BC * DH /*v*/ + BC * PAD /*pT*/;
+constexpr int PAD = 68;        // row pitch in floats: 16-byte aligned, four banks off the 32-bank stride
+constexpr int THREADS = 128;   // 16 x 8 threads
+constexpr int SMEM_FLOATS = BR * PAD /*q*/ + BC * PAD /*k*/ + BC * PAD /*v*/ + BR * PAD /*p*/;
 
 extern "C" __constant__ int attnlab_threads = THREADS;
 extern "C" __constant__ int attnlab_rows_per_block = BR;
 extern "C" __constant__ int attnlab_heads_per_block = 1;
-extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 68,608 bytes: past 48 KB, so the driver raises the limit
+extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 69,632 bytes: past 48 KB, so the driver raises the limit
+
+// s += x . y over four dims, as four fused multiply-adds.
+__device__ __forceinline__ float dot4(float s, const float4& x, const float4& y) {
+    s = fmaf(x.x, y.x, s);
+    s = fmaf(x.y, y.y, s);
+    s = fmaf(x.z, y.z, s);
+    return fmaf(x.w, y.w, s);
+}
+
+// acc[0..3] += p * lo, acc[4..7] += p * hi.
+__device__ __forceinline__ void axpy8(float (&acc)[8], float p, const float4& lo, const float4& hi) {
+    acc[0] = fmaf(p, lo.x, acc[0]);
+    acc[1] = fmaf(p, lo.y, acc[1]);
+    acc[2] = fmaf(p, lo.z, acc[2]);
+    acc[3] = fmaf(p, lo.w, acc[3]);
+    acc[4] = fmaf(p, hi.x, acc[4]);
+    acc[5] = fmaf(p, hi.y, acc[5]);
+    acc[6] = fmaf(p, hi.z, acc[6]);
+    acc[7] = fmaf(p, hi.w, acc[7]);
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, const float* __restrict__ vCache,
               float* __restrict__ out, int chunkLen, int prefixLen) {
     extern __shared__ __align__(16) float smem[];
-    float* qT = smem;                 // [DH][PAD]: q * 1/8, transposed
-    float* kT = qT + DH * PAD;        // [DH][PAD]: this tile's keys, transposed
-    float* vS = kT + DH * PAD;        // [BC][DH]:  this tile's values
-    float* pT = vS + BC * DH;         // [BC][PAD]: this tile's probabilities, transposed
+    float* qS = smem;              // [BR][PAD]: q * 1/8
+    float* kS = qS + BR * PAD;     // [BC][PAD]: this tile's keys
+    float* vS = kS + BC * PAD;     // [BC][PAD]: this tile's values
+    float* pS = vS + BC * PAD;     // [BR][PAD]: this tile's probabilities
 
     const int h = blockIdx.y;
     const int g = h / GROUP;
-    const int rowStart = blockIdx.x * BR;
-    const int tx = threadIdx.x % 16;
-    const int ty = threadIdx.x / 16;
+    const int rowStart = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest rows first
+    const int tx = threadIdx.x % 8;   // 8 lanes of a quarter-warp share a ty
+    const int ty = threadIdx.x / 8;
+    const int row0 = ty * 4;          // this thread's rows: row0 .. row0 + 3
 
     // Stage the block's queries once, scaled by 1/8 (a power of two: exact). Rows past the chunk are 0.
-    for (int i = threadIdx.x; i < BR * DH; i += THREADS) {
-        const int r = i / DH, d = i % DH;
+    for (int i = threadIdx.x; i < BR * DH / 4; i += THREADS) {
+        const int r = i / (DH / 4), d = (i % (DH / 4)) * 4;
         const int row = rowStart + r;
-        qT[d * PAD + r] = row < chunkLen ? q[((size_t)row * HQ + h) * DH + d] * 0.125f : 0.0f;
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row < chunkLen) {
+            x = *reinterpret_cast<const float4*>(&q[((size_t)row * HQ + h) * DH + d]);
+            x = make_float4(x.x * 0.125f, x.y * 0.125f, x.z * 0.125f, x.w * 0.125f);
+        }
+        *reinterpret_cast<float4*>(&qS[r * PAD + d]) = x;
     }
 
-    float m[4], l[4], acc[4][4];
+    float m[4], l[4], acc[4][8];
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
         m[a] = -INFINITY;
         l[a] = 0.0f;
 #pragma unroll
-        for (int b = 0; b < 4; ++b) acc[a][b] = 0.0f;
+        for (int b = 0; b < 8; ++b) acc[a][b] = 0.0f;
     }
 
     const int keys = prefixLen + chunkLen;
     const int lastVisible = prefixLen + min(rowStart + BR, chunkLen) - 1;  // the block's last row sees this far
     for (int tileStart = 0; tileStart <= lastVisible; tileStart += BC) {
-        __syncthreads();  // the previous tile's kT, vS and pT are no longer read
-        for (int i = threadIdx.x; i < BC * DH; i += THREADS) {
-            const int c = i / DH, d = i % DH;
+        __syncthreads();  // the previous tile's K, V and P are no longer read
+        for (int i = threadIdx.x; i < BC * DH / 4; i += THREADS) {
+            const int c = i / (DH / 4), d = (i % (DH / 4)) * 4;
             const int key = tileStart + c;
             const size_t at = ((size_t)key * HKV + g) * DH + d;
-            kT[d * PAD + c] = key < keys ? kCache[at] : 0.0f;
-            vS[c * DH + d] = key < keys ? vCache[at] : 0.0f;
+            const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *reinterpret_cast<float4*>(&kS[c * PAD + d]) = key < keys ? *reinterpret_cast<const float4*>(&kCache[at]) : zero;
+            *reinterpret_cast<float4*>(&vS[c * PAD + d]) = key < keys ? *reinterpret_cast<const float4*>(&vCache[at]) : zero;
         }
         __syncthreads();
 
-        // Scores for rows ty*4+a, keys tx*4+b.
-        float s[4][4] = {};
-#pragma unroll 8
-        for (int d = 0; d < DH; ++d) {
-            const float4 qv = *reinterpret_cast<const float4*>(&qT[d * PAD + ty * 4]);
-            const float4 kv = *reinterpret_cast<const float4*>(&kT[d * PAD + tx * 4]);
-            const float qa[4] = {qv.x, qv.y, qv.z, qv.w};
-            const float kb[4] = {kv.x, kv.y, kv.z, kv.w};
+        // Scores for rows row0 + a and keys tx + 8b, four dims at a time.
+        float s[4][8] = {};
+#pragma unroll 4
+        for (int d = 0; d < DH; d += 4) {
+            float4 qv[4], kv[8];
+#pragma unroll
+            for (int a = 0; a < 4; ++a) qv[a] = *reinterpret_cast<const float4*>(&qS[(row0 + a) * PAD + d]);
+#pragma unroll
+            for (int b = 0; b < 8; ++b) kv[b] = *reinterpret_cast<const float4*>(&kS[(tx + 8 * b) * PAD + d]);
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
-                for (int b = 0; b < 4; ++b) s[a][b] += qa[a] * kb[b];
+                for (int b = 0; b < 8; ++b) s[a][b] = dot4(s[a][b], qv[a], kv[b]);
         }
 
-        // Online softmax per row: the causal edge is key <= prefixLen + row.
+        // The causal edge, key <= prefixLen + row, cuts only the tiles that reach past the block's first row.
+        if (tileStart + BC - 1 > prefixLen + rowStart) {
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 8; ++b)
+                    if (tileStart + tx + 8 * b > prefixLen + rowStart + row0 + a) s[a][b] = -INFINITY;
+        }
+
+        // Online softmax per row; a row's 64 scores live in the 8 lanes of one quarter-warp.
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
-            const int limit = prefixLen + rowStart + ty * 4 + a;
             float tileMax = -INFINITY;
 #pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                if (tileStart + tx * 4 + b > limit) s[a][b] = -INFINITY;
-                tileMax = fmaxf(tileMax, s[a][b]);
-            }
-            for (int offset = 8; offset > 0; offset >>= 1)
+            for (int b = 0; b < 8; ++b) tileMax = fmaxf(tileMax, s[a][b]);
+            for (int offset = 4; offset > 0; offset >>= 1)
                 tileMax = fmaxf(tileMax, __shfl_xor_sync(0xffffffffu, tileMax, offset));
             // Key 0 is visible to every row, so after the first tile m is finite and a tile with
             // no visible key leaves mNew = m, alpha = 1 and p = 0.
@@ -99,42 +146,48 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
             const float alpha = expf(m[a] - mNew);
             float rowSum = 0.0f;
 #pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                s[a][b] = expf(s[a][b] - mNew);
-                rowSum += s[a][b];
+            for (int b = 0; b < 8; ++b) {
+                const float p = expf(s[a][b] - mNew);
+                pS[(row0 + a) * PAD + tx + 8 * b] = p;  // 8 lanes, 8 consecutive floats
+                rowSum += p;
             }
-            for (int offset = 8; offset > 0; offset >>= 1) rowSum += __shfl_xor_sync(0xffffffffu, rowSum, offset);
+            for (int offset = 4; offset > 0; offset >>= 1) rowSum += __shfl_xor_sync(0xffffffffu, rowSum, offset);
             l[a] = alpha * l[a] + rowSum;
 #pragma unroll
-            for (int b = 0; b < 4; ++b) acc[a][b] *= alpha;
+            for (int b = 0; b < 8; ++b) acc[a][b] *= alpha;
             m[a] = mNew;
         }
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-            *reinterpret_cast<float4*>(&pT[(tx * 4 + b) * PAD + ty * 4]) = make_float4(s[0][b], s[1][b], s[2][b], s[3][b]);
         __syncthreads();
 
-        // acc[rows ty*4+a][dims tx*4+b] += P V over this tile's keys.
-#pragma unroll 8
-        for (int c = 0; c < BC; ++c) {
-            const float4 pv = *reinterpret_cast<const float4*>(&pT[c * PAD + ty * 4]);
-            const float4 vv = *reinterpret_cast<const float4*>(&vS[c * DH + tx * 4]);
-            const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
-            const float vb[4] = {vv.x, vv.y, vv.z, vv.w};
+        // acc[row0 + a][dims tx*4 .. +3 and 32 + tx*4 .. +3] += P V, four keys at a time.
+#pragma unroll 2
+        for (int c = 0; c < BC; c += 4) {
+            float4 pv[4];
 #pragma unroll
-            for (int a = 0; a < 4; ++a)
+            for (int a = 0; a < 4; ++a) pv[a] = *reinterpret_cast<const float4*>(&pS[(row0 + a) * PAD + c]);
 #pragma unroll
-                for (int b = 0; b < 4; ++b) acc[a][b] += pa[a] * vb[b];
+            for (int j = 0; j < 4; ++j) {
+                const float4 lo = *reinterpret_cast<const float4*>(&vS[(c + j) * PAD + tx * 4]);
+                const float4 hi = *reinterpret_cast<const float4*>(&vS[(c + j) * PAD + 32 + tx * 4]);
+#pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const float p = j == 0 ? pv[a].x : j == 1 ? pv[a].y : j == 2 ? pv[a].z : pv[a].w;
+                    axpy8(acc[a], p, lo, hi);
+                }
+            }
         }
     }
 
     // One division by l per row, at the very end.
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
-        const int row = rowStart + ty * 4 + a;
+        const int row = rowStart + row0 + a;
         if (row >= chunkLen) continue;
         const float inverse = 1.0f / l[a];
-        const float4 result = make_float4(acc[a][0] * inverse, acc[a][1] * inverse, acc[a][2] * inverse, acc[a][3] * inverse);
-        *reinterpret_cast<float4*>(&out[((size_t)row * HQ + h) * DH + tx * 4]) = result;
+        float* dst = &out[((size_t)row * HQ + h) * DH];
+        *reinterpret_cast<float4*>(&dst[tx * 4]) =
+            make_float4(acc[a][0] * inverse, acc[a][1] * inverse, acc[a][2] * inverse, acc[a][3] * inverse);
+        *reinterpret_cast<float4*>(&dst[32 + tx * 4]) =
+            make_float4(acc[a][4] * inverse, acc[a][5] * inverse, acc[a][6] * inverse, acc[a][7] * inverse);
     }
 }
