@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from labrunner.truth.contract import GROUP, KV_HEADS, QUERY_HEADS, SCALE, within_tolerance
+from labrunner.truth.paged_cache import PAGE_TOKENS
 from labrunner.truth.poison import WORKSPACE_POISON_BITS, carries
 
 # The hazards, most specific first: the order hints are given in.
@@ -30,7 +31,6 @@ EVIDENCE_LIMIT = 40_000
 RESCALE_TILES = (1, 16, 32, 64, 128)
 # Keys of a decode case (summed over its sequences) above which its variants are not recomputed.
 DECODE_EVIDENCE_LIMIT = 200_000
-PAGE_TOKENS = 16
 # Block-table indices a kernel may compute for key j instead of j // 16 (C's division truncates:
 # (j - 1) / 16 is 0 for key 0).
 PAGE_INDEX_SLIPS = {
