@@ -297,3 +297,28 @@ def test_a_negative_rows_per_block_is_refused(tmp_path):
     error = refusal(tmp_path, 'extern "C" __constant__ int attnlab_rows_per_block = -1;\n' + flash())
     assert error.message == ("attention.cu: error: launch constants: attnlab_rows_per_block = -1 must be positive, "
                              "or 0 for one block over all rows")
+
+
+# --- lab 3's int32 inputs ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("old, new, message", [
+    ("const int* blockTable", "const float* blockTable",
+     "parameter 4 of decode_partial is `const float*`, but `const int* blockTable` is expected"),
+    ("const int* seqLens, float* partOut", "const unsigned* seqLens, float* partOut",
+     "parameter 5 of decode_partial is `const unsigned int*`, but `const int* seqLens` is expected"),
+])
+def test_lab3s_block_table_and_lengths_are_int32_pointers(tmp_path, old, new, message):
+    source = (REPO / "kernels/lab3/starter.cu").read_text().replace(old, new, 1)
+    path = tmp_path / "decode.cu"
+    path.write_text(source)
+    with pytest.raises(AttnlabError, match=r"^decode\.cu: error: parameter ") as caught:
+        load_submission(LABS["lab3"], path, "decode.cu")
+    assert caught.value.message.startswith(f"decode.cu: error: {message}; lab3 needs: ")
+    assert caught.value.exit_code == 3
+
+
+def test_lab3s_int32_inputs_may_drop_their_const(tmp_path):
+    source = (REPO / "kernels/lab3/starter.cu").read_text().replace("const int* blockTable", "int* blockTable", 1)
+    path = tmp_path / "decode.cu"
+    path.write_text(source)
+    assert load_submission(LABS["lab3"], path, "decode.cu").module.entry_points["decode_partial"]

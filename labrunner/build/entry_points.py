@@ -45,7 +45,8 @@ def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
 
 SIGNATURE_CHECK_FILE = "attnlab-signature-check"
 # What each parameter kind of a lab's signature accepts (see include/attnlab/signature_check.cuh).
-PARAMETER_RULES = {"const float*": "input_pointer", "float*": "output_pointer", "int": "integer"}
+PARAMETER_RULES = {"const float*": "input_pointer", "float*": "output_pointer", "int": "integer",
+                   "const int*": "int_input_pointer"}
 # '... "attnlab_signature::expect<false, T> [with T=const double *]" at line 2 of attnlab-signature-check'
 _MISMATCH = re.compile(r'\[with T=(?P<type>[^\]]+)\]"? at line (?P<line>\d+) of "?' + SIGNATURE_CHECK_FILE)
 

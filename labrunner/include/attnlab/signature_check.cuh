@@ -27,6 +27,10 @@ template <class T> struct input_pointer<T*> { static constexpr bool value = floa
 template <class T> struct input_pointer<const T*> { static constexpr bool value = float_data<T>::value; };
 template <class T> struct output_pointer { static constexpr bool value = false; };
 template <class T> struct output_pointer<T*> { static constexpr bool value = float_data<T>::value; };
+// Int32 data the lab passes (lab 3's block table and lengths): read-only, the const may be dropped.
+template <class T> struct int_input_pointer { static constexpr bool value = false; };
+template <class T> struct int_input_pointer<T*> { static constexpr bool value = same<T, int>::value; };
+template <class T> struct int_input_pointer<const T*> { static constexpr bool value = same<T, int>::value; };
 template <class T> struct integer {
     static constexpr bool value = same<T, int>::value || same<T, unsigned int>::value;
 };
