@@ -167,6 +167,8 @@ def test_grade_lab3_prints_bandwidth_and_gates_on_the_copy_fraction(standin_gpu,
     assert (f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {data['timing']['student_label']} reaches "
             f"{fraction:.2f} of it ({bandwidth['student_tb_s']:.2f} TB/s)") in result.stdout
     assert "SPEEDUP 1.00x" in result.stdout
+    assert f"timing {data['timing']['student_label']} against" in result.stderr
+    assert "at B = 3, longest 40, interleaved" in result.stderr
 
 
 def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_gpu, monkeypatch):

@@ -175,7 +175,8 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
         base = load_submission(lab, baseline, display_path(baseline), arch, limits)
         worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-        terminal.note(f"timing {submission.label} against {base.label} at C = {rows}, P = {cached}, interleaved{rounds}")
+        shape = f"B = {rows}, longest {cached}" if lab.bytes_to_move else f"C = {rows}, P = {cached}"
+        terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
         timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
                                        submission.label, base.label)
         if timing and "bandwidth" in timing:
