@@ -430,3 +430,31 @@ def test_bench_vs_the_peer_on_the_gpu(tmp_path, lab, word):
     assert f"the peer's time ({peers.SPECS[word].label}) includes: " in done.stdout
     speedups = [timing["peer"]["speedup"]] if lab == "lab2" else [row["peer"]["speedup"] for row in timing["rows"]]
     assert all(s > 0 for s in speedups) and len(speedups) == (1 if lab == "lab2" else 3)
+
+
+class AnsweringWorker:
+    """A worker whose reply to the peer's check is given: what a broken or hostile worker could send."""
+
+    def __init__(self, reply):
+        self.reply = reply
+
+    def check_peer(self, request, timeout_s):
+        return self.reply
+
+
+def test_a_peers_missing_reason_is_shown_never_interpreted():
+    checked = check_peer("sdpa", AnsweringWorker({"available": False, "why": "\x1b[32mPASS\x1b[0m\rno torch"}),
+                         ROWS, PREFIX, CpuReferences())
+    assert checked["message"] == ("--vs sdpa: \\x1b[32mPASS\\x1b[0m\\x0dno torch; the bench goes on without the "
+                                  "peer")
+
+
+@pytest.mark.parametrize("checked", [None, {"sets": np.array([3]), "outputs": np.zeros((1, ROWS * 32 * 64),
+                                                                                        dtype=np.float32)}],
+                         ids=["no output", "another set than the one drawn"])
+def test_a_peer_check_reply_the_check_cannot_make_is_refused(checked):
+    reply = {"available": True} if checked is None else {"available": True, "checked": checked}
+    result = check_peer("torch", AnsweringWorker(reply), ROWS, 0, CpuReferences())
+    assert (result["status"], result["message"]) == (
+        "failed", "PyTorch eager fp32: the worker's reply to its check is not one the check makes; the bench goes "
+                  "on without it")

@@ -26,6 +26,7 @@ from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.report.results import CaseResult
+from labrunner.run.untrusted_text import shown
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
 from labrunner.truth.check import OutputCheck, check_output
@@ -155,10 +156,14 @@ def check_peer(name: str, worker: Worker, rows: int, prefix: int,
         return {**record, "status": "failed",
                 "message": f"{record['label']} could not run ({failure.detail}); the bench goes on without it"}
     if not reply.get("available"):
-        why = reply.get("why") if isinstance(reply.get("why"), str) else "no reason given"
+        # words from the worker's process: shown, never interpreted, and cut to a line
+        why = shown(reply["why"][:500]) if isinstance(reply.get("why"), str) else "no reason given"
         return {**record, "status": "missing", "message": f"--vs {name}: {why}; the bench goes on without the peer"}
     references = references or gpu_references()
-    checked = reply["checked"]
+    checked = reply.get("checked")
+    if not isinstance(checked, dict) or set(checked) != {"sets", "outputs"} or int(checked["sets"][0]) != 0:
+        return {**record, "status": "failed", "message": f"{record['label']}: the worker's reply to its check is not "
+                                                         "one the check makes; the bench goes on without it"}
     number = int(checked["sets"][0])
     reference = references.reference(tuple(request["sets"]["key"]), number, rows, prefix)
     verdict = references.check(checked["outputs"][0].reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
