@@ -458,3 +458,66 @@ def test_a_peer_check_reply_the_check_cannot_make_is_refused(checked):
     assert (result["status"], result["message"]) == (
         "failed", "PyTorch eager fp32: the worker's reply to its check is not one the check makes; the bench goes "
                   "on without it")
+
+
+# --- `attnlab bench ... --vs <peer>` end to end, on the stand-in GPU ---------------------------------
+
+@pytest.fixture
+def standin_bench(monkeypatch, tmp_path):
+    """`--device gpu` finds a GPU whose worker runs on the numpy stand-in (as in test_gpu_path.py)."""
+    import labrunner.measure.gpu_timer
+    import labrunner.measure.input_pool as input_pool
+    from labrunner.commands import grade as grade_module
+    from labrunner.commands import runs as runs_module
+    from labrunner.measure import device_state
+    from labrunner.truth.cases import Case, Catalogue
+
+    catalogues = {"lab2": Catalogue(lab="lab2", cases=(), timing={"rows": ROWS, "prefix": PREFIX}),
+                  "lab1": Catalogue(lab="lab1", cases=(), timing={"sizes": [16, 32]})}
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, "NVIDIA H200"))
+    monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
+    monkeypatch.setattr(runs_module, "load_catalogue", catalogues.get)
+    checks = {"lab2": Case("C3-P31", ROWS, PREFIX), "lab1": Case("T16", 16, 0)}  # small: the stand-in is the oracle
+    monkeypatch.setattr(runs_module, "bench_check_case", lambda lab, catalogue, request: checks[lab.name])
+    monkeypatch.setattr(device_state, "read_device_state",
+                        lambda index=0: device_state.DeviceState(name="NVIDIA H200", sm_clock_mhz=1980))
+    monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
+    monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
+    monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
+    monkeypatch.chdir(tmp_path)
+
+
+def bench(*args: str):
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from labrunner.commands.cli import main
+
+    result = CliRunner(env={"COLUMNS": "250"}).invoke(
+        main, ["bench", *args, "--device", "gpu", "--budget", "0.05", "--json", "r.json", "--junit", "r.xml"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    return result, validate_result(json.loads(Path("r.json").read_text())), Path("r.xml").read_text()
+
+
+def test_bench_lab2_vs_sdpa_end_to_end(standin_bench, monkeypatch):
+    standin_peer(monkeypatch, NumpyPeer())
+    result, report, junit = bench("lab2", "--vs", "sdpa")
+    assert result.exit_code == 0
+    assert (report["verdict"], report["timing"]["peer"]["status"], report["timing"]["speedup"]) == ("pass", "timed", 1.0)
+    assert report["options"]["versus"] == "sdpa"
+    assert "SPEEDUP 1.00x (95% CI 1.00x to 1.00x, vs PyTorch SDPA fp32)" in result.stdout
+    assert result.stdout.rstrip().endswith("PASS on the GPU (exit 0)")
+    assert 'tests="1"' in junit  # the one correctness check; the peer adds no test case
+
+
+def test_bench_lab1_vs_torch_end_to_end_without_pytorch(standin_bench, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    result, report, junit = bench("lab1", "--vs", "torch")
+    assert result.exit_code == 0
+    words = "--vs torch: PyTorch is not installed (pip install 'attnlab[peers]'); the bench goes on without the peer"
+    assert f"note: {words}\n" in result.stderr
+    assert report["notes"] == [words] and report["timing"]["peer"]["status"] == "missing"
+    assert [row["T"] for row in report["timing"]["rows"]] == [16, 32]
+    assert "peer ms" not in result.stdout
