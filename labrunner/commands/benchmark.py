@@ -295,8 +295,8 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
         for row in rows:
             timing["warnings"] += head_start_warning(PEER_SPECS[peer].label, row["peer"]["enqueue"], f"T={row['T']} ")
     for row in rows:
-        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in
-                               {**row["kernels"], "total": row["total"], **({"peer": row["peer"]} if "peer" in row else {})}.items()
+        series = {**row["kernels"], "total": row["total"], **({"peer": row["peer"]} if "peer" in row else {})}
+        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in series.items()
                                if stats.get("warning")]
     return timing, None
 

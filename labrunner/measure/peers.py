@@ -14,7 +14,11 @@ number.
 
 Each peer says what its time includes, because a fair reading needs it: the grouped heads cost
 PyTorch a copy (K and V expanded from 8 to 32 heads) that a hand-written kernel avoids by
-indexing, and that copy is part of every timed call here.
+indexing, and that copy is part of every timed call here. What it leaves out is PyTorch's host
+side: each op passes through Python and PyTorch's dispatcher, tens of microseconds a call, and the
+GPU would sit idle inside the timing events while the host queued the next op. So before each
+peer call the GPU is given a head start (`timed_runs.PeerCall`, `gpu_timer.CupyTimer.hold`), and
+the events time the GPU's work, as they do for a kernel launched from CuPy.
 
 PyTorch is optional (`pip install 'attnlab[peers]'`) and imported only here, only in the worker,
 and only when a peer is asked for. Its tensors are views of the worker's own buffers through
@@ -28,6 +32,8 @@ from dataclasses import dataclass
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
 
 INSTALL_HINT = "pip install 'attnlab[peers]'"
+HEAD_START_US = 1000.0  # the GPU's wait before each peer call: well above PyTorch's host time for one call
+HIDDEN = f"GPU time only, PyTorch's host dispatch hidden behind a {HEAD_START_US / 1000:g} ms head start"
 
 
 @dataclass(frozen=True)
@@ -45,13 +51,13 @@ SPECS = {
         "torch.nn.functional.scaled_dot_product_attention in float32 (PyTorch picks its kernel) with the "
         "causal_lower_right mask for the cached prefix; inside every timed call also K and V expanded from 8 to "
         "32 heads (a copy that a kernel indexing KV head h/4 never makes) and the output made [rows][32][64] "
-        "(Q is passed as a strided view)"),
+        f"(Q is passed as a strided view); {HIDDEN}"),
     "torch": PeerSpec(
         "torch", "PyTorch eager fp32",
         "three eager PyTorch ops in float32, as the lab's three kernels: torch.baddbmm (q.k^T / 8 plus a 0/-inf "
         "causal bias made once before timing), torch.softmax, torch.bmm (weights.v); inside every timed call also "
         "K and V expanded from 8 to 32 heads (a copy that a kernel indexing KV head h/4 never makes) and the "
-        "output made [T][32][64] (Q is passed as a strided view)"),
+        f"output made [T][32][64] (Q is passed as a strided view); {HIDDEN}"),
 }
 
 

@@ -26,7 +26,6 @@ from labrunner.measure.input_pool import InputPool
 from labrunner.truth.poison import poison_for
 
 INPUT_SLOTS = 3  # sets in buffers at once, rotated call by call (see `timing.sample_interleaved`)
-PEER_HEAD_START_US = 1000.0  # the GPU's wait before a peer's call: well above PyTorch's host time for one call
 
 
 class KernelCall:
@@ -115,7 +114,7 @@ class PeerCall(KernelCall):
         self.last[input_index] = None  # the previous call's output is released before this one
         self.new_inputs(input_index)
         if self.hold is not None:
-            self.hold(PEER_HEAD_START_US)
+            self.hold(peers.HEAD_START_US)
 
     def launch(self, input_index: int) -> None:
         start = time.perf_counter()
@@ -125,7 +124,7 @@ class PeerCall(KernelCall):
     def enqueue(self) -> dict:
         """The host's time to queue one call, median and worst, against the head start it had."""
         return {"median_ms": float(np.median(self.enqueue_ms)), "max_ms": float(np.max(self.enqueue_ms)),
-                "head_start_ms": PEER_HEAD_START_US / 1e3 if self.hold is not None else 0.0}
+                "head_start_ms": peers.HEAD_START_US / 1e3 if self.hold is not None else 0.0}
 
     def collect(self, input_index: int, verify: bool) -> None:
         if verify:
