@@ -53,9 +53,6 @@ step fixture-v-rescaled 1 fixture_verdict tests/fixtures/lab2/hostile/v_rescaled
 step lab1-starter-unfilled 1 python3 -m labrunner grade lab1 kernels/lab1/starter.cu --no-timing
 step bench-lab1 0 python3 -m labrunner bench lab1 --budget 0.5
 step grade-lab1-solution 0 python3 -m labrunner grade lab1 kernels/lab1/solution.cu --budget 0.5 --json "$out/lab1.json"
-step bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 --vs sdpa --json "$out/lab2-vs-sdpa.json"
-step bench-lab1-vs-torch 0 python3 -m labrunner bench lab1 --vs torch --json "$out/lab1-vs-torch.json"
-step bench-lab2-vs-expert 0 python3 -m labrunner bench lab2 --vs expert --json "$out/lab2-vs-expert.json"
 step grade-lab2-solution 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --json "$out/lab2.json"
 step grade-lab2-starter 0 python3 -m labrunner grade lab2 kernels/lab2/starter.cu --budget 1
 step calibrate-lab2 0 python3 -m labrunner calibrate lab2 -o "$out/gates.json" --fraction 0.5
