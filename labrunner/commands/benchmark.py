@@ -22,9 +22,11 @@ import numpy as np
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
+from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.report.results import CaseResult
+from labrunner.run.untrusted_text import shown
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
 from labrunner.truth.check import OutputCheck, check_output
@@ -95,9 +97,9 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
                          rows: int, prefix: int, references: References, minimum: int = 0) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
-    `contenders` maps who ("student", "baseline") to (the label a message names, the worker's
+    `contenders` maps who ("student", "baseline", "peer") to (the label a message names, the worker's
     `checked` record: set numbers and outputs). A set checked for both is made and referenced
-    once. A student's failure is reported before a baseline's. A record that cannot be what the
+    once. A student's failure is reported before a baseline's (or a peer's). A record that cannot be what the
     timing loop produced (fewer checked calls than `minimum`, a set twice, a set never drawn) is
     refused: a time is reported only for calls that were really checked.
     """
@@ -125,7 +127,7 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
                                  f"{checked.message}; a kernel must compute every call, so no time is reported",
                                  rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
                                  checked.failing_rows)
-            if who != "baseline":
+            if who not in ("baseline", "peer"):
                 references.release()
                 return failure
             baseline_failure = baseline_failure or failure
@@ -134,18 +136,62 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
     return baseline_failure
 
 
-def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict,
+def peer_record(name: str) -> dict:
+    spec = PEER_SPECS[name]
+    return {"name": spec.name, "label": spec.label, "includes": spec.includes}
+
+
+def check_peer(name: str, worker: Worker, rows: int, prefix: int,
+               references: References | None = None) -> dict:
+    """The peer `name` run once in the worker on a fresh input set at the timed shape, and held to the
+    oracle before it is timed. Returns its record for the report: `status` "checked" (it may be
+    timed), "missing" (no PyTorch, or none with CUDA), "wrong" (its output failed the pass rule) or
+    "failed" (it raised or its worker died); the last three with `message`, one line."""
+    record = peer_record(name)
+    request = {"peer": name, "sets": {"key": new_key(), "rows": rows, "prefix": prefix},
+               "out_count": rows * QUERY_HEADS * HEAD_DIM}
+    try:
+        reply = worker.check_peer(request, timing_budget_s(TimingOptions(budget_s=1.0), 1))
+    except WorkerFailure as failure:
+        return {**record, "status": "failed",
+                "message": f"{record['label']} could not run ({failure.detail}); the bench goes on without it"}
+    if not reply.get("available"):
+        # words from the worker's process: shown, never interpreted, and cut to a line
+        why = shown(reply["why"][:500]) if isinstance(reply.get("why"), str) else "no reason given"
+        return {**record, "status": "missing", "message": f"--vs {name}: {why}; the bench goes on without the peer"}
+    references = references or gpu_references()
+    checked = reply.get("checked")
+    if not isinstance(checked, dict) or set(checked) != {"sets", "outputs"} or int(checked["sets"][0]) != 0:
+        return {**record, "status": "failed", "message": f"{record['label']}: the worker's reply to its check is not "
+                                                         "one the check makes; the bench goes on without it"}
+    number = int(checked["sets"][0])
+    reference = references.reference(tuple(request["sets"]["key"]), number, rows, prefix)
+    verdict = references.check(checked["outputs"][0].reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
+    references.release()
+    if not verdict.passed:
+        return {**record, "status": "wrong",
+                "message": f"{record['label']} failed the oracle's check on a fresh input set: {verdict.message}; "
+                           "it is not timed"}
+    return {**record, "status": "checked"}
+
+
+def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict | None,
                  rows: int, prefix: int, seed: int, options: TimingOptions,
                  student_label: str, baseline_label: str,
-                 references: References | None = None) -> tuple[dict | None, CaseResult | None]:
+                 references: References | None = None,
+                 baseline_peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
     """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
     rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
+    `baseline_peer` names a PyTorch peer (`measure.peers`, checked first by `check_peer`) that
+    stands in the baseline's place; `baseline_constants` is then unused.
 
     `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
     kernel that knew its inputs could have their answers ready."""
     references = references or gpu_references()
     launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
-                "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix)}
+                "baseline_launches": [] if baseline_peer else lab.plan_launches(baseline_constants, rows, prefix)}
+    if baseline_peer:
+        launches["baseline_peer"] = baseline_peer
     replies = []
     for round_index in range(options.rounds):
         if round_index:
@@ -183,8 +229,24 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         "oracle_proof": getattr(references, "proof", None),
         **_common(replies[0], replies[-1]),
     }
+    if baseline_peer:
+        baseline = comparison["baseline"]
+        enqueue = max((reply["peer_enqueue"] for reply in replies), key=lambda e: e["median_ms"])
+        timing["peer"] = {**peer_record(baseline_peer), "status": "timed", "median_ms": baseline["median_ms"],
+                          "speedup": comparison["speedup"], "ci_low": comparison["ci_low"],
+                          "ci_high": comparison["ci_high"], "enqueue": enqueue}
+        timing["warnings"] += head_start_warning(timing["peer"]["label"], enqueue)
     timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
     return timing, None
+
+
+def head_start_warning(label: str, enqueue: dict, where: str = "") -> list[str]:
+    """A peer's host took longer to queue a call than the GPU waited for it: its time then holds host
+    overhead, which the student's kernel's does not. Said with the numbers; nothing is corrected."""
+    if enqueue["head_start_ms"] <= 0 or enqueue["median_ms"] <= enqueue["head_start_ms"]:
+        return []
+    return [f"{where}{label}: PyTorch took {enqueue['median_ms']:.3f} ms (median) to queue a call, more than the "
+            f"{enqueue['head_start_ms']:.3f} ms head start the GPU gave it: its time includes host overhead"]
 
 
 def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]:
@@ -194,33 +256,48 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
 
 
 def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
-                  options: TimingOptions, references: References | None = None) -> tuple[dict | None, CaseResult | None]:
+                  options: TimingOptions, references: References | None = None,
+                  peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
     """Each kernel alone and the whole call at every size, every call on a fresh input set: lab 1's cost table.
+    With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved at each size.
     (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
                       "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(t, 0),
                       "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
     request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options)}
+    if peer:
+        request["peer"] = peer
     try:
         reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
         rows = []
         for size, measured in zip(size_requests, reply["sizes"]):
             t = size["T"]
-            failure = verify_timed_outputs(f"timed T{t}", {"pipeline": ("the pipeline", measured["checked"])},
-                                           size["sets"]["key"], measured["sets_drawn"], t, 0, references,
-                                           options.min_verified)
+            contenders = {"pipeline": ("the pipeline", measured["checked"])}
+            if peer:
+                contenders["peer"] = (PEER_SPECS[peer].label, measured["checked_peer"])
+            failure = verify_timed_outputs(f"timed T{t}", contenders, size["sets"]["key"], measured["sets_drawn"],
+                                           t, 0, references, options.min_verified)
             if failure:
                 return None, failure
             rows.append(pipeline_row(t, measured["stats"]))
+            if peer:
+                versus = measured["peer"]
+                rows[-1]["peer"] = {**versus["stats"], "speedup": versus["speedup"], "ci_low": versus["ci_low"],
+                                    "ci_high": versus["ci_high"], "enqueue": versus["enqueue"]}
     except WorkerFailure as failure:
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
     timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
               "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
               "oracle_proof": getattr(references, "proof", None), **_common(reply, reply)}
+    if peer:
+        timing["peer"] = {**peer_record(peer), "status": "timed"}
+        for row in rows:
+            timing["warnings"] += head_start_warning(PEER_SPECS[peer].label, row["peer"]["enqueue"], f"T={row['T']} ")
     for row in rows:
-        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in
-                               {**row["kernels"], "total": row["total"]}.items() if stats.get("warning")]
+        series = {**row["kernels"], "total": row["total"], **({"peer": row["peer"]} if "peer" in row else {})}
+        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in series.items()
+                               if stats.get("warning")]
     return timing, None
 
 

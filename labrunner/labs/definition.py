@@ -74,6 +74,8 @@ class Lab:
     # Kernel -> the check of the buffer it writes against the definition ((buffer, inputs, rows) -> a
     # problem in words, or None), for every kernel but the last: the stage check of a wrong output.
     stages: dict[str, Callable] = field(default_factory=dict)
+    # The PyTorch peer `bench --vs <peer>` times beside the student's kernel (`measure.peers`), if any.
+    peer: str | None = None
 
     @property
     def starter_path(self) -> Path:
@@ -82,6 +84,12 @@ class Lab:
     @property
     def solution_path(self) -> Path:
         return KERNELS_DIR / self.name / "solution.cu"
+
+    @property
+    def expert_path(self) -> Path:
+        """The expert reference (`bench --vs expert`): as fast as the hardware allows, where the solution
+        stays the readable one that `calibrate` times."""
+        return KERNELS_DIR / self.name / "expert.cu"
 
     def entry_point_types(self) -> dict[str, list[str]]:
         """Kernel name -> "float*"/"int" per parameter, for the CPU backend's launch wrappers."""
