@@ -17,13 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from labrunner.build.gate import compile_gate
 from labrunner.build.nvrtc import compile_module
 from labrunner.exit_codes import AttnlabError
+from labrunner.run.cpu import module as cpu_module
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuModule
 from labrunner.run.cpu.ptx_asm import INSTRUCTIONS, SUPPORTED
 
 REPO = Path(__file__).resolve().parent.parent
-PROBES = REPO / "tests" / "cpu_kernels" / "ptx.cu"
+PROBES_SOURCE = REPO / "tests" / "cpu_kernels" / "ptx.cu"
+RUNTIME = Path(cpu_module.__file__).parent
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "ptx.cu"\n'
 ENTRY_POINTS = {"mma_raw": ["float*", "float*", "float*", "float*", "int"], "mma_3xtf32": ["float*"] * 3,
                 "cvt_each": ["float*", "unsigned*", "int"], "mma_half_warp": ["float*"],
@@ -34,12 +37,12 @@ SHARED_POISON = 0x7FF00BAD  # what unwritten shared memory holds on the CPU back
 
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory) -> CpuModule:
-    return CpuModule.build(PRELUDE + PROBES.read_text(), "ptx.cu", ENTRY_POINTS,
+    return CpuModule.build(PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS,
                            cache_dir=tmp_path_factory.mktemp("cpu-cache"))
 
 
 def line_of(needle: str) -> int:
-    return next(i + 1 for i, line in enumerate(PROBES.read_text().splitlines()) if needle in line)
+    return next(i + 1 for i, line in enumerate(PROBES_SOURCE.read_text().splitlines()) if needle in line)
 
 
 MMA_LINE = line_of('asm volatile("mma')  # the helper with D in place
@@ -65,24 +68,26 @@ def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return d
 
 
-# --- mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 -------------------------------------------
+# --- what each probe must answer ----------------------------------------------------------------
 
-@pytest.mark.parametrize("separate", [0, 1], ids=["d-in-place", "c-apart"])
-@pytest.mark.parametrize("schedule", [0, 1, 7], ids=["in-order", "reversed", "random"])
-def test_mma_multiplies_one_tile_per_warp_with_the_fragments_the_ptx_isa_lays_out(probes, separate, schedule):
-    rng = np.random.default_rng(16 + separate + 10 * schedule)
-    a = rng.standard_normal((16, 8)).astype(np.float32)
-    b = rng.standard_normal((8, 8)).astype(np.float32)
-    c = rng.standard_normal((16, 8)).astype(np.float32)
-    d = np.zeros((16, 8), np.float32)
-    probes.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, separate], reverse_threads=schedule)
-    np.testing.assert_array_equal(d, mma_reference(a, b, c))
-    # The operands' low bits matter here: rounding them instead of dropping them changes D.
-    rounded = [((bits(x) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32) for x in (a, b)]
-    assert not np.array_equal(d, mma_reference(*rounded, c))
+def check_mma_tile(module: CpuModule) -> None:
+    """Random tiles through both mma statements (D in place, C apart), under every kind of schedule:
+    every element equals the reference, and the operands' dropped bits matter (rounding them
+    instead would change D)."""
+    for separate in (0, 1):
+        for schedule in (0, 1, 7):
+            rng = np.random.default_rng(16 + separate + 10 * schedule)
+            a = rng.standard_normal((16, 8)).astype(np.float32)
+            b = rng.standard_normal((8, 8)).astype(np.float32)
+            c = rng.standard_normal((16, 8)).astype(np.float32)
+            d = np.zeros((16, 8), np.float32)
+            module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, separate], reverse_threads=schedule)
+            np.testing.assert_array_equal(d, mma_reference(a, b, c))
+            rounded = [((bits(x) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32) for x in (a, b)]
+            assert not np.array_equal(d, mma_reference(*rounded, c))
 
 
-def test_3xtf32_gives_float32_accuracy_from_the_tf32_tensor_core(probes):
+def check_3xtf32(module: CpuModule) -> None:
     """big = tf32(x), small = tf32(x - big); small*big + big*small + big*big is within the error bound
     of an 8-term float32 dot product (8 units of 2^-24 times |A|@|B|); one tf32 product is not."""
     for seed in range(5):
@@ -90,7 +95,7 @@ def test_3xtf32_gives_float32_accuracy_from_the_tf32_tensor_core(probes):
         a = rng.standard_normal((16, 8)).astype(np.float32)
         b = rng.standard_normal((8, 8)).astype(np.float32)
         d = np.zeros((16, 8), np.float32)
-        probes.launch("mma_3xtf32", (1, 1, 1), (32, 1, 1), 0, [a, b, d])
+        module.launch("mma_3xtf32", (1, 1, 1), (32, 1, 1), 0, [a, b, d])
         exact = a.astype(np.float64) @ b.astype(np.float64)
         bound = 8 * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
         assert (np.abs(d - exact) <= bound).all()
@@ -98,7 +103,7 @@ def test_3xtf32_gives_float32_accuracy_from_the_tf32_tensor_core(probes):
         assert not (np.abs(one_product - exact) <= bound).all()
 
 
-def test_unwritten_shared_memory_still_shows_through_the_tensor_core(probes):
+def check_poison_through_mma(module: CpuModule) -> None:
     """A NaN operand is used whole (the GPU gives some NaN), so the shim's poison reaches D unchanged
     and the driver can still name a race behind an mma."""
     rng = np.random.default_rng(3)
@@ -107,48 +112,44 @@ def test_unwritten_shared_memory_still_shows_through_the_tensor_core(probes):
     c = np.zeros((16, 8), np.float32)
     a.view(np.uint32)[11, 5] = SHARED_POISON
     d = np.zeros((16, 8), np.float32)
-    probes.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, 0])
+    module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, 0])
     assert (d.view(np.uint32)[11] == SHARED_POISON).all()
     assert np.isfinite(np.delete(d, 11, axis=0)).all()
 
 
-def test_an_mma_half_the_warp_never_reaches_is_reported(probes):
-    with pytest.raises(CpuKernelError) as failure:
-        probes.launch("mma_half_warp", (1, 1, 1), (32, 1, 1), 0, [np.zeros(32, np.float32)])
-    assert str(failure.value) == (
+def launch_failure(module: CpuModule, kernel: str, threads: int = 32, args: list | None = None) -> str:
+    try:
+        module.launch(kernel, (1, 1, 1), (threads, 1, 1), 0, args or [np.zeros(threads, np.float32)])
+    except CpuKernelError as failure:
+        return str(failure)
+    return "no error"
+
+
+def check_half_warp(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_half_warp") == (
         f"shuffle cannot complete in kernel mma_half_warp, block (0,0,0): thread 0 (warp 0, lane 0) waits at {MMA} "
         f"(ptx.cu:{MMA_LINE}) with mask 0xffffffff, but lane 16 (thread 16) has exited")
 
 
-def test_two_halves_of_a_warp_at_two_mma_statements_are_reported(probes):
-    with pytest.raises(CpuKernelError) as failure:
-        probes.launch("mma_two_sites", (1, 1, 1), (32, 1, 1), 0, [np.zeros(32, np.float32)])
-    assert str(failure.value) == (
-        f"mma divergence in kernel mma_two_sites, block (0,0,0): lane 0 (thread 0) runs {MMA} "
-        f"(ptx.cu:{MMA_LINE}) while lane 16 (thread 16) runs {MMA} "
-        f"(ptx.cu:{MMA_CD_LINE}); all 32 lanes of a warp must run the same mma.sync together")
+def check_two_sites(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_two_sites") == (
+        f"mma divergence in kernel mma_two_sites, block (0,0,0): lane 0 (thread 0) runs {MMA} (ptx.cu:{MMA_LINE}) "
+        f"while lane 16 (thread 16) runs {MMA} (ptx.cu:{MMA_CD_LINE}); all 32 lanes of a warp must run the same "
+        "mma.sync together")
 
 
-def test_an_mma_against_a_barrier_is_reported(probes):
-    with pytest.raises(CpuKernelError) as failure:
-        probes.launch("mma_against_barrier", (1, 1, 1), (32, 1, 1), 0, [np.zeros(32, np.float32)])
-    assert str(failure.value) == (
+def check_against_barrier(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_against_barrier") == (
         f"barrier divergence in kernel mma_against_barrier, block (0,0,0): thread 16 waits at __syncthreads "
-        f"(ptx.cu:{line_of('__syncthreads();')}) while thread 0 waits at {MMA} "
-        f"(ptx.cu:{MMA_LINE})")
+        f"(ptx.cu:{line_of('__syncthreads();')}) while thread 0 waits at {MMA} (ptx.cu:{MMA_LINE})")
 
 
-def test_an_mma_in_a_warp_of_fewer_than_32_threads_is_reported(probes):
-    a, b, c, d = (np.zeros(n, np.float32) for n in (128, 64, 128, 128))
-    with pytest.raises(CpuKernelError) as failure:
-        probes.launch("mma_raw", (1, 1, 1), (48, 1, 1), 0, [a, b, c, d, 0])
-    assert str(failure.value) == (
-        f"{MMA} needs a whole warp in kernel mma_raw, block (0,0,0): thread 32 "
-        f"(ptx.cu:{MMA_LINE}) is in warp 1, which has only 16 lanes (the block has 48 "
-        "threads; make it a multiple of 32)")
+def check_partial_warp(module: CpuModule) -> None:
+    args = [np.zeros(n, np.float32) for n in (128, 64, 128, 128)] + [0]
+    assert launch_failure(module, "mma_raw", 48, args) == (
+        f"{MMA} needs a whole warp in kernel mma_raw, block (0,0,0): thread 32 (ptx.cu:{MMA_LINE}) is in warp 1, "
+        "which has only 16 lanes (the block has 48 threads; make it a multiple of 32)")
 
-
-# --- cvt.rna.tf32.f32 ---------------------------------------------------------------------------
 
 CVT_CASES = [
     # (input bits, expected bits, why)
@@ -161,9 +162,10 @@ CVT_CASES = [
     (0x3DCCCCCD, 0x3DCCC000, "0.1f: the dropped bits 0x0CCD are under half"),
     (0x7F7FEFFF, 0x7F7FE000, "just under the tie above the largest tf32: stays finite"),
     (0x7F7FFFFF, 0x7F800000, "FLT_MAX rounds away, past the largest tf32: Inf"),
-    (0x7F800000, 0x7F800000, "+Inf stays +Inf (the bias would have made it a NaN)"),
+    (0x7F800000, 0x7F800000, "+Inf stays +Inf"),
     (0xFF800000, 0xFF800000, "-Inf stays -Inf"),
     (0x7FC00000, 0x7FC00000, "a NaN stays that NaN"),
+    (0x7FFFFFFF, 0x7FFFFFFF, "the GPU's own NaN: the bias would carry into the sign bit and make -0"),
     (0x7F800001, 0x7F800001, "a NaN whose payload is all in the dropped bits stays a NaN, never Inf"),
     (SHARED_POISON, SHARED_POISON, "the shim's poison keeps its payload"),
     (0x00001000, 0x00002000, "the subnormal tie: away from zero"),
@@ -172,26 +174,150 @@ CVT_CASES = [
 ]
 
 
-def test_cvt_rounds_to_nearest_with_ties_away_and_keeps_inf_and_nan(probes):
+def check_cvt_cases(module: CpuModule) -> None:
     x = np.array([case[0] for case in CVT_CASES], np.uint32)
     out = np.zeros(len(x), np.uint32)
-    probes.launch("cvt_each", (1, 1, 1), (64, 1, 1), 0, [x.view(np.float32), out, len(x)])
+    module.launch("cvt_each", (1, 1, 1), (64, 1, 1), 0, [x.view(np.float32), out, len(x)])
     got = {why: hex(g) for (_, _, why), g in zip(CVT_CASES, out)}
     assert got == {why: hex(want) for _, want, why in CVT_CASES}
 
 
-def test_cvt_of_random_floats_is_the_nearest_tf32_with_ties_away(probes):
+def check_cvt_random(module: CpuModule) -> None:
     """Worked out in float64 arithmetic, not with the bit trick: the nearest multiple of the value's
     tf32 step (2^(exponent - 10)), halves rounded away from zero."""
     rng = np.random.default_rng(5)
     x = (rng.standard_normal(4096) * np.exp2(rng.integers(-60, 60, 4096))).astype(np.float32)
-    x[:64] = (np.round(x[:64].astype(np.float64) * 1024) + 0.5) / 1024  # exact ties in [-4, 4]
+    x[:64] = (np.round(x[:64].astype(np.float64) * 1024) + 0.5) / 1024  # ties for those in [1, 2)
     magnitude = np.abs(x.astype(np.float64))
     step = np.exp2(np.floor(np.log2(magnitude)) - 10)
     expected = (np.sign(x) * np.floor(magnitude / step + 0.5) * step).astype(np.float32)
     out = np.zeros(len(x), np.uint32)
-    probes.launch("cvt_each", (32, 1, 1), (128, 1, 1), 0, [x, out, len(x)])
+    module.launch("cvt_each", (32, 1, 1), (128, 1, 1), 0, [x, out, len(x)])
     np.testing.assert_array_equal(out, bits(expected))
+
+
+PROBES = [check_mma_tile, check_3xtf32, check_poison_through_mma, check_half_warp, check_two_sites,
+          check_against_barrier, check_partial_warp, check_cvt_cases, check_cvt_random]
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.__name__)
+def test_the_backend_answers_every_probe_exactly(probes, probe):
+    """Each probe asserts its exact answers (see the `check_` functions above)."""
+    probe(probes)
+
+
+# --- wrong rules planted one at a time into ptx.h -------------------------------------------------
+
+# (name, the real code, the wrong rule): each a bug a plausible edit could introduce.
+MUTANTS = [
+    ("cvt rounds ties to even", "r[d] = (x + 0x1000u) & 0xFFFFE000u;",
+     "r[d] = (x + 0x0FFFu + ((x >> 13) & 1u)) & 0xFFFFE000u;"),
+    ("cvt truncates", "r[d] = (x + 0x1000u) & 0xFFFFE000u;", "r[d] = x & 0xFFFFE000u;"),
+    ("cvt rounds a NaN like a number", "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
+     "if ((x & 0x7FFFFFFFu) == 0x7F800000u)\n        r[d] = x;"),
+    ("cvt clears a NaN's low bits", "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
+     "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x & 0xFFFFE000u;"),
+    ("mma rounds its operands", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
+     "as_float(is_nan(bits) ? bits : (bits + 0x1000u) & 0xFFFFE000u)"),
+    ("mma masks a NaN operand", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
+     "as_float(bits & 0xFFFFE000u)"),
+    ("mma swaps a1 and a2", "A[g + 8][t] = ptx::tf32_value(l.a[1]);\n        A[g][t + 4] = ptx::tf32_value(l.a[2]);",
+     "A[g + 8][t] = ptx::tf32_value(l.a[2]);\n        A[g][t + 4] = ptx::tf32_value(l.a[1]);"),
+    ("mma reads b0 as B[g][t]", "B[t][g] = ptx::tf32_value(l.b[0]);", "B[g % 8][t] = ptx::tf32_value(l.b[0]);"),
+    ("mma swaps c0 and c1", "C[g][2 * t] = ptx::as_float(l.c[0]);\n        C[g][2 * t + 1] = ptx::as_float(l.c[1]);",
+     "C[g][2 * t] = ptx::as_float(l.c[1]);\n        C[g][2 * t + 1] = ptx::as_float(l.c[0]);"),
+    ("mma adds C last", "float acc = C[m][n];\n            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];\n"
+     "            D[m][n] = acc;",
+     "float acc = 0.0f;\n            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];\n"
+     "            D[m][n] = acc + C[m][n];"),
+    ("two mma statements meet", "if (!same_site(f.site, first.site)) {", "if (false) {"),
+    # (Letting a partial warp through is not planted: its missing lanes' operands would be read from
+    # memory no fiber owns, in the test's own process.)
+]
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """A copy of the backend's runtime with one rule of ptx.h replaced, compiled in place of the real one."""
+    def plant(real: str, wrong: str) -> CpuModule:
+        copy = tmp_path / "runtime"
+        copy.mkdir()
+        for path in RUNTIME.glob("*.h"):
+            text = path.read_text()
+            if path.name == "ptx.h":
+                assert text.count(real) == 1, f"ptx.h no longer holds `{real}` exactly once: update MUTANTS"
+                text = text.replace(real, wrong)
+            (copy / path.name).write_text(text)
+        monkeypatch.setattr(cpu_module, "_SHIM", copy / "shim.h")
+        monkeypatch.setattr(cpu_module, "_RUNTIME_FILES", tuple(copy / p.name for p in cpu_module._RUNTIME_FILES))
+        return CpuModule.build(PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS, cache_dir=tmp_path / "c")
+    return plant
+
+
+@pytest.mark.parametrize(("real", "wrong"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+def test_every_planted_wrong_rule_fails_a_probe(planted, real, wrong):
+    module = planted(real, wrong)
+    caught = []
+    for probe in PROBES:
+        try:
+            probe(module)
+        except (AssertionError, CpuKernelError):
+            caught.append(probe.__name__)
+    assert caught, "no probe noticed the planted rule"
+
+
+# --- the ways an asm statement may be written ----------------------------------------------------
+
+SPELLINGS = r"""
+__device__ unsigned plain(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+__device__ unsigned spread(float x) {
+    unsigned r;
+    asm volatile (  // a comment, a template in pieces, spaces before the parentheses
+        "cvt.rna.tf32.f32" " %0,"
+        /* another */ "%1;\n"
+        : "=r" (r)
+        : "f" (x)
+        : "memory" );
+    return r;
+}
+__device__ unsigned gnu(float x) { unsigned r; __asm__ __volatile__(R"x(cvt.rna.tf32.f32 %0, %1;)x" : "=r"(r) : "f"(x)); return r; }
+__device__ unsigned in_out(float x) { unsigned r = 7; __asm inline("cvt.rna.tf32.f32 %0, %1;" : "+r"(r) : "f"(x)); return r; }
+__device__ unsigned from_bits(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "r"(__float_as_uint(x))); return r; }
+__device__ unsigned into_int(float x) { int r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return (unsigned)r; }
+__device__ unsigned chained(float x) {
+    unsigned r, s;  // the second instruction reads what the first wrote to an output
+    asm("cvt.rna.tf32.f32 %0, %2;\n\tcvt.rna.tf32.f32 %1, %0;" : "=r"(r), "=r"(s) : "f"(x));
+    return r == s ? s : 0u;
+}
+#define CVT(out, x)                                  \
+    asm volatile("cvt.rna.tf32.f32 %0, %1;"          \
+                 : "=r"(out)                         \
+                 : "f"(x))
+__device__ unsigned by_macro(float x) { unsigned r; CVT(r, x); return r; }
+__device__ unsigned with_barrier(float x) { asm volatile("" ::: "memory"); return plain(x); }
+extern "C" __global__ void spellings(const float* x, unsigned* out) {
+    const int i = threadIdx.x;
+    if (i > 0) CVT(out[9 * i], x[i]); else out[0] = plain(x[0]);  // a macro call as the body of an if
+    out[9 * i + 1] = spread(x[i]);
+    out[9 * i + 2] = gnu(x[i]);
+    out[9 * i + 3] = in_out(x[i]);
+    out[9 * i + 4] = from_bits(x[i]);
+    out[9 * i + 5] = into_int(x[i]);
+    out[9 * i + 6] = chained(x[i]);
+    out[9 * i + 7] = by_macro(x[i]);
+    out[9 * i + 8] = with_barrier(x[i]);
+}
+"""
+
+
+def test_every_way_of_writing_the_statement_runs_the_same_instruction(tmp_path):
+    module = CpuModule.build(PRELUDE + SPELLINGS, "ptx.cu", {"spellings": ["float*", "unsigned*"]},
+                             cache_dir=tmp_path)
+    x = np.array([1.0 + 2.0**-11, -(1.0 + 2.0**-11), 0.1, np.inf], np.float32)  # ties, 0.1f, Inf
+    out = np.zeros((4, 9), np.uint32)
+    module.launch("spellings", (1, 1, 1), (4, 1, 1), 0, [x, out])
+    assert [hex(v) for v in out[:, 0]] == ["0x3f802000", "0xbf802000", "0x3dccc000", "0x7f800000"]
+    assert (out == out[:, :1]).all()
 
 
 # --- what the CPU backend refuses -----------------------------------------------------------------
@@ -240,6 +366,22 @@ REFUSED = {
                        '"f" (r: a 32-bit integer, f: a float)'),
     "asm-label": ('int renamed asm("memcpy");\n',
                   f"attention.cu(1): error: `memcpy` is inline assembly without operands, {RUNS_ONLY}"),
+    "in-a-branch-the-preprocessor-drops": ('#if 0\n__device__ void f() { asm volatile("exit;" ::: "memory"); }\n#endif\n',
+                                           f"attention.cu(2): error: `exit` {CANNOT}"),
+    "ptx-block-with-its-own-registers": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                                         '  asm("{ .reg .b32 t; cvt.rna.tf32.f32 t, %1; mov.b32 %0, t; }" : "=r"(r) : "f"(x));\n'
+                                         "  return r;\n}\n",
+                                         f"attention.cu(3): error: `{{ .reg .b32 t` {CANNOT}"),
+    "named-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                      '  asm("cvt.rna.tf32.f32 %[r], %[x];" : [r] "=r"(r) : [x] "f"(x));\n  return r;\n}\n',
+                      "attention.cu(3): error: named operands (`[name] \"r\"(x)`) are not read by the CPU backend; "
+                      "number them (%0, %1, ...) instead"),
+    "asm-inside-an-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                              '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(({ asm("syscall"); x; })));\n'
+                              "  return r;\n}\n",
+                              "attention.cu(3): error: `asm` inside an operand of another asm statement"),
+    "template-from-a-macro": ('#define TEMPLATE "syscall"\n__device__ void f() {\n  asm volatile(TEMPLATE ::: "memory");\n}\n',
+                              "attention.cu(3): error: the template of `asm` must be plain string literals, got TEMPLATE"),
     "undef-the-keyword": ("#undef asm\n",
                           "attention.cu(1): error: `#undef asm` is refused: the CPU backend reads inline assembly "
                           "itself and needs the keyword kept as it is; give the macro another name"),
@@ -304,8 +446,11 @@ def test_grade_refuses_ptx_the_cpu_backend_cannot_run_with_a_compile_error(tmp_p
 
 # --- NVRTC: the same helpers compile for sm_90, and the register classes are the ones it accepts ---
 
-def test_nvrtc_compiles_the_probe_kernels_for_sm_90():
-    module = compile_module(PROBES.read_text(), "ptx.cu", "sm_90")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_compile_gate_passes_the_probe_kernels(arch):
+    """The include policy and NVRTC (ptxas behind it), as grading runs them, for the first tensor-core
+    architecture with tf32 and for the H200's."""
+    module = compile_gate(PROBES_SOURCE.read_text(), "ptx.cu", arch)
     # The helpers are inlined at every call: mma in mma_raw 2, mma_3xtf32 3, and 1, 2 and 1 in the three
     # divergence probes; cvt 12 times in mma_3xtf32 (8 through the helper, 4 through the macro), once in cvt_each.
     assert (module.ptx.count(f"\t{MMA} "), module.ptx.count("\tcvt.rna.tf32.f32 ")) == (9, 13)
