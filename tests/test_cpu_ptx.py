@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from labrunner.build.gate import compile_gate
-from labrunner.build.nvrtc import compile_module
+from labrunner.build.nvrtc import NVRTC_INCLUDE_OPTIONS, compile_module, compose_source
 from labrunner.exit_codes import AttnlabError
 from labrunner.run.cpu import module as cpu_module
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuModule
@@ -431,17 +431,16 @@ def test_a_rewritten_statement_keeps_every_later_line_number(tmp_path):
 
 
 def test_grade_refuses_ptx_the_cpu_backend_cannot_run_with_a_compile_error(tmp_path):
-    """Through the command line: NVRTC accepts `trap`, the CPU build refuses it (exit 3, the line named)."""
-    fixture = "tests/fixtures/lab2/hostile/cpu_build_error.cu"
+    """Through the command line: NVRTC accepts `ret;`, the CPU build refuses it (exit 3, the line named)."""
+    fixture = "tests/fixtures/lab2/hostile/ptx_also_x86.cu"
     report = tmp_path / "result.json"
     completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", fixture, "--device", "cpu",
                                 "--no-timing", "--json", str(report)], cwd=REPO, capture_output=True, text=True,
                                timeout=300)
     result = json.loads(report.read_text())
-    line = next(i + 1 for i, text in enumerate((REPO / fixture).read_text().splitlines()) if "trap" in text
-                and "asm" in text)
+    line = next(i + 1 for i, text in enumerate((REPO / fixture).read_text().splitlines()) if "asm volatile" in text)
     assert (completed.returncode, result["verdict"], result["exit_code"]) == (3, "compile-error", 3)
-    assert result["error"] == f"{fixture}({line}): error: `trap;` is inline assembly without operands, {RUNS_ONLY}"
+    assert result["error"] == f"{fixture}({line}): error: `ret;` is inline assembly without operands, {RUNS_ONLY}"
 
 
 # --- NVRTC: the same helpers compile for sm_90, and the register classes are the ones it accepts ---
@@ -508,3 +507,64 @@ def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90(
             accepted[(operand.name, c)] = nvrtc_accepts(MMA_TEMPLATE.format(
                 **classes, **{name[0]: TYPES[letter] for name, letter in classes.items()}))
     assert accepted == allowed
+
+
+# --- the emulation against the hardware -----------------------------------------------------------
+
+class CupyProbes:
+    """The probe kernels on the GPU, launched like a CpuModule: numpy arrays in, written back after."""
+
+    def __init__(self):
+        import cupy
+
+        self.cupy = cupy
+        self.module = cupy.RawModule(code=compose_source(PROBES_SOURCE.read_text(), "ptx.cu"),
+                                     options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include"))
+
+    def launch(self, name, grid, block, shared_bytes, args, reverse_threads=0):
+        cp = self.cupy
+        on_gpu = [cp.asarray(a) if isinstance(a, np.ndarray) else np.int32(a) for a in args]
+        self.module.get_function(name)(tuple(grid), tuple(block), tuple(on_gpu), shared_mem=shared_bytes)
+        cp.cuda.Device().synchronize()
+        for host, device in zip(args, on_gpu):
+            if isinstance(host, np.ndarray):
+                host[...] = cp.asnumpy(device)
+
+
+def check_agreement(device, cpu: CpuModule) -> None:
+    """cvt bit for bit on every number and infinity (NaN payloads are unspecified: only NaN-ness is
+    compared); mma within the float32 error bound of the exact product of the truncated operands on
+    both (rounding the operands instead, or another fragment layout, is off by about 2^-11)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(8192) * np.exp2(rng.integers(-140, 127, 8192))).astype(np.float32)
+    x = np.concatenate([x, np.array([c[0] for c in CVT_CASES], np.uint32).view(np.float32),
+                        np.array([0x7FFFFFFF], np.uint32).view(np.float32)])
+    outs = []
+    for module in (device, cpu):
+        out = np.zeros(len(x), np.uint32)
+        module.launch("cvt_each", ((len(x) + 127) // 128, 1, 1), (128, 1, 1), 0, [x, out, len(x)])
+        outs.append(out)
+    number = ~np.isnan(x)
+    np.testing.assert_array_equal(outs[0][number], outs[1][number])
+    assert np.isnan(outs[0][~number].view(np.float32)).all() and np.isnan(outs[1][~number].view(np.float32)).all()
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        a, b, c = (rng.standard_normal(shape).astype(np.float32) for shape in ((16, 8), (8, 8), (16, 8)))
+        at, bt = (as_tf32_operand(m).astype(np.float64) for m in (a, b))
+        exact = at @ bt + c
+        bound = 9 * 2.0**-24 * (np.abs(at) @ np.abs(bt) + np.abs(c))
+        for module in (device, cpu):
+            d = np.zeros((16, 8), np.float32)
+            module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, seed % 2])
+            assert (np.abs(d - exact) <= bound).all()
+
+
+@pytest.mark.gpu
+def test_the_gpu_agrees_with_the_emulation(probes):
+    check_agreement(CupyProbes(), probes)
+
+
+def test_the_agreement_check_passes_the_emulation_against_itself(probes):
+    """What the GPU test above runs, here with the CPU backend in the GPU's place, so that its
+    arithmetic is exercised on every machine."""
+    check_agreement(probes, probes)

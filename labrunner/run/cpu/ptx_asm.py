@@ -3,8 +3,8 @@
 g++ would hand an `asm` template to the x86 assembler, so no template of a student's may reach it.
 Before g++ runs, the file is read with the include policy's lexer (`labrunner.build.includes`:
 comments, string and character literals and raw strings read exactly as the compiler reads them),
-and every `asm` statement (`asm`, `__asm`, `__asm__`, with `volatile` spelt any of its ways) is
-parsed here: its template (adjacent string literals, joined and unescaped), its outputs, inputs
+and every `asm` statement (`asm`, and g++'s `__asm` and `__asm__`, which NVRTC does not know; with
+`volatile` spelt any of its ways) is parsed here: its template (adjacent string literals, joined and unescaped), its outputs, inputs
 and clobbers. Each PTX instruction in the template must be one of `INSTRUCTIONS`, with its
 operands in register classes the GPU's assembler accepts for it (NVRTC was asked: see
 tests/test_cpu_ptx.py). Such a statement is replaced by plain C++ that loads the operands into
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from labrunner.build.includes import Token, code_tokens
 from labrunner.exit_codes import AttnlabError
 
-__all__ = ["AsmRefused", "INSTRUCTIONS", "rewrite_inline_asm"]
+__all__ = ["AsmRefused", "INSTRUCTIONS", "SUPPORTED", "rewrite_inline_asm"]
 
 ASM_KEYWORDS = frozenset({"asm", "__asm", "__asm__"})
 # Qualifiers that change nothing here (`inline` is a size hint for the compiler's inliner).
@@ -275,7 +275,8 @@ class _Reader:
                 raise self.refuse(keyword, "named operands (`[name] \"r\"(x)`) are not read by the CPU backend; "
                                            "number them (%0, %1, ...) instead")
             constraint = piece[0].text[1:-1] if piece[0].kind == "string" and piece[0].text.endswith('"') else None
-            if constraint is None or len(piece) < 3 or piece[1].text != "(" or piece[-1].text != ")":
+            if (constraint is None or len(piece) < 3 or piece[1].text != "(" or piece[-1].text != ")"
+                    or self._matching(piece, 1, keyword) != len(piece) - 1):
                 raise self.refuse(keyword, f"an operand of `{keyword.text}` must read \"constraint\"(expression), got "
                                            f"{_shown(' '.join(t.text for t in piece))}")
             match = _CONSTRAINT.fullmatch(constraint)
