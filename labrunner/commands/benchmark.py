@@ -265,7 +265,9 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
                       "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(t, 0),
                       "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
-    request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options)}
+    # A device copy as large as the biggest matrix, timed in the same worker: the floor's bandwidth
+    request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options),
+               "copy_bytes": QUERY_HEADS * max(sizes) ** 2 * 4}
     if peer:
         request["peer"] = peer
     try:
@@ -280,7 +282,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
                                            t, 0, references, options.min_verified)
             if failure:
                 return None, failure
-            rows.append(pipeline_row(t, measured["stats"]))
+            rows.append(pipeline_row(t, measured["stats"], copy_bandwidth(reply)))
             if peer:
                 versus = measured["peer"]
                 rows[-1]["peer"] = {**versus["stats"], "speedup": versus["speedup"], "ci_low": versus["ci_low"],
@@ -301,8 +303,22 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
     return timing, None
 
 
-def pipeline_row(t: int, stats: dict | None) -> dict:
-    """The cost of lab 1's matrix at T tokens: sizes always; times where measured."""
+def bytes_each_kernel_must_move(t: int) -> dict[str, int]:
+    """What lab 1's contract makes each kernel move at T tokens, however it is written: the scores
+    kernel reads Q and K and writes the visible (causal) half of the matrix, the softmax reads that
+    half and writes every row whole (zeros past the diagonal), the weighted sum reads the visible half
+    and V and writes the output. Above the diagonal the scores are left to the softmax (the stage check
+    ignores them), so nothing else has to cross the memory bus."""
+    visible = QUERY_HEADS * (t * (t + 1) // 2) * 4
+    whole = QUERY_HEADS * t * t * 4
+    q = out = t * QUERY_HEADS * HEAD_DIM * 4
+    k = v = t * KV_HEADS * HEAD_DIM * 4
+    return {"attn_scores": q + k + visible, "attn_softmax": visible + whole, "attn_weighted_sum": visible + v + out}
+
+
+def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> dict:
+    """The cost of lab 1's matrix at T tokens: sizes always; times where measured; against the floor
+    (the bytes the kernels must move at this run's device-copy bandwidth) where a copy was timed."""
     matrix_bytes = QUERY_HEADS * t * t * 4
     tensor_bytes = (2 * t * QUERY_HEADS * HEAD_DIM + 2 * t * KV_HEADS * HEAD_DIM) * 4  # q, out, k, v
     traffic = 4 * matrix_bytes  # scores writes it; softmax reads and writes it; the weighted sum reads it
@@ -313,7 +329,25 @@ def pipeline_row(t: int, stats: dict | None) -> dict:
         row["kernels"] = {k: v for k, v in stats.items() if k != "total"}
         row["total"] = stats["total"]
         row["implied_gb_s"] = traffic / (stats["total"]["median_ms"] * 1e-3) / 1e9
+        must = bytes_each_kernel_must_move(t)
+        measured = {name: must[name] for name in row["kernels"] if name in must}
+        if measured:
+            row["must_move"] = {name: {"bytes": count, "gb_s": count / (row["kernels"][name]["median_ms"] * 1e-3) / 1e9}
+                                for name, count in measured.items()}
+            if copy_bytes_per_s:
+                floor_ms = sum(measured.values()) / copy_bytes_per_s * 1e3
+                row["floor"] = {"bytes": sum(measured.values()), "copy_gb_s": copy_bytes_per_s / 1e9,
+                                "ms": floor_ms, "times_floor": stats["total"]["median_ms"] / floor_ms}
     return row
+
+
+def copy_bandwidth(reply: dict) -> float | None:
+    """Bytes per second of the device copy timed in the same worker, counting each byte read and
+    written (a copy of N bytes moves 2N); None where the reply has none."""
+    copy = reply.get("copy")
+    if not copy:
+        return None
+    return 2 * copy["bytes"] / (copy["stats"]["median_ms"] * 1e-3)
 
 
 def _common(first: dict, last: dict) -> dict:

@@ -23,6 +23,7 @@ stderr = Console(stderr=True, highlight=False)
 
 # `FILE: error: ...` or `FILE(LINE): error: ...`, as the compile gate writes its messages.
 _SAYS_ERROR = re.compile(r"^\S[^\n]*?(?:\(\d+\))?: (?:catastrophic )?error: ")
+MEBIBYTE = 1024 * 1024
 STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
@@ -171,10 +172,34 @@ def _pipeline_table(timing: dict) -> None:
     stdout.print(table)
     stdout.print("[dim]matrix traffic: 4 passes over the [32][T][T] float32 matrix (scores writes it, softmax reads "
                  "and writes it, the weighted sum reads it); projected rows are arithmetic, nothing was allocated[/]")
+    _floor_table(timing)
     if peer:
         stdout.print(f"SPEEDUP vs peer = {escape(peer['label'])}'s time / the whole call's time, each pair interleaved "
                      "on the same fresh input sets (95% CI in --json)", soft_wrap=True)
         _peer_includes(peer)
+
+
+def _floor_table(timing: dict) -> None:
+    """At the largest measured T: the bytes each kernel must move, its GB/s against this run's device
+    copy, and the whole call against the floor those bytes set."""
+    measured = [row for row in timing["rows"] if row.get("must_move")]
+    if not measured:
+        return
+    row = measured[-1]
+    floor = row.get("floor")
+    table = Table(title=f"the bytes each kernel must move at T = {row['T']}")
+    for column in ("kernel", "must move", "ms", "GB/s", *(("of the copy",) if floor else ())):
+        table.add_column(column, justify="left" if column == "kernel" else "right")
+    for name, moved in row["must_move"].items():
+        table.add_row(name, f"{moved['bytes'] / MEBIBYTE:,.0f} MiB", f"{row['kernels'][name]['median_ms']:.3f}",
+                      f"{moved['gb_s']:.0f}", *((f"{moved['gb_s'] / floor['copy_gb_s']:.0%}",) if floor else ()))
+    stdout.print(table)
+    if floor:
+        stdout.print(f"floor: {floor['bytes'] / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor['copy_gb_s']:.0f} "
+                     f"GB/s, bytes read plus written) = {floor['ms']:.3f} ms; the whole call takes "
+                     f"{row['total']['median_ms']:.3f} ms, {floor['times_floor']:.2f}x the floor", soft_wrap=True)
+    else:
+        note("no device copy was timed in this run, so the floor is not known")
 
 
 def _peer_cells(versus: dict) -> tuple[str, str]:
