@@ -46,6 +46,15 @@ fixture_verdict() {  # fixture_verdict FILE: grades one hostile fixture with tim
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('verdict', r['verdict'], 'case', r['decisive_case'], 'timing', r.get('timing'))" "$out/fixture.json"
     return $status
 }
+every_seed() {  # every_seed LAB FILE: every case of FILE on five seeds, no timing; the first failure stops it
+    local seed status
+    for seed in 1 2 3 4 5; do
+        python3 -m labrunner grade "$1" "$2" --seed "$seed" --no-timing > "$logs/seed.log" 2>&1
+        status=$?
+        echo "seed $seed: $(tail -n 1 "$logs/seed.log")"
+        [ "$status" = 0 ] || { cat "$logs/seed.log"; return "$status"; }
+    done
+}
 
 step gpu-tests 0 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
 step grade-lab2-timed-15s 0 timed_grade
@@ -63,6 +72,11 @@ step profile-lab2 0 python3 -m labrunner profile lab2 kernels/lab2/solution.cu -
 step grade-lab2-profile 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --budget 0.5 --profile
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
 step batch-vs-alone 0 python3 scripts/batch_vs_alone.py --jobs 4
+step expert-five-seeds 0 every_seed lab2 kernels/lab2/expert.cu
+step bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 --vs sdpa
+step bench-expert-vs-sdpa 0 python3 -m labrunner bench lab2 kernels/lab2/expert.cu --vs sdpa
+step bench-lab2-vs-expert 0 python3 -m labrunner bench lab2 --vs expert
+step bench-lab1-vs-torch 0 python3 -m labrunner bench lab1 --vs torch
 step bench-stability 0 python3 scripts/bench_stability.py
 step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3
 

@@ -148,6 +148,14 @@ class InProcessWorker:
         self.replies.append(reply)
         return through_the_wire(reply, replies.timing_reply(request))
 
+    def check_peer(self, request, timeout_s):
+        from labrunner.measure.timed_runs import run_peer_check
+        from labrunner.run import replies
+
+        self.keys.append(request["sets"]["key"])
+        return through_the_wire(run_peer_check(self.device, through_the_wire(request)),
+                                replies.peer_check_reply(request))
+
     def restart(self):
         self.restarts += 1
 
@@ -156,6 +164,32 @@ class InProcessWorker:
 
     def close(self):
         pass
+
+
+class NumpyPeer:
+    """A stand-in for a PyTorch peer (`labrunner.measure.peers`): the oracle in numpy on the slot's own
+    arrays, returned as a fresh output, as PyTorch allocates one. `wrong_after`: right for that many
+    calls, then its first element is off by one."""
+
+    def __init__(self, wrong_after: int | None = None):
+        self.wrong_after = wrong_after
+        self.calls = 0
+        self.seen: list[tuple[bytes, bytes, bytes]] = []
+
+    def wrap(self, slot):
+        return slot
+
+    def launch(self, views):
+        self.calls += 1
+        self.seen.append(tuple(views[n].tobytes() for n in ("q", "k", "v")))
+        q, k, v = views["q"], views["k"], views["v"]
+        out = oracle.attention(q, k, v, prefix=k.shape[0] - q.shape[0]).astype(np.float32)
+        if self.wrong_after is not None and self.calls > self.wrong_after:
+            out.flat[0] += 1.0
+        return out
+
+    def to_host(self, out):
+        return out.reshape(-1).copy()
 
 
 class CountingTimer:

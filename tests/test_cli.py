@@ -262,7 +262,7 @@ def test_bench_lab1_names_every_speedup_option_given(runner):
     result = invoke(runner, "bench", "lab1", "--chunk", "64", "--vs", "solution", "--device", "cpu")
     assert result.exit_code == 2
     assert result.stderr == ("error: --chunk and --vs apply to lab2's SPEEDUP; lab1 times its pipeline "
-                             "at fixed sizes\n")
+                             "at fixed sizes (its --vs takes torch only: PyTorch beside the whole call)\n")
 
 
 def test_grade_with_an_unknown_case_is_a_usage_error(runner):

@@ -15,6 +15,7 @@ import pytest
 
 from labrunner.run.cpu.module import CpuCompileError, CpuModule, build_object, check_built_object
 from labrunner.run.cpu.object_check import read_elf
+from labrunner.run.cpu.ptx_asm import SUPPORTED
 
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n'
 KERNEL = 'extern "C" __global__ void k(float* o) { o[threadIdx.x] = 1.0f; }\n'
@@ -65,15 +66,18 @@ def test_an_entry_placed_in_init_array_by_hand_is_refused(cache):
     assert refusal(cache, code) == PREFIX + "`planted`" + AT_LOAD
 
 
-def test_an_entry_placed_in_init_array_by_the_assembler_is_refused(cache):
-    """NVRTC passes file-scope asm() through to PTX untouched, so g++ gets it as x86 assembly."""
+def test_an_entry_placed_in_init_array_by_the_assembler_never_reaches_it(cache):
+    """NVRTC passes file-scope asm() through to PTX untouched; the CPU build reads every asm statement
+    before g++ does (ptx_asm.py) and refuses this one, so x86 assembly never gets to plant anything."""
     code = ('extern "C" void planted_by_asm() {}\n'
             'asm(".pushsection .init_array,\\"aw\\",@init_array\\n.quad planted_by_asm\\n.popsection");\n')
-    assert refusal(cache, code) == PREFIX + "`planted_by_asm`" + AT_LOAD
+    assert refusal(cache, code) == (
+        'attention.cu(2): error: `.pushsection .init_array,"aw",@init_array .quad planted_b...` is inline assembly '
+        "without operands, which the CPU backend cannot run: it runs only the PTX instructions " + SUPPORTED)
 
 
 def test_code_added_to_the_init_section_is_refused(cache):
-    code = 'asm(".pushsection .init,\\"ax\\",@progbits\\nnop\\n.popsection");\n'
+    code = '__attribute__((section(".init"), used)) static void extra_init() {}\n'
     assert refusal(cache, code) == (PREFIX + "its .init section differs from the runtime's own, so code would run "
                                     "when the module loads; remove what places code there")
 

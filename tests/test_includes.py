@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from labrunner.build.includes import refuse_foreign_includes, scan_directives
+from labrunner.build.includes import code_tokens, refuse_foreign_includes, scan_directives
 from labrunner.build.nvrtc import run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
 
@@ -161,6 +161,20 @@ def test_directives_are_found_on_their_first_physical_line():
     source = '/* a\n b */ #define A 1\nint x = 1\'2;\n#inc\\\nlude <cmath>\n# /* c\n */ pragma unroll\n'
     found = [(d.line, d.name, d.argument) for d in scan_directives(source, "a.cu")]
     assert found == [(2, "define", ""), (4, "include", "<cmath>"), (6, "pragma", "")]
+
+
+def test_tokens_carry_the_text_the_compiler_reads_and_where_it_stands_in_the_file():
+    """`code_tokens` (the CPU build reads asm statements with it): comments are no tokens, a splice is
+    undone in a token's text, offsets and lines are the file's (CRLF counted as one character)."""
+    source = '# /* c */ define M(x) as\\\nm(x) // no\r\nR"d(a "b")d" u8"s" 1\'000 \'q\' /* x\n */ ;\n'
+    found = [(t.kind, t.text, t.start, t.end, t.line) for t in code_tokens(source, "a.cu")]
+    assert found == [
+        ("directive", "define", 0, 16, 1), ("word", "M", 17, 18, 1), ("punct", "(", 18, 19, 1),
+        ("word", "x", 19, 20, 1), ("punct", ")", 20, 21, 1), ("word", "asm", 22, 27, 1), ("punct", "(", 27, 28, 2),
+        ("word", "x", 28, 29, 2), ("punct", ")", 29, 30, 2), ("newline", "\n", 36, 37, 2),
+        ("raw", 'R"d(a "b")d"', 37, 49, 3), ("word", "u8", 50, 52, 3), ("string", '"s"', 52, 55, 3),
+        ("number", "1'000", 56, 61, 3), ("char", "'q'", 62, 65, 3), ("punct", ";", 75, 76, 4),
+        ("newline", "\n", 76, 77, 4)]
 
 
 # --- the same files, through both compilers --------------------------------------------------

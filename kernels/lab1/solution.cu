@@ -1,131 +1,319 @@
-// Lab 1 reference solution: the full score matrix, three kernels.
+// Lab 1 reference solution: the full score matrix, three kernels, at the memory floor.
 //
 // Read this after finishing your own. The three kernels are the oracle made literal, and the
-// [32][T][T] workspace between them is the point of the lab: at T = 2048 it is 512 MiB, written
-// by attn_scores, read and written by attn_softmax, and read again by attn_weighted_sum.
-// Lab 2 removes it.
+// [32][T][T] workspace between them is the point of the lab: at T = 2048 it is 512 MiB. What the
+// pipeline must move is fixed by the contract, whatever the kernels look like:
+//   attn_scores        writes the visible (causal) half of the matrix     T(T+1)/2 floats per head
+//   attn_softmax       reads that half and writes every row whole          T(T+1)/2 + T*T
+//   attn_weighted_sum  reads the visible half                              T(T+1)/2
+// 2.5 T^2 floats per head: 1.25 GiB at T = 2048, a third of a millisecond at an H200's copy
+// bandwidth. This file gets within reach of that floor, so the cost table shows what the matrix
+// itself costs and not what slow kernels cost; `attnlab bench lab1` prints each kernel's GB/s.
 //
-// Launch geometry: the defaults (16 x 16 tiles, one softmax block per row and head), spelled
-// out so the file shows what it was written for.
-extern "C" __constant__ int attnlab_scores_threads_x = 16;
-extern "C" __constant__ int attnlab_scores_threads_y = 16;
-extern "C" __constant__ int attnlab_scores_tile_keys = 16;
-extern "C" __constant__ int attnlab_scores_tile_rows = 16;
+// The two matmuls do 8.6 GFLOP each at T = 2048. On FP32 multiply-adds (67 TFLOP/s at best) that
+// alone is about 0.13 ms per matmul, more than the bytes take. So they run on the tensor cores, in
+// TF32 with error compensation (3xTF32, explained in kernels/lab2/expert.cu): each float32 operand
+// is split into a TF32 big part and a TF32 remainder and three products are summed, which keeps
+// float32's accuracy (the planted scores of 128 must come out right to 1e-3) at a third of the
+// tensor cores' rate, still several times the FMA pipe's. The weighted sum splits V in three so
+// that a probability of exactly 1 returns V exactly (four products). The softmax is pure bandwidth.
+//
+// What bounds it (H200, `attnlab bench lab1 --vs torch`; README.md's table has the figures): the
+// softmax runs near the copy bandwidth; the two matmuls do not yet, each block's staging (load,
+// split, store) is not overlapped with its own tensor-core work. The next step is cp.async double
+// buffering of the K and V tiles, and larger key tiles per scores block so Q is split once per row.
+//
+// Launch geometry (read by the driver from these constants):
+//   attn_scores:       one block of 4 warps per 64 x 64 tile of (rows, keys) of one head
+//   attn_softmax:      one warp per row, 8 rows per block
+//   attn_weighted_sum: one block of 4 warps per 64 rows x all 64 dims of one head
+extern "C" __constant__ int attnlab_scores_threads_x = 128;
+extern "C" __constant__ int attnlab_scores_threads_y = 1;
+extern "C" __constant__ int attnlab_scores_tile_keys = 64;
+extern "C" __constant__ int attnlab_scores_tile_rows = 64;
+extern "C" __constant__ int attnlab_scores_smem_bytes = 64 * 144 * 4;  // the K tile, split: 36,864 bytes
 extern "C" __constant__ int attnlab_softmax_threads = 256;
-extern "C" __constant__ int attnlab_softmax_rows_per_block = 1;
-extern "C" __constant__ int attnlab_wsum_threads_x = 16;
-extern "C" __constant__ int attnlab_wsum_threads_y = 16;
-extern "C" __constant__ int attnlab_wsum_tile_dims = 16;
-extern "C" __constant__ int attnlab_wsum_tile_rows = 16;
+extern "C" __constant__ int attnlab_softmax_rows_per_block = 8;
+extern "C" __constant__ int attnlab_wsum_threads_x = 128;
+extern "C" __constant__ int attnlab_wsum_threads_y = 1;
+extern "C" __constant__ int attnlab_wsum_tile_dims = 64;
+extern "C" __constant__ int attnlab_wsum_tile_rows = 64;
+extern "C" __constant__ int attnlab_wsum_smem_bytes = 64 * (144 + 72) * 4;  // the V tile in three parts: 55,296 bytes
 
-constexpr int TILE = 16;
-constexpr int SOFTMAX_THREADS = 256;
+constexpr int TILE = 64;     // rows and keys per scores tile; rows and keys per weighted-sum step
+constexpr int PITCH = 144;   // floats per staged row: 128 of data, padded off the bank stride
 
-// Scores: a tiled matmul, one head per blockIdx.z. Each block stages a 16 x 16 tile of Q rows
-// and a 16 x 16 tile of K rows (16 dims at a time) in shared memory, so every value fetched from
-// global memory feeds 16 products instead of one.
-extern "C" __global__ void attn_scores(const float* q, const float* k, float* scores, int T) {
-    __shared__ float qTile[TILE][TILE + 1];  // +1 column: the k loop reads a column, so pad off bank conflicts
-    __shared__ float kTile[TILE][TILE + 1];
+// -- 3xTF32 on mma.sync (the fragment layouts are spelled out in kernels/lab2/expert.cu) --------
+// D += A * B for one warp: A 16 x 8 (4 registers), B 8 x 8 (2 registers), D 16 x 8 float32 (4 registers).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&aBig)[4], const unsigned (&aSmall)[4],
+                                           const unsigned (&bBig)[2], const unsigned (&bSmall)[2]) {
+    mma_tf32(d, aSmall, bBig);
+    mma_tf32(d, aBig, bSmall);
+    mma_tf32(d, aBig, bBig);
+}
+
+// x = big + small. big is x with its low 13 mantissa bits cleared: a TF32 number, cut by truncation
+// (one integer AND; a cvt.rna.tf32.f32 rounding would cost a slower conversion, twice per element).
+// small = x - big is exact in float32; the tensor core reads it as TF32 in turn, dropping its last
+// two bits, so big + small carries 22 of float32's 24 bits.
+__device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
+    big = __float_as_uint(x) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ float4 split_pair(float first, float second) {
+    unsigned b0, s0, b1, s1;
+    split(first, b0, s0);
+    split(second, b1, s1);
+    return make_float4(__uint_as_float(b0), __uint_as_float(b1), __uint_as_float(s0), __uint_as_float(s1));
+}
+
+// Scores: S = Q K^T / 8 for one 64 x 64 tile of one head. The block stages the tile's 64 keys once
+// (split, each dim t beside dim t + 4 as the B fragment wants them); each warp keeps 16 rows of Q
+// in registers and computes 16 x 64 scores. Tiles wholly above the diagonal write nothing: the
+// softmax never reads there, and it writes the zeros itself.
+extern "C" __global__ void __launch_bounds__(128) attn_scores(const float* q, const float* k, float* scores, int T) {
+    extern __shared__ __align__(16) float kS[];  // [key][dim pair (step*4 + t)][big(t), big(t+4), small(t), small(t+4)]
     const int h = blockIdx.z;
     const int g = h / GROUP;  // grouped-query attention: four query heads share one KV head, by index
-    const int row = blockIdx.y * TILE + threadIdx.y;
-    const int key = blockIdx.x * TILE + threadIdx.x;
-    const int firstRow = blockIdx.y * TILE;
     const int firstKey = blockIdx.x * TILE;
-    const bool tileVisible = firstKey <= firstRow + TILE - 1;  // some key of this tile is <= some row
+    const int firstRow = blockIdx.y * TILE;
+    if (firstKey > firstRow + TILE - 1) return;  // every key of the tile is above every row's diagonal
 
-    float dot = 0.0f;
-    if (tileVisible) {  // a tile wholly above the diagonal needs no products, only -INFINITY
-        for (int d0 = 0; d0 < DH; d0 += TILE) {
-            const int qRow = firstRow + threadIdx.y;
-            const int kRow = firstKey + threadIdx.y;
-            qTile[threadIdx.y][threadIdx.x] = qRow < T ? q[((size_t)qRow * HQ + h) * DH + d0 + threadIdx.x] : 0.0f;
-            kTile[threadIdx.y][threadIdx.x] = kRow < T ? k[((size_t)kRow * HKV + g) * DH + d0 + threadIdx.x] : 0.0f;
-            __syncthreads();
+    for (int item = threadIdx.x; item < TILE * (DH / 8); item += blockDim.x) {
+        const int c = item / (DH / 8), step = item % (DH / 8);
+        const int key = firstKey + c;
+        float lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (key < T) {
+            const float4* src = reinterpret_cast<const float4*>(k + ((size_t)key * HKV + g) * DH + step * 8);
+            const float4 a = src[0], b = src[1];
+            lo[0] = a.x; lo[1] = a.y; lo[2] = a.z; lo[3] = a.w;
+            hi[0] = b.x; hi[1] = b.y; hi[2] = b.z; hi[3] = b.w;
+        }
+        float4* dst = reinterpret_cast<float4*>(kS + c * PITCH + step * 16);
+        // The 8 lanes of a quarter-warp write their four slots in rotated order: 8 bank groups per store.
 #pragma unroll
-            for (int d = 0; d < TILE; ++d) dot += qTile[threadIdx.y][d] * kTile[threadIdx.x][d];
-            __syncthreads();
+        for (int j = 0; j < 4; ++j) {
+            const int slot = (j + step / 2) % 4;
+            float first = lo[0], second = hi[0];
+#pragma unroll
+            for (int i = 1; i < 4; ++i)
+                if (slot == i) { first = lo[i]; second = hi[i]; }
+            dst[slot] = split_pair(first, second);
         }
     }
-    if (row < T && key < T) {
-        // Causal: row i sees keys j <= i. -INFINITY makes exp() give exactly 0 in the softmax.
-        scores[((size_t)h * T + row) * T + key] = key <= row ? dot * 0.125f : -INFINITY;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int gr = lane / 4, t = lane % 4;
+    const int rowBase = firstRow + warp * 16;
+    unsigned qBig[DH / 8][4], qSmall[DH / 8][4];
+#pragma unroll
+    for (int step = 0; step < DH / 8; ++step)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int row = rowBase + gr + (i % 2) * 8;
+            const int dim = step * 8 + t + (i / 2) * 4;
+            const float x = row < T ? q[((size_t)row * HQ + h) * DH + dim] * 0.125f : 0.0f;  // 1/8: exact
+            split(x, qBig[step][i], qSmall[step][i]);
+        }
+    __syncthreads();
+
+    float s[TILE / 8][4] = {};
+#pragma unroll
+    for (int step = 0; step < DH / 8; ++step)
+#pragma unroll
+        for (int nb = 0; nb < TILE / 8; ++nb) {
+            const float4 kf = *reinterpret_cast<const float4*>(kS + (nb * 8 + gr) * PITCH + step * 16 + t * 4);
+            const unsigned bBig[2] = {__float_as_uint(kf.x), __float_as_uint(kf.y)};
+            const unsigned bSmall[2] = {__float_as_uint(kf.z), __float_as_uint(kf.w)};
+            mma_3xtf32(s[nb], qBig[step], qSmall[step], bBig, bSmall);
+        }
+
+    // s[nb] holds keys nb*8 + 2t, 2t + 1 of rows gr and gr + 8. Above the diagonal inside this tile
+    // the values are real products, not -INFINITY: the contract leaves that part to the softmax.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = rowBase + gr + r * 8;
+        if (row >= T) continue;
+        float* dst = scores + ((size_t)h * T + row) * T;
+#pragma unroll
+        for (int nb = 0; nb < TILE / 8; ++nb) {
+            const int key = firstKey + nb * 8 + 2 * t;
+            if (T % 2 == 0 && key + 1 < T) {  // a quad writes 32 contiguous bytes: one whole sector
+                *reinterpret_cast<float2*>(dst + key) = make_float2(s[nb][2 * r], s[nb][2 * r + 1]);
+            } else {
+                if (key < T) dst[key] = s[nb][2 * r];
+                if (key + 1 < T) dst[key + 1] = s[nb][2 * r + 1];
+            }
+        }
     }
 }
 
-// Block-wide reduction through shared memory: every thread gets the combined value.
-template <bool IS_MAX>
-__device__ float blockReduce(float value, float* scratch) {
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float other = __shfl_xor_sync(0xffffffffu, value, offset);
-        value = IS_MAX ? fmaxf(value, other) : value + other;
-    }
-    const int warp = threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (lane == 0) scratch[warp] = value;
-    __syncthreads();
-    if (warp == 0) {
-        value = lane < SOFTMAX_THREADS / 32 ? scratch[lane] : (IS_MAX ? -INFINITY : 0.0f);
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, value, offset);
-            value = IS_MAX ? fmaxf(value, other) : value + other;
-        }
-        if (lane == 0) scratch[0] = value;
-    }
-    __syncthreads();
-    value = scratch[0];
-    __syncthreads();  // scratch is reused by the next reduction
-    return value;
-}
-
-// Softmax: one block per (row, head). The max is subtracted first because planted positions
-// score 128 against each other and expf overflows near 88; exp(s - max) is at most 1.
-extern "C" __global__ void attn_softmax(float* scores, int T) {
-    __shared__ float scratch[SOFTMAX_THREADS / 32];
-    const int row = blockIdx.x;
+// Softmax: one warp per row. The max is subtracted first because planted positions score 128
+// against each other and expf overflows near 88; exp(s - max) is at most 1. It reads the visible
+// keys 0 .. row and writes the whole row, zeros past the diagonal: nothing more can be moved.
+extern "C" __global__ void __launch_bounds__(256) attn_softmax(float* scores, int T) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * (blockDim.x / 32) + warp;
     const int h = blockIdx.y;
+    if (row >= T) return;
     float* s = scores + ((size_t)h * T + row) * T;
     const int visible = row + 1;  // keys 0 .. row
 
-    float rowMax = -INFINITY;
-    for (int j = threadIdx.x; j < visible; j += blockDim.x) rowMax = fmaxf(rowMax, s[j]);
-    rowMax = blockReduce<true>(rowMax, scratch);
-
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-        const float e = expf(s[j] - rowMax);
-        s[j] = e;
-        sum += e;
+    // Rows of up to KEPT * 128 keys, 16-byte aligned (T % 4 == 0), are read once into registers
+    // (16 float4 per lane, all loads in flight at once): max, sum and the written probabilities all
+    // come from there. A second read of the row would come from DRAM, not L2: thousands of rows are
+    // in flight, far more than L2 holds.
+    constexpr int KEPT = 16;
+    if (T % 4 == 0 && T <= 128 * KEPT) {
+        float4 kept[KEPT];
+        float m = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < KEPT; ++i) {
+            const int j = 4 * lane + 128 * i;
+            float4 x = make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+            if (j < visible) x = *reinterpret_cast<const float4*>(s + j);  // past the diagonal: never read
+            // Keys past the diagonal in this float4 hold whatever the scores kernel left there.
+            if (j + 1 >= visible) x.y = -INFINITY;
+            if (j + 2 >= visible) x.z = -INFINITY;
+            if (j + 3 >= visible) x.w = -INFINITY;
+            kept[i] = x;
+            m = fmaxf(m, fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w)));
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+        float l = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KEPT; ++i) {
+            kept[i] = make_float4(expf(kept[i].x - m), expf(kept[i].y - m), expf(kept[i].z - m), expf(kept[i].w - m));
+            l += (kept[i].x + kept[i].y) + (kept[i].z + kept[i].w);  // exp(-inf - m) = 0 past the diagonal
+        }
+        for (int offset = 16; offset > 0; offset >>= 1) l += __shfl_xor_sync(0xffffffffu, l, offset);
+        const float inverse = 1.0f / l;
+#pragma unroll
+        for (int i = 0; i < KEPT; ++i) {
+            const int j = 4 * lane + 128 * i;
+            if (j < T)
+                *reinterpret_cast<float4*>(s + j) =
+                    make_float4(kept[i].x * inverse, kept[i].y * inverse, kept[i].z * inverse, kept[i].w * inverse);
+        }
+        return;
     }
-    sum = blockReduce<false>(sum, scratch);
 
-    // With T = 1 the single probability is exp(0) / 1 = 1 exactly, as the lab requires.
-    const float inverse = 1.0f / sum;
-    for (int j = threadIdx.x; j < T; j += blockDim.x) s[j] = j < visible ? s[j] * inverse : 0.0f;
+    // Any other row: one read for the max and the sum (an online pair, as lab 2 carries it), a
+    // second to write. A lane that saw no key holds m = -inf and l = 0: its term must vanish.
+    float m = -INFINITY, l = 0.0f;
+    for (int j = lane; j < visible; j += 32) {
+        const float x = s[j];
+        const float mNew = fmaxf(m, x);
+        l = l * expf(m - mNew) + expf(x - mNew);  // a lane's first key: m = -inf, so exp(-inf) = 0
+        m = mNew;
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float mOther = __shfl_xor_sync(0xffffffffu, m, offset);
+        const float lOther = __shfl_xor_sync(0xffffffffu, l, offset);
+        const float mNew = fmaxf(m, mOther);
+        l = (m == -INFINITY ? 0.0f : l * expf(m - mNew)) + (mOther == -INFINITY ? 0.0f : lOther * expf(mOther - mNew));
+        m = mNew;
+    }
+    // With T = 1 the single probability is exp(0) * (1 / 1) = 1 exactly, as the lab requires.
+    const float inverse = 1.0f / l;
+    for (int j = lane; j < T; j += 32) s[j] = j < visible ? expf(s[j] - m) * inverse : 0.0f;
 }
 
-// Weighted sum: out = P V, a second tiled matmul. Keys past the tile's last row have
-// probability 0, so the loop stops at the diagonal instead of multiplying zeros.
-extern "C" __global__ void attn_weighted_sum(const float* scores, const float* v, float* out, int T) {
-    __shared__ float pTile[TILE][TILE + 1];
-    __shared__ float vTile[TILE][TILE + 1];
+// Weighted sum: out = P V for 64 rows x 64 dims of one head; each warp owns 16 rows. Keys past the
+// block's last row have probability 0, so the loop stops at the diagonal. P is read straight from
+// global memory into A fragments: key-step kb reads its 8 keys in the order 0,2,4,6,1,3,5,7, so a
+// lane's two columns are the neighbouring keys 2t and 2t + 1 (32 contiguous bytes per row across
+// a quad), and V is staged in the same order: b0 = V[2t][dim], b1 = V[2t + 1][dim].
+//
+// V is split in three, not two: big, mid and small, each the next 11 significant bits, cut by
+// truncation, so big + mid + small is V exactly. The single-token row has the probability 1 exactly
+// and must return V's row untouched; 1 x (big + mid + small), added smallest first, does.
+constexpr int SMALL_PITCH = 72;  // floats per dim in the small parts: 64 of data, 8 off the bank stride
+
+__device__ __forceinline__ float tf32_truncated(float x) { return __uint_as_float(__float_as_uint(x) & 0xffffe000u); }  // as split() cuts
+
+extern "C" __global__ void __launch_bounds__(128)
+attn_weighted_sum(const float* scores, const float* v, float* out, int T) {
+    extern __shared__ __align__(16) float vS[];  // [dim][key pair p][big(2p), big(2p+1), mid(2p), mid(2p+1)]
+    float* vSmall = vS + DH * PITCH;             // [dim][key pair p][small(2p), small(2p+1)]
     const int h = blockIdx.z;
     const int g = h / GROUP;
-    const int row = blockIdx.y * TILE + threadIdx.y;
-    const int dim = blockIdx.x * TILE + threadIdx.x;
-    const int lastKey = min(T - 1, blockIdx.y * TILE + TILE - 1);
+    const int firstRow = (gridDim.y - 1 - blockIdx.y) * TILE;  // the longest rows first: short blocks fill the tail
+    const int lastKey = min(T - 1, firstRow + TILE - 1);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int gr = lane / 4, t = lane % 4;
+    const int rowA = firstRow + warp * 16 + gr, rowB = rowA + 8;
+    const float* pA = scores + ((size_t)h * T + min(rowA, T - 1)) * T;  // clamped: rows past T compute, never store
+    const float* pB = scores + ((size_t)h * T + min(rowB, T - 1)) * T;
 
-    float acc = 0.0f;
-    for (int j0 = 0; j0 <= lastKey; j0 += TILE) {
-        const int pKey = j0 + threadIdx.x;
-        const int vKey = j0 + threadIdx.y;
-        pTile[threadIdx.y][threadIdx.x] = (row < T && pKey < T) ? scores[((size_t)h * T + row) * T + pKey] : 0.0f;
-        vTile[threadIdx.y][threadIdx.x] = vKey < T ? v[((size_t)vKey * HKV + g) * DH + dim] : 0.0f;
-        __syncthreads();
+    float o[DH / 8][4] = {};
+    for (int tileStart = 0; tileStart <= lastKey; tileStart += TILE) {
+        __syncthreads();  // every warp is done with the previous V tile
+        for (int item = threadIdx.x; item < (TILE / 2) * (DH / 4); item += blockDim.x) {
+            const int p = (item / 128) * 8 + item % 8, d4 = (item / 8) % 16;  // 8 key pairs per quarter-warp
+            const int key = tileStart + 2 * p;
+            float4 first4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), second4 = first4;
+            if (key < T) first4 = *reinterpret_cast<const float4*>(v + ((size_t)key * HKV + g) * DH + d4 * 4);
+            if (key + 1 < T) second4 = *reinterpret_cast<const float4*>(v + ((size_t)(key + 1) * HKV + g) * DH + d4 * 4);
+            const float first[4] = {first4.x, first4.y, first4.z, first4.w};
+            const float second[4] = {second4.x, second4.y, second4.z, second4.w};
 #pragma unroll
-        for (int j = 0; j < TILE; ++j) acc += pTile[threadIdx.y][j] * vTile[j][threadIdx.x];
+            for (int i = 0; i < 4; ++i) {
+                const int dim = d4 * 4 + i;
+                const float big0 = tf32_truncated(first[i]), big1 = tf32_truncated(second[i]);
+                const float rest0 = first[i] - big0, rest1 = second[i] - big1;  // exact: the 13 bits below big
+                const float mid0 = tf32_truncated(rest0), mid1 = tf32_truncated(rest1);
+                *reinterpret_cast<float4*>(vS + dim * PITCH + p * 4) = make_float4(big0, big1, mid0, mid1);
+                *reinterpret_cast<float2*>(vSmall + dim * SMALL_PITCH + p * 2) = make_float2(rest0 - mid0, rest1 - mid1);
+            }
+        }
+        // This tile's probabilities for rows rowA and rowB, loaded while the V tile is staged.
+        float pa[TILE / 8][4];
+#pragma unroll
+        for (int kb = 0; kb < TILE / 8; ++kb) {
+            const int key = tileStart + kb * 8 + 2 * t;
+            pa[kb][0] = key <= lastKey ? pA[key] : 0.0f;          // a0 = P[gr][2t]
+            pa[kb][1] = key <= lastKey ? pB[key] : 0.0f;          // a1 = P[gr+8][2t]
+            pa[kb][2] = key + 1 <= lastKey ? pA[key + 1] : 0.0f;  // a2 = P[gr][2t+1]
+            pa[kb][3] = key + 1 <= lastKey ? pB[key + 1] : 0.0f;  // a3 = P[gr+8][2t+1]
+        }
         __syncthreads();
+
+#pragma unroll
+        for (int kb = 0; kb < TILE / 8; ++kb) {
+            unsigned aBig[4], aSmall[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) split(pa[kb][i], aBig[i], aSmall[i]);
+#pragma unroll
+            for (int nb = 0; nb < DH / 8; ++nb) {
+                const float4 vf = *reinterpret_cast<const float4*>(vS + (nb * 8 + gr) * PITCH + kb * 16 + t * 4);
+                const float2 vl = *reinterpret_cast<const float2*>(vSmall + (nb * 8 + gr) * SMALL_PITCH + kb * 8 + t * 2);
+                const unsigned bBig[2] = {__float_as_uint(vf.x), __float_as_uint(vf.y)};
+                const unsigned bMid[2] = {__float_as_uint(vf.z), __float_as_uint(vf.w)};
+                const unsigned bSmall[2] = {__float_as_uint(vl.x), __float_as_uint(vl.y)};
+                // Smallest terms first: P's remainder times V, then P's big part times V's three parts.
+                mma_tf32(o[nb], aSmall, bBig);
+                mma_tf32(o[nb], aBig, bSmall);
+                mma_tf32(o[nb], aBig, bMid);
+                mma_tf32(o[nb], aBig, bBig);
+            }
+        }
     }
-    if (row < T) out[((size_t)row * HQ + h) * DH + dim] = acc;
+
+    // o[nb] holds dims nb*8 + 2t, 2t + 1 of rows rowA (values 0, 1) and rowB (values 2, 3).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = r == 0 ? rowA : rowB;
+        if (row >= T) continue;
+        float* dst = out + ((size_t)row * HQ + h) * DH + 2 * t;
+#pragma unroll
+        for (int nb = 0; nb < DH / 8; ++nb) *reinterpret_cast<float2*>(dst + nb * 8) = make_float2(o[nb][2 * r], o[nb][2 * r + 1]);
+    }
 }

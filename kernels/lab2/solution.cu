@@ -157,7 +157,9 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
             for (int b = 0; b < 8; ++b) acc[a][b] *= alpha;
             m[a] = mNew;
         }
-        __syncthreads();
+        // A row's probabilities are written and read by the same 8 lanes (one ty), inside one warp:
+        // a warp barrier orders them, and no other warp waits.
+        __syncwarp();
 
         // acc[row0 + a][dims tx*4 .. +3 and 32 + tx*4 .. +3] += P V, four keys at a time.
 #pragma unroll 2

@@ -80,6 +80,20 @@ class Directive:
     argument: str  # the header name with its delimiters, or the rest of the line
 
 
+@dataclass(frozen=True)
+class Token:
+    """One token of the file as the compiler reads it, for passes that must see code the same way
+    (the CPU build's inline-assembly rewrite): comments are never tokens, a literal is one token."""
+
+    kind: str   # word, number, string, char, raw (a raw string with its prefix), punct (one
+                # character), directive (from the `#` through its name; text is the name, "" for
+                # `# 1 "f"`), newline (a line end outside comments and literals: it ends a directive)
+    text: str   # as the compiler reads it: line splices undone
+    start: int  # offset of its first character in the file (CRLF counted as one character)
+    end: int    # offset just past its last character
+    line: int   # the physical line it begins on
+
+
 def refuse_foreign_includes(user_source: str, filename: str) -> None:
     """Raises a compile error naming the line if the file includes, or could include, anything but
     the allowed headers; returns quietly otherwise. No compiler runs before this has passed."""
@@ -119,6 +133,17 @@ def scan_directives(source: str, filename: str) -> list[Directive]:
     return _Lexer(source, filename).run()
 
 
+def code_tokens(source: str, filename: str) -> list[Token]:
+    """Every token of the file, left to right, with the same reading (and the same refusals) as
+    `scan_directives`. Offsets are into the file with CRLF line ends read as LF."""
+    lexer = _Lexer(source, filename)
+    lexer.found = []
+    lexer.run()
+    return [Token(kind, lexer.text[start:end] if text is None else text, lexer.offset(start),
+                  lexer.offset(end - 1) + 1, lexer.line_at(start))
+            for kind, start, end, text in lexer.found]
+
+
 class _Lexer:
     def __init__(self, source: str, filename: str):
         self.filename = filename
@@ -131,6 +156,11 @@ class _Lexer:
         self.text = "".join(pieces)
         self.splices = list(itertools.accumulate(len(piece) for piece in pieces[:-1]))
         self.newlines = [match.start() for match in re.finditer("\n", source)]
+        self.found: list[tuple[str, int, int, str | None]] | None = None  # tokens, when `code_tokens` asks
+
+    def _emit(self, kind: str, start: int, end: int, text: str | None = None) -> None:
+        if self.found is not None:
+            self.found.append((kind, start, end, text))
 
     def _check_characters(self, source: str) -> None:
         for index, what in ((source.find("\0"), "a NUL character: NVRTC stops reading the file there and "
@@ -164,6 +194,7 @@ class _Lexer:
         while i < n:
             c = text[i]
             if c == "\n":
+                self._emit("newline", i, i + 1)
                 line_start, i = True, i + 1
                 continue
             if c in _HSPACE:
@@ -186,18 +217,22 @@ class _Lexer:
                 i, directive = self._directive(i + (1 if c == "#" else 2), start)
                 if directive is not None:
                     directives.append(directive)
+                self._emit("directive", start, i, directive.name if directive is not None else "")
                 line_start = False
                 continue
             line_start = False
             if c in _DIGITS or (c == "." and i + 1 < n and text[i + 1] in _DIGITS):
-                i = self._number_end(i)
+                start, i = i, self._number_end(i)
+                self._emit("number", start, i)
                 previous_word = ""
                 continue
             if c in "\"'":
-                i = self._suffix_end(self._quoted_end(i))
+                start, i = i, self._suffix_end(self._quoted_end(i))
+                self._emit("string" if c == '"' else "char", start, i)
                 previous_word = ""
                 continue
             if _identifier_start(c) or c == "\\":
+                start = i
                 i, word = self._identifier(i)
                 if word in _FILE_PROBES:
                     raise self.fail(i - 1, f"`{word}` is refused: a submission may not probe for files; it may "
@@ -208,12 +243,16 @@ class _Lexer:
                 if i < n and text[i] in "\"'":
                     if word in _RAW_PREFIXES and text[i] == '"':
                         i = self._suffix_end(self._raw_string_end(i))
+                        self._emit("raw", start, i)
                         previous_word = ""
+                        continue
                     elif not word.isascii() or "$" in word or "\\" in word:
                         raise self.fail(i, f"`{word}` right before a quote: NVRTC and g++ split it differently "
                                            "(a `$`, a non-ASCII letter or a \\u name in it); put a space before the quote")
+                self._emit("word", start, i)
                 continue
             previous_word = ""
+            self._emit("punct", i, i + 1)
             i += 1
         return directives
 

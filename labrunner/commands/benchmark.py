@@ -22,9 +22,11 @@ import numpy as np
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
+from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.report.results import CaseResult
+from labrunner.run.untrusted_text import shown
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
 from labrunner.truth.check import OutputCheck, check_output
@@ -106,9 +108,9 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
                          layout: dict | None = None) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
-    `contenders` maps who ("student", "baseline") to (the label a message names, the worker's
+    `contenders` maps who ("student", "baseline", "peer") to (the label a message names, the worker's
     `checked` record: set numbers and outputs). A set checked for both is made and referenced
-    once. A student's failure is reported before a baseline's. A record that cannot be what the
+    once. A student's failure is reported before a baseline's (or a peer's). A record that cannot be what the
     timing loop produced (fewer checked calls than `minimum`, a set twice, a set never drawn) is
     refused: a time is reported only for calls that were really checked.
     """
@@ -137,7 +139,7 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
                                  f"{checked.message}; a kernel must compute every call, so no time is reported",
                                  rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
                                  checked.failing_rows)
-            if who != "baseline":
+            if who not in ("baseline", "peer"):
                 references.release()
                 return failure
             baseline_failure = baseline_failure or failure
@@ -146,22 +148,66 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
     return baseline_failure
 
 
-def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict,
+def peer_record(name: str) -> dict:
+    spec = PEER_SPECS[name]
+    return {"name": spec.name, "label": spec.label, "includes": spec.includes}
+
+
+def check_peer(name: str, worker: Worker, rows: int, prefix: int,
+               references: References | None = None) -> dict:
+    """The peer `name` run once in the worker on a fresh input set at the timed shape, and held to the
+    oracle before it is timed. Returns its record for the report: `status` "checked" (it may be
+    timed), "missing" (no PyTorch, or none with CUDA), "wrong" (its output failed the pass rule) or
+    "failed" (it raised or its worker died); the last three with `message`, one line."""
+    record = peer_record(name)
+    request = {"peer": name, "sets": {"key": new_key(), "rows": rows, "prefix": prefix},
+               "out_count": rows * QUERY_HEADS * HEAD_DIM}
+    try:
+        reply = worker.check_peer(request, timing_budget_s(TimingOptions(budget_s=1.0), 1))
+    except WorkerFailure as failure:
+        return {**record, "status": "failed",
+                "message": f"{record['label']} could not run ({failure.detail}); the bench goes on without it"}
+    if not reply.get("available"):
+        # words from the worker's process: shown, never interpreted, and cut to a line
+        why = shown(reply["why"][:500]) if isinstance(reply.get("why"), str) else "no reason given"
+        return {**record, "status": "missing", "message": f"--vs {name}: {why}; the bench goes on without the peer"}
+    references = references or gpu_references()
+    checked = reply.get("checked")
+    if not isinstance(checked, dict) or set(checked) != {"sets", "outputs"} or int(checked["sets"][0]) != 0:
+        return {**record, "status": "failed", "message": f"{record['label']}: the worker's reply to its check is not "
+                                                         "one the check makes; the bench goes on without it"}
+    number = int(checked["sets"][0])
+    reference = references.reference(tuple(request["sets"]["key"]), number, rows, prefix)
+    verdict = references.check(checked["outputs"][0].reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
+    references.release()
+    if not verdict.passed:
+        return {**record, "status": "wrong",
+                "message": f"{record['label']} failed the oracle's check on a fresh input set: {verdict.message}; "
+                           "it is not timed"}
+    return {**record, "status": "checked"}
+
+
+def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict | None,
                  rows: int, prefix: int, seed: int, options: TimingOptions,
                  student_label: str, baseline_label: str,
-                 references: References | None = None) -> tuple[dict | None, CaseResult | None]:
+                 references: References | None = None,
+                 baseline_peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
     """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
     rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
+    `baseline_peer` names a PyTorch peer (`measure.peers`, checked first by `check_peer`) that
+    stands in the baseline's place; `baseline_constants` is then unused.
 
     `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
     kernel that knew its inputs could have their answers ready."""
     references = references or gpu_references()
     launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
-                "baseline_launches": lab.plan_launches(baseline_constants, rows, prefix)}
+                "baseline_launches": [] if baseline_peer else lab.plan_launches(baseline_constants, rows, prefix)}
+    if baseline_peer:
+        launches["baseline_peer"] = baseline_peer
     # a workspace follows each file's own geometry (lab 3's partial buffers); a paged cache's layout is
     # made from the run's seed (the shape of the work), its values from each round's secret key
     workspaces = {"student_workspace": lab.workspace(student_constants, rows, prefix),
-                  "baseline_workspace": lab.workspace(baseline_constants, rows, prefix)}
+                  "baseline_workspace": {} if baseline_peer else lab.workspace(baseline_constants, rows, prefix)}
     layout = lab.timing_layout(rows, prefix, seed)
     moved = lab.bytes_to_move(rows, prefix, layout) if lab.bytes_to_move else None
     replies = []
@@ -205,9 +251,16 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         "oracle_proof": getattr(references, "proof", None),
         **_common(replies[0], replies[-1]),
     }
+    if baseline_peer:
+        baseline = comparison["baseline"]
+        enqueue = max((reply["peer_enqueue"] for reply in replies), key=lambda e: e["median_ms"])
+        timing["peer"] = {**peer_record(baseline_peer), "status": "timed", "median_ms": baseline["median_ms"],
+                          "speedup": comparison["speedup"], "ci_low": comparison["ci_low"],
+                          "ci_high": comparison["ci_high"], "enqueue": enqueue}
+        timing["warnings"] += head_start_warning(timing["peer"]["label"], enqueue)
     timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
     if moved:
-        timing["bandwidth"] = bandwidth_figures(moved, comparison, [reply["copy"] for reply in replies])
+        timing["bandwidth"] = bandwidth_figures(moved, comparison, replies)
     return timing, None
 
 
@@ -220,16 +273,25 @@ def copy_bytes(moved: int) -> int:
     return max(MIN_COPY_BYTES, moved // 2) // 256 * 256
 
 
-def bandwidth_figures(moved: int, comparison: dict, copies: list[dict]) -> dict:
+def bandwidth_figures(moved: int, comparison: dict, replies: list[dict]) -> dict:
     """Bytes that must move, each contender's achieved TB/s, and the same run's device copy: its TB/s
-    (2 x its bytes, read and written, over its median time; the best round's) and the fraction of it
-    the student reached."""
-    copy_tb_s = max(2 * c["bytes"] / (c["stats"]["median_ms"] * 1e-3) / 1e12 for c in copies)
+    (`copy_bandwidth`, the best round's) and the fraction of it the student reached."""
+    copies = [reply["copy"] for reply in replies]
+    copy_tb_s = max(copy_bandwidth(reply) for reply in replies) / 1e12
     student = moved / (comparison["student"]["median_ms"] * 1e-3) / 1e12
     return {"bytes": moved, "student_tb_s": student,
             "baseline_tb_s": moved / (comparison["baseline"]["median_ms"] * 1e-3) / 1e12,
             "copy_tb_s": copy_tb_s, "copy_fraction": student / copy_tb_s,
             "copy": [{"bytes": c["bytes"], "median_ms": c["stats"]["median_ms"]} for c in copies]}
+
+
+def head_start_warning(label: str, enqueue: dict, where: str = "") -> list[str]:
+    """A peer's host took longer to queue a call than the GPU waited for it: its time then holds host
+    overhead, which the student's kernel's does not. Said with the numbers; nothing is corrected."""
+    if enqueue["head_start_ms"] <= 0 or enqueue["median_ms"] <= enqueue["head_start_ms"]:
+        return []
+    return [f"{where}{label}: PyTorch took {enqueue['median_ms']:.3f} ms (median) to queue a call, more than the "
+            f"{enqueue['head_start_ms']:.3f} ms head start the GPU gave it: its time includes host overhead"]
 
 
 def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]:
@@ -239,38 +301,69 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
 
 
 def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
-                  options: TimingOptions, references: References | None = None) -> tuple[dict | None, CaseResult | None]:
+                  options: TimingOptions, references: References | None = None,
+                  peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
     """Each kernel alone and the whole call at every size, every call on a fresh input set: lab 1's cost table.
+    With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved at each size.
     (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
                       "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(constants, t, 0),
                       "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
-    request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options)}
+    # A device copy as large as the biggest matrix, timed in the same worker: the floor's bandwidth
+    request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options),
+               "copy_bytes": QUERY_HEADS * max(sizes) ** 2 * 4}
+    if peer:
+        request["peer"] = peer
     try:
         reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
         rows = []
         for size, measured in zip(size_requests, reply["sizes"]):
             t = size["T"]
-            failure = verify_timed_outputs(f"timed T{t}", {"pipeline": ("the pipeline", measured["checked"])},
-                                           size["sets"]["key"], measured["sets_drawn"], t, 0, references,
-                                           options.min_verified)
+            contenders = {"pipeline": ("the pipeline", measured["checked"])}
+            if peer:
+                contenders["peer"] = (PEER_SPECS[peer].label, measured["checked_peer"])
+            failure = verify_timed_outputs(f"timed T{t}", contenders, size["sets"]["key"], measured["sets_drawn"],
+                                           t, 0, references, options.min_verified)
             if failure:
                 return None, failure
-            rows.append(pipeline_row(t, measured["stats"]))
+            rows.append(pipeline_row(t, measured["stats"], copy_bandwidth(reply)))
+            if peer:
+                versus = measured["peer"]
+                rows[-1]["peer"] = {**versus["stats"], "speedup": versus["speedup"], "ci_low": versus["ci_low"],
+                                    "ci_high": versus["ci_high"], "enqueue": versus["enqueue"]}
     except WorkerFailure as failure:
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
     timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
               "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
               "oracle_proof": getattr(references, "proof", None), **_common(reply, reply)}
+    if peer:
+        timing["peer"] = {**peer_record(peer), "status": "timed"}
+        for row in rows:
+            timing["warnings"] += head_start_warning(PEER_SPECS[peer].label, row["peer"]["enqueue"], f"T={row['T']} ")
     for row in rows:
-        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in
-                               {**row["kernels"], "total": row["total"]}.items() if stats.get("warning")]
+        series = {**row["kernels"], "total": row["total"], **({"peer": row["peer"]} if "peer" in row else {})}
+        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in series.items()
+                               if stats.get("warning")]
     return timing, None
 
 
-def pipeline_row(t: int, stats: dict | None) -> dict:
-    """The cost of lab 1's matrix at T tokens: sizes always; times where measured."""
+def bytes_each_kernel_must_move(t: int) -> dict[str, int]:
+    """What lab 1's contract makes each kernel move at T tokens, however it is written: the scores
+    kernel reads Q and K and writes the visible (causal) half of the matrix, the softmax reads that
+    half and writes every row whole (zeros past the diagonal), the weighted sum reads the visible half
+    and V and writes the output. Above the diagonal the scores are left to the softmax (the stage check
+    ignores them), so nothing else has to cross the memory bus."""
+    visible = QUERY_HEADS * (t * (t + 1) // 2) * 4
+    whole = QUERY_HEADS * t * t * 4
+    q = out = t * QUERY_HEADS * HEAD_DIM * 4
+    k = v = t * KV_HEADS * HEAD_DIM * 4
+    return {"attn_scores": q + k + visible, "attn_softmax": visible + whole, "attn_weighted_sum": visible + v + out}
+
+
+def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> dict:
+    """The cost of lab 1's matrix at T tokens: sizes always; times where measured; against the floor
+    (the bytes the kernels must move at this run's device-copy bandwidth) where a copy was timed."""
     matrix_bytes = QUERY_HEADS * t * t * 4
     tensor_bytes = (2 * t * QUERY_HEADS * HEAD_DIM + 2 * t * KV_HEADS * HEAD_DIM) * 4  # q, out, k, v
     traffic = 4 * matrix_bytes  # scores writes it; softmax reads and writes it; the weighted sum reads it
@@ -281,7 +374,25 @@ def pipeline_row(t: int, stats: dict | None) -> dict:
         row["kernels"] = {k: v for k, v in stats.items() if k != "total"}
         row["total"] = stats["total"]
         row["implied_gb_s"] = traffic / (stats["total"]["median_ms"] * 1e-3) / 1e9
+        must = bytes_each_kernel_must_move(t)
+        measured = {name: must[name] for name in row["kernels"] if name in must}
+        if measured:
+            row["must_move"] = {name: {"bytes": count, "gb_s": count / (row["kernels"][name]["median_ms"] * 1e-3) / 1e9}
+                                for name, count in measured.items()}
+            if copy_bytes_per_s:
+                floor_ms = sum(measured.values()) / copy_bytes_per_s * 1e3
+                row["floor"] = {"bytes": sum(measured.values()), "copy_gb_s": copy_bytes_per_s / 1e9,
+                                "ms": floor_ms, "times_floor": stats["total"]["median_ms"] / floor_ms}
     return row
+
+
+def copy_bandwidth(reply: dict) -> float | None:
+    """Bytes per second of the device copy timed in the same worker, counting each byte read and
+    written (a copy of N bytes moves 2N); None where the reply has none."""
+    copy = reply.get("copy")
+    if not copy:
+        return None
+    return 2 * copy["bytes"] / (copy["stats"]["median_ms"] * 1e-3)
 
 
 def _common(first: dict, last: dict) -> dict:

@@ -366,7 +366,9 @@ def grade(lab, file, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_
 @click.option("--chunk", type=click.IntRange(min=1), default=None, help="lab2: rows in the chunk (default 2048).")
 @click.option("--prefix", type=click.IntRange(min=0), default=None, help="lab2: cached prefix length (default 2048).")
 @click.option("--vs", "versus", default="starter", show_default=True,
-              help="lab2 baseline: starter, solution, or a .cu file.")
+              help="lab2 baseline: starter, solution, expert, sdpa (PyTorch's fused attention), or a .cu file; "
+                   "lab1: torch (eager PyTorch, interleaved with the whole call). PyTorch peers: pip install "
+                   "'attnlab[peers]'.")
 @click.option("--profile", "with_profile", is_flag=True,
               help="After timing, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).")
 def bench(lab, file, device, unsafe_cpu, seed, timeout_s, arch, compile_timeout_s, budget_s, noise_target, rounds,

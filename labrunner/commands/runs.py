@@ -13,7 +13,7 @@ from pathlib import Path
 
 from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
 from labrunner.build.gate import Submission, load_submission
-from labrunner.commands.benchmark import time_pipeline, time_speedup
+from labrunner.commands.benchmark import check_peer, time_pipeline, time_speedup
 from labrunner.commands.grade import CaseOptions, load_student, resolve_backend, resolved_cases, run_cases, run_one_case
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
@@ -81,13 +81,14 @@ def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
     given = [flag for flag, present in (
         ("--chunk", getattr(request, "chunk", None) is not None),
         ("--prefix", getattr(request, "prefix", None) is not None),
-        ("--vs", getattr(request, "versus", "starter") != "starter"),
+        ("--vs", getattr(request, "versus", "starter") not in ("starter", lab.peer)),
         ("--rounds", request.rounds > 1),
     ) if present]
     if given:
         verb = "applies" if len(given) == 1 else "apply"
+        peer = f" (its --vs takes {lab.peer} only: PyTorch beside the whole call)" if "--vs" in given and lab.peer else ""
         raise usage_error(f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline "
-                          "at fixed sizes")
+                          f"at fixed sizes{peer}")
 
 
 def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None,
@@ -164,14 +165,28 @@ def load_options(request: RunRequest) -> dict:
 def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, options: TimingOptions,
                    result: RunResult, timeout_s: float | None, baseline: Path | None, arch: str,
                    chunk: int | None = None, prefix: int | None = None,
-                   limits: CompileLimits = CompileLimits()) -> None:
+                   limits: CompileLimits = CompileLimits(), peer: str | None = None) -> None:
     catalogue = load_catalogue(lab.name)
     if lab.baseline == "none":
-        terminal.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in catalogue.timing["sizes"]))
-        timing, failure = time_pipeline(lab, worker, submission.constants, catalogue.timing["sizes"], seed, options)
+        sizes = catalogue.timing["sizes"]
+        checked = peer_checked(peer, worker, sizes[0], 0, result)
+        terminal.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in sizes)
+                      + (f", interleaved with {checked['label']}" if ready(checked) else ""))
+        timing, failure = time_pipeline(lab, worker, submission.constants, sizes, seed, options,
+                                        peer=peer if ready(checked) else None)
     else:
         rows = chunk or catalogue.timing["rows"]
         cached = catalogue.timing["prefix"] if prefix is None else prefix
+        checked = peer_checked(peer, worker, rows, cached, result)
+        if ready(checked):
+            rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
+            terminal.note(f"timing {submission.label} against {checked['label']} at C = {rows}, P = {cached}, "
+                          f"interleaved{rounds}")
+            timing, failure = time_speedup(lab, worker, submission.constants, None, rows, cached, seed, options,
+                                           submission.label, checked["label"], baseline_peer=peer)
+            finish_timing(result, timing, failure, checked)
+            return
+        baseline = baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
         base = load_submission(lab, baseline, display_path(baseline), arch, limits)
         worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
@@ -181,9 +196,31 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
                                        submission.label, base.label)
         if timing and "bandwidth" in timing:
             timing["bandwidth"]["required_fraction"] = catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
+    finish_timing(result, timing, failure, checked)
+
+
+def peer_checked(peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult) -> dict | None:
+    """The peer's record after its check before timing (`benchmark.check_peer`); one line where it is
+    not timed (a note where PyTorch is missing, an error where it ran and failed)."""
+    if peer is None:
+        return None
+    checked = check_peer(peer, worker, rows, prefix)
+    if not ready(checked):
+        (terminal.note if checked["status"] == "missing" else terminal.error)(checked["message"])
+        result.notes.append(checked["message"])
+    return checked
+
+
+def ready(checked: dict | None) -> bool:
+    return checked is not None and checked["status"] == "checked"
+
+
+def finish_timing(result: RunResult, timing: dict | None, failure, checked: dict | None) -> None:
     if failure:
         result.cases.append(failure)
         terminal.error(f"{failure.name}: {failure.message}")
+    if timing is not None and checked is not None and "peer" not in timing:
+        timing["peer"] = checked  # a peer that was asked for and not timed: the record says why
     result.timing = timing
 
 
@@ -200,12 +237,13 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     refuse_speedup_options(lab, request)
     path = request.file or lab.solution_path
     result.file = display_path(path)
+    peer = request.versus if lab.peer is not None and request.versus == lab.peer else None
+    baseline = None if peer else resolve_baseline(lab, request.versus)  # a usage error comes before all else
     refuse_bench_without_gpu(request.device)
     lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
                                              request.seed, compile_limits(request), request.unsafe_cpu)
     if backend != "gpu":
         raise bench_needs_a_gpu(None)
-    baseline = resolve_baseline(lab, request.versus)
     result.device = device_facts(backend)
     catalogue = load_catalogue(lab.name)
     check_case = bench_check_case(lab, catalogue, request, submission.constants)
@@ -218,7 +256,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
             timing_options = timing_options_for(request, seed.value)
             with gpu_share(backend, "timing"):
                 run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
-                               baseline, request.arch, request.chunk, request.prefix, compile_limits(request))
+                               baseline, request.arch, request.chunk, request.prefix, compile_limits(request), peer)
         result.kernel_output = worker.kernel_output()
     terminal.cases_report(result)
     terminal.timing_report(result)
@@ -292,9 +330,15 @@ def resolve_baseline(lab: Lab, versus: str) -> Path | None:
         return lab.starter_path
     if versus == "solution":
         return lab.solution_path
+    if versus == "expert":
+        if not lab.expert_path.exists():
+            raise usage_error(f"--vs expert: {lab.name}'s expert reference ({display_path(lab.expert_path)}) is not "
+                              "in this copy of attnlab; choose starter, solution, or a .cu file")
+        return lab.expert_path
     path = Path(versus)
     if not path.exists():
-        raise usage_error(f"--vs {versus}: choose starter, solution, or the path of an existing .cu file")
+        peer = f", {lab.peer}" if lab.peer else ""
+        raise usage_error(f"--vs {versus}: choose starter, solution, expert{peer}, or the path of an existing .cu file")
     return path
 
 

@@ -84,6 +84,8 @@ class Lab:
     # The bytes one call must move at the least, from the timing layout, for a lab graded on bandwidth
     # (its time is also set against a device copy timed in the same run); None: SPEEDUP alone.
     bytes_to_move: Callable[[int, int, dict], int] | None = None
+    # The PyTorch peer `bench --vs <peer>` times beside the student's kernel (`measure.peers`), if any.
+    peer: str | None = None
 
     @property
     def starter_path(self) -> Path:
@@ -92,6 +94,12 @@ class Lab:
     @property
     def solution_path(self) -> Path:
         return KERNELS_DIR / self.name / "solution.cu"
+
+    @property
+    def expert_path(self) -> Path:
+        """The expert reference (`bench --vs expert`): as fast as the hardware allows, where the solution
+        stays the readable one that `calibrate` times."""
+        return KERNELS_DIR / self.name / "expert.cu"
 
     def entry_point_types(self) -> dict[str, list[str]]:
         """Kernel name -> "float*"/"int*"/"int" per parameter, for the CPU backend's launch wrappers."""

@@ -89,4 +89,5 @@ LAB1 = Lab(
     },
     row_tiles=lambda c: [c["attnlab_scores_tile_keys"], c["attnlab_scores_tile_rows"],
                          c["attnlab_softmax_rows_per_block"], c["attnlab_wsum_tile_rows"]],
+    peer="torch",
 )

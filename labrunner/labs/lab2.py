@@ -58,4 +58,5 @@ LAB2 = Lab(
     plan_launches=plan_launches,
     validate=validate,
     row_tiles=lambda c: [c["attnlab_rows_per_block"]],
+    peer="sdpa",
 )

@@ -29,6 +29,17 @@ if TYPE_CHECKING:
     import cupy
 
 EMPTY_KERNEL_SOURCE = 'extern "C" __global__ void attnlab_empty() {}'
+# One thread that waits on the GPU's nanosecond clock: a head start for a contender whose host
+# side is slow to queue its work (see `hold`).
+HOLD_KERNEL_SOURCE = r"""
+extern "C" __global__ void attnlab_hold(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+"""
 
 # Some devices (and MIG slices) report no L2 size; never flush less than this.
 MINIMUM_FLUSH_BYTES = 8 * 1024 * 1024
@@ -80,6 +91,7 @@ class CupyTimer:
         self._start = cupy.cuda.Event()
         self._end = cupy.cuda.Event()
         self._empty_kernel: cupy.RawKernel | None = None
+        self._hold_kernel: cupy.RawKernel | None = None
         self.persisting_l2_reset = reset_persisting_l2()
 
     def flush_caches(self) -> None:
@@ -87,6 +99,20 @@ class CupyTimer:
         # previous call's data. It is queued, not awaited: stream order puts
         # it before the start event, so it is never inside the timing.
         self._flush_buffer.data.memset_async(0, self.flush_bytes)
+
+    def hold(self, microseconds: float) -> None:
+        """Keep the GPU busy for `microseconds`, queued and not awaited, before the next flush.
+
+        The flush hides a launch's host latency only while it lasts (tens of microseconds). A
+        contender whose host side takes longer to queue its work (PyTorch dispatches each op
+        through Python and its dispatcher) would leave the GPU idle between the start event and
+        its kernels, and that idle time would count as its own. Queued before the flush, the hold
+        keeps the GPU busy while the host queues the whole call, so the events measure the GPU's
+        work, as they do for a single kernel launch.
+        """
+        if self._hold_kernel is None:
+            self._hold_kernel = self._cupy.RawKernel(HOLD_KERNEL_SOURCE, "attnlab_hold")
+        self._hold_kernel((1,), (1,), (self._cupy.uint64(int(microseconds * 1000)),))
 
     def time_ms(self, launch: Callable[[], None]) -> float:
         self._start.record()

@@ -16,9 +16,12 @@ the others only after it has finished (its output is copied back).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from labrunner.labs.definition import Launch
+from labrunner.measure import peers
 from labrunner.measure.input_pool import InputPool
 from labrunner.truth.poison import poison_for
 
@@ -117,6 +120,67 @@ class DeviceCopy:
         """Nothing to check."""
 
 
+class PeerCall(KernelCall):
+    """A PyTorch peer as a contender: it follows the student on the same sets, as a baseline does.
+
+    PyTorch allocates a fresh output for every call (no earlier answer can be found in it); the
+    checked calls' outputs go back to the driver to be held to the oracle like any other. Before
+    each call the GPU gets a head start (`CupyTimer.hold`, where the timer has one), so the time is
+    the GPU's work and not PyTorch's host dispatch; how long the host took to queue each call is
+    kept (`enqueue_ms`), so a head start too short to cover it shows.
+    """
+
+    def __init__(self, device, peer, pool: InputPool, out_count: int, timer=None):
+        super().__init__("peer", device, None, [], pool, out_count, {}, leads=False)
+        self.peer = peer
+        self.views = [peer.wrap(slot) for slot in pool.slots]  # made once: no conversion is timed
+        self.last = [None] * len(pool.slots)
+        self.hold = getattr(timer, "hold", None)
+        self.enqueue_ms: list[float] = []
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        self.last[input_index] = None  # the previous call's output is released before this one
+        self.new_inputs(input_index)
+        if self.hold is not None:
+            self.hold(peers.HEAD_START_US)
+
+    def launch(self, input_index: int) -> None:
+        start = time.perf_counter()
+        self.last[input_index] = self.peer.launch(self.views[input_index])
+        self.enqueue_ms.append((time.perf_counter() - start) * 1e3)
+
+    def enqueue(self) -> dict:
+        """The host's time to queue one call, median and worst, against the head start it had."""
+        return {"median_ms": float(np.median(self.enqueue_ms)), "max_ms": float(np.max(self.enqueue_ms)),
+                "head_start_ms": peers.HEAD_START_US / 1e3 if self.hold is not None else 0.0}
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        if verify:
+            self.device.synchronize()
+            self.checked_sets.append(self.pool.holds[input_index])
+            self.checked_outputs.append(self.peer.to_host(self.last[input_index]))
+
+
+def load_peer(device, name: str):
+    """The peer `name` for this device's buffers (`peers.PeerMissing` where it cannot run here)."""
+    return peers.load(name, on_gpu=device.name == "gpu")
+
+
+def run_peer_check(device, request: dict) -> dict:
+    """The peer once, on set 0 of the request's key, before any timing: the driver holds its output to
+    the oracle and times the peer only if it passes. Where it cannot run, the words why."""
+    try:
+        peer = load_peer(device, request["peer"])
+    except peers.PeerMissing as missing:
+        return {"available": False, "why": str(missing)}
+    pool = InputPool(device, request["sets"], 1)
+    number = pool.draw(0)
+    out = peer.launch(peer.wrap(pool.slots[0]))
+    device.synchronize()
+    return {"available": True, "checked": {"sets": np.asarray([number], dtype=np.int64),
+                                           "outputs": peer.to_host(out)[None, :]}}
+
+
 def run_timing(device, modules: dict, request: dict) -> dict:
     if device.name != "gpu":
         raise RuntimeError("timing needs the GPU backend")
@@ -137,19 +201,21 @@ def run_timing(device, modules: dict, request: dict) -> dict:
         pool = InputPool(device, request["sets"], INPUT_SLOTS)
         student = KernelCall("student", device, modules["student"], request["student_launches"], pool,
                              request["out_count"], guarded_workspace(device, request.get("student_workspace", {})))
-        baseline = KernelCall("baseline", device, modules["baseline"], request["baseline_launches"], pool,
-                              request["out_count"], guarded_workspace(device, request.get("baseline_workspace", {})),
-                              leads=False)
+        if request.get("baseline_peer"):
+            baseline = PeerCall(device, load_peer(device, request["baseline_peer"]), pool, request["out_count"], timer)
+        else:
+            baseline = KernelCall("baseline", device, modules["baseline"], request["baseline_launches"], pool,
+                                  request["out_count"], guarded_workspace(device, request.get("baseline_workspace", {})),
+                                  leads=False)
         comparison = compare(student, baseline, INPUT_SLOTS, timer, options)
-        if request.get("copy_bytes"):
-            copy = DeviceCopy(device, request["copy_bytes"])
-            reply["copy"] = {"bytes": copy.bytes, "stats": measure(copy, 1, timer, options).to_json()}
-            del copy
         reply["comparison"] = comparison.to_json(include_samples=True)  # the driver pools rounds from them
         reply["checked"] = {"student": student.checked(), "baseline": baseline.checked()}
+        if isinstance(baseline, PeerCall):
+            reply["peer_enqueue"] = baseline.enqueue()
         reply["sets_drawn"] = pool.drawn
     else:  # one pipeline, each kernel alone and the whole call, at several sizes
         reply["sizes"] = []
+        peer = load_peer(device, request["peer"]) if request.get("peer") else None
         for size in request["sizes"]:
             pool = InputPool(device, size["sets"], INPUT_SLOTS)
             workspace = {n: device.guarded(count, poison_for(n)) for n, count in size["workspace"].items()}
@@ -160,11 +226,25 @@ def run_timing(device, modules: dict, request: dict) -> dict:
                                    workspace)
                 stats[launch.kernel] = measure(alone, INPUT_SLOTS, timer, options).to_json()
             whole = KernelCall("total", device, modules["student"], launches, pool, size["out_count"], workspace)
-            stats["total"] = measure(whole, INPUT_SLOTS, timer, options).to_json()
-            reply["sizes"].append({"T": size["T"], "stats": stats, "checked": whole.checked(),
-                                   "sets_drawn": pool.drawn})
+            measured = {"T": size["T"], "stats": stats}
+            if peer is None:
+                stats["total"] = measure(whole, INPUT_SLOTS, timer, options).to_json()
+            else:  # the whole call and the peer interleaved on the same sets, as lab 2's pair is
+                versus = PeerCall(device, peer, pool, size["out_count"], timer)
+                comparison = compare(whole, versus, INPUT_SLOTS, timer, options)
+                stats["total"] = comparison.student.to_json()
+                measured["peer"] = {"stats": comparison.baseline.to_json(), "speedup": comparison.speedup,
+                                    "ci_low": comparison.ci_low, "ci_high": comparison.ci_high,
+                                    "enqueue": versus.enqueue()}
+                measured["checked_peer"] = versus.checked()
+                del versus
+            reply["sizes"].append({**measured, "checked": whole.checked(), "sets_drawn": pool.drawn})
             del workspace, pool, alone, whole
             device.xp.get_default_memory_pool().free_all_blocks()
+    if request.get("copy_bytes"):  # the bandwidth the figures are set against, timed in this same worker
+        copy = DeviceCopy(device, request["copy_bytes"])
+        reply["copy"] = {"bytes": copy.bytes, "stats": measure(copy, 1, timer, options).to_json()}
+        del copy
     reply["state_before"] = state_before.to_json()
     reply["state_after"] = read_device_state().to_json()
     return reply

@@ -23,6 +23,7 @@ stderr = Console(stderr=True, highlight=False)
 
 # `FILE: error: ...` or `FILE(LINE): error: ...`, as the compile gate writes its messages.
 _SAYS_ERROR = re.compile(r"^\S[^\n]*?(?:\(\d+\))?: (?:catastrophic )?error: ")
+MEBIBYTE = 1024 * 1024
 STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
 
 
@@ -149,8 +150,9 @@ def timing_report(result: RunResult) -> None:
 def _pipeline_table(timing: dict) -> None:
     table = Table(title="what the score matrix costs (median of cold calls, L2 flushed)")
     kernel_names = list(timing["rows"][0]["kernels"]) if timing["rows"] else []
+    peer = timing.get("peer") if (timing.get("peer") or {}).get("status") == "timed" else None
     columns = ["T", "matrix MiB", "Q,K,V,out MiB", "ratio", *(f"{k.removeprefix('attn_')} ms" for k in kernel_names),
-               "total ms",
+               "total ms", *(("peer ms", "SPEEDUP vs peer") if peer else ()),
                "matrix traffic", "implied GB/s"]
     for column in columns:
         table.add_column(column, justify="right")
@@ -159,15 +161,54 @@ def _pipeline_table(timing: dict) -> None:
         table.add_row(
             str(row["T"]), f"{row['matrix_mib']:g}", f"{row['tensors_mib']:.1f}", f"{row['matrix_over_tensors']:.1f}x",
             *(f"{kernels[k]['median_ms']:.3f}" for k in kernel_names),
-            f"{row['total']['median_ms']:.3f}", f"{row['matrix_traffic_mib']:g} MiB", f"{row['implied_gb_s']:.0f}",
+            f"{row['total']['median_ms']:.3f}", *(_peer_cells(row["peer"]) if peer else ()),
+            f"{row['matrix_traffic_mib']:g} MiB", f"{row['implied_gb_s']:.0f}",
         )
     for row in timing.get("projections", []):
         table.add_row(f"[dim]{row['T']}[/]", f"[dim]{_mib(row['matrix_mib'])} (projected)[/]",
                       f"[dim]{row['tensors_mib']:.1f}[/]", f"[dim]{row['matrix_over_tensors']:.0f}x[/]",
-                      *([""] * (len(kernel_names) + 1)), f"[dim]{_mib(row['matrix_traffic_mib'])}[/]", "")
+                      *([""] * (len(kernel_names) + 1 + (2 if peer else 0))),
+                      f"[dim]{_mib(row['matrix_traffic_mib'])}[/]", "")
     stdout.print(table)
     stdout.print("[dim]matrix traffic: 4 passes over the [32][T][T] float32 matrix (scores writes it, softmax reads "
                  "and writes it, the weighted sum reads it); projected rows are arithmetic, nothing was allocated[/]")
+    _floor_table(timing)
+    if peer:
+        stdout.print(f"SPEEDUP vs peer = {escape(peer['label'])}'s time / the whole call's time, each pair interleaved "
+                     "on the same fresh input sets (95% CI in --json)", soft_wrap=True)
+        _peer_includes(peer)
+
+
+def _floor_table(timing: dict) -> None:
+    """At the largest measured T: the bytes each kernel must move, its GB/s against this run's device
+    copy, and the whole call against the floor those bytes set."""
+    measured = [row for row in timing["rows"] if row.get("must_move")]
+    if not measured:
+        return
+    row = measured[-1]
+    floor = row.get("floor")
+    table = Table(title=f"the bytes each kernel must move at T = {row['T']}")
+    for column in ("kernel", "must move", "ms", "GB/s", *(("of the copy",) if floor else ())):
+        table.add_column(column, justify="left" if column == "kernel" else "right")
+    for name, moved in row["must_move"].items():
+        table.add_row(name, f"{moved['bytes'] / MEBIBYTE:,.0f} MiB", f"{row['kernels'][name]['median_ms']:.3f}",
+                      f"{moved['gb_s']:.0f}", *((f"{moved['gb_s'] / floor['copy_gb_s']:.0%}",) if floor else ()))
+    stdout.print(table)
+    if floor:
+        stdout.print(f"floor: {floor['bytes'] / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor['copy_gb_s']:.0f} "
+                     f"GB/s, bytes read plus written) = {floor['ms']:.3f} ms; the whole call takes "
+                     f"{row['total']['median_ms']:.3f} ms, {floor['times_floor']:.2f}x the floor", soft_wrap=True)
+    else:
+        note("no device copy was timed in this run, so the floor is not known")
+
+
+def _peer_cells(versus: dict) -> tuple[str, str]:
+    return f"{versus['median_ms']:.3f}", f"{versus['speedup']:.2f}x"
+
+
+def _peer_includes(peer: dict) -> None:
+    stdout.print(f"[dim]the peer's time ({escape(peer['label'])}) includes: {escape(peer['includes'])}[/]",
+                 soft_wrap=True)
 
 
 def _speedup_table(timing: dict) -> None:
@@ -194,6 +235,8 @@ def _speedup_table(timing: dict) -> None:
     if len(rounds) > 1:
         stdout.print(f"{len(rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
                      + ", ".join(f"{r['speedup']:.2f}x" for r in rounds), soft_wrap=True)
+    if (timing.get("peer") or {}).get("status") == "timed":
+        _peer_includes(timing["peer"])
     if timing.get("overhead_ms") is not None:
         stdout.print(f"[dim]measurement overhead (empty kernel, same path): {timing['overhead_ms']:.4f} ms[/]")
 

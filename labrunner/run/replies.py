@@ -44,6 +44,17 @@ def timing_reply(request: dict) -> Expected:
     return Expected(fits=fits, max_bytes=TIMING_REPLY_LIMIT_BYTES)
 
 
+def peer_check_reply(request: dict) -> Expected:
+    """A peer's check before timing: its one output, `float32 [1][out_count]`, and that set's number; or
+    no buffers at all where the peer cannot run here."""
+    def fits(name: str, spec: BufferSpec) -> bool:
+        if name == "checked/sets":
+            return spec.dtype == "int64" and spec.shape == (1,)
+        return name == "checked/outputs" and spec.dtype == "float32" and spec.shape == (1, request["out_count"])
+
+    return Expected(fits=fits, max_bytes=TIMING_REPLY_LIMIT_BYTES)
+
+
 def trace_reply(request: dict) -> Expected:
     """A trace reply is plain JSON (each kernel's start and end in nanoseconds): no buffers at all."""
     return NO_BUFFERS

@@ -224,6 +224,10 @@ class Worker:
     def time(self, request: dict, timeout_s: float) -> dict:
         return self._call({"op": "time", **request}, timeout_s, replies.timing_reply(request))
 
+    def check_peer(self, request: dict, timeout_s: float) -> dict:
+        """A PyTorch peer run once on a timing set (`measure.peers`): its output, or why it cannot run."""
+        return self._call({"op": "peer", **request}, timeout_s, replies.peer_check_reply(request))
+
     def trace(self, request: dict, timeout_s: float) -> dict:
         return self._call({"op": "trace", **request}, timeout_s, replies.trace_reply(request))
 

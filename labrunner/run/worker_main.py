@@ -53,6 +53,10 @@ def answer(request: dict, device, kernels: dict) -> dict:
         return {}
     if request["op"] == "run":
         return run_case(device, kernels[request["role"]], request)
+    if request["op"] == "peer":
+        from labrunner.measure.timed_runs import run_peer_check
+
+        return run_peer_check(device, request)
     if request["op"] == "trace":
         from labrunner.measure.trace import run_trace
 

@@ -84,7 +84,7 @@ constexpr uint32_t kShflPoison32 = 0x7FF0D1E5u;
 constexpr uint64_t kShflPoison64 = 0x7FF0D1E57FF0D1E5ull;
 
 enum State : uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
-enum WarpKind : uint8_t { WK_SHFL, WK_SYNCWARP, WK_VOTE };
+enum WarpKind : uint8_t { WK_SHFL, WK_SYNCWARP, WK_VOTE, WK_MMA };
 enum BarKind : uint8_t { BK_PLAIN, BK_COUNT, BK_AND, BK_OR };
 
 struct Site {
@@ -358,7 +358,12 @@ int barrier(BarKind kind, int pred, Site site) {
 
 inline Fiber& lane_fiber(int warp, int lane) { return rt.fibers[warp * 32 + lane]; }
 
+// The warp-wide matrix multiply (ptx.h): run by the last lane to arrive, while every lane's
+// operands are still in place on its stack.
+void mma_release(int w);
+
 void release_warp(int w, unsigned mask) {
+    if (lane_fiber(w, __builtin_ctz(mask)).kind == WK_MMA) mma_release(w);
     unsigned ballot = 0;
     for (unsigned m = mask; m; m &= m - 1) {
         int j = __builtin_ctz(m);

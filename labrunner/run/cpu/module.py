@@ -27,12 +27,13 @@ from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
 from labrunner.run.cpu.nvrtc_view import nvrtc_view_header
 from labrunner.run.cpu.object_check import ElfFacts, ObjectRefused, check_object, read_elf
+from labrunner.run.cpu.ptx_asm import AsmRefused, rewrite_inline_asm
 
 __all__ = ["CpuModule", "CpuKernelError", "cpu_compiler_available"]
 
 _HERE = Path(__file__).resolve().parent
 _SHIM = _HERE / "shim.h"
-_RUNTIME_FILES = (_HERE / "shim.h", _HERE / "fiber.h")
+_RUNTIME_FILES = (_HERE / "shim.h", _HERE / "fiber.h", _HERE / "ptx.h")
 
 SHARED_LIMIT = 227 * 1024
 # Launches run on the calling OS thread; a library loaded twice is one copy,
@@ -417,6 +418,11 @@ def build_object(
     cache = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     view = _nvrtc_view(arch, cxx, cache)
+    try:
+        # Inline PTX first, on the file as written: its refusals name the student's lines.
+        source = rewrite_inline_asm(source, filename)
+    except AsmRefused as refused:
+        raise CpuCompileError(str(refused)) from None
     code = rewrite_source(source) + _wrappers(entry_points)
     so_path = cache / f"attnlab_cpu_{_runtime_digest(cxx, view + code)}.so"
     if so_path.exists():

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "fiber.h"
+#include "ptx.h"
 
 // ------------------------------------------------------------ qualifiers
 
@@ -369,3 +370,15 @@ static inline long long __globaltimer() { return clock64(); }
 #define assert(e) ((e) ? (void)0 : ::attnlab::device_assert_fail(#e, __FILE__, __LINE__))
 static inline void __trap(ATTNLAB_SITE_PARAMS) { ::attnlab::device_assert_fail("__trap()", attnlab_file, attnlab_line); }
 static inline void __brkpt() {}
+
+// ------------------------------------------------------------ inline assembly
+
+// ptx_asm.py has already turned every asm statement it could read into calls into ptx.h, or refused
+// the file. One the rewrite could not see (built by a macro, as `a##sm`) must not reach the
+// assembler either: from here on the keyword is a macro that stops the build at that line. The
+// runtime's own assembly (fiber.h) is above; the rewrite refuses a file that redefines these names.
+#define asm                                                                                              \
+    _Pragma("GCC error \"inline assembly built by a macro: the CPU backend runs only asm statements written out in the file (see the CPU backend's README)\"") \
+        attnlab_asm_refused
+#define __asm asm
+#define __asm__ asm

@@ -1,0 +1,499 @@
+"""Inline PTX on the CPU backend: each `asm` statement becomes a call into the shim, or the file is refused.
+
+g++ would hand an `asm` template to the x86 assembler, so no template of a student's may reach it.
+Before g++ runs, the file is read with the include policy's lexer (`labrunner.build.includes`:
+comments, string and character literals and raw strings read exactly as the compiler reads them),
+and every `asm` statement (`asm`, and g++'s `__asm` and `__asm__`, which NVRTC does not know; with
+`volatile` spelt any of its ways) is parsed here: its template (adjacent string literals, joined and unescaped), its outputs, inputs
+and clobbers. Each PTX instruction in the template must be one of `INSTRUCTIONS`, with its
+operands in register classes the GPU's assembler accepts for it (NVRTC was asked: see
+tests/test_cpu_ptx.py). Such a statement is replaced by plain C++ that loads the operands into
+32-bit registers, calls the instruction's emulation in `ptx.h` and stores the outputs back, all on
+the statement's first line, followed by as many line breaks as the statement spanned, so every
+later line keeps its number and g++'s messages still point at the student's lines. Anything else
+(x86 `syscall`, an unknown PTX instruction, a wrong operand count, an `asm` label on a declaration)
+refuses the whole file with one line naming the line, the instruction and what the CPU backend runs.
+
+The rewrite cannot see what macros build (`a##sm` pasted into the keyword), so the shim defines
+`asm`, `__asm` and `__asm__` as macros that stop g++ with an error after its own assembly is done
+(the end of shim.h): whatever the rewrite did not see never reaches the assembler either. A file
+that redefines or undefines those names is refused here, so the poison cannot be lifted.
+
+An `asm` in a branch the preprocessor drops (`#if 0`) is read and judged too: the file is read
+before the preprocessor runs, as the include policy reads it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from labrunner.build.includes import Token, code_tokens
+from labrunner.exit_codes import AttnlabError
+
+__all__ = ["AsmRefused", "INSTRUCTIONS", "SUPPORTED", "rewrite_inline_asm"]
+
+ASM_KEYWORDS = frozenset({"asm", "__asm", "__asm__"})
+# Qualifiers that change nothing here (`inline` is a size hint for the compiler's inliner).
+_QUALIFIERS = frozenset({"volatile", "__volatile", "__volatile__", "inline", "__inline", "__inline__"})
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str           # as the PTX ISA calls it: d, a, D, A, B, C
+    registers: int      # 1 for a scalar, else the size of the {vector}
+    written: bool       # the instruction writes it (a destination), else reads it
+    classes: str        # the constraint letters allowed: "r" (.b32, a 32-bit integer), "f" (.f32, a float)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    emulation: str      # the function in ptx.h, namespace attnlab::ptx
+    operands: tuple[Operand, ...]
+    warp_wide: bool     # a warp collective: the emulation also takes the statement's file and line
+
+
+# The PTX the CPU backend runs. The register classes are those ptxas accepts for sm_90: cvt's
+# destination is a .b32 ("=r"; "=f" is refused), its source .f32 or .b32; mma's A and B are .b32
+# bit patterns ("r" only), its C and D .f32 or .b32.
+INSTRUCTIONS = {
+    "cvt.rna.tf32.f32": Instruction("cvt_rna_tf32_f32", (
+        Operand("d", 1, True, "r"), Operand("a", 1, False, "fr")), warp_wide=False),
+    "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32": Instruction("mma_m16n8k8_row_col_f32_tf32", (
+        Operand("D", 4, True, "fr"), Operand("A", 4, False, "r"), Operand("B", 2, False, "r"),
+        Operand("C", 4, False, "fr")), warp_wide=True),
+}
+SUPPORTED = " and ".join(INSTRUCTIONS) + ', on numbered "r" and "f" operands'  # for messages
+_CONSTRAINT = re.compile(r"(?P<mode>[=+]?)&?(?P<cls>[rf])")
+_CLOBBERS = frozenset({"memory"})
+
+
+class AsmRefused(Exception):
+    """The file holds inline assembly the CPU backend will not run: one line, naming where and why."""
+
+
+@dataclass
+class _Line:
+    """Physical line -> the line g++ reports, following `#line N` (the driver's `#line 1` after its prelude)."""
+
+    marks: list[tuple[int, int]]  # (first physical line it applies to, the number that line gets)
+
+    def __call__(self, physical: int) -> int:
+        number = physical
+        for first, given in self.marks:
+            if physical >= first:
+                number = given + physical - first
+        return number
+
+
+def rewrite_inline_asm(source: str, filename: str) -> str:
+    """The source with every asm statement turned into shim calls, line numbers kept; raises AsmRefused."""
+    if "asm" not in source:
+        return source  # nothing to read: the common case costs one substring search
+    try:
+        tokens = code_tokens(source, filename)
+    except AttnlabError as unreadable:
+        raise AsmRefused(unreadable.message) from None
+    text = source.replace("\r\n", "\n")  # the offsets the lexer gives
+    reader = _Reader(text, tokens, filename)
+    edits = reader.run()
+    if not edits:
+        return source
+    pieces, last = [], 0
+    for start, end, replacement in edits:
+        pieces += [text[last:start], replacement]
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+class _Reader:
+    def __init__(self, text: str, tokens: list[Token], filename: str):
+        self.text = text
+        self.filename = filename
+        self.tokens = tokens
+        self.index = {token.start: i for i, token in enumerate(tokens)}
+        self.line = _Line([])
+
+    def refuse(self, token: Token, what: str) -> AsmRefused:
+        return AsmRefused(f"{self.filename}({self.line(token.line)}): error: {what}")
+
+    def run(self) -> list[tuple[int, int, str]]:
+        edits = []
+        tokens = self.tokens
+        directive: str | None = None   # the directive the tokens are in, if any
+        directive_start = 0
+        i = 0
+        while i < len(tokens):
+            token = tokens[i]
+            if token.kind == "directive":
+                directive, directive_start = token.text, i
+                if directive in ("define", "undef"):
+                    name = tokens[i + 1] if i + 1 < len(tokens) else None
+                    if name is not None and name.kind == "word" and name.text in ASM_KEYWORDS:
+                        raise self.refuse(token, f"`#{directive} {name.text}` is refused: the CPU backend reads "
+                                                 "inline assembly itself and needs the keyword kept as it is; "
+                                                 "give the macro another name")
+            elif token.kind == "newline":
+                if directive == "line":
+                    self._line_directive(tokens[directive_start + 1:i], token)
+                directive = None
+            elif token.kind == "word" and token.text in ASM_KEYWORDS and directive in (None, "define"):
+                end, replacement = self.statement(i, in_macro=directive == "define")
+                breaks = self.text.count("\n", token.start, tokens[end].end)
+                edits.append((token.start, tokens[end].end,
+                              replacement + (" \\\n" if directive == "define" else "\n") * breaks))
+                i = end + 1
+                continue
+            i += 1
+        return edits
+
+    def _line_directive(self, arguments: list[Token], newline: Token) -> None:
+        if arguments and arguments[0].kind == "number" and arguments[0].text.isdigit():
+            self.line.marks.append((newline.line + 1, int(arguments[0].text)))
+
+    # --- one statement ------------------------------------------------------------------------
+
+    def statement(self, at: int, in_macro: bool) -> tuple[int, str]:
+        """Parse the asm statement whose keyword is tokens[at]: (the index of its closing parenthesis,
+        the C++ that replaces keyword to parenthesis). The `;` after it stays: a macro may leave it to
+        its caller, so the replacement is one `do { ... } while (0)`, a statement wherever asm was one."""
+        keyword = self.tokens[at]
+        code = self._code_tokens(at, in_macro)
+        k = 1
+        while k < len(code) and code[k].kind == "word" and code[k].text in _QUALIFIERS:
+            k += 1
+        if k >= len(code) or code[k].text != "(":
+            after = f" `{code[k].text}`" if k < len(code) else ""
+            raise self.refuse(keyword, f"`{keyword.text}` followed by{after or ' nothing'}: the CPU backend runs "
+                                       "only asm statements of the form asm volatile(\"template\" : outputs : "
+                                       f"inputs), with the PTX instructions {SUPPORTED}")
+        close = self._matching(code, k, keyword)
+        ends = code[close + 1].text == ";" if close + 1 < len(code) else in_macro
+        if not ends:
+            raise self.refuse(keyword, f"`{keyword.text}(...)` is not a statement ending in `;` (an asm label on a "
+                                       "declaration?): the CPU backend runs only asm statements inside functions, "
+                                       f"with the PTX instructions {SUPPORTED}")
+        sections = self._sections(code[k + 1:close])
+        template_tokens = sections[0]
+        template = self._template(template_tokens, keyword)
+        if len(sections) == 1 and template.strip():
+            raise self.refuse(keyword, f"`{_shown(template)}` is inline assembly without operands, which the CPU "
+                                       f"backend cannot run: it runs only the PTX instructions {SUPPORTED}")
+        if len(sections) > 4:
+            raise self.refuse(keyword, "`asm goto` labels cannot run on the CPU backend, which runs only the PTX "
+                                       f"instructions {SUPPORTED}")
+        outputs = self._operands(sections[1], keyword, output=True) if len(sections) > 1 else []
+        inputs = self._operands(sections[2], keyword, output=False) if len(sections) > 2 else []
+        for clobber in sections[3] if len(sections) > 3 else []:
+            if clobber.text == ",":
+                continue
+            if clobber.kind != "string" or clobber.text.strip('"') not in _CLOBBERS:
+                raise self.refuse(keyword, f"the clobber {_shown(clobber.text)} means nothing on the CPU backend; "
+                                           'it takes only "memory"')
+        operands = outputs + inputs
+        instructions = self._instructions(template, operands, keyword)
+        return self.index[code[close].start], _emit(operands, instructions)
+
+    def _code_tokens(self, at: int, in_macro: bool) -> list[Token]:
+        """The statement's tokens from its keyword to its `;` (or to the end of the macro or file),
+        line ends outside a macro skipped; a directive inside the statement is refused."""
+        keyword = self.tokens[at]
+        found, depth = [], 0
+        for token in self.tokens[at:]:
+            if token.kind == "newline":
+                if in_macro:
+                    break
+                continue
+            if token.kind == "directive":
+                raise self.refuse(keyword, f"a `#{token.text}` inside the `{keyword.text}` statement: the CPU backend "
+                                           "reads each asm statement whole; move the directive outside it")
+            found.append(token)
+            if token.text in "([{" and token.kind == "punct":
+                depth += 1
+            elif token.text in ")]}" and token.kind == "punct":
+                depth -= 1
+                if depth < 0:
+                    break
+            elif token.text == ";" and depth == 0:
+                break
+        return found
+
+    def _matching(self, code: list[Token], open_at: int, keyword: Token) -> int:
+        depth = 0
+        for j in range(open_at, len(code)):
+            if code[j].kind != "punct":
+                continue
+            if code[j].text in "([{":
+                depth += 1
+            elif code[j].text in ")]}":
+                depth -= 1
+                if depth == 0:
+                    return j
+        raise self.refuse(keyword, f"the `{keyword.text}(` statement never closes its parenthesis")
+
+    @staticmethod
+    def _sections(inside: list[Token]) -> list[list[Token]]:
+        """Split at the colons outside any bracket: template, outputs, inputs, clobbers (`::` is two)."""
+        sections, depth = [[]], 0
+        for token in inside:
+            if token.kind == "punct" and token.text in "([{":
+                depth += 1
+            elif token.kind == "punct" and token.text in ")]}":
+                depth -= 1
+            if token.kind == "punct" and token.text == ":" and depth == 0:
+                sections.append([])
+            else:
+                sections[-1].append(token)
+        return sections
+
+    def _template(self, tokens: list[Token], keyword: Token) -> str:
+        if not tokens:
+            raise self.refuse(keyword, f"`{keyword.text}` without a template string")
+        parts = []
+        for token in tokens:
+            before = self.text[token.start - 1] if token.start > 0 else " "
+            if token.kind == "string" and token.text.endswith('"') and not (before.isalnum() or before == "_"):
+                parts.append(_unescape(token.text[1:-1], lambda what: self.refuse(keyword, what)))
+            elif token.kind == "raw" and token.text.startswith('R"') and token.text.endswith('"'):
+                delimiter = token.text[2:token.text.index("(")]
+                parts.append(token.text[3 + len(delimiter):-2 - len(delimiter)])
+            else:
+                raise self.refuse(keyword, f"the template of `{keyword.text}` must be plain string literals, got "
+                                           f"{_shown(token.text)}")
+        return "".join(parts)
+
+    def _operands(self, tokens: list[Token], keyword: Token, output: bool) -> list[tuple[str, str, str]]:
+        """(mode, class, C++ expression) per operand: mode "=" or "+" for outputs, "" for inputs."""
+        found = []
+        for piece in _split_commas(tokens):
+            if not piece:
+                if tokens:
+                    raise self.refuse(keyword, f"an empty operand in `{keyword.text}`")
+                continue
+            if piece[0].text == "[":
+                raise self.refuse(keyword, "named operands (`[name] \"r\"(x)`) are not read by the CPU backend; "
+                                           "number them (%0, %1, ...) instead")
+            constraint = piece[0].text[1:-1] if piece[0].kind == "string" and piece[0].text.endswith('"') else None
+            if (constraint is None or len(piece) < 3 or piece[1].text != "(" or piece[-1].text != ")"
+                    or self._matching(piece, 1, keyword) != len(piece) - 1):
+                raise self.refuse(keyword, f"an operand of `{keyword.text}` must read \"constraint\"(expression), got "
+                                           f"{_shown(' '.join(t.text for t in piece))}")
+            match = _CONSTRAINT.fullmatch(constraint)
+            mode = match.group("mode") if match else None
+            if match is None or (mode == "") == output:
+                wanted = '"=r", "=f", "+r" or "+f"' if output else '"r" or "f"'
+                raise self.refuse(keyword, f"the {'output' if output else 'input'} constraint \"{_shown(constraint)}\" is "
+                                           f"not one the CPU backend runs: use {wanted} (r: a 32-bit integer, "
+                                           "f: a float)")
+            for token in piece[2:-1]:
+                if token.kind == "word" and token.text in ASM_KEYWORDS:
+                    raise self.refuse(keyword, f"`{token.text}` inside an operand of another asm statement")
+            found.append((mode, match.group("cls"), self._expression(piece[2:-1], keyword)))
+        return found
+
+    def _expression(self, tokens: list[Token], keyword: Token) -> str:
+        if not tokens:
+            raise self.refuse(keyword, f"an operand of `{keyword.text}` without an expression")
+        out = tokens[0].text
+        for previous, token in zip(tokens, tokens[1:]):
+            gap = self.text[previous.end:token.start].replace("\\\n", "")
+            out += ("" if gap == "" else " ") + token.text
+        if "\n" in out:
+            raise self.refuse(keyword, "an operand expression that spans lines inside a literal")
+        return out
+
+    def _instructions(self, template: str, operands: list[tuple[str, str, str]],
+                      keyword: Token) -> list[tuple[str, Instruction, list[list[int]]]]:
+        """Parse and check the template's instructions against INSTRUCTIONS and the operands."""
+        refuse = lambda what: self.refuse(keyword, what)  # noqa: E731
+        written = {k for k, (mode, _, _) in enumerate(operands) if mode == "+"}
+        found = []
+        for statement in _ptx_statements(template, refuse):
+            opcode, groups = _parse_statement(statement, refuse)
+            instruction = INSTRUCTIONS.get(opcode)
+            if instruction is None:
+                raise refuse(_cannot_run(statement))
+            names = ", ".join(operand.name for operand in instruction.operands)
+            if len(groups) != len(instruction.operands):
+                raise refuse(f"`{opcode}` takes {len(instruction.operands)} operands ({names}), this one has "
+                             f"{len(groups)}")
+            reads = []
+            for spec, group in zip(instruction.operands, groups):
+                shape = "one register" if spec.registers == 1 else f"a vector of {spec.registers} registers"
+                if len(group) != spec.registers or (spec.registers > 1) != isinstance(group, tuple):
+                    raise refuse(f"`{opcode}`'s {spec.name} is {shape}, got {_group_text(group)}")
+                for number in group:
+                    if number >= len(operands):
+                        raise refuse(f"`%{number}` in `{opcode}` names no operand: the statement has {len(operands)}"
+                                     + (f" (%0 to %{len(operands) - 1})" if operands else ""))
+                    mode, cls, _ = operands[number]
+                    if cls not in spec.classes:
+                        allowed = " or ".join(f'"{c}"' for c in spec.classes)
+                        raise refuse(f"`{opcode}` takes {spec.name} in {allowed} registers, but %{number} is "
+                                     f'"{cls}"')
+                    if spec.written and mode == "":
+                        raise refuse(f"`{opcode}` writes its {spec.name} to %{number}, which is an input; make it an "
+                                     f'output ("={cls}" or "+{cls}")')
+                    if not spec.written and number not in written and mode == "=":
+                        raise refuse(f"`{opcode}` reads its {spec.name} from %{number}, which is write-only "
+                                     f'("={cls}"), so its value is undefined; make it "+{cls}"')
+                if spec.written and len(set(group)) != len(group):
+                    raise refuse(f"`{opcode}` writes the same operand twice in its {spec.name}")
+                reads.append(list(group))
+            for spec, group in zip(instruction.operands, groups):
+                if spec.written:
+                    written.update(group)
+            found.append((opcode, instruction, reads))
+        for k, (mode, cls, _) in enumerate(operands):
+            if mode == "=" and k not in written:
+                raise refuse(f'%{k} is an output ("={cls}") that no instruction writes')
+        return found
+
+
+# --- the template's PTX -------------------------------------------------------------------------
+
+_PTX_TOKEN = re.compile(r"\s+|%(?P<ref>\d+)|(?P<word>[A-Za-z_.$][\w.$]*)|(?P<punct>[{},;])")
+
+
+def _ptx_statements(template: str, refuse) -> list[str]:
+    """The template's instructions; each must be a supported one, and each ends with `;`."""
+    statements = [part.strip() for part in template.split(";")]
+    for statement in statements:
+        opcode = statement.split(None, 1)[0] if statement else ""
+        if statement and opcode not in INSTRUCTIONS:
+            raise refuse(_cannot_run(statement))
+    if statements[-1]:
+        raise refuse(f"`{_shown(statements[-1])}` does not end with `;` (every PTX instruction does)")
+    return [s for s in statements[:-1] if s]
+
+
+def _cannot_run(statement: str) -> str:
+    return (f"`{_shown(statement)}` is inline assembly the CPU backend cannot run: it runs only the PTX "
+            f"instructions {SUPPORTED}; write the rest in CUDA C++")
+
+
+def _parse_statement(statement: str, refuse) -> tuple[str, list[tuple[int, ...] | list[int]]]:
+    """`opcode %0, {%1,%2}` -> ("opcode", [[0], (1, 2)]): a list for a plain operand, a tuple for a vector."""
+    pieces, at = [], 0
+    while at < len(statement):
+        match = _PTX_TOKEN.match(statement, at)
+        if match is None:
+            raise refuse(f"`{_shown(statement)}`: the CPU backend reads operands only as %N or {{%N, ...}} "
+                         "(no registers by name, immediates, predicates or labels)")
+        at = match.end()
+        if match.group("ref") is not None:
+            pieces.append(int(match.group("ref")))
+        elif match.group("word") or match.group("punct"):
+            pieces.append(match.group())
+    opcode = pieces[0] if pieces and isinstance(pieces[0], str) else ""
+    if opcode not in INSTRUCTIONS:
+        raise refuse(_cannot_run(statement))
+    groups: list = []
+    rest, k = pieces[1:], 0
+    expect_operand = True
+    while k < len(rest):
+        piece = rest[k]
+        if expect_operand and isinstance(piece, int):
+            groups.append([piece])
+            k += 1
+        elif expect_operand and piece == "{":
+            close = rest.index("}", k) if "}" in rest[k:] else -1
+            inner = rest[k + 1:close] if close > k else None
+            if inner is None or not inner or inner[0] == "," or any(
+                    (isinstance(p, int)) != (n % 2 == 0) or (n % 2 == 1 and p != ",") for n, p in enumerate(inner)) \
+                    or inner[-1] == ",":
+                raise refuse(f"`{_shown(statement)}`: a vector operand reads {{%a, %b, ...}}: operand numbers "
+                             "separated by commas")
+            groups.append(tuple(inner[0::2]))
+            k = close + 1
+        else:
+            raise refuse(f"`{_shown(statement)}`: the CPU backend reads operands only as %N or {{%N, ...}} "
+                         "(no registers by name, immediates, predicates or labels)")
+        if k < len(rest):
+            if rest[k] != ",":
+                raise refuse(f"`{_shown(statement)}`: operands must be separated by commas")
+            k += 1
+            if k == len(rest):
+                raise refuse(f"`{_shown(statement)}` ends with a comma")
+    return opcode, groups
+
+
+def _group_text(group) -> str:
+    refs = ", ".join(f"%{n}" for n in group)
+    return f"{{{refs}}}" if isinstance(group, tuple) else refs
+
+
+# --- the C++ that replaces a statement ------------------------------------------------------------
+
+def _emit(operands: list[tuple[str, str, str]], instructions: list[tuple[str, Instruction, list[list[int]]]]) -> str:
+    """One line of C++: bind each output once, load every operand into a 32-bit register (outputs
+    only written start at zero and are never read), run the instructions in order, store the outputs."""
+    ns = "::attnlab::ptx::"
+    binds, loads, stores = [], [], []
+    for k, (mode, cls, expression) in enumerate(operands):
+        if mode:
+            binds.append(f"auto& attnlab_ptx_o{k} = {ns}{cls}_output({expression});")
+            loads.append(f"{ns}{cls}_input(attnlab_ptx_o{k})" if mode == "+" else "0u")
+            stores.append(f"{ns}store(attnlab_ptx_o{k}, attnlab_ptx_r[{k}]);")
+        else:
+            loads.append(f"{ns}{cls}_input({expression})")
+    calls = []
+    for _, instruction, reads in instructions:
+        registers = ", ".join(str(n) for group in reads for n in group)
+        site = ", __builtin_FILE(), __builtin_LINE()" if instruction.warp_wide else ""
+        calls.append(f"{ns}{instruction.emulation}(attnlab_ptx_r, {registers}{site});")
+    count = max(1, len(operands))
+    return ("do { " + " ".join(binds) + f" ::uint32_t attnlab_ptx_r[{count}] = {{{', '.join(loads) or '0u'}}}; "
+            + " ".join(calls) + " " + " ".join(stores) + " (void)attnlab_ptx_r; } while (0)")
+
+
+# --- small helpers --------------------------------------------------------------------------------
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "v": "\v", "f": "\f", "a": "\a", "b": "\b", "\\": "\\", '"': '"',
+            "'": "'", "?": "?"}
+
+
+def _unescape(body: str, refuse) -> str:
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        nxt = body[i + 1] if i + 1 < len(body) else ""
+        if nxt in _ESCAPES:
+            out.append(_ESCAPES[nxt])
+            i += 2
+        elif nxt in "01234567":
+            digits = re.match(r"[0-7]{1,3}", body[i + 1:]).group()
+            out.append(chr(int(digits, 8)))
+            i += 1 + len(digits)
+        elif nxt == "x" and re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]):
+            digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2:]).group()
+            out.append(chr(int(digits, 16)))
+            i += 2 + len(digits)
+        else:
+            raise refuse(f"the escape `\\{nxt}` in an asm template is not one the CPU backend reads")
+    return "".join(out)
+
+
+def _split_commas(tokens: list[Token]) -> list[list[Token]]:
+    pieces, depth = [[]], 0
+    for token in tokens:
+        if token.kind == "punct" and token.text in "([{":
+            depth += 1
+        elif token.kind == "punct" and token.text in ")]}":
+            depth -= 1
+        if token.kind == "punct" and token.text == "," and depth == 0:
+            pieces.append([])
+        else:
+            pieces[-1].append(token)
+    return pieces if tokens else []
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """A template's text in a one-line message: spaces collapsed, cut at `limit` characters."""
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[:limit - 3] + "..."

@@ -1,0 +1,570 @@
+"""Inline PTX on the CPU backend: the tf32 conversion and the m16n8k8 tensor-core multiply run as the
+PTX ISA defines them, every other asm statement is refused before g++ sees it, and NVRTC agrees on
+which register classes each instruction takes.
+
+The probe kernels (`cpu_kernels/ptx.cu`) write the helpers exactly as a GPU kernel does; every
+expected value is worked out here from the PTX ISA's rules (fragment layouts, truncation of tf32
+operands, round-to-nearest-away), never read back from the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labrunner.build.gate import compile_gate
+from labrunner.build.nvrtc import NVRTC_INCLUDE_OPTIONS, compile_module, compose_source
+from labrunner.exit_codes import AttnlabError
+from labrunner.run.cpu import module as cpu_module
+from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuModule
+from labrunner.run.cpu.ptx_asm import INSTRUCTIONS, SUPPORTED
+
+REPO = Path(__file__).resolve().parent.parent
+PROBES_SOURCE = REPO / "tests" / "cpu_kernels" / "ptx.cu"
+RUNTIME = Path(cpu_module.__file__).parent
+PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "ptx.cu"\n'
+ENTRY_POINTS = {"mma_raw": ["float*", "float*", "float*", "float*", "int"], "mma_3xtf32": ["float*"] * 3,
+                "cvt_each": ["float*", "unsigned*", "int"], "mma_half_warp": ["float*"],
+                "mma_two_sites": ["float*"], "mma_against_barrier": ["float*"]}
+MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+SHARED_POISON = 0x7FF00BAD  # what unwritten shared memory holds on the CPU backend
+
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> CpuModule:
+    return CpuModule.build(PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS,
+                           cache_dir=tmp_path_factory.mktemp("cpu-cache"))
+
+
+def line_of(needle: str) -> int:
+    return next(i + 1 for i, line in enumerate(PROBES_SOURCE.read_text().splitlines()) if needle in line)
+
+
+MMA_LINE = line_of('asm volatile("mma')  # the helper with D in place
+MMA_CD_LINE = line_of("asm __volatile__(")  # the helper with C and D apart
+
+
+def bits(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, np.float32).view(np.uint32)
+
+
+def as_tf32_operand(x: np.ndarray) -> np.ndarray:
+    """What the tensor core reads from a register holding x: its top 19 bits."""
+    return (bits(x) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """D = A*B + C from the truncated operands: each tf32 product is exact in float32; the sums are
+    float32 additions, C first, then k = 0..7."""
+    a, b = as_tf32_operand(a), as_tf32_operand(b)
+    d = c.astype(np.float32).copy()
+    for k in range(8):
+        d = d + a[:, k:k + 1] * b[k:k + 1, :]
+    return d
+
+
+# --- what each probe must answer ----------------------------------------------------------------
+
+def check_mma_tile(module: CpuModule) -> None:
+    """Random tiles through both mma statements (D in place, C apart), under every kind of schedule:
+    every element equals the reference, and the operands' dropped bits matter (rounding them
+    instead would change D)."""
+    for separate in (0, 1):
+        for schedule in (0, 1, 7):
+            rng = np.random.default_rng(16 + separate + 10 * schedule)
+            a = rng.standard_normal((16, 8)).astype(np.float32)
+            b = rng.standard_normal((8, 8)).astype(np.float32)
+            c = rng.standard_normal((16, 8)).astype(np.float32)
+            d = np.zeros((16, 8), np.float32)
+            module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, separate], reverse_threads=schedule)
+            np.testing.assert_array_equal(d, mma_reference(a, b, c))
+            rounded = [((bits(x) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32) for x in (a, b)]
+            assert not np.array_equal(d, mma_reference(*rounded, c))
+
+
+def check_3xtf32(module: CpuModule) -> None:
+    """big = tf32(x), small = tf32(x - big); small*big + big*small + big*big is within the error bound
+    of an 8-term float32 dot product (8 units of 2^-24 times |A|@|B|); one tf32 product is not."""
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal((16, 8)).astype(np.float32)
+        b = rng.standard_normal((8, 8)).astype(np.float32)
+        d = np.zeros((16, 8), np.float32)
+        module.launch("mma_3xtf32", (1, 1, 1), (32, 1, 1), 0, [a, b, d])
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        bound = 8 * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        assert (np.abs(d - exact) <= bound).all()
+        one_product = as_tf32_operand(a).astype(np.float64) @ as_tf32_operand(b)
+        assert not (np.abs(one_product - exact) <= bound).all()
+
+
+def check_poison_through_mma(module: CpuModule) -> None:
+    """A NaN operand is used whole (the GPU gives some NaN), so the shim's poison reaches D unchanged
+    and the driver can still name a race behind an mma."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 8)).astype(np.float32)
+    c = np.zeros((16, 8), np.float32)
+    a.view(np.uint32)[11, 5] = SHARED_POISON
+    d = np.zeros((16, 8), np.float32)
+    module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, 0])
+    assert (d.view(np.uint32)[11] == SHARED_POISON).all()
+    assert np.isfinite(np.delete(d, 11, axis=0)).all()
+
+
+def launch_failure(module: CpuModule, kernel: str, threads: int = 32, args: list | None = None) -> str:
+    try:
+        module.launch(kernel, (1, 1, 1), (threads, 1, 1), 0, args or [np.zeros(threads, np.float32)])
+    except CpuKernelError as failure:
+        return str(failure)
+    return "no error"
+
+
+def check_half_warp(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_half_warp") == (
+        f"shuffle cannot complete in kernel mma_half_warp, block (0,0,0): thread 0 (warp 0, lane 0) waits at {MMA} "
+        f"(ptx.cu:{MMA_LINE}) with mask 0xffffffff, but lane 16 (thread 16) has exited")
+
+
+def check_two_sites(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_two_sites") == (
+        f"mma divergence in kernel mma_two_sites, block (0,0,0): lane 0 (thread 0) runs {MMA} (ptx.cu:{MMA_LINE}) "
+        f"while lane 16 (thread 16) runs {MMA} (ptx.cu:{MMA_CD_LINE}); all 32 lanes of a warp must run the same "
+        "mma.sync together")
+
+
+def check_against_barrier(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_against_barrier") == (
+        f"barrier divergence in kernel mma_against_barrier, block (0,0,0): thread 16 waits at __syncthreads "
+        f"(ptx.cu:{line_of('__syncthreads();')}) while thread 0 waits at {MMA} (ptx.cu:{MMA_LINE})")
+
+
+def check_partial_warp(module: CpuModule) -> None:
+    args = [np.zeros(n, np.float32) for n in (128, 64, 128, 128)] + [0]
+    assert launch_failure(module, "mma_raw", 48, args) == (
+        f"{MMA} needs a whole warp in kernel mma_raw, block (0,0,0): thread 32 (ptx.cu:{MMA_LINE}) is in warp 1, "
+        "which has only 16 lanes (the block has 48 threads; make it a multiple of 32)")
+
+
+CVT_CASES = [
+    # (input bits, expected bits, why)
+    (0x3F801000, 0x3F802000, "1 + 2^-11, a tie: away from zero (ties-to-even would keep 1.0)"),
+    (0xBF801000, 0xBF802000, "-(1 + 2^-11), a tie: away from zero, so more negative"),
+    (0x3F800FFF, 0x3F800000, "just below the tie: down"),
+    (0x3F801001, 0x3F802000, "just above the tie: up"),
+    (0x3F803000, 0x3F804000, "1 + 3 * 2^-11, a tie between odd and even: away"),
+    (0x3FFFF000, 0x40000000, "the last mantissa step rounds up into the exponent: 2.0"),
+    (0x3DCCCCCD, 0x3DCCC000, "0.1f: the dropped bits 0x0CCD are under half"),
+    (0x7F7FEFFF, 0x7F7FE000, "just under the tie above the largest tf32: stays finite"),
+    (0x7F7FFFFF, 0x7F800000, "FLT_MAX rounds away, past the largest tf32: Inf"),
+    (0x7F800000, 0x7F800000, "+Inf stays +Inf"),
+    (0xFF800000, 0xFF800000, "-Inf stays -Inf"),
+    (0x7FC00000, 0x7FC00000, "a NaN stays that NaN"),
+    (0x7FFFFFFF, 0x7FFFFFFF, "the GPU's own NaN: the bias would carry into the sign bit and make -0"),
+    (0x7F800001, 0x7F800001, "a NaN whose payload is all in the dropped bits stays a NaN, never Inf"),
+    (SHARED_POISON, SHARED_POISON, "the shim's poison keeps its payload"),
+    (0x00001000, 0x00002000, "the subnormal tie: away from zero"),
+    (0x00000FFF, 0x00000000, "under the smallest tf32 subnormal's half: zero"),
+    (0x80000000, 0x80000000, "-0 stays -0"),
+]
+
+
+def check_cvt_cases(module: CpuModule) -> None:
+    x = np.array([case[0] for case in CVT_CASES], np.uint32)
+    out = np.zeros(len(x), np.uint32)
+    module.launch("cvt_each", (1, 1, 1), (64, 1, 1), 0, [x.view(np.float32), out, len(x)])
+    got = {why: hex(g) for (_, _, why), g in zip(CVT_CASES, out)}
+    assert got == {why: hex(want) for _, want, why in CVT_CASES}
+
+
+def check_cvt_random(module: CpuModule) -> None:
+    """Worked out in float64 arithmetic, not with the bit trick: the nearest multiple of the value's
+    tf32 step (2^(exponent - 10)), halves rounded away from zero."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(4096) * np.exp2(rng.integers(-60, 60, 4096))).astype(np.float32)
+    x[:64] = (np.round(x[:64].astype(np.float64) * 1024) + 0.5) / 1024  # ties for those in [1, 2)
+    magnitude = np.abs(x.astype(np.float64))
+    step = np.exp2(np.floor(np.log2(magnitude)) - 10)
+    expected = (np.sign(x) * np.floor(magnitude / step + 0.5) * step).astype(np.float32)
+    out = np.zeros(len(x), np.uint32)
+    module.launch("cvt_each", (32, 1, 1), (128, 1, 1), 0, [x, out, len(x)])
+    np.testing.assert_array_equal(out, bits(expected))
+
+
+PROBES = [check_mma_tile, check_3xtf32, check_poison_through_mma, check_half_warp, check_two_sites,
+          check_against_barrier, check_partial_warp, check_cvt_cases, check_cvt_random]
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.__name__)
+def test_the_backend_answers_every_probe_exactly(probes, probe):
+    """Each probe asserts its exact answers (see the `check_` functions above)."""
+    probe(probes)
+
+
+# --- wrong rules planted one at a time into ptx.h -------------------------------------------------
+
+# (name, the real code, the wrong rule): each a bug a plausible edit could introduce.
+MUTANTS = [
+    ("cvt rounds ties to even", "r[d] = (x + 0x1000u) & 0xFFFFE000u;",
+     "r[d] = (x + 0x0FFFu + ((x >> 13) & 1u)) & 0xFFFFE000u;"),
+    ("cvt truncates", "r[d] = (x + 0x1000u) & 0xFFFFE000u;", "r[d] = x & 0xFFFFE000u;"),
+    ("cvt rounds a NaN like a number", "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
+     "if ((x & 0x7FFFFFFFu) == 0x7F800000u)\n        r[d] = x;"),
+    ("cvt clears a NaN's low bits", "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
+     "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x & 0xFFFFE000u;"),
+    ("mma rounds its operands", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
+     "as_float(is_nan(bits) ? bits : (bits + 0x1000u) & 0xFFFFE000u)"),
+    ("mma masks a NaN operand", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
+     "as_float(bits & 0xFFFFE000u)"),
+    ("mma swaps a1 and a2", "A[g + 8][t] = ptx::tf32_value(l.a[1]);\n        A[g][t + 4] = ptx::tf32_value(l.a[2]);",
+     "A[g + 8][t] = ptx::tf32_value(l.a[2]);\n        A[g][t + 4] = ptx::tf32_value(l.a[1]);"),
+    ("mma reads b0 as B[g][t]", "B[t][g] = ptx::tf32_value(l.b[0]);", "B[g % 8][t] = ptx::tf32_value(l.b[0]);"),
+    ("mma swaps c0 and c1", "C[g][2 * t] = ptx::as_float(l.c[0]);\n        C[g][2 * t + 1] = ptx::as_float(l.c[1]);",
+     "C[g][2 * t] = ptx::as_float(l.c[1]);\n        C[g][2 * t + 1] = ptx::as_float(l.c[0]);"),
+    ("mma adds C last", "float acc = C[m][n];\n            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];\n"
+     "            D[m][n] = acc;",
+     "float acc = 0.0f;\n            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];\n"
+     "            D[m][n] = acc + C[m][n];"),
+    ("two mma statements meet", "if (!same_site(f.site, first.site)) {", "if (false) {"),
+    # (Letting a partial warp through is not planted: its missing lanes' operands would be read from
+    # memory no fiber owns, in the test's own process.)
+]
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """A copy of the backend's runtime with one rule of ptx.h replaced, compiled in place of the real one."""
+    def plant(real: str, wrong: str) -> CpuModule:
+        copy = tmp_path / "runtime"
+        copy.mkdir()
+        for path in RUNTIME.glob("*.h"):
+            text = path.read_text()
+            if path.name == "ptx.h":
+                assert text.count(real) == 1, f"ptx.h no longer holds `{real}` exactly once: update MUTANTS"
+                text = text.replace(real, wrong)
+            (copy / path.name).write_text(text)
+        monkeypatch.setattr(cpu_module, "_SHIM", copy / "shim.h")
+        monkeypatch.setattr(cpu_module, "_RUNTIME_FILES", tuple(copy / p.name for p in cpu_module._RUNTIME_FILES))
+        return CpuModule.build(PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS, cache_dir=tmp_path / "c")
+    return plant
+
+
+@pytest.mark.parametrize(("real", "wrong"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+def test_every_planted_wrong_rule_fails_a_probe(planted, real, wrong):
+    module = planted(real, wrong)
+    caught = []
+    for probe in PROBES:
+        try:
+            probe(module)
+        except (AssertionError, CpuKernelError):
+            caught.append(probe.__name__)
+    assert caught, "no probe noticed the planted rule"
+
+
+# --- the ways an asm statement may be written ----------------------------------------------------
+
+SPELLINGS = r"""
+__device__ unsigned plain(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+__device__ unsigned spread(float x) {
+    unsigned r;
+    asm volatile (  // a comment, a template in pieces, spaces before the parentheses
+        "cvt.rna.tf32.f32" " %0,"
+        /* another */ "%1;\n"
+        : "=r" (r)
+        : "f" (x)
+        : "memory" );
+    return r;
+}
+__device__ unsigned gnu(float x) { unsigned r; __asm__ __volatile__(R"x(cvt.rna.tf32.f32 %0, %1;)x" : "=r"(r) : "f"(x)); return r; }
+__device__ unsigned in_out(float x) { unsigned r = 7; __asm inline("cvt.rna.tf32.f32 %0, %1;" : "+r"(r) : "f"(x)); return r; }
+__device__ unsigned from_bits(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "r"(__float_as_uint(x))); return r; }
+__device__ unsigned into_int(float x) { int r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return (unsigned)r; }
+__device__ unsigned chained(float x) {
+    unsigned r, s;  // the second instruction reads what the first wrote to an output
+    asm("cvt.rna.tf32.f32 %0, %2;\n\tcvt.rna.tf32.f32 %1, %0;" : "=r"(r), "=r"(s) : "f"(x));
+    return r == s ? s : 0u;
+}
+#define CVT(out, x)                                  \
+    asm volatile("cvt.rna.tf32.f32 %0, %1;"          \
+                 : "=r"(out)                         \
+                 : "f"(x))
+__device__ unsigned by_macro(float x) { unsigned r; CVT(r, x); return r; }
+__device__ unsigned with_barrier(float x) { asm volatile("" ::: "memory"); return plain(x); }
+extern "C" __global__ void spellings(const float* x, unsigned* out) {
+    const int i = threadIdx.x;
+    if (i > 0) CVT(out[9 * i], x[i]); else out[0] = plain(x[0]);  // a macro call as the body of an if
+    out[9 * i + 1] = spread(x[i]);
+    out[9 * i + 2] = gnu(x[i]);
+    out[9 * i + 3] = in_out(x[i]);
+    out[9 * i + 4] = from_bits(x[i]);
+    out[9 * i + 5] = into_int(x[i]);
+    out[9 * i + 6] = chained(x[i]);
+    out[9 * i + 7] = by_macro(x[i]);
+    out[9 * i + 8] = with_barrier(x[i]);
+}
+"""
+
+
+def test_every_way_of_writing_the_statement_runs_the_same_instruction(tmp_path):
+    module = CpuModule.build(PRELUDE + SPELLINGS, "ptx.cu", {"spellings": ["float*", "unsigned*"]},
+                             cache_dir=tmp_path)
+    x = np.array([1.0 + 2.0**-11, -(1.0 + 2.0**-11), 0.1, np.inf], np.float32)  # ties, 0.1f, Inf
+    out = np.zeros((4, 9), np.uint32)
+    module.launch("spellings", (1, 1, 1), (4, 1, 1), 0, [x, out])
+    assert [hex(v) for v in out[:, 0]] == ["0x3f802000", "0xbf802000", "0x3dccc000", "0x7f800000"]
+    assert (out == out[:, :1]).all()
+
+
+# --- what the CPU backend refuses -----------------------------------------------------------------
+
+KERNEL = 'extern "C" __global__ void k(float* o) { o[threadIdx.x] = 1.0f; }\n'
+RUNS_ONLY = f"which the CPU backend cannot run: it runs only the PTX instructions {SUPPORTED}"
+CANNOT = f"is inline assembly the CPU backend cannot run: it runs only the PTX instructions {SUPPORTED}; " \
+         "write the rest in CUDA C++"
+MMA_D_IN_PLACE = ('"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, '
+                  '{%0,%1,%2,%3};"')
+REFUSED = {
+    "x86-syscall": ('__device__ void f() {\n  asm volatile("syscall" ::: "memory");\n}\n',
+                    f"attention.cu(2): error: `syscall` {CANNOT}"),
+    "x86-basic-asm": ('__device__ void f() {\n  __asm__("movq $60, %rax\\n\\tsyscall");\n}\n',
+                      f"attention.cu(2): error: `movq $60, %rax syscall` is inline assembly without operands, "
+                      f"{RUNS_ONLY}"),
+    "unknown-ptx": ('__device__ unsigned lane() {\n  unsigned r;\n  asm("mov.u32 %0, %%laneid;" : "=r"(r));\n'
+                    "  return r;\n}\n", f"attention.cu(3): error: `mov.u32 %0, %%laneid` {CANNOT}"),
+    "second-instruction-unknown": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                                   '  asm("cvt.rna.tf32.f32 %0, %1;\\n\\tbar.sync 0;" : "=r"(r) : "f"(x));\n'
+                                   "  return r;\n}\n", f"attention.cu(3): error: `bar.sync 0` {CANNOT}"),
+    "operand-count": ('__device__ void f(float (&d)[4], unsigned a) {\n  asm volatile(\n    "' + MMA +
+                      ' {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%4,%4};"\n'
+                      '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a));\n}\n',
+                      f"attention.cu(2): error: `{MMA}` takes 4 operands (D, A, B, C), this one has 3"),
+    "vector-size": ('__device__ void f(float (&d)[4], unsigned a) {\n  asm volatile("' + MMA +
+                    ' {%0,%1,%2,%3}, {%4,%4,%4}, {%4,%4}, {%0,%1,%2,%3};"\n'
+                    '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a));\n}\n',
+                    f"attention.cu(2): error: `{MMA}`'s A is a vector of 4 registers, got {{%4, %4, %4}}"),
+    "no-such-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                        '  asm("cvt.rna.tf32.f32 %0, %2;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
+                        "attention.cu(3): error: `%2` in `cvt.rna.tf32.f32` names no operand: the statement has 2 "
+                        "(%0 to %1)"),
+    "float-destination": ('__device__ float f(float x) {\n  float r;\n'
+                          '  asm("cvt.rna.tf32.f32 %0, %1;" : "=f"(r) : "f"(x));\n  return r;\n}\n',
+                          'attention.cu(3): error: `cvt.rna.tf32.f32` takes d in "r" registers, but %0 is "f"'),
+    "write-only-accumulator": ('__device__ void f(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {\n'
+                               f'  asm volatile({MMA_D_IN_PLACE}\n'
+                               '    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])\n'
+                               '    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n',
+                               f'attention.cu(2): error: `{MMA}` reads its C from %0, which is write-only ("=f"), so '
+                               'its value is undefined; make it "+f"'),
+    "64-bit-operand": ('__device__ unsigned f(double x) {\n  unsigned r;\n'
+                       '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "l"(x));\n  return r;\n}\n',
+                       'attention.cu(3): error: the input constraint "l" is not one the CPU backend runs: use "r" or '
+                       '"f" (r: a 32-bit integer, f: a float)'),
+    "asm-label": ('int renamed asm("memcpy");\n',
+                  f"attention.cu(1): error: `memcpy` is inline assembly without operands, {RUNS_ONLY}"),
+    "in-a-branch-the-preprocessor-drops": ('#if 0\n__device__ void f() { asm volatile("exit;" ::: "memory"); }\n#endif\n',
+                                           f"attention.cu(2): error: `exit` {CANNOT}"),
+    "ptx-block-with-its-own-registers": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                                         '  asm("{ .reg .b32 t; cvt.rna.tf32.f32 t, %1; mov.b32 %0, t; }" : "=r"(r) : "f"(x));\n'
+                                         "  return r;\n}\n",
+                                         f"attention.cu(3): error: `{{ .reg .b32 t` {CANNOT}"),
+    "named-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                      '  asm("cvt.rna.tf32.f32 %[r], %[x];" : [r] "=r"(r) : [x] "f"(x));\n  return r;\n}\n',
+                      "attention.cu(3): error: named operands (`[name] \"r\"(x)`) are not read by the CPU backend; "
+                      "number them (%0, %1, ...) instead"),
+    "asm-inside-an-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                              '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(({ asm("syscall"); x; })));\n'
+                              "  return r;\n}\n",
+                              "attention.cu(3): error: `asm` inside an operand of another asm statement"),
+    "template-from-a-macro": ('#define TEMPLATE "syscall"\n__device__ void f() {\n  asm volatile(TEMPLATE ::: "memory");\n}\n',
+                              "attention.cu(3): error: the template of `asm` must be plain string literals, got TEMPLATE"),
+    "undef-the-keyword": ("#undef asm\n",
+                          "attention.cu(1): error: `#undef asm` is refused: the CPU backend reads inline assembly "
+                          "itself and needs the keyword kept as it is; give the macro another name"),
+    "redefine-the-keyword": ("#define __asm__(...)\n",
+                             "attention.cu(1): error: `#define __asm__` is refused: the CPU backend reads inline "
+                             "assembly itself and needs the keyword kept as it is; give the macro another name"),
+}
+
+
+@pytest.mark.parametrize("code, message", REFUSED.values(), ids=REFUSED.keys())
+def test_inline_assembly_it_cannot_run_is_refused_before_g_plus_plus_sees_it(tmp_path, code, message):
+    with pytest.raises(CpuCompileError) as refused:
+        CpuModule.build('#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
+                        "attention.cu", {"k": ["float*"]}, cache_dir=tmp_path)
+    assert str(refused.value) == message
+    assert not list(tmp_path.glob("*.so"))  # nothing was built
+
+
+# What the rewrite cannot see or judge, g++ stops at the student's line.
+COMPILER_REFUSED = {
+    "keyword-pasted-by-a-macro": ('#define CAT(a, b) a##b\n__device__ void f() {\n  CAT(as, m)("syscall");\n}\n',
+                                  "attention.cu(3): error: inline assembly built by a macro: the CPU backend runs "
+                                  "only asm statements written out in the file (see the CPU backend's README)"),
+    "f-operand-from-a-double": ('__device__ unsigned f(double x) {\n  unsigned r;\n'
+                                '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
+                                "attention.cu(3): error: use of deleted function ‘uint32_t "
+                                "attnlab::{anonymous}::ptx::f_input(T) [with T = double; uint32_t = unsigned int]’"),
+}
+
+
+@pytest.mark.parametrize("code, message", COMPILER_REFUSED.values(), ids=COMPILER_REFUSED.keys())
+def test_what_the_rewrite_leaves_to_g_plus_plus_fails_at_the_students_line(tmp_path, code, message):
+    with pytest.raises(CpuCompileError) as refused:
+        CpuModule.build('#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
+                        "attention.cu", {"k": ["float*"]}, cache_dir=tmp_path)
+    assert str(refused.value).splitlines()[:2] == ["C++ compile failed:", message]
+
+
+def test_a_rewritten_statement_keeps_every_later_line_number(tmp_path):
+    code = ('__device__ unsigned f(float x) {\n  unsigned r;\n  asm("cvt.rna.tf32.f32 %0, %1;"\n'
+            '      : "=r"(r)\n      : "f"(x));\n  return undeclared_name;\n}\n')
+    with pytest.raises(CpuCompileError) as refused:
+        CpuModule.build('#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
+                        "attention.cu", {"k": ["float*"]}, cache_dir=tmp_path)
+    assert str(refused.value) == ("C++ compile failed:\n"
+                                  "attention.cu(6): error: ‘undeclared_name’ was not declared in this scope")
+
+
+def test_grade_refuses_ptx_the_cpu_backend_cannot_run_with_a_compile_error(tmp_path):
+    """Through the command line: NVRTC accepts `ret;`, the CPU build refuses it (exit 3, the line named)."""
+    fixture = "tests/fixtures/lab2/hostile/ptx_also_x86.cu"
+    report = tmp_path / "result.json"
+    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", fixture, "--device", "cpu",
+                                "--no-timing", "--json", str(report)], cwd=REPO, capture_output=True, text=True,
+                               timeout=300)
+    result = json.loads(report.read_text())
+    line = next(i + 1 for i, text in enumerate((REPO / fixture).read_text().splitlines()) if "asm volatile" in text)
+    assert (completed.returncode, result["verdict"], result["exit_code"]) == (3, "compile-error", 3)
+    assert result["error"] == f"{fixture}({line}): error: `ret;` is inline assembly without operands, {RUNS_ONLY}"
+
+
+# --- NVRTC: the same helpers compile for sm_90, and the register classes are the ones it accepts ---
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_compile_gate_passes_the_probe_kernels(arch):
+    """The include policy and NVRTC (ptxas behind it), as grading runs them, for the first tensor-core
+    architecture with tf32 and for the H200's."""
+    module = compile_gate(PROBES_SOURCE.read_text(), "ptx.cu", arch)
+    # The helpers are inlined at every call: mma in mma_raw 2, mma_3xtf32 3, and 1, 2 and 1 in the three
+    # divergence probes; cvt 12 times in mma_3xtf32 (8 through the helper, 4 through the macro), once in cvt_each.
+    assert (module.ptx.count(f"\t{MMA} "), module.ptx.count("\tcvt.rna.tf32.f32 ")) == (9, 13)
+    assert set(module.entry_points) == set(ENTRY_POINTS)
+
+
+CVT_TEMPLATE = '''__device__ unsigned to_tf32(float x) {{
+    {dtype} r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "={d}"(r) : "{a}"({x}));
+    return {ret};
+}}
+extern "C" __global__ void k(float* o) {{ o[threadIdx.x] = __uint_as_float(to_tf32(o[threadIdx.x])); }}
+'''
+MMA_TEMPLATE = '''__device__ void mma(float* o, {D} (&d)[4], const {A} (&a)[4], const {B} (&b)[2], const {C} (&c)[4]) {{
+    asm volatile("''' + MMA + ''' {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};"
+        : "={Dc}"(d[0]), "={Dc}"(d[1]), "={Dc}"(d[2]), "={Dc}"(d[3])
+        : "{Ac}"(a[0]), "{Ac}"(a[1]), "{Ac}"(a[2]), "{Ac}"(a[3]), "{Bc}"(b[0]), "{Bc}"(b[1]),
+          "{Cc}"(c[0]), "{Cc}"(c[1]), "{Cc}"(c[2]), "{Cc}"(c[3]));
+}}
+extern "C" __global__ void k(float* o) {{
+    {D} d[4]; {A} a[4] = {{1, 2, 3, 4}}; {B} b[2] = {{5, 6}}; {C} c[4] = {{7, 8, 9, 10}};
+    mma(o, d, a, b, c);
+    o[threadIdx.x] = (float)d[0];
+}}
+'''
+TYPES = {"r": "unsigned", "f": "float"}
+
+
+def nvrtc_accepts(source: str) -> bool:
+    try:
+        compile_module(source, "classes.cu", "sm_90")
+    except AttnlabError:
+        return False
+    return True
+
+
+def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90():
+    """For each operand of each instruction, every class letter: the CPU backend allows it exactly when
+    NVRTC (and ptxas behind it) compiles it, with the operand declared in that class's C++ type."""
+    cvt = INSTRUCTIONS["cvt.rna.tf32.f32"]
+    allowed = {("d", c): c in cvt.operands[0].classes for c in "rf"} | \
+              {("a", c): c in cvt.operands[1].classes for c in "rf"}
+    accepted = {}
+    for c in "rf":
+        accepted[("d", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
+            dtype=TYPES[c], d=c, a="f", x="x", ret="r" if c == "r" else "__float_as_uint(r)"))
+        accepted[("a", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
+            dtype="unsigned", d="r", a=c, x="x" if c == "f" else "__float_as_uint(x)", ret="r"))
+    mma = INSTRUCTIONS[MMA]
+    base = {"Dc": "f", "Ac": "r", "Bc": "r", "Cc": "f"}
+    for operand in mma.operands:
+        for c in "rf":
+            classes = base | {f"{operand.name}c": c}
+            allowed[(operand.name, c)] = c in operand.classes
+            accepted[(operand.name, c)] = nvrtc_accepts(MMA_TEMPLATE.format(
+                **classes, **{name[0]: TYPES[letter] for name, letter in classes.items()}))
+    assert accepted == allowed
+
+
+# --- the emulation against the hardware -----------------------------------------------------------
+
+class CupyProbes:
+    """The probe kernels on the GPU, launched like a CpuModule: numpy arrays in, written back after."""
+
+    def __init__(self):
+        import cupy
+
+        self.cupy = cupy
+        self.module = cupy.RawModule(code=compose_source(PROBES_SOURCE.read_text(), "ptx.cu"),
+                                     options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include"))
+
+    def launch(self, name, grid, block, shared_bytes, args, reverse_threads=0):
+        cp = self.cupy
+        on_gpu = [cp.asarray(a) if isinstance(a, np.ndarray) else np.int32(a) for a in args]
+        self.module.get_function(name)(tuple(grid), tuple(block), tuple(on_gpu), shared_mem=shared_bytes)
+        cp.cuda.Device().synchronize()
+        for host, device in zip(args, on_gpu):
+            if isinstance(host, np.ndarray):
+                host[...] = cp.asnumpy(device)
+
+
+def check_agreement(device, cpu: CpuModule) -> None:
+    """cvt bit for bit on every number and infinity (NaN payloads are unspecified: only NaN-ness is
+    compared); mma within the float32 error bound of the exact product of the truncated operands on
+    both (rounding the operands instead, or another fragment layout, is off by about 2^-11)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(8192) * np.exp2(rng.integers(-140, 127, 8192))).astype(np.float32)
+    x = np.concatenate([x, np.array([c[0] for c in CVT_CASES], np.uint32).view(np.float32),
+                        np.array([0x7FFFFFFF], np.uint32).view(np.float32)])
+    outs = []
+    for module in (device, cpu):
+        out = np.zeros(len(x), np.uint32)
+        module.launch("cvt_each", ((len(x) + 127) // 128, 1, 1), (128, 1, 1), 0, [x, out, len(x)])
+        outs.append(out)
+    number = ~np.isnan(x)
+    np.testing.assert_array_equal(outs[0][number], outs[1][number])
+    assert np.isnan(outs[0][~number].view(np.float32)).all() and np.isnan(outs[1][~number].view(np.float32)).all()
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        a, b, c = (rng.standard_normal(shape).astype(np.float32) for shape in ((16, 8), (8, 8), (16, 8)))
+        at, bt = (as_tf32_operand(m).astype(np.float64) for m in (a, b))
+        exact = at @ bt + c
+        bound = 9 * 2.0**-24 * (np.abs(at) @ np.abs(bt) + np.abs(c))
+        for module in (device, cpu):
+            d = np.zeros((16, 8), np.float32)
+            module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, seed % 2])
+            assert (np.abs(d - exact) <= bound).all()
+
+
+@pytest.mark.gpu
+def test_the_gpu_agrees_with_the_emulation(probes):
+    check_agreement(CupyProbes(), probes)
+
+
+def test_the_agreement_check_passes_the_emulation_against_itself(probes):
+    """What the GPU test above runs, here with the CPU backend in the GPU's place, so that its
+    arithmetic is exercised on every machine."""
+    check_agreement(probes, probes)
