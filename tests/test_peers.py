@@ -478,7 +478,7 @@ def standin_bench(monkeypatch, tmp_path):
     monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
     monkeypatch.setattr(runs_module, "load_catalogue", catalogues.get)
     checks = {"lab2": Case("C3-P31", ROWS, PREFIX), "lab1": Case("T16", 16, 0)}  # small: the stand-in is the oracle
-    monkeypatch.setattr(runs_module, "bench_check_case", lambda lab, catalogue, request: checks[lab.name])
+    monkeypatch.setattr(runs_module, "bench_check_case", lambda lab, catalogue, request, constants=None: checks[lab.name])
     monkeypatch.setattr(device_state, "read_device_state",
                         lambda index=0: device_state.DeviceState(name="NVIDIA H200", sm_clock_mhz=1980))
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
