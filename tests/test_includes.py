@@ -197,6 +197,7 @@ DIFFERENTIAL = [
     "%:include \"MARK1.h\"\n%:%:include \"MARK2.h\"\n",
     'auto s = R"x(\n)x\\\n";\n#include "MARK1.h"\n',
     "const char* s = \"abc\n#include \"MARK1.h\"\n",
+    "const char* s = \"a\\\\\n\n#include \"MARK1.h\"\n",  # a backslash before a splice
     "int x; /*\n*/ #include \"MARK1.h\"\n",
     "int x; /* one line */ #include \"MARK1.h\"\n",
 ]
@@ -225,8 +226,9 @@ def scanned(source: str) -> list[tuple[int, str, str]]:
     return [(d.line, d.name, d.argument) for d in scan_directives(source, "a.cu")]
 
 
-def include_refused(line: int, argument: str, why: str = "paste what you need into the file itself") -> str:
-    return f"a.cu({line}): error: `#include {argument}` is refused: a submission may include only {ALLOWED}; {why}"
+def include_refused(line: int, argument: str) -> str:
+    return (f"a.cu({line}): error: `#include {argument}` is refused: a submission may include only {ALLOWED}; "
+            "paste what you need into the file itself")
 
 
 NOT_LITERAL = f"an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED}"
@@ -382,7 +384,7 @@ def test_numbers_end_where_both_compilers_end_them(source):
 
 
 # Literals: a backslash escapes the next character but never the end of a line.
-def test_a_string_ending_in_an_escaped_backslash_before_a_splice_ends_at_its_line():
+def test_a_backslash_left_before_a_new_line_by_a_splice_escapes_nothing_and_the_string_ends_there():
     # `"a\` then a splice: after phase 2 the backslash stands before a new line it cannot escape
     assert refused('const char* s = "a\\\\\n\n#include "/proc/self/environ"\n') == f"a.cu(3): error: {ENVIRON}"
 
