@@ -472,3 +472,28 @@ def test_a_stray_backslash_takes_one_character_only():
 def test_gcc_dependency_in_a_pragma_string_is_refused_with_a_comment_between_its_words():
     assert refused('_Pragma("GCC/**/dependency \\"/proc/self/environ\\"")\n') == \
         "a.cu(1): error: `GCC dependency` is refused: it makes the compiler open a file"
+
+
+# `code_tokens` reads the file with the same rules: `##` and `%:%:` are punctuation even where they
+# begin a line, a line marker is a directive without a name, and `.5` is one number.
+def test_tokens_of_a_double_hash_a_line_marker_and_a_number_that_starts_with_a_dot():
+    found = [(t.kind, t.text, t.start, t.end, t.line)
+             for t in code_tokens('## x\n%:%: y\n# 1 "f"\nz = .5;\n', "a.cu")]
+    assert found == [
+        ("punct", "#", 0, 1, 1), ("punct", "#", 1, 2, 1), ("word", "x", 3, 4, 1), ("newline", "\n", 4, 5, 1),
+        ("punct", "%", 5, 6, 2), ("punct", ":", 6, 7, 2), ("punct", "%", 7, 8, 2), ("punct", ":", 8, 9, 2),
+        ("word", "y", 10, 11, 2), ("newline", "\n", 11, 12, 2),
+        ("directive", "", 12, 14, 3), ("number", "1", 14, 15, 3), ("string", '"f"', 16, 19, 3),
+        ("newline", "\n", 19, 20, 3),
+        ("word", "z", 20, 21, 4), ("punct", "=", 22, 23, 4), ("number", ".5", 24, 26, 4), ("punct", ";", 26, 27, 4),
+        ("newline", "\n", 27, 28, 4)]
+
+
+def test_tokens_refuse_what_the_policy_refuses_naming_the_file():
+    with pytest.raises(AttnlabError, match=r"^k\.cu\(2\): error: `__has_include` is refused: a submission may not "
+                                           r"probe for files; "):
+        code_tokens("int a;\n#ifdef __has_include\n", "k.cu")
+
+
+def test_a_number_that_starts_with_a_dot_is_one_token_at_the_end_of_the_file_too():
+    assert [(t.kind, t.text) for t in code_tokens("z=.5", "a.cu")] == [("word", "z"), ("punct", "="), ("number", ".5")]
