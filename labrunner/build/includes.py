@@ -340,7 +340,9 @@ class _Lexer:
         start = i
         while i < n and text[i] != quote and text[i] != "\n":
             i += 2 if text[i] == "\\" and i + 1 < n and text[i + 1] != "\n" else 1
-        if re.search(r"\bGCC\s+dependency\b", text[start:i]):
+        # _Pragma("...") is read as the tokens of a #pragma line, so a comment between the two
+        # words is a space there: `_Pragma("GCC/**/dependency \"/etc/passwd\"")` opens the file.
+        if re.search(r"\bGCC(?:\s|/\*.*?\*/)+dependency\b", text[start:i]):
             raise self.fail(start, "`GCC dependency` is refused: it makes the compiler open a file")
         return i + 1 if i < n and text[i] == quote else i
 
