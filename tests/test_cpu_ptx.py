@@ -546,7 +546,15 @@ def check_agreement(device, cpu: CpuModule) -> None:
         outs.append(out)
     number = ~np.isnan(x)
     np.testing.assert_array_equal(outs[0][number], outs[1][number])
-    assert np.isnan(outs[0][~number].view(np.float32)).all() and np.isnan(outs[1][~number].view(np.float32)).all()
+    # A NaN is where the two part on purpose. The hardware clears a NaN's 13 low bits without rounding
+    # (seen on an H200: 0x7FFFFFFF -> 0x7FFFE000, 0x7FF00BAD -> 0x7FF00000, and 0x7F800001 -> 0x7F800000,
+    # which is +Inf). The emulation keeps every NaN whole, so the shim's shared-memory poison survives a
+    # conversion and can still be named as a race. The backend given as `device` is held to its own rule.
+    nan_bits = x[~number].view(np.uint32)
+    gpu_rule = nan_bits & np.uint32(0xFFFFE000)
+    for module, out in zip((device, cpu), outs):
+        expected = nan_bits if isinstance(module, CpuModule) else gpu_rule
+        np.testing.assert_array_equal(out[~number], expected)
     for seed in range(8):
         rng = np.random.default_rng(100 + seed)
         a, b, c = (rng.standard_normal(shape).astype(np.float32) for shape in ((16, 8), (8, 8), (16, 8)))

@@ -20,7 +20,7 @@
 // exp(partMax - globalMax) before adding, divide once. Empty partitions (a sequence shorter than
 // its batch's longest) are never written and never read: the combine stops at the sequence's own
 // partition count.
-constexpr int PARTITION = 512;  // keys per partition: a multiple of the 8-key chunk and of the 16-row page
+constexpr int PARTITION = 1024;  // keys per partition: a multiple of the 8-key chunk and of the 16-row page
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
 constexpr int CHUNK = 8;        // keys a warp loads before it uses any

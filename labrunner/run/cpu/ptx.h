@@ -51,9 +51,9 @@ inline bool is_nan(uint32_t bits) { return (bits & 0x7F800000u) == 0x7F800000u &
 // half of the last kept bit (0x1000) to the magnitude's bit pattern and clear the 13 dropped bits.
 // A carry runs into the exponent exactly as rounding should (and the largest floats round up to
 // Inf). Inf and NaN are left as they are: the bias would carry out of a NaN with a full payload
-// (0x7FFFFFFF, the GPU's own NaN, would become -0). NaN is returned whole: the GPU gives some NaN
-// (its payload is not specified), and keeping ours lets the shim's poison NaNs (unwritten shared
-// memory) still be named as a race after a tensor-core step.
+// (0x7FFFFFFF, the GPU's own NaN, would become -0). NaN is returned whole, where the hardware clears
+// its 13 low bits (seen on an H200: 0x7FF00BAD -> 0x7FF00000, 0x7F800001 -> +Inf): keeping ours lets
+// the shim's poison NaNs (unwritten shared memory) still be named as a race after a tensor-core step.
 inline void cvt_rna_tf32_f32(uint32_t* r, int d, int a) {
     const uint32_t x = r[a];
     if ((x & 0x7F800000u) == 0x7F800000u)
