@@ -21,6 +21,7 @@ step() {  # step NAME EXPECTED-EXIT COMMAND...: runs it, logs it, records its ex
 }
 
 timed_grade() {  # the whole `grade lab2` of the shipped solution, end to end: seconds (budget 15 s) and SPEEDUP
+    # (on a fresh machine the first grade also fills NVRTC's and CuPy's compile caches: 17 to 20 s, then 7 s)
     local started ended
     started=$(date +%s.%N)
     python3 -m labrunner grade lab2 kernels/lab2/solution.cu --json "$out/lab2-timed.json"
@@ -31,7 +32,7 @@ import json, sys
 seconds = float(sys.argv[2]) - float(sys.argv[1])
 timing = json.load(open(sys.argv[3])).get("timing") or {}
 print(f"grade lab2 solution: {seconds:.1f} s end to end (budget 15 s: {'ok' if seconds <= 15 else 'OVER'}); "
-      f"SPEEDUP {timing.get('speedup', float('nan')):.2f}x (13.1x before fresh inputs; within 3%: 12.71x..13.49x); "
+      f"SPEEDUP {timing.get('speedup', float('nan')):.2f}x (16.5x to 16.7x on an H200 with the current solution); "
       f"{timing.get('input_sets')} input sets, checked calls {timing.get('verified_calls')}, "
       f"oracle proof {timing.get('oracle_proof')}")
 sys.exit(0 if seconds <= 15 else 1)

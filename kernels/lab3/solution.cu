@@ -20,6 +20,13 @@
 // exp(partMax - globalMax) before adding, divide once. Empty partitions (a sequence shorter than
 // its batch's longest) are never written and never read: the combine stops at the sequence's own
 // partition count.
+//
+// What bounds it (H200, `attnlab grade lab3`, B = 64, the longest 32,768 keys, 4.76 GB that must
+// move): 1.36 ms, 3.5 to 3.6 TB/s, 0.82 to 0.85 of a device copy timed in the same run (512-key
+// partitions gave 0.83, 1,024 gave 0.85, 2,048 gave 0.85). Memory bandwidth, short of the copy by
+// the per-block start and merge and by the combine's second pass. The next steps: more keys in
+// flight per warp (16-key chunks, or cp.async into a shared-memory ring) and a combine folded into
+// the last block of each sequence.
 constexpr int PARTITION = 1024;  // keys per partition: a multiple of the 8-key chunk and of the 16-row page
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
