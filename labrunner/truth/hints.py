@@ -87,12 +87,17 @@ def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status
         evidence["matches"].append("rescale-missing")
     # Which KV head each wrong query head's output is attention over, if any one of them.
     per_kv = [variant_attention(q, k, v, case.prefix, kv_head=g) for g in range(KV_HEADS)]
+    _record_kv_heads_read(evidence, out, heads_wrong, per_kv)
+    return evidence
+
+
+def _record_kv_heads_read(evidence: dict, out: np.ndarray, heads_wrong, per_kv: list[np.ndarray]) -> None:
+    """Which KV head each wrong query head's output is attention over, where another one explains it."""
     for h in heads_wrong:
         for g in range(KV_HEADS):
             if g != h // GROUP and _explains(out[:, h], per_kv[g][:, h]):
                 evidence["kv_heads_read"][h] = g
                 break
-    return evidence
 
 
 def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: np.ndarray, compare: bool) -> dict:
@@ -121,11 +126,7 @@ def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: n
     if any(name.startswith("page-") for name in evidence["matches"]):
         evidence["matches"].append("page-table")
     per_kv = [decode_variant(inputs, kv_head=g) for g in range(KV_HEADS)]
-    for h in heads_wrong:
-        for g in range(KV_HEADS):
-            if g != h // GROUP and _explains(out[:, h], per_kv[g][:, h]):
-                evidence["kv_heads_read"][h] = g
-                break
+    _record_kv_heads_read(evidence, out, heads_wrong, per_kv)
     return evidence
 
 

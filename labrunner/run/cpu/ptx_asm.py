@@ -174,7 +174,7 @@ class _Reader:
             raise self.refuse(keyword, f"`{keyword.text}(...)` is not a statement ending in `;` (an asm label on a "
                                        "declaration?): the CPU backend runs only asm statements inside functions, "
                                        f"with the PTX instructions {SUPPORTED}")
-        sections = self._sections(code[k + 1:close])
+        sections = _split_top_level(code[k + 1:close], ":")  # template, outputs, inputs, clobbers (`::` is two)
         template_tokens = sections[0]
         template = self._template(template_tokens, keyword)
         if len(sections) == 1 and template.strip():
@@ -231,21 +231,6 @@ class _Reader:
                 if depth == 0:
                     return j
         raise self.refuse(keyword, f"the `{keyword.text}(` statement never closes its parenthesis")
-
-    @staticmethod
-    def _sections(inside: list[Token]) -> list[list[Token]]:
-        """Split at the colons outside any bracket: template, outputs, inputs, clobbers (`::` is two)."""
-        sections, depth = [[]], 0
-        for token in inside:
-            if token.kind == "punct" and token.text in "([{":
-                depth += 1
-            elif token.kind == "punct" and token.text in ")]}":
-                depth -= 1
-            if token.kind == "punct" and token.text == ":" and depth == 0:
-                sections.append([])
-            else:
-                sections[-1].append(token)
-        return sections
 
     def _template(self, tokens: list[Token], keyword: Token) -> str:
         if not tokens:
@@ -479,18 +464,24 @@ def _unescape(body: str, refuse) -> str:
     return "".join(out)
 
 
-def _split_commas(tokens: list[Token]) -> list[list[Token]]:
+def _split_top_level(tokens: list[Token], separator: str) -> list[list[Token]]:
+    """Split at each `separator` outside any bracket: the colons between an asm statement's sections,
+    the commas between its operands."""
     pieces, depth = [[]], 0
     for token in tokens:
         if token.kind == "punct" and token.text in "([{":
             depth += 1
         elif token.kind == "punct" and token.text in ")]}":
             depth -= 1
-        if token.kind == "punct" and token.text == "," and depth == 0:
+        if token.kind == "punct" and token.text == separator and depth == 0:
             pieces.append([])
         else:
             pieces[-1].append(token)
-    return pieces if tokens else []
+    return pieces
+
+
+def _split_commas(tokens: list[Token]) -> list[list[Token]]:
+    return _split_top_level(tokens, ",") if tokens else []
 
 
 def _shown(text: str, limit: int = 60) -> str:
