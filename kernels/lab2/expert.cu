@@ -46,6 +46,7 @@ constexpr int ROWS = 16;                // query rows per block (one m16 tile pe
 constexpr int HEADS = GROUP;            // query heads per block: one KV group, one warp each
 constexpr int THREADS = 32 * HEADS;
 constexpr int BC = 64;                  // keys per K/V tile
+constexpr float SCALE_LOG2E = 0.125f * 1.4426950408889634f;  // the contract's 1/8, times log2(e)
 constexpr int PITCH = 144;              // floats per staged row: 128 of data, padded off the bank stride
 constexpr int SMEM_FLOATS = BC * PITCH /*K: [key][dim pair][4]*/ + DH * PITCH /*V: [dim][key pair][4]*/;
 
@@ -102,7 +103,8 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
     // give the first blocks the longest work and let the short ones fill the tail.
     const int rowStart = (gridDim.x - 1 - blockIdx.x) * ROWS;
 
-    // This warp's 16 rows of Q as A fragments, scaled by 1/8 (exact) and split. Rows past the chunk are 0.
+    // This warp's 16 rows of Q as A fragments, scaled by log2(e) / 8 (so that each exponential is one
+    // exp2f, as in solution.cu) and split. Rows past the chunk are 0.
     unsigned qBig[DH / 8][4], qSmall[DH / 8][4];
 #pragma unroll
     for (int step = 0; step < DH / 8; ++step) {
@@ -110,7 +112,7 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
         for (int i = 0; i < 4; ++i) {
             const int row = rowStart + g + (i % 2) * 8;           // a0, a2: row g; a1, a3: row g + 8
             const int dim = step * 8 + t + (i / 2) * 4;            // a0, a1: dim t; a2, a3: dim t + 4
-            const float x = row < chunkLen ? q[((size_t)row * HQ + h) * DH + dim] * 0.125f : 0.0f;
+            const float x = row < chunkLen ? q[((size_t)row * HQ + h) * DH + dim] * SCALE_LOG2E : 0.0f;
             split(x, qBig[step][i], qSmall[step][i]);
         }
     }
@@ -200,12 +202,12 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
             // Key 0 is visible to every row, so m is finite after the first tile, and a tile with no
             // visible key for this row leaves mNew = m, alpha = 1 and every p = 0.
             const float mNew = fmaxf(m[r], tileMax);
-            const float alpha = expf(m[r] - mNew);
+            const float alpha = exp2f(m[r] - mNew);
             float rowSum = 0.0f;
 #pragma unroll
             for (int nb = 0; nb < BC / 8; ++nb) {
-                s[nb][2 * r] = expf(s[nb][2 * r] - mNew);
-                s[nb][2 * r + 1] = expf(s[nb][2 * r + 1] - mNew);
+                s[nb][2 * r] = exp2f(s[nb][2 * r] - mNew);
+                s[nb][2 * r + 1] = exp2f(s[nb][2 * r + 1] - mNew);
                 rowSum += s[nb][2 * r] + s[nb][2 * r + 1];
             }
             rowSum += __shfl_xor_sync(0xffffffffu, rowSum, 1);

@@ -22,24 +22,34 @@
 //    sees, and only the tiles that cross the diagonal pay for the per-element mask.
 //  - Balanced causal work. Late rows see more keys; the GPU starts blocks in blockIdx order,
 //    so blockIdx.x = 0 takes the last 64 rows, and the short blocks fill the tail of the grid.
-//  - Occupancy: 128 threads and 69,632 bytes of shared memory per block, three blocks per SM.
+//  - Occupancy: 128 threads, at most 128 registers each, and 52,224 bytes of shared memory per
+//    block, four blocks per SM. P needs no buffer of its own: once every warp has its scores, the
+//    K tile is dead, so P is written over it (one more barrier per tile buys a fourth block).
+//  - One instruction per exponential. exp(x) = 2^(x * log2 e), and the GPU's exp2 is a single
+//    instruction where expf is several. Folding log2(e) into the 1/8 that scales Q makes every
+//    score log2(e) times larger, so exp2f of a difference of scores is the expf it replaces: the
+//    probabilities, rescale factors and sums are the same numbers, to float32 rounding.
 //
-// What bounds it (H200, measured in one `attnlab bench lab2 --vs sdpa` each): 1.715 ms at C = P = 2048,
-// 30.1 TFLOP/s, 45% of the FP32 FMA peak, 1.07x PyTorch's SDPA in float32 (1.8 ms). With three
-// blocks of four warps per SM, each scheduler holds three warps, too few to hide every shared-memory
-// load and barrier behind the multiply-adds. The next steps: double-buffer the K/V tiles (cp.async),
-// so the loads of tile t + 1 overlap the math of tile t, and share each K/V tile across the four
-// heads of a KV group. Past the FMA pipe lie the tensor cores: expert.cu (1.35x SDPA).
+// What bounds it (H200, `attnlab bench lab2 --vs sdpa` and `attnlab profile lab2`): 1.59 ms at
+// C = P = 2048, 32.3 TFLOP/s, 48% of the FP32 FMA peak (66.9 TFLOP/s), 1.15x PyTorch's SDPA in
+// float32 in the same run. Nsight Compute: FMA pipe 59% busy, 23% achieved occupancy (four blocks
+// of four warps per SM), 9.3 million shared-memory bank conflicts (by the layout's arithmetic, P's
+// stores: quarter-warps 0 and 2 write rows 544 floats apart, the same banks). Four warps per
+// scheduler are still too few to hide every shared-memory load and barrier behind the
+// multiply-adds. The next steps: double-buffer the K/V tiles (cp.async), so the loads of tile t + 1
+// overlap the math of tile t, and share each K/V tile across the four heads of a KV group. Past
+// the FMA pipe lie the tensor cores: expert.cu.
 constexpr int BR = 64;         // query rows per block
 constexpr int BC = 64;         // keys per K/V tile
 constexpr int PAD = 68;        // row pitch in floats: 16-byte aligned, four banks off the 32-bank stride
 constexpr int THREADS = 128;   // 16 x 8 threads
-constexpr int SMEM_FLOATS = BR * PAD /*q*/ + BC * PAD /*k*/ + BC * PAD /*v*/ + BR * PAD /*p*/;
+constexpr float SCALE_LOG2E = 0.125f * 1.4426950408889634f;  // the contract's 1/8, times log2(e)
+constexpr int SMEM_FLOATS = BR * PAD /*q*/ + BC * PAD /*k, then p*/ + BC * PAD /*v*/;
 
 extern "C" __constant__ int attnlab_threads = THREADS;
 extern "C" __constant__ int attnlab_rows_per_block = BR;
 extern "C" __constant__ int attnlab_heads_per_block = 1;
-extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 69,632 bytes: past 48 KB, so the driver raises the limit
+extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 52,224 bytes: past 48 KB, so the driver raises the limit
 
 // s += x . y over four dims, as four fused multiply-adds.
 __device__ __forceinline__ float dot4(float s, const float4& x, const float4& y) {
@@ -61,14 +71,14 @@ __device__ __forceinline__ void axpy8(float (&acc)[8], float p, const float4& lo
     acc[7] = fmaf(p, hi.w, acc[7]);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, 4)
 flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, const float* __restrict__ vCache,
               float* __restrict__ out, int chunkLen, int prefixLen) {
     extern __shared__ __align__(16) float smem[];
-    float* qS = smem;              // [BR][PAD]: q * 1/8
+    float* qS = smem;              // [BR][PAD]: q * log2(e) / 8
     float* kS = qS + BR * PAD;     // [BC][PAD]: this tile's keys
     float* vS = kS + BC * PAD;     // [BC][PAD]: this tile's values
-    float* pS = vS + BC * PAD;     // [BR][PAD]: this tile's probabilities
+    float* pS = kS;                // [BR][PAD]: this tile's probabilities, over K once scores are done
 
     const int h = blockIdx.y;
     const int g = h / GROUP;
@@ -77,14 +87,15 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
     const int ty = threadIdx.x / 8;
     const int row0 = ty * 4;          // this thread's rows: row0 .. row0 + 3
 
-    // Stage the block's queries once, scaled by 1/8 (a power of two: exact). Rows past the chunk are 0.
+    // Stage the block's queries once, scaled by log2(e) / 8, so scores come out in base 2 and every
+    // exponential is one exp2f (see the header). Rows past the chunk are 0.
     for (int i = threadIdx.x; i < BR * DH / 4; i += THREADS) {
         const int r = i / (DH / 4), d = (i % (DH / 4)) * 4;
         const int row = rowStart + r;
         float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (row < chunkLen) {
             x = *reinterpret_cast<const float4*>(&q[((size_t)row * HQ + h) * DH + d]);
-            x = make_float4(x.x * 0.125f, x.y * 0.125f, x.z * 0.125f, x.w * 0.125f);
+            x = make_float4(x.x * SCALE_LOG2E, x.y * SCALE_LOG2E, x.z * SCALE_LOG2E, x.w * SCALE_LOG2E);
         }
         *reinterpret_cast<float4*>(&qS[r * PAD + d]) = x;
     }
@@ -136,6 +147,7 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
                     if (tileStart + tx + 8 * b > prefixLen + rowStart + row0 + a) s[a][b] = -INFINITY;
         }
 
+        __syncthreads();  // P overwrites K's tile: every warp must be done reading K first
         // Online softmax per row; a row's 64 scores live in the 8 lanes of one quarter-warp.
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
@@ -147,11 +159,11 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
             // Key 0 is visible to every row, so after the first tile m is finite and a tile with
             // no visible key leaves mNew = m, alpha = 1 and p = 0.
             const float mNew = fmaxf(m[a], tileMax);
-            const float alpha = expf(m[a] - mNew);
+            const float alpha = exp2f(m[a] - mNew);
             float rowSum = 0.0f;
 #pragma unroll
             for (int b = 0; b < 8; ++b) {
-                const float p = expf(s[a][b] - mNew);
+                const float p = exp2f(s[a][b] - mNew);
                 pS[(row0 + a) * PAD + tx + 8 * b] = p;  // 8 lanes, 8 consecutive floats
                 rowSum += p;
             }
