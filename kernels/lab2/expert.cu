@@ -15,10 +15,10 @@
 // Work split: one block serves 16 query rows of the 4 query heads of one KV group (warp w: head
 // 4*g + w), so every K/V tile staged in shared memory feeds 64 (row, head) pairs, and all four
 // warps stop at the same causal edge. Each warp keeps its 16 rows of Q in registers, already split,
-// and walks the keys in tiles of 64:
-//   S (16 x 64)  = Q (16 x 64 dims) K^T : 8 dim-steps x 8 key-blocks of m16n8k8, x3
+// and walks the keys in tiles of 32:
+//   S (16 x 32)  = Q (16 x 64 dims) K^T : 8 dim-steps x 4 key-blocks of m16n8k8, x3
 //   online softmax on S's fragments (a row's values live in the 4 lanes of a quad: 2 shuffles)
-//   O (16 x 64) += P (16 x 64 keys) V  : 8 key-steps x 8 dim-blocks of m16n8k8, x3
+//   O (16 x 64) += P (16 x 32 keys) V  : 4 key-steps x 8 dim-blocks of m16n8k8, x3
 //
 // The fragment layouts of mma.m16n8k8 for TF32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"),
 // with g = lane / 4 and t = lane % 4:
@@ -35,25 +35,28 @@
 // Each staged element is stored as (big, big, small, small) of its fragment pair; the row pitch,
 // 144 floats, puts the 8 lanes of each quarter-warp on 8 different groups of 4 banks.
 //
-// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.344 ms at C = P =
-// 2048, 1.35x PyTorch's SDPA in float32 (1.819 ms in the same run), 38 TFLOP/s of float32 work. It
-// issues 75.5 million m16n8k8 products (three per float32 product): one per 4.7 cycles of each SM at
-// the boost clock, so the rate of `mma.sync` itself is the bound, not memory (K and V stream from
-// L2). The next step is Hopper's asynchronous warpgroup MMA (wgmma, with operands read straight from
-// shared memory), which inline PTX can reach and this file keeps out of scope; then cp.async double
-// buffering, so a tile's load-split-store overlaps this block's own math and not only other blocks'.
+// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): about 1.26 ms at
+// C = P = 2048, 1.44x PyTorch's SDPA in float32 in the same run, 41 TFLOP/s of float32 work, from
+// 75.5 million m16n8k8 products (three per float32 product). Not the tensor cores' rate: the same
+// products ran at 1.32x SDPA with an expf per exponential and 64-key tiles, 1.40x with exp2f, and
+// 1.44x with exp2f and 32-key tiles (each ratio from its own run), so the instructions around the
+// products (splits, exponentials, shuffles, shared loads) and too few warps per scheduler to hide
+// them are the bound: 168 registers a thread allow three blocks of four warps per SM. The next
+// steps: fewer registers a warp (Q's fragments reread from shared memory rather than held), so more
+// warps fit; Hopper's asynchronous warpgroup MMA (wgmma, operands read straight from shared memory,
+// which inline PTX can reach and this file keeps out of scope); cp.async double buffering.
 constexpr int ROWS = 16;                // query rows per block (one m16 tile per warp)
 constexpr int HEADS = GROUP;            // query heads per block: one KV group, one warp each
 constexpr int THREADS = 32 * HEADS;
-constexpr int BC = 64;                  // keys per K/V tile
+constexpr int BC = 32;                  // keys per K/V tile
 constexpr float SCALE_LOG2E = 0.125f * 1.4426950408889634f;  // the contract's 1/8, times log2(e)
-constexpr int PITCH = 144;              // floats per staged row: 128 of data, padded off the bank stride
+constexpr int PITCH = 144;              // floats per staged row: 128 of K's data (64 of V's), padded off the bank stride
 constexpr int SMEM_FLOATS = BC * PITCH /*K: [key][dim pair][4]*/ + DH * PITCH /*V: [dim][key pair][4]*/;
 
 extern "C" __constant__ int attnlab_threads = THREADS;
 extern "C" __constant__ int attnlab_rows_per_block = ROWS;
 extern "C" __constant__ int attnlab_heads_per_block = HEADS;
-extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 73,728 bytes: three blocks per SM
+extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 55,296 bytes; 168 registers a thread allow three blocks per SM
 
 // D += A * B for one warp: A 16 x 8 (4 registers), B 8 x 8 (2 registers), D 16 x 8 float32 (4 registers).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -149,7 +152,7 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
                 dst[slot] = split_pair(first, second);
             }
         }
-        // V: 32 key pairs x 16 four-dim chunks; each item reads two keys' float4 and writes 4 dims.
+        // V: BC / 2 key pairs x 16 four-dim chunks; each item reads two keys' float4 and writes 4 dims.
         // Within a quarter-warp the 8 lanes take 8 key pairs (8 bank groups); the 4 quarters take 4
         // dim chunks of the same keys, so a warp reads 64 contiguous bytes of each of 8 keys.
         for (int item = threadIdx.x; item < (BC / 2) * (DH / 4); item += THREADS) {

@@ -7,31 +7,46 @@
 //   2. Loads are float4 (16 bytes a lane, 256 bytes a half-warp: one K row of one KV head), and
 //      each warp issues the loads of 8 keys before it uses any, so many bytes are in flight.
 //   3. Each sequence is cut into partitions of PARTITION keys (Flash-Decoding, vLLM's paged
-//      attention v2), one block each, so a 32,768-key sequence keeps 64 blocks busy instead of one
-//      warp, and the short sequences of the batch no longer wait behind it.
+//      attention v2), one block each, so a 32,768-key sequence keeps 256 blocks busy (32 partitions
+//      x 8 KV groups) instead of 32 warps, and the short sequences no longer wait behind it.
 //
 // Work split in decode_partial: 128 threads = 4 warps; a warp takes every 4th chunk of 8 keys of
 // the partition (a chunk never crosses a page: partitions start on a page boundary). Lane l of a
-// warp works on key 2u + l / 16 of the chunk (u = 0..3) and on dims 4 * (l % 16) .. + 3, so a dot
-// product is 4 multiply-adds and 4 shuffles within the half-warp. Each half-warp carries its own
-// online softmax state per head (m, l and a 64-wide accumulator spread over its 16 lanes); at the
-// end the two halves and the four warps are merged, rescaling each by exp(m_own - m_merged).
+// warp loads key 2u + l / 16 of the chunk (u = 0..3), dims 4 * (l % 16) .. + 3, of K and of V.
+// Each half-warp carries its own online softmax state per head (m, l and a 64-wide accumulator
+// spread over its 16 lanes); at the end the two halves and the four warps are merged, rescaling
+// each by 2^(m_own - m_merged).
+//
+// Decode does so little arithmetic per byte that the instructions around it decide the speed: with
+// a dot product finished by 16 shuffles per key and every lane of a half-warp computing the same
+// exponential, the SMs issued an instruction on 69% of their cycles and the kernel reached 0.85 of
+// a device copy. So the arithmetic is cut to what each byte needs:
+//  - Four keys' dot products are summed over the half-warp's 16 lanes together, in 5 shuffles
+//    instead of 16: at each of the first two steps a lane sends half of what it holds and keeps
+//    the other half, so after all four steps lane l holds the whole dot product of one key,
+//    2 * ((l % 16) / 4) + l / 16 of the chunk.
+//  - Each key's exponential is computed by the 4 lanes that hold it, not by all 16; each lane's
+//    share of l counts only its own keys and the four shares are summed once at the end.
+//  - Scores are in base 2 (q is scaled by log2(e) / 8), so every exponential is one exp2f, and the
+//    partial maxima that decode_combine reads are base-2 too.
+//  - The 8 KV groups of a partition are neighbours in launch order, so the blocks that run
+//    together read whole pages.
 // decode_combine does the same merge across partitions: rescale every partition by
-// exp(partMax - globalMax) before adding, divide once. Empty partitions (a sequence shorter than
+// 2^(partMax - globalMax) before adding, divide once. Empty partitions (a sequence shorter than
 // its batch's longest) are never written and never read: the combine stops at the sequence's own
 // partition count.
 //
-// What bounds it (H200, `attnlab grade lab3`, B = 64, the longest 32,768 keys, 4.76 GB that must
-// move): 1.36 ms, 3.5 to 3.6 TB/s, 0.82 to 0.85 of a device copy timed in the same run (512-key
-// partitions gave 0.83, 1,024 gave 0.85, 2,048 gave 0.85). Memory bandwidth, short of the copy by
-// the per-block start and merge and by the combine's second pass. The next steps: more keys in
-// flight per warp (16-key chunks, or cp.async into a shared-memory ring) and a combine folded into
-// the last block of each sequence.
+// What bounds it (H200, `attnlab bench lab3`, B = 64, the longest 32,768 keys): about 1.0 ms for
+// 4.26 GB that must move, 4.2 to 4.3 TB/s, 1.00 to 1.02 of a device copy timed in the same run
+// (the copy reads and writes; decode only reads), SPEEDUP 9.5x over the starter. Memory bandwidth:
+// there is nothing left to take but the bytes themselves. (512- and 2,048-key partitions gave
+// 1.00 and 1.005 in the same run.)
 constexpr int PARTITION = 1024;  // keys per partition: a multiple of the 8-key chunk and of the 16-row page
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
 constexpr int CHUNK = 8;        // keys a warp loads before it uses any
 constexpr int PAGE = 16;
+constexpr float SCALE_LOG2E = 0.125f * 1.4426950408889634f;  // the contract's 1/8, times log2(e)
 
 extern "C" __constant__ int attnlab_partition_tokens = PARTITION;
 extern "C" __constant__ int attnlab_heads_per_block = GROUP;
@@ -39,9 +54,9 @@ extern "C" __constant__ int attnlab_partial_threads = THREADS;
 extern "C" __constant__ int attnlab_partial_smem_bytes = 0;
 extern "C" __constant__ int attnlab_combine_threads = DH;
 
-// exp(m - mNew), where both may be -inf (a state that has seen no key yet): then nothing to rescale.
+// 2^(m - mNew), where both may be -inf (a state that has seen no key yet): then nothing to rescale.
 __device__ __forceinline__ float rescale(float m, float mNew) {
-    return mNew == -INFINITY ? 1.0f : expf(m - mNew);
+    return mNew == -INFINITY ? 1.0f : exp2f(m - mNew);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -51,8 +66,11 @@ decode_partial(const float* __restrict__ q, const float* __restrict__ kCache, co
     __shared__ float stateM[WARPS][GROUP], stateL[WARPS][GROUP];
     __shared__ __align__(16) float stateAcc[WARPS][GROUP][DH];
 
-    const int part = blockIdx.x;
-    const int g = blockIdx.y;  // the KV group: query heads 4g .. 4g + 3
+    // The 8 KV groups of one partition are neighbours in launch order, so blocks running together
+    // read whole pages (a page row holds all 8 KV heads side by side).
+    const int order = blockIdx.y * gridDim.x + blockIdx.x;
+    const int g = order % gridDim.y;  // the KV group: query heads 4g .. 4g + 3
+    const int part = order / gridDim.y;
     const int b = blockIdx.z;
     const int len = seqLens[b];
     const int start = part * PARTITION;
@@ -68,7 +86,7 @@ decode_partial(const float* __restrict__ q, const float* __restrict__ kCache, co
 #pragma unroll
     for (int i = 0; i < GROUP; ++i) {
         const float4 x = *reinterpret_cast<const float4*>(&q[((size_t)b * HQ + g * GROUP + i) * DH + 4 * sub]);
-        qv[i] = make_float4(x.x * 0.125f, x.y * 0.125f, x.z * 0.125f, x.w * 0.125f);  // 1/8 is exact
+        qv[i] = make_float4(x.x * SCALE_LOG2E, x.y * SCALE_LOG2E, x.z * SCALE_LOG2E, x.w * SCALE_LOG2E);
     }
     float m[GROUP], l[GROUP];
     float4 acc[GROUP];
@@ -92,35 +110,48 @@ decode_partial(const float* __restrict__ q, const float* __restrict__ kCache, co
             kv[u] = valid[u] ? __ldg(reinterpret_cast<const float4*>(&kCache[at])) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             vv[u] = valid[u] ? __ldg(reinterpret_cast<const float4*>(&vCache[at])) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
+        const int mine = (sub >> 2) & 3;  // after the reduction this lane holds key 2 * mine + half of the chunk
+        const bool mineValid = chunk + 2 * mine + half < end;
+        const bool b3 = sub & 8, b2 = sub & 4;
 #pragma unroll
         for (int i = 0; i < GROUP; ++i) {
-            float s[CHUNK / 2];
-            float chunkMax = -INFINITY;
+            float d[CHUNK / 2];
 #pragma unroll
-            for (int u = 0; u < CHUNK / 2; ++u) {
-                float dot = qv[i].x * kv[u].x + qv[i].y * kv[u].y + qv[i].z * kv[u].z + qv[i].w * kv[u].w;
-#pragma unroll
-                for (int off = 8; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-                s[u] = valid[u] ? dot : -INFINITY;
-                chunkMax = fmaxf(chunkMax, s[u]);
-            }
+            for (int u = 0; u < CHUNK / 2; ++u)
+                d[u] = qv[i].x * kv[u].x + qv[i].y * kv[u].y + qv[i].z * kv[u].z + qv[i].w * kv[u].w;
+            // Four keys' dot products summed over 16 lanes with 5 shuffles, not 16: each step sends
+            // half of what a lane holds and keeps the other half, so every lane ends with one key.
+            const float x0 = (b3 ? d[2] : d[0]) + __shfl_xor_sync(0xffffffffu, b3 ? d[0] : d[2], 8);
+            const float x1 = (b3 ? d[3] : d[1]) + __shfl_xor_sync(0xffffffffu, b3 ? d[1] : d[3], 8);
+            float y = (b2 ? x1 : x0) + __shfl_xor_sync(0xffffffffu, b2 ? x0 : x1, 4);
+            y += __shfl_xor_sync(0xffffffffu, y, 2);
+            y += __shfl_xor_sync(0xffffffffu, y, 1);
+            const float score = mineValid ? y : -INFINITY;
+            float chunkMax = fmaxf(score, __shfl_xor_sync(0xffffffffu, score, 4));
+            chunkMax = fmaxf(chunkMax, __shfl_xor_sync(0xffffffffu, chunkMax, 8));
             const float mNew = fmaxf(m[i], chunkMax);
             const float alpha = rescale(m[i], mNew);
+            const float p = mineValid ? exp2f(score - mNew) : 0.0f;
+            l[i] = l[i] * alpha + p;  // this lane's key only: summed over the four keys at the end
             float4 a = make_float4(acc[i].x * alpha, acc[i].y * alpha, acc[i].z * alpha, acc[i].w * alpha);
-            float sum = l[i] * alpha;
 #pragma unroll
             for (int u = 0; u < CHUNK / 2; ++u) {
-                const float p = valid[u] ? expf(s[u] - mNew) : 0.0f;
-                sum += p;
-                a.x += p * vv[u].x;
-                a.y += p * vv[u].y;
-                a.z += p * vv[u].z;
-                a.w += p * vv[u].w;
+                const float pu = __shfl_sync(0xffffffffu, p, (lane & 16) | (u << 2));
+                a.x += pu * vv[u].x;
+                a.y += pu * vv[u].y;
+                a.z += pu * vv[u].z;
+                a.w += pu * vv[u].w;
             }
             m[i] = mNew;
-            l[i] = sum;
             acc[i] = a;
         }
+    }
+
+    // Each lane's l counts its own key of every chunk: sum the four keys' lanes of the half-warp.
+#pragma unroll
+    for (int i = 0; i < GROUP; ++i) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 4);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 8);
     }
 
     // Merge the two half-warps (lane l and lane l ^ 16 hold the same dims), then the four warps.
@@ -181,10 +212,10 @@ decode_combine(const float* __restrict__ partOut, const float* __restrict__ part
     const size_t slot = ((size_t)b * HQ + h) * maxParts;
     float mAll = -INFINITY;
     for (int p = 0; p < parts; ++p) mAll = fmaxf(mAll, partMax[slot + p]);
-    // Partition maxima can differ by more than 88: exp(partMax - mAll) is at most 1, never inf.
+    // Partition maxima can differ by more than 128: 2^(partMax - mAll) is at most 1, never inf.
     float sum = 0.0f, o = 0.0f;
     for (int p = 0; p < parts; ++p) {
-        const float f = expf(partMax[slot + p] - mAll);
+        const float f = exp2f(partMax[slot + p] - mAll);
         sum += f * partSum[slot + p];
         o += f * partOut[(slot + p) * DH + d];
     }
