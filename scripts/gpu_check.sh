@@ -70,6 +70,7 @@ step gated-solution 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu -
 step gated-starter 5 python3 -m labrunner grade lab2 kernels/lab2/starter.cu --gates "$out/gates.json" --budget 1
 step profile-lab1 0 python3 -m labrunner profile lab1 kernels/lab1/solution.cu --trace "$out/trace1.json"
 step profile-lab2 0 python3 -m labrunner profile lab2 kernels/lab2/solution.cu --ncu-csv "$out/ncu-lab2.csv" --plot "$out/roofline-lab2.png" --json "$out/profile-lab2.json"
+step profile-lab3 0 python3 -m labrunner profile lab3 kernels/lab3/solution.cu --trace "$out/trace3.json" --json "$out/profile-lab3.json"
 step grade-lab2-profile 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --budget 0.5 --profile
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
 step batch-vs-alone 0 python3 scripts/batch_vs_alone.py --jobs 4

@@ -190,12 +190,14 @@ def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_
     assert data["timing"]["bandwidth"]["bytes"] > 0 and "device copy in the same run" in result.stdout
 
 
-def test_profile_refuses_lab3_in_one_line_before_any_work():
+def test_profile_lab3_no_longer_refuses_it_compiles_the_file_then_asks_for_the_gpu(monkeypatch):
     from click.testing import CliRunner
 
+    from labrunner.commands import grade as grade_module
     from labrunner.commands.cli import main
 
+    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
     result = CliRunner().invoke(main, ["profile", "lab3", str(LAB.solution_path)])
-    assert result.exit_code == 2
-    assert result.stderr == ("error: attnlab profile does not profile lab3 yet (its inputs are a paged cache): "
-                             "`attnlab bench lab3` prints its bandwidth against a device copy\n")
+    assert result.exit_code == 6
+    assert result.stderr == ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
+                             "or --device auto to fall back to it automatically\n")

@@ -11,7 +11,7 @@ import pytest
 from labrunner.labs import get_lab
 from labrunner.truth import oracle
 from labrunner.truth.cases import Case, load_catalogue, make_inputs
-from labrunner.truth.paged_cache import PAGE_TOKENS, evaluate, layout, max_pages, max_parts
+from labrunner.truth.paged_cache import PAGE_TOKENS, bytes_to_move, decode_flops, evaluate, layout, max_pages, max_parts
 
 LAB3 = get_lab("lab3")
 
@@ -131,3 +131,13 @@ def test_lab3_refuses_a_geometry_it_cannot_launch(constants, problem):
 def test_the_cpu_backend_passes_the_table_and_lengths_as_int_pointers():
     assert LAB3.entry_point_types()["decode_partial"] == ["float*", "float*", "float*", "int*", "int*", "float*",
                                                           "float*", "float*", "int", "int"]
+
+
+def test_decode_flops_count_256_per_visible_key_and_query_head_and_the_intensity_is_about_two():
+    # 17 + 1 visible keys, 32 query heads: q . k is 64 multiplies and 64 adds, p * v another 64 of each
+    assert decode_flops([17, 1], 32, 64) == 18 * 32 * (2 * 64 + 2 * 64) == 147_456
+    assert decode_flops([1], 1, 64) == 256
+    # the bytes beside them: K and V once per KV head (18 keys x 8 x 64 x 2), q and out, 3 table entries, 2 lengths
+    assert bytes_to_move([17, 1], 32, 8, 64) == 4 * (18 * 8 * 64 * 2 + 2 * 2 * 32 * 64 + 3 + 2) == 106_516
+    # a long sequence tends to 8,192 FLOPs per 4,096 bytes of K and V: 2 FLOP/B, far left of an H200's ridge (13.6)
+    assert decode_flops([32768], 32, 64) / bytes_to_move([32768], 32, 8, 64) == pytest.approx(2.0, abs=1e-3)

@@ -278,3 +278,238 @@ def test_a_malformed_trace_from_the_worker_is_an_error_with_its_reason_not_a_tra
                            RunResult("profile", "lab1", "solution.cu"))
     assert (caught.value.message, int(caught.value.exit_code)) == (
         "the trace came back malformed: the trace names a kernel the lab never launched: 'cupy_fill'", 4)
+
+
+# --- lab 3: decode against a paged cache, memory-bound ------------------------------------------
+
+LAB3_CSV = __import__("pathlib").Path(__file__).parent / "data" / "ncu_lab3_solution_starter.csv"
+LAB3_SEED = 20261129  # the public default: the layout bench times unless --seed says otherwise
+
+
+def saving_ncu(tmp_path, monkeypatch, csv_file) -> tuple:
+    """A stand-in ncu that answers with `csv_file`, writes the GPU's facts where the payload says (as the
+    target program does), and keeps what the target program was given: its payload and the paged
+    layout's arrays beside it (the Range pass's own folder is gone once it returns)."""
+    tmp_path.mkdir(exist_ok=True)
+    payload, fixed = tmp_path / "payload.json", tmp_path / "fixed.npz"
+    script = (f"cp {shlex.quote(str(csv_file))} \"$log\"\n"
+              "for last in \"$@\"; do :; done\n"
+              f"cp \"$last\" {shlex.quote(str(payload))}\n"
+              f"{shlex.quote(__import__('sys').executable)} -c 'import json, shutil, sys; "
+              "payload = json.load(open(sys.argv[1])); sets = payload.get(\"sets\"); "
+              "json.dump(json.loads(sys.argv[3]), open(payload[\"facts_path\"], \"w\")); "
+              "sets and shutil.copy(sets[\"fixed_path\"], sys.argv[2])' "
+              f"\"$last\" {shlex.quote(str(fixed))} {shlex.quote(json.dumps(H200_FACTS))}\n")
+    return stand_in_ncu(tmp_path, monkeypatch, script), payload, fixed
+
+
+def lab3_contenders():
+    from labrunner.build.gate import load_submission
+
+    lab = get_lab("lab3")
+    starter = runs_module.display_path(lab.starter_path)
+    return lab, [("solution.cu", "student", load_submission(lab, lab.solution_path, "solution.cu")),
+                 (starter, "starter", load_submission(lab, lab.starter_path, starter))]
+
+
+def test_decode_at_lab3s_timing_shape_does_2_flop_per_byte_that_must_move():
+    lab = get_lab("lab3")
+    layout = lab.timing_layout(64, 32768, LAB3_SEED)
+    keys = int(layout["fixed"]["seqLens"].sum())
+    assert (keys, layout["pages"]) == (1_161_730, 72_639)
+    # per sequence, per query head, per visible key: 2 * 64 for q . k and 2 * 64 for p * v
+    assert lab.flops(64, 32768, layout) == keys * 32 * 256 == 9_516_892_160
+    # K and V once per KV head, q and out once, every table entry in use once, the 64 lengths
+    assert lab.bytes_to_move(64, 32768, layout) == 4 * (2 * keys * 8 * 64 + 2 * 64 * 32 * 64 + 72_639 + 64) \
+        == 4_759_785_468
+    assert (lab.shape_label(64, 32768), kernel_flops_of(lab)) == ("B = 64, longest 32,768", (9_516_892_160, 0.0))
+
+
+def kernel_flops_of(lab):
+    """The partial kernel does every q . k and p * v; the combine's rescaling counts for none."""
+    from labrunner.commands.profile import kernel_flops
+
+    return kernel_flops(lab, "decode_partial", 9_516_892_160.0), kernel_flops(lab, "decode_combine", 9_516_892_160.0)
+
+
+def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_layout_not_its_values(
+        tmp_path, monkeypatch):
+    from labrunner.commands.profile import PROFILE_KEY_WORD, range_pass
+    from labrunner.measure.roofline import ceilings_from_facts
+
+    _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
+    lab, contenders = lab3_contenders()
+    ceilings, _ = ceilings_from_facts(H200_FACTS)
+    report = range_pass(lab, contenders, "B = 64, longest 32,768", 64, 32768, LAB3_SEED, ceilings)
+    assert report["available"], report["message"]
+    solution, starter = report["contenders"]
+    assert [k["kernel"] for k in solution["kernels"]] == [k["kernel"] for k in starter["kernels"]] == [
+        "decode_partial", "decode_combine"]
+    assert (solution["flops"], solution["dram_bytes"], solution["duration_ms"]) == (
+        9_516_892_160, 4_796_350_464, 1.142048)
+    assert solution["point"]["verdict"] == "memory-bound: 2.0 FLOP/B, 85% of HBM bandwidth"
+    assert starter["point"]["verdict"] == "memory-bound: 1.5 FLOP/B, 5% of HBM bandwidth"
+    partial, combine = solution["kernels"]
+    assert (partial["flops"], combine["flops"]) == (9_516_892_160, 0.0)
+    assert combine["point"]["verdict"] == "memory-bound: 0.0 FLOP/B, 26% of HBM bandwidth"
+    # the target program gets the timing-set request bench sends, never 4.8 GB of values
+    payload = json.loads(payload_file.read_text())
+    assert payload["sets"] == {"key": [LAB3_SEED, PROFILE_KEY_WORD], "rows": 64, "prefix": 32768, "pages": 72_639,
+                               "fixed_path": payload["sets"]["fixed_path"]}
+    layout = lab.timing_layout(64, 32768, LAB3_SEED)
+    with np.load(fixed_file) as fixed:
+        assert sorted(fixed.files) == ["blockTable", "seqLens"]
+        assert np.array_equal(fixed["blockTable"], layout["fixed"]["blockTable"])
+        assert np.array_equal(fixed["seqLens"], layout["fixed"]["seqLens"])
+    # each contender its own partial buffers: 32 partitions of 1,024 keys for the solution, one for the starter
+    assert [c["workspace"]["partMax"] for c in payload["contenders"]] == [64 * 32 * 32, 64 * 32]
+    assert payload_file.stat().st_size < 1_000_000
+
+
+class DecodeStandInWorker(StandInWorker):
+    """The check answered with the decode oracle's own output; the trace by the real trace code, whose
+    timing-set fill runs on the numpy definition. Keeps every trace request it was given."""
+
+    requests: list = []
+
+    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
+        from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
+
+        q = inputs["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)
+        out = oracle.decode_attention(q, inputs["k"], inputs["v"], inputs["blockTable"].reshape(q.shape[0], -1),
+                                      inputs["seqLens"])
+        band = np.full(GUARD_ELEMENTS, CANARY_BITS, dtype=np.uint32).view(np.float32)
+        return CaseRun({"out": out.astype(np.float32).ravel()}, {name: (band, band) for name in writable},
+                       {name: array.copy() for name, array in inputs.items()})
+
+    def trace(self, request, timeout_s):
+        self.requests.append(request)
+        return super().trace(request, timeout_s)
+
+
+@pytest.fixture
+def lab3_stand_ins(stand_ins, tmp_path, monkeypatch):
+    """Lab 3 at a small timing shape (B = 3, longest 40), so the numpy fill of its pages is quick."""
+    import test_trace
+
+    import labrunner.measure.input_pool as input_pool
+    from labrunner.truth.cases import Case, Catalogue
+
+    catalogue = Catalogue(lab="lab3", cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
+                          timing={"rows": 3, "prefix": 40, "copy_fraction": 0.8})
+    monkeypatch.setattr(profile_module, "load_catalogue", lambda lab: catalogue)
+    monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
+    monkeypatch.setitem(test_trace.DURATION_NS, "decode_partial", 40_000)
+    monkeypatch.setitem(test_trace.DURATION_NS, "decode_combine", 5_000)
+    monkeypatch.setattr(DecodeStandInWorker, "requests", [])
+    monkeypatch.setattr(profile_module, "Worker", DecodeStandInWorker)
+    _, payload_file, _ = saving_ncu(tmp_path / "ncu", monkeypatch, LAB3_CSV)
+    return stand_ins[0], payload_file
+
+
+def test_profile_lab3_traces_both_kernels_of_every_call_on_paged_inputs_made_in_the_worker(lab3_stand_ins, tmp_path):
+    from result_schema import validate_file
+
+    from labrunner.report.results import write_json
+    from labrunner.truth.paged_cache import bytes_to_move
+
+    printed, payload_file = lab3_stand_ins
+    lab = get_lab("lab3")
+    trace_path = tmp_path / "trace3.json"
+    result = RunResult("profile", "lab3", "solution.cu")
+    profile_submission(ProfileRequest(lab="lab3", file=lab.solution_path, seed=7, trace_path=trace_path), result)
+    assert (result.verdict, int(result.exit_code)) == ("pass", 0)
+    assert [(c.name, c.rows, c.prefix) for c in result.cases] == [("small", 3, 1027)]  # p + 3 at the solution's p
+    (request,) = DecodeStandInWorker.requests
+    (shape,) = request["shapes"]
+    layout = lab.timing_layout(3, 40, 7)
+    # the paged inputs go as bench's timing-set request (key, shape, pages, table, lengths), not as values
+    assert "inputs" not in shape and shape["sets"]["pages"] == layout["pages"]
+    assert (shape["sets"]["key"], shape["sets"]["rows"], shape["sets"]["prefix"]) == ([7, 0x70F11E], 3, 40)
+    assert np.array_equal(shape["sets"]["fixed"]["blockTable"], layout["fixed"]["blockTable"])
+    assert np.array_equal(shape["sets"]["fixed"]["seqLens"], layout["fixed"]["seqLens"])
+    profile = result.profile
+    trace = profile["trace"]
+    assert trace["shapes"] == ["B = 3, longest 40"]
+    per_call: dict = {}
+    for s in trace["slices"]:
+        per_call.setdefault(s["call"], []).append(s["kernel"])
+    assert per_call == {call: ["decode_partial", "decode_combine"] for call in range(5)}
+    assert sum(e["ph"] == "X" for e in json.loads(trace_path.read_text())["traceEvents"]) == 10
+    # the lab's own model beside ncu's bytes, in place of the prefill's traffic model
+    must_move = bytes_to_move(layout["fixed"]["seqLens"].tolist(), 32, 8, 64)
+    assert "traffic" not in profile and profile["must_move"] == {"label": "B = 3, longest 40", "bytes": must_move}
+    assert [c["point"]["bound"] for c in profile["range"]["contenders"]] == ["memory-bound", "memory-bound"]
+    text = printed.getvalue()
+    assert f"bytes one call must move at B = 3, longest 40 (the lab's model, as bench counts them): " \
+           f"{must_move / 1e6:,.2f} MB" in text
+    assert f"  measured DRAM, {lab.solution_path}: 4,796.35 MB = {4_796_350_464 / must_move:.3f}x the bytes that " \
+           "must move" in text
+    assert "  call 5  " in text and text.splitlines()[-1] == "PASS on the GPU (exit 0)"
+    # the target program was sent the same layout, filled there on the GPU
+    assert json.loads(payload_file.read_text())["sets"]["pages"] == layout["pages"]
+    write_json(result, tmp_path / "profile3.json")
+    written = validate_file(tmp_path / "profile3.json")
+    assert (written["command"], written["lab"], len(written["profile"]["trace"]["slices"])) == ("profile", "lab3", 10)
+
+
+def test_grade_profile_of_lab3_appends_the_range_pass_in_one_line(tmp_path, monkeypatch):
+    saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
+    printed = io.StringIO()
+    monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=400, highlight=False, color_system=None))
+    lab, ((_, _, solution), (starter, _, _)) = lab3_contenders()
+    result = RunResult("grade", "lab3", "solution.cu", backend="gpu")
+    profile_module.append_range_summary(lab, solution, result, "sm_90", LAB3_SEED)
+    assert printed.getvalue() == (
+        "Range pass at B = 64, longest 32,768 (ncu): solution.cu 1.142 ms, DRAM 4796.4 MB, SM 32%/18%, "
+        f"memory-bound: 2.0 FLOP/B, 85% of HBM bandwidth | {starter} 24.883 ms, DRAM 6220.1 MB, SM 7%/4%, "
+        "memory-bound: 1.5 FLOP/B, 5% of HBM bandwidth\n")
+
+
+def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender_its_own_partials(tmp_path, monkeypatch):
+    import labrunner.measure.input_pool as input_pool
+    import labrunner.run.profile_target as target
+    from labrunner.commands.profile import range_pass
+    from labrunner.truth.timing_sets import make_set
+
+    _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
+    lab, contenders = lab3_contenders()
+    range_pass(lab, contenders, "B = 3, longest 1,100", 3, 1100, 7, None)
+    payload = json.loads(payload_file.read_text())
+    payload["facts_path"] = str(tmp_path / "facts.json")  # the range pass's own folder is gone by now
+    payload["sets"]["fixed_path"] = str(fixed_file)
+    payload_file.write_text(json.dumps(payload))
+    launched = []
+
+    class NumpyTargetGpu:
+        def compile(self, source, filename, entry_types):
+            return filename
+
+        def upload(self, array):
+            return array.copy()
+
+        def launch(self, kernels, launch, buffers):
+            launched.append((kernels, launch.kernel, buffers))
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(target, "GpuDevice", NumpyTargetGpu)
+    monkeypatch.setattr(target, "read_gpu_facts", lambda: {"sm_count": 132})
+    monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
+    target.main(str(payload_file))
+    layout = lab.timing_layout(3, 1100, 7)
+    made = make_set((7, 0x70F11E), 0, 3, 1100, layout["pages"])  # set 0 of the profile's key, as the worker's trace
+    # three warm-up rounds and ncu's one, each the solution's two kernels then the starter's two
+    assert [(who, kernel) for who, kernel, _ in launched] == [
+        ("solution.cu", "decode_partial"), ("solution.cu", "decode_combine"),
+        (runs_module.display_path(lab.starter_path), "decode_partial"),
+        (runs_module.display_path(lab.starter_path), "decode_combine")] * 4
+    solution, starter = launched[0][2], launched[2][2]
+    for name in ("q", "k", "v"):
+        assert np.array_equal(solution[name], made[name]) and solution[name] is starter[name]
+    assert np.array_equal(solution["blockTable"], layout["fixed"]["blockTable"])
+    assert np.array_equal(solution["seqLens"], layout["fixed"]["seqLens"])
+    # the solution's two 1,024-key partitions and the starter's one: partial buffers of their own sizes
+    assert (solution["partMax"].size, starter["partMax"].size) == (3 * 32 * 2, 3 * 32 * 1)
+    assert solution["out"] is not starter["out"]

@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from labrunner.exit_codes import AttnlabError, environment_error
-from labrunner.labs.definition import Lab
+from labrunner.labs.definition import Lab, attention_flops  # noqa: F401 - where tests and reports have long found it
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.timed_runs import INPUT_SLOTS
@@ -79,17 +79,6 @@ def gpu_references() -> References:
             f"the driver checks timed calls with the oracle on the GPU and could not use it ({type(exc).__name__}: "
             f"{exc}); a GPU in exclusive-process compute mode cannot serve the driver and the worker at once: "
             "`nvidia-smi -c DEFAULT` allows both") from None
-
-
-def attention_flops(rows: int, prefix: int) -> float:
-    """4 * 64 FLOPs per visible (query, key) pair per query head: QK^T and PV, a multiply and an add each."""
-    visible_pairs = rows * prefix + rows * (rows + 1) // 2
-    return 4.0 * HEAD_DIM * visible_pairs * QUERY_HEADS
-
-
-def decode_flops(layout: dict) -> float:
-    """4 * 64 FLOPs per visible key per query head: each sequence's one row of QK^T and PV."""
-    return 4.0 * HEAD_DIM * QUERY_HEADS * float(layout["fixed"]["seqLens"].sum())
 
 
 def new_key() -> list[int]:
@@ -237,7 +226,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     comparison = pool_rounds(rounds, seed=options.seed).to_json()
     timing = {
         "kind": "speedup", "rows": rows, "prefix": prefix,
-        "gflop": (decode_flops(layout) if layout else attention_flops(rows, prefix)) / 1e9,
+        "gflop": lab.flops(rows, prefix, layout) / 1e9,
         "student_label": student_label, "baseline_label": baseline_label, "comparison": comparison,
         "speedup": comparison["speedup"],
         "rounds": [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high,

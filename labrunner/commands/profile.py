@@ -9,8 +9,14 @@ In order, each step only once the one before it has something to show:
 3. the Range pass: Nsight Compute in a child process over one call of the student's kernels and
    one of the starter's at the largest timing shape, with a fixed set of counters;
 4. the roofline from both: the lab's FLOP count over ncu's duration, over ncu's DRAM bytes,
-   against this GPU's FP32 peak and HBM bandwidth, and the lesson's traffic model beside the
-   bytes ncu measured.
+   against this GPU's FP32 peak and HBM bandwidth, and a model beside the bytes ncu measured: the
+   lesson's traffic model for a prefill, the lab's own bytes that must move where it has them (a
+   decode batch).
+
+A lab's timed inputs are either a prefill's Q, K and V, made here from the seed and sent down, or
+a paged cache (the lab's `timing_layout`) of gigabytes: those are made where they are used, in the
+worker and in ncu's target, by the timing sets' generator on the GPU from a key derived from the
+seed, with the layout's block table and lengths sent along (as `bench` does: `input_pool`).
 
 Without ncu, or without permission to read the counters, steps 3 and 4 say exactly that and how
 to fix it; the trace does not need them. `grade --profile` and `bench --profile` run step 3 alone
@@ -31,11 +37,9 @@ import numpy as np
 
 import labrunner
 from labrunner.build.gate import Submission, load_submission
-from labrunner.commands.benchmark import attention_flops
 from labrunner.commands.grade import CaseOptions, load_student, run_one_case
 from labrunner.commands.runs import BenchRequest, bench_check_case, device_facts, display_path, prepare
-from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
-from labrunner.labs import get_lab
+from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
 from labrunner.measure.roofline import Ceilings, Point, ceilings_from_facts
@@ -46,12 +50,14 @@ from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import load_catalogue, random_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.truth.timing_sets import KEY_BITS
 
 SCHEMA = "attnlab.profile/1"
 DEFAULT_CALLS = 5
 WARMUP_CALLS = 3          # unprofiled calls of every contender before ncu's one, so the clocks are up
 RANGE_TIMEOUT_S = 600.0
 TRACE_TIMEOUT_S = 300.0
+PROFILE_KEY_WORD = 0x70F11E  # the second word of a profile's timing-set key: the seed is the first
 
 
 @dataclass
@@ -76,21 +82,36 @@ def profile_inputs(seed: int, rows: int, prefix: int) -> dict:
     inputs = random_inputs(np.random.default_rng([seed, rows, prefix, 0x70F11E]), rows, prefix)
     return {"q": inputs.q, "k": inputs.k, "v": inputs.v}
 
+
+def profile_key(seed: int) -> list[int]:
+    """The timing-set key of a profile's paged inputs: from the seed, since a profile needs no secrecy."""
+    return [seed % (1 << KEY_BITS), PROFILE_KEY_WORD]
+
+
+def shape_inputs(lab: Lab, seed: int, rows: int, prefix: int) -> dict:
+    """What a trace shape (or ncu's target) needs to make its inputs: a prefill's arrays themselves
+    (`inputs`), or, for a lab whose timing layout is a paged cache, the timing-set request `bench`
+    sends (`sets`: key, shape, pages and the fixed block table and lengths), filled on the GPU."""
+    layout = lab.timing_layout(rows, prefix, seed)
+    if not layout:
+        return {"inputs": profile_inputs(seed, rows, prefix)}
+    return {"sets": {"key": profile_key(seed), "rows": rows, "prefix": prefix, **layout}}
+
+
 def timing_shapes(lab: Lab) -> list[tuple[str, int, int]]:
-    """(label, rows, prefix) of every shape the lab times: lab 1's sizes, lab 2's one chunk."""
+    """(label, rows, prefix) of every shape the lab times: lab 1's sizes, or the one timed shape."""
     timing = load_catalogue(lab.name).timing
     if lab.baseline == "none":
-        return [(f"T = {t}", t, 0) for t in timing["sizes"]]
-    return [(f"C = {timing['rows']}, P = {timing['prefix']}", timing["rows"], timing["prefix"])]
+        return [(lab.shape_label(t, 0), t, 0) for t in timing["sizes"]]
+    return [(lab.shape_label(timing["rows"], timing["prefix"]), timing["rows"], timing["prefix"])]
 
 
-def kernel_flops(lab: Lab, kernel: str, rows: int, prefix: int) -> float:
-    """The lab's FLOP count for one kernel: a one-kernel lab does it all; lab 1's two matmuls share it
-    (QK^T and PV, half each) and its softmax is counted as none, as the lab's FLOP count is."""
+def kernel_flops(lab: Lab, kernel: str, call_flops: float) -> float:
+    """One kernel's part of the lab's FLOP count for a call: a one-kernel lab does it all; a lab of
+    several gives each kernel its share (`Lab.flop_shares`; lab 1's softmax and lab 3's combine none)."""
     if len(lab.entry_points) == 1:
-        return attention_flops(rows, prefix)
-    share = {"attn_scores": 0.5, "attn_weighted_sum": 0.5}.get(kernel, 0.0)
-    return share * attention_flops(rows, prefix)
+        return call_flops
+    return lab.flop_shares.get(kernel, 0.0) * call_flops
 
 
 def profile_submission(request: ProfileRequest, result: RunResult) -> None:
@@ -98,13 +119,12 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         from labrunner.report.roofline_plot import require_matplotlib
 
         require_matplotlib()
-    refuse_paged_lab(get_lab(request.lab))
     lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
     result.device = device_facts(backend)
     profile: dict = {"schema": SCHEMA}
     result.profile = profile
     catalogue = load_catalogue(lab.name)
-    check_case = bench_check_case(lab, catalogue, BenchRequest(lab=lab.name, file=None))
+    check_case = bench_check_case(lab, catalogue, BenchRequest(lab=lab.name, file=None), submission.constants)
     shapes = timing_shapes(lab)
     with Worker(backend) as worker:
         load_student(worker, lab, submission)
@@ -118,7 +138,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             return
         terminal.note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
         trace_request = {"calls": request.calls, "use_cupti": request.cupti, "shapes": [
-            {"label": label, "inputs": profile_inputs(seed.value, rows, prefix),
+            {"label": label, **shape_inputs(lab, seed.value, rows, prefix),
              "launches": lab.plan_launches(submission.constants, rows, prefix),
              "workspace": lab.workspace(submission.constants, rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
             for label, rows, prefix in shapes]}
@@ -152,7 +172,11 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     else:
         profile["no_starter_row"] = (f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no "
                                      "starter row to compare with")
-    profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
+    if lab.bytes_to_move is None:
+        profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
+    else:  # the lab's own model: a decode batch's bytes are its layout's, not a prefill's rows and keys
+        profile["must_move"] = {"label": label, "bytes": lab.bytes_to_move(rows, prefix,
+                                                                            lab.timing_layout(rows, prefix, seed.value))}
     if request.range_pass:
         terminal.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
         profile["range"] = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
@@ -164,6 +188,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         profile["range"] = {"available": False, "message": "the Range pass was not asked for (--no-range)"}
     terminal.range_report(profile)
     terminal.traffic_beside_measured(profile)
+    terminal.must_move_beside_measured(profile)
     if request.plot_path:
         from labrunner.report.roofline_plot import plot_roofline
 
@@ -219,15 +244,22 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
     plans = [(name, role, lab.plan_launches(sub.constants, rows, prefix), sub) for name, role, sub in contenders]
     per_round = sum(len(launches) for _, _, launches, _ in plans)
     report: dict = {"shape": {"label": label, "rows": rows, "prefix": prefix}, "warmup_calls": WARMUP_CALLS}
+    call_flops = lab.flops(rows, prefix, lab.timing_layout(rows, prefix, seed))
     with tempfile.TemporaryDirectory(prefix="attnlab-range-") as scratch:
         facts_path = Path(scratch) / "facts.json"
+        # each contender its own workspace, sized by its own geometry (lab 3's partitions differ by file)
         payload = {"rows": rows, "prefix": prefix, "seed": seed, "out_count": rows * QUERY_HEADS * HEAD_DIM,
-                   "workspace": lab.workspace(plans[0][3].constants, rows, prefix), "warmup_calls": WARMUP_CALLS,
-                   "facts_path": str(facts_path),
+                   "warmup_calls": WARMUP_CALLS, "facts_path": str(facts_path),
                    "contenders": [{"role": role, "source": sub.module.composed_source, "filename": sub.label,
                                    "entry_types": lab.entry_point_types(),
+                                   "workspace": lab.workspace(sub.constants, rows, prefix),
                                    "launches": [asdict(launch) for launch in launches]}
                                   for _, role, launches, sub in plans]}
+        made = shape_inputs(lab, seed, rows, prefix)
+        if "sets" in made:  # the paged layout's fixed arrays beside the payload; the values made on the GPU
+            fixed_path = Path(scratch) / "fixed.npz"
+            np.savez(fixed_path, **made["sets"]["fixed"])
+            payload["sets"] = {**{k: v for k, v in made["sets"].items() if k != "fixed"}, "fixed_path": str(fixed_path)}
         payload_path = Path(scratch) / "payload.json"
         payload_path.write_text(json.dumps(payload))
         target = [sys.executable, "-m", "labrunner.run.profile_target", str(payload_path)]
@@ -258,12 +290,12 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
         for launch in launches:
             metrics = next(launches_done)
             row = metrics.to_json()
-            row["flops"] = kernel_flops(lab, launch.kernel, rows, prefix)
+            row["flops"] = kernel_flops(lab, launch.kernel, call_flops)
             row["point"] = point_json(row["flops"], metrics.dram_bytes, metrics.values.get("duration_ns"), ceilings)
             kernels.append(row)
         total_ns = sum_or_none(k.get("duration_ns") for k in kernels)
         total_bytes = sum_or_none(k.get("dram_bytes") for k in kernels)
-        flops = attention_flops(rows, prefix)
+        flops = call_flops
         report["contenders"].append({"label": name, "role": role, "kernels": kernels,
                                      "duration_ms": None if total_ns is None else total_ns / 1e6,
                                      "dram_bytes": total_bytes, "flops": flops,
@@ -309,19 +341,8 @@ def roofline_points(profile: dict) -> list[dict]:
     return points
 
 
-def refuse_paged_lab(lab: Lab) -> None:
-    """The profile's inputs, FLOP counts and traffic model are a prefill's (q, k, v at rows and prefix):
-    a lab whose timed inputs are a paged cache (lab 3) is not profiled yet, and says so before any work."""
-    if lab.bytes_to_move is not None:
-        raise usage_error(f"attnlab profile does not profile {lab.name} yet (its inputs are a paged cache): "
-                          f"`attnlab bench {lab.name}` prints its bandwidth against a device copy")
-
-
 def append_range_summary(lab: Lab, submission: Submission, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
-    if lab.bytes_to_move is not None:
-        terminal.note(f"--profile: no Range pass, since attnlab profile does not profile {lab.name} yet")
-        return
     if result.backend != "gpu" or result.decisive_case is not None:
         terminal.note("--profile: no Range pass, since the kernel was not timed on the GPU")
         return

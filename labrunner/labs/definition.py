@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from labrunner import data_dir
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 KERNELS_DIR = data_dir("kernels")
 MAX_THREADS_PER_BLOCK = 1024
@@ -58,6 +59,12 @@ class Launch:
     args: tuple[str | int, ...]  # buffer names ("q", "k", "v", "out", workspace names) or integers
 
 
+def attention_flops(rows: int, prefix: int) -> float:
+    """4 * 64 FLOPs per visible (query, key) pair per query head: QK^T and PV, a multiply and an add each."""
+    visible_pairs = rows * prefix + rows * (rows + 1) // 2
+    return 4.0 * HEAD_DIM * visible_pairs * QUERY_HEADS
+
+
 @dataclass(frozen=True)
 class Lab:
     name: str
@@ -86,6 +93,14 @@ class Lab:
     bytes_to_move: Callable[[int, int, dict], int] | None = None
     # The PyTorch peer `bench --vs <peer>` times beside the student's kernel (`measure.peers`), if any.
     peer: str | None = None
+    # The FLOPs of one call at (rows, prefix, timing layout): the roofline's numerator. A prefill's by
+    # default (every visible query-key pair); a decode batch counts its sequences' keys from the layout.
+    flops: Callable[[int, int, dict], float] = lambda rows, prefix, layout: attention_flops(rows, prefix)
+    # Kernel -> its share of those FLOPs, for a lab of several kernels (a kernel not named does none);
+    # a lab of one kernel needs none: it does them all.
+    flop_shares: dict[str, float] = field(default_factory=dict)
+    # How `profile` names a timing shape (rows, prefix) on the terminal and in the trace.
+    shape_label: Callable[[int, int], str] = lambda rows, prefix: f"C = {rows}, P = {prefix}"
 
     @property
     def starter_path(self) -> Path:

@@ -90,4 +90,7 @@ LAB1 = Lab(
     row_tiles=lambda c: [c["attnlab_scores_tile_keys"], c["attnlab_scores_tile_rows"],
                          c["attnlab_softmax_rows_per_block"], c["attnlab_wsum_tile_rows"]],
     peer="torch",
+    # the two matmuls share the lab's FLOP count, half each; the softmax is counted as none, as the count is
+    flop_shares={"attn_scores": 0.5, "attn_weighted_sum": 0.5},
+    shape_label=lambda rows, prefix: f"T = {rows}",
 )

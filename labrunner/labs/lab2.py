@@ -59,4 +59,5 @@ LAB2 = Lab(
     validate=validate,
     row_tiles=lambda c: [c["attnlab_rows_per_block"]],
     peer="sdpa",
+    flop_shares={"flash_prefill": 1.0},
 )

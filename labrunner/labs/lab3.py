@@ -6,7 +6,7 @@ import numpy as np
 
 from labrunner.labs.definition import Lab, Launch, check_block, check_nonnegative, entry
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS
-from labrunner.truth.paged_cache import PAGE_TOKENS, bytes_to_move, max_pages, max_parts, timing_batch
+from labrunner.truth.paged_cache import PAGE_TOKENS, bytes_to_move, decode_flops, max_pages, max_parts, timing_batch
 
 DEFAULTS = {
     "attnlab_partition_tokens": 0,     # keys per partition (grid.x); 0: one partition per sequence
@@ -66,6 +66,13 @@ def timed_bytes(batch: int, longest: int, layout: dict) -> int:
     return bytes_to_move(layout["fixed"]["seqLens"].tolist(), QUERY_HEADS, KV_HEADS, HEAD_DIM)
 
 
+def timed_flops(batch: int, longest: int, layout: dict) -> float:
+    """About 2 FLOPs per byte that must move: 256 per key and query head, 8,192 per key for the 32 heads,
+    against the 4,096 bytes of that key's K and V rows (8 KV heads of 64 floats each). That is far left
+    of any GPU's ridge point (about 14 FLOP/B on an H200), so decode is memory-bound."""
+    return float(decode_flops(layout["fixed"]["seqLens"].tolist(), QUERY_HEADS, HEAD_DIM))
+
+
 LAB3 = Lab(
     name="lab3",
     title="Decode against a paged KV cache",
@@ -92,4 +99,8 @@ LAB3 = Lab(
     partition=lambda c: c["attnlab_partition_tokens"],
     timing_layout=timing_layout,
     bytes_to_move=timed_bytes,
+    flops=timed_flops,
+    # the partial kernel does every q . k and p * v; the combine only rescales partitions (counted as none)
+    flop_shares={"decode_partial": 1.0},
+    shape_label=lambda batch, longest: f"B = {batch}, longest {longest:,}",
 )

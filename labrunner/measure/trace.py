@@ -196,7 +196,7 @@ def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
     kernels = modules["student"]
     placed: list[tuple[str, int, object]] = []  # (shape label, call, launch) in launch order
     for shape in request["shapes"]:
-        buffers = {name: device.upload(array) for name, array in shape["inputs"].items()}
+        buffers = shape_buffers(device, shape)
         buffers["out"] = device.guarded(shape["out_count"]).inner
         buffers.update({name: device.guarded(count).inner for name, count in shape["workspace"].items()})
         for launch in shape["launches"]:  # warm-up: module loading and clocks, never traced
@@ -208,6 +208,7 @@ def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
                 collector.launch(launch.kernel, lambda launch=launch: device.launch(kernels, launch, buffers))
                 placed.append((shape["label"], call, launch))
         device.synchronize()
+        del buffers  # a paged cache's gigabytes go before the next shape's arrive
     records = collector.finish()
     slices = []
     for (label, call, launch), record in zip(placed, records):
@@ -215,6 +216,20 @@ def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
                                   tuple(launch.grid), tuple(launch.block), launch.shared_bytes,
                                   record["static_shared_bytes"], record["registers"], record["stream"]).to_json())
     return {"slices": slices}
+
+
+def shape_buffers(device, shape: dict) -> dict:
+    """A shape's inputs on the device: the arrays the request carries (`inputs`), or a timing-set
+    request (`sets`: a paged cache's key, pages and fixed block table and lengths) made here on the
+    GPU, as `bench` makes its timed inputs: gigabytes of K and V never cross the pipe. The fill runs
+    before the warm-up; it is not a lab kernel, so neither collector counts it."""
+    if "sets" not in shape:
+        return {name: device.upload(array) for name, array in shape["inputs"].items()}
+    from labrunner.measure.input_pool import InputPool
+
+    pool = InputPool(device, shape["sets"], 1)
+    pool.draw(0)
+    return dict(pool.slots[0])
 
 
 def slices_from_reply(reply: dict, entry_points: set[str]) -> list[KernelSlice]:

@@ -414,6 +414,22 @@ def traffic_beside_measured(profile: dict) -> None:
                          soft_wrap=True)
 
 
+def must_move_beside_measured(profile: dict) -> None:
+    """A lab's own model of the least bytes one call must move (`Lab.bytes_to_move`), next to the DRAM bytes
+    ncu counted: above 1x is what was read more than once, or written beside the output."""
+    model = profile.get("must_move")
+    if not model:
+        return
+    report = profile.get("range") or {}
+    stdout.print(f"bytes one call must move at {model['label']} (the lab's model, as bench counts them): "
+                 f"{model['bytes'] / 1e6:,.2f} MB", soft_wrap=True)
+    for contender in report.get("contenders", []) if report.get("available") else []:
+        measured = contender.get("dram_bytes")
+        if measured:
+            stdout.print(f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:,.2f} MB = "
+                         f"{measured / model['bytes']:.3f}x the bytes that must move", soft_wrap=True)
+
+
 def range_summary_line(report: dict) -> None:
     """`grade --profile`, `bench --profile`: the Range pass in one line."""
     if not report.get("available"):

@@ -7,9 +7,12 @@ number of warm-up launches, `--launch-count` the number after them). Before any 
 what the roofline needs to know about the GPU (SM count, clocks, memory bus) to `facts_path`.
 
 It runs in its own process (never the driver's), under ncu; the driver wrote the payload itself.
-Its stdout, where a kernel's printf lands, goes nowhere: ncu's CSV comes through its log file. No
-kernel but the lab's runs in it (buffers are copied up, not filled on the GPU), so the launch
-numbers ncu counts are the lab's alone.
+Its stdout, where a kernel's printf lands, goes nowhere: ncu's CSV comes through its log file.
+
+A prefill's inputs are made on the host and copied up, so no kernel but the lab's runs here. A
+paged cache (the payload's `sets`: lab 3's gigabytes of K and V) is filled on the GPU by the timing
+sets' generator, as `bench` fills it (`input_pool`), once, before the warm-up: that kernel is not
+the lab's, and ncu's `-k regex:` filter, which `--launch-skip` counts within, never sees it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from labrunner.labs.definition import Launch
 from labrunner.measure.gpu_facts import read_gpu_facts
+from labrunner.measure.input_pool import InputPool
 from labrunner.run.gpu_device import GpuDevice
 from labrunner.truth.cases import random_inputs
 from labrunner.truth.poison import filled, poison_for
@@ -38,26 +42,46 @@ def main(path: str) -> None:
     device = GpuDevice()
     with open(payload["facts_path"], "w") as handle:
         json.dump(read_gpu_facts(), handle)
+    inputs = make_inputs(device, payload)
     contenders = []
+    writable_sets: dict[tuple, dict] = {}  # contenders whose buffers are the same sizes share them
     for contender in payload["contenders"]:
         kernels = device.compile(contender["source"], contender["filename"], contender["entry_types"])
-        contenders.append((kernels, [launch_from_json(x) for x in contender["launches"]]))
-    rows, prefix = payload["rows"], payload["prefix"]
-    made = random_inputs(np.random.default_rng([payload["seed"], rows, prefix]), rows, prefix)
-    # Every buffer is copied up from the host, never filled on the GPU: a fill is a kernel, and the only
-    # kernels in this process must be the lab's, so that ncu's launch counting cannot be thrown off.
-    writable = {"out": payload["out_count"], **payload["workspace"]}
-    buffers = {"q": device.upload(made.q), "k": device.upload(made.k), "v": device.upload(made.v),
-               **{name: device.upload(filled(count, poison_for(name))) for name, count in writable.items()}}
+        # Writable buffers are copied up poisoned, never filled on the GPU, sized by each contender's own
+        # geometry (lab 3's partial buffers follow the file's partition size), over the inputs all share.
+        writable = {"out": payload["out_count"], **contender["workspace"]}
+        sizes = tuple(sorted(writable.items()))
+        if sizes not in writable_sets:
+            writable_sets[sizes] = {name: device.upload(filled(count, poison_for(name)))
+                                    for name, count in writable.items()}
+        contenders.append((kernels, [launch_from_json(x) for x in contender["launches"]],
+                           {**inputs, **writable_sets[sizes]}))
     for _ in range(payload["warmup_calls"]):
-        for kernels, launches in contenders:
+        for kernels, launches, buffers in contenders:
             for launch in launches:
                 device.launch(kernels, launch, buffers)
     device.synchronize()
-    for kernels, launches in contenders:  # the profiled calls, one per contender
+    for kernels, launches, buffers in contenders:  # the profiled calls, one per contender
         for launch in launches:
             device.launch(kernels, launch, buffers)
     device.synchronize()
+
+
+def make_inputs(device, payload: dict) -> dict:
+    """The inputs on the GPU: a paged cache's pages filled there from the payload's key (its block table
+    and lengths read from the file beside the payload), else a prefill's arrays made here and copied up."""
+    rows, prefix = payload["rows"], payload["prefix"]
+    if "sets" in payload:
+        sets = payload["sets"]
+        with np.load(sets["fixed_path"], allow_pickle=False) as saved:
+            fixed = {name: saved[name] for name in saved.files}
+        request = {name: value for name, value in sets.items() if name != "fixed_path"}
+        pool = InputPool(device, {**request, "fixed": fixed}, 1)
+        pool.draw(0)
+        device.synchronize()
+        return dict(pool.slots[0])
+    made = random_inputs(np.random.default_rng([payload["seed"], rows, prefix]), rows, prefix)
+    return {"q": device.upload(made.q), "k": device.upload(made.k), "v": device.upload(made.v)}
 
 
 if __name__ == "__main__":

@@ -109,3 +109,12 @@ def bytes_to_move(lengths: list[int], heads: int, kv_heads: int, head_dim: int) 
     keys = sum(lengths)
     pages = sum(-(-n // PAGE_TOKENS) for n in lengths)
     return 4 * (2 * keys * kv_heads * head_dim + 2 * len(lengths) * heads * head_dim + pages + len(lengths))
+
+
+def decode_flops(lengths: list[int], heads: int, head_dim: int) -> int:
+    """The arithmetic of one decode batch: for every sequence, query head and visible key, the score
+    q . k (head_dim multiplies and head_dim adds: 2 * head_dim) and the weighted value p * v (a multiply
+    and an add into each of the output's head_dim elements: 2 * head_dim), so 4 * head_dim in all. The
+    softmax's exponentials, maxima and sums, and the combine's rescaling of partitions, are counted as
+    none: a handful of operations per key beside 256, as lab 2 counts its softmax."""
+    return 4 * head_dim * heads * sum(lengths)
