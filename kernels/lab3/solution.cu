@@ -36,11 +36,13 @@
 // its batch's longest) are never written and never read: the combine stops at the sequence's own
 // partition count.
 //
-// What bounds it (H200, `attnlab bench lab3`, B = 64, the longest 32,768 keys): about 1.0 ms for
-// 4.26 GB that must move, 4.2 to 4.3 TB/s, 1.00 to 1.02 of a device copy timed in the same run
-// (the copy reads and writes; decode only reads), SPEEDUP 9.5x over the starter. Memory bandwidth:
-// there is nothing left to take but the bytes themselves. (512- and 2,048-key partitions gave
-// 1.00 and 1.005 in the same run.)
+// What bounds it (H200, `attnlab grade lab3` and `attnlab profile lab3`, B = 64, the longest 32,768
+// keys, 4.76 GB that must move at the default seed): 1.108 ms, 4.29 TB/s, 1.01 of a device copy
+// timed in the same run (4.27 TB/s; the copy reads and writes, decode only reads), SPEEDUP 9.49x
+// over the starter. Nsight Compute: memory-bound at 2.0 FLOP/B, 91% of the HBM bandwidth NVML
+// states, DRAM bytes 1.005x the bytes that must move. Memory bandwidth: nothing is left to take but
+// the bytes themselves. (512- and 2,048-key partitions gave 1.00 and 1.005 of the copy in one run
+// beside 1,024's 1.016.)
 constexpr int PARTITION = 1024;  // keys per partition: a multiple of the 8-key chunk and of the 16-row page
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
