@@ -36,15 +36,16 @@
 // 144 floats, puts the 8 lanes of each quarter-warp on 8 different groups of 4 banks.
 //
 // What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.258 ms at C = P =
-// 2048, 1.45x PyTorch's SDPA in float32 (1.825 ms in the same run), 41 TFLOP/s of float32 work,
-// from 75.5 million m16n8k8 products (three per float32 product). Not the tensor cores' rate: the
-// same products ran at 1.32x SDPA with an expf per exponential and 64-key tiles, 1.40x with exp2f,
-// and 1.44x to 1.45x with exp2f and 32-key tiles (each ratio from its own run), so the instructions
-// around the products (splits, exponentials, shuffles, shared loads) and too few warps per
-// scheduler to hide them are the bound: 168 registers a thread allow three blocks of four warps per
-// SM. The next steps: fewer registers a warp (Q's fragments reread from shared memory rather than
-// held), so more warps fit; Hopper's asynchronous warpgroup MMA (wgmma, operands read straight from
-// shared memory, which inline PTX can reach and this file keeps out of scope); cp.async double
+// 2048, 1.45x PyTorch's SDPA in float32 (1.825 ms in the same run; 1.42x to 1.45x in three runs),
+// 41 TFLOP/s of float32 work, from 75.5 million m16n8k8 products (three per float32 product). Not
+// the tensor cores' rate: the same products ran at 1.32x SDPA with an expf per exponential and
+// 64-key tiles, 1.40x with exp2f, and 1.42x to 1.45x with exp2f and 32-key tiles (each ratio from
+// its own run; K stored without the rotated slots, bank conflicts and all, 1.35x), so the
+// instructions around the products (splits, exponentials, shuffles, shared loads) and too few warps
+// per scheduler to hide them are the bound: 168 registers a thread allow three blocks of four warps
+// per SM. The next steps: fewer registers a warp (Q's fragments reread from shared memory rather
+// than held), so more warps fit; Hopper's asynchronous warpgroup MMA (wgmma, operands read straight
+// from shared memory, which inline PTX can reach and this file keeps out of scope); cp.async double
 // buffering.
 constexpr int ROWS = 16;                // query rows per block (one m16 tile per warp)
 constexpr int HEADS = GROUP;            // query heads per block: one KV group, one warp each
@@ -129,7 +130,7 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
     const int lastVisible = prefixLen + min(rowStart + ROWS, chunkLen) - 1;  // the block's last row sees this far
     for (int tileStart = 0; tileStart <= lastVisible; tileStart += BC) {
         __syncthreads();  // every warp is done with the previous tile
-        // K: 64 keys x 8 dim-steps; each item reads 8 dims (two float4, 8 lanes cover a key's 256
+        // K: BC keys x 8 dim-steps; each item reads 8 dims (two float4, 8 lanes cover a key's 256
         // bytes) and writes 4 slots of (big, big, small, small). The 8 lanes of a quarter-warp write
         // their slots in rotated order, so each of the four stores hits 8 different groups of banks.
         for (int item = threadIdx.x; item < BC * (DH / 8); item += THREADS) {
