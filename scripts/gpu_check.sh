@@ -83,6 +83,7 @@ step gpu-ptx-peers 0 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_
 step grade-lab3-solution 0 python3 -m labrunner grade lab3 kernels/lab3/solution.cu --budget 1 --json "$out/lab3.json"
 step grade-lab3-starter 5 python3 -m labrunner grade lab3 kernels/lab3/starter.cu --budget 1
 step fixtures-lab3 0 python3 tests/fixture_suite.py --device gpu --lab lab3
+step race-check-gpu 0 python3 scripts/barrier_variants.py --device gpu
 step bench-stability 0 python3 scripts/bench_stability.py
 step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3
 

@@ -142,15 +142,10 @@ def test_a_value_carrying_the_shared_memory_poison_is_a_race():
                                "barrier: a missing __syncthreads()? (4 of 6144 elements carry the shared-memory poison)")
 
 
-def variants() -> list[tuple[str, int, str]]:
-    """Each shipped solution with one of its __syncthreads() removed, made from the shipped text."""
-    found = []
-    for lab in ("lab1", "lab2", "lab3"):
-        text = (REPO / "kernels" / lab / "solution.cu").read_text()
-        for match in re.finditer(r"__syncthreads\(\);", text):
-            line = text.count("\n", 0, match.start()) + 1
-            found.append((lab, line, text[:match.start()] + ";" + text[match.end():]))
-    return found
+# Each shipped solution with one of its __syncthreads() removed: the one list, shared with the GPU's
+# check (`scripts/barrier_variants.py --device gpu`, a step of scripts/gpu_check.sh).
+sys.path.insert(0, str(REPO / "scripts"))
+from barrier_variants import variants  # noqa: E402
 
 
 def test_the_shipped_solutions_have_the_barriers_the_variants_remove():
