@@ -350,9 +350,10 @@ class _Lexer:
         """R"delim( ... )delim": nothing inside is code; a splice inside would be undone by the
         standard's rule but read differently by the two compilers, so it is refused."""
         text = self.text
+        # the `(` is looked for only within 17 characters: a delimiter has at most 16
         open_paren = text.find("(", quote + 1, quote + 18)
         delimiter = text[quote + 1:open_paren] if open_paren >= 0 else None
-        if delimiter is None or len(delimiter) > 16 or not _D_CHARS.fullmatch(delimiter):
+        if delimiter is None or not _D_CHARS.fullmatch(delimiter):
             raise self.fail(quote, "a raw string's delimiter must be at most 16 basic characters (no spaces, "
                                    "quotes, backslashes or parentheses) followed by `(`")
         close = text.find(")" + delimiter + '"', open_paren + 1)
