@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from labrunner.exit_codes import AttnlabError, environment_error
-from labrunner.labs.definition import Lab, attention_flops  # noqa: F401 - where tests and reports have long found it
+from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.timed_runs import INPUT_SLOTS
