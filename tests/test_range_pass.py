@@ -9,6 +9,7 @@ on PATH (like the stand-in compute-sanitizer of test_diagnose.py) plays the tool
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -234,3 +235,40 @@ def test_every_recorded_ncu_csv_parses_whole(recorded):
         assert launch.values["duration_ns"] > 1_000  # nanoseconds, not milliseconds
         assert launch.dram_bytes > 1_000_000         # bytes, not megabytes
         assert 0 <= launch.values["sm_throughput_pct"] <= 100
+
+
+def test_the_range_table_puts_each_file_on_its_own_row_and_never_cuts_a_kernels_name(monkeypatch):
+    """Two files of two kernels each at a CI log's width (150 columns): each file on a row of its own,
+    its kernels under it whole, one line each; a long path wraps on its own row, and no figure is lost."""
+    from rich.console import Console
+
+    from labrunner.report import terminal
+
+    def kernel(name: str, ms: float) -> dict:
+        return {"kernel": name, "duration_ns": ms * 1e6, "sm_throughput_pct": 44.0, "dram_read_bytes": 4.7599e9,
+                "dram_write_bytes": 1.2e7, "l2_hit_rate_pct": 1.0, "achieved_occupancy_pct": 31.0,
+                "registers_per_thread": 96, "shared_bank_conflicts": 71807, "fma_pipe_pct": 21.0, "point": None}
+
+    def rendered(labels: tuple[str, str]) -> list[str]:
+        printed = io.StringIO()
+        monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=150, highlight=False, color_system=None))
+        report = {"available": True, "shape": {"label": "B = 64, longest 32,768"}, "dropped_metrics": [],
+                  "contenders": [{"label": label, "point": None,
+                                  "kernels": [kernel("attn_weighted_sum", 1.09), kernel("decode_combine", 0.011)]}
+                                 for label in labels]}
+        terminal.range_report({"range": report, "ceilings": None, "ceilings_problem": "no GPU facts"})
+        return printed.getvalue().splitlines()
+
+    lines = rendered(("kernels/lab3/solution.cu", "kernels/lab3/starter.cu"))
+    cells = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert cells == ["kernels/lab3/solution.cu", "attn_weighted_sum", "decode_combine",
+                     "kernels/lab3/starter.cu", "attn_weighted_sum", "decode_combine"]
+    assert all(len(line) <= 150 for line in lines)
+    assert sum(line.count("1.090") for line in lines) == 2 and sum(line.count("71,807") for line in lines) == 4
+
+    long_path = "submissions/section-b/a-student-with-a-long-name/attention-final-final.cu"
+    lines = rendered((long_path, "kernels/lab3/starter.cu"))
+    cells = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert "attn_weighted_sum" in cells and "".join(cells).startswith(long_path.replace(" ", ""))
+    assert all(len(line) <= 150 for line in lines)
+    assert sum(line.count("1.090") for line in lines) == 2 and sum(line.count("71,807") for line in lines) == 4

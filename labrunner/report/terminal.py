@@ -358,18 +358,24 @@ def range_report(profile: dict) -> None:
     columns = ("kernel", "ms", "SM %", "DRAM read MB", "DRAM write MB", "L2 hit", "occupancy", "regs",
                "bank conflicts", "FMA pipe", "TFLOP/s", "FLOP/B")
     for column in columns:
-        table.add_column(column, justify="left" if column == "kernel" else "right")
+        # a path longer than its column folds onto more lines rather than losing its end to an ellipsis
+        table.add_column(column, justify="left" if column == "kernel" else "right",
+                         overflow="fold" if column == "kernel" else "ellipsis")
     for contender in report["contenders"]:
-        for k in contender["kernels"]:
+        # the file on a row of its own, its kernels indented under it: a long path may wrap there
+        # without cutting a kernel's name in two
+        table.add_row(escape(contender["label"]), *[""] * (len(columns) - 1))
+        for number, k in enumerate(contender["kernels"]):
             point = k.get("point") or {}
-            table.add_row(escape(f"{contender['label']} {k['kernel']}"),
+            table.add_row("  " + escape(k["kernel"]),
                           "-" if k.get("duration_ns") is None else f"{k['duration_ns'] / 1e6:.3f}",
                           _pct(k.get("sm_throughput_pct")), _mb(k.get("dram_read_bytes")),
                           _mb(k.get("dram_write_bytes")), _pct(k.get("l2_hit_rate_pct")),
                           _pct(k.get("achieved_occupancy_pct")), _count(k.get("registers_per_thread")),
                           _count(k.get("shared_bank_conflicts")), _pct(k.get("fma_pipe_pct")),
                           f"{point['achieved_flops_per_s'] / 1e12:.2f}" if point else "-",
-                          f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-")
+                          f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-",
+                          end_section=number == len(contender["kernels"]) - 1)
     stdout.print(table)
     if report.get("dropped_metrics"):
         note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
