@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU test and check in one go, for a machine with an NVIDIA GPU. Results and a tarball of
 # each step's log go to $OUT (or ./gpu-check-out); the short table at the end is what to read.
+# The optional extras (cupti-python, matplotlib, torch) must be installed into the interpreter, not
+# only on PYTHONPATH: the boxed workers run `python -I`, which ignores it, so a trace there would fall
+# back to CUDA events and say that cupti-python is not installed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
