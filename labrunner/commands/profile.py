@@ -88,11 +88,12 @@ def profile_key(seed: int) -> list[int]:
     return [seed % (1 << KEY_BITS), PROFILE_KEY_WORD]
 
 
-def shape_inputs(lab: Lab, seed: int, rows: int, prefix: int) -> dict:
+def shape_inputs(lab: Lab, seed: int, rows: int, prefix: int, layout: dict | None = None) -> dict:
     """What a trace shape (or ncu's target) needs to make its inputs: a prefill's arrays themselves
     (`inputs`), or, for a lab whose timing layout is a paged cache, the timing-set request `bench`
-    sends (`sets`: key, shape, pages and the fixed block table and lengths), filled on the GPU."""
-    layout = lab.timing_layout(rows, prefix, seed)
+    sends (`sets`: key, shape, pages and the fixed block table and lengths), filled on the GPU.
+    `layout`: the lab's timing layout at this shape, where the caller has made it already."""
+    layout = lab.timing_layout(rows, prefix, seed) if layout is None else layout
     if not layout:
         return {"inputs": profile_inputs(seed, rows, prefix)}
     return {"sets": {"key": profile_key(seed), "rows": rows, "prefix": prefix, **layout}}
@@ -244,7 +245,8 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
     plans = [(name, role, lab.plan_launches(sub.constants, rows, prefix), sub) for name, role, sub in contenders]
     per_round = sum(len(launches) for _, _, launches, _ in plans)
     report: dict = {"shape": {"label": label, "rows": rows, "prefix": prefix}, "warmup_calls": WARMUP_CALLS}
-    call_flops = lab.flops(rows, prefix, lab.timing_layout(rows, prefix, seed))
+    layout = lab.timing_layout(rows, prefix, seed)
+    call_flops = lab.flops(rows, prefix, layout)
     with tempfile.TemporaryDirectory(prefix="attnlab-range-") as scratch:
         facts_path = Path(scratch) / "facts.json"
         # each contender its own workspace, sized by its own geometry (lab 3's partitions differ by file)
@@ -255,7 +257,7 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
                                    "workspace": lab.workspace(sub.constants, rows, prefix),
                                    "launches": [asdict(launch) for launch in launches]}
                                   for _, role, launches, sub in plans]}
-        made = shape_inputs(lab, seed, rows, prefix)
+        made = shape_inputs(lab, seed, rows, prefix, layout)
         if "sets" in made:  # the paged layout's fixed arrays beside the payload; the values made on the GPU
             fixed_path = Path(scratch) / "fixed.npz"
             np.savez(fixed_path, **made["sets"]["fixed"])

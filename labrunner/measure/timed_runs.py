@@ -218,7 +218,7 @@ def run_timing(device, modules: dict, request: dict) -> dict:
         peer = load_peer(device, request["peer"]) if request.get("peer") else None
         for size in request["sizes"]:
             pool = InputPool(device, size["sets"], INPUT_SLOTS)
-            workspace = {n: device.guarded(count, poison_for(n)) for n, count in size["workspace"].items()}
+            workspace = guarded_workspace(device, size["workspace"])
             launches = size["launches"]
             stats = {}
             for launch in launches:
