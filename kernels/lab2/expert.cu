@@ -35,18 +35,19 @@
 // Each staged element is stored as (big, big, small, small) of its fragment pair; the row pitch,
 // 144 floats, puts the 8 lanes of each quarter-warp on 8 different groups of 4 banks.
 //
-// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.258 ms at C = P =
-// 2048, 1.45x PyTorch's SDPA in float32 (1.825 ms in the same run; 1.42x to 1.45x in three runs),
-// 41 TFLOP/s of float32 work, from 75.5 million m16n8k8 products (three per float32 product). Not
-// the tensor cores' rate: the same products ran at 1.32x SDPA with an expf per exponential and
-// 64-key tiles, 1.40x with exp2f, and 1.42x to 1.45x with exp2f and 32-key tiles (each ratio from
-// its own run; K stored without the rotated slots, bank conflicts and all, 1.35x), so the
-// instructions around the products (splits, exponentials, shuffles, shared loads) and too few warps
-// per scheduler to hide them are the bound: 168 registers a thread allow three blocks of four warps
-// per SM. The next steps: fewer registers a warp (Q's fragments reread from shared memory rather
-// than held), so more warps fit; Hopper's asynchronous warpgroup MMA (wgmma, operands read straight
-// from shared memory, which inline PTX can reach and this file keeps out of scope); cp.async double
-// buffering.
+// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.091 ms at C = P =
+// 2048, 1.66x PyTorch's SDPA in float32 (1.810 ms in the same run; 95% CI 1.64x to 1.67x), 47 TFLOP/s
+// of float32 work (`attnlab profile`: 70% of the FP32 FMA roof, which the tensor cores are not bound
+// by), from 75.5 million m16n8k8 products (three per float32 product). The step that mattered was
+// latency, not arithmetic: loading each K/V tile from global memory straight into shared memory made
+// every warp wait on those loads once a tile (1.43x); the next tile now travels in registers while
+// this one is multiplied (1.66x), at 236 registers a thread, two blocks of four warps per SM. Earlier
+// steps: exp2f (1.32x to 1.40x), 32-key tiles (1.45x). Tried and not kept: the same prefetch at three
+// blocks per SM (168 registers: spills, 1.17x), the small products summed in their own accumulators
+// (1.37x), K stored without the rotated slots (1.35x). What bounds it now is the instructions around
+// the products (splits, shared-memory fragment loads, staging) that `mma.sync` needs in registers.
+// The next step is Hopper's asynchronous warpgroup MMA (wgmma, operands read straight from shared
+// memory, which inline PTX can reach and this file keeps out of scope), fed by TMA or cp.async.
 constexpr int ROWS = 16;                // query rows per block (one m16 tile per warp)
 constexpr int HEADS = GROUP;            // query heads per block: one KV group, one warp each
 constexpr int THREADS = 32 * HEADS;
@@ -58,7 +59,7 @@ constexpr int SMEM_FLOATS = BC * PITCH /*K: [key][dim pair][4]*/ + DH * PITCH /*
 extern "C" __constant__ int attnlab_threads = THREADS;
 extern "C" __constant__ int attnlab_rows_per_block = ROWS;
 extern "C" __constant__ int attnlab_heads_per_block = HEADS;
-extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 55,296 bytes; 168 registers a thread allow three blocks per SM
+extern "C" __constant__ int attnlab_smem_bytes = SMEM_FLOATS * 4;  // 55,296 bytes; registers, not shared memory, allow two blocks per SM
 
 // D += A * B for one warp: A 16 x 8 (4 registers), B 8 x 8 (2 registers), D 16 x 8 float32 (4 registers).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
@@ -92,7 +93,74 @@ __device__ __forceinline__ float4 split_pair(float first, float second) {
     return make_float4(__uint_as_float(b0), __uint_as_float(b1), __uint_as_float(s0), __uint_as_float(s1));
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 3)
+// The next K/V tile, raw, in registers: loaded from global memory while the tensor cores work on the
+// current tile, and written to shared memory (split) after the barrier. Loading straight into shared
+// memory left every warp waiting on those loads at each tile (1.43x SDPA before, 1.66x after); the
+// 32 registers this costs leave two blocks per SM instead of three, and it is still faster.
+constexpr int TILE_ITEMS = BC * (DH / 8) / THREADS;  // K pieces (8 dims of a key) per thread: 2; V pieces too
+struct StagedTile {
+    float4 k[TILE_ITEMS][2];  // dims step*8 .. +3 and +4 .. +7 of key c
+    float4 v[TILE_ITEMS][2];  // dims d4*4 .. +3 of keys 2p and 2p + 1
+};
+
+// K piece: key c, dim-step `step`. V piece: key pair p, 4-dim chunk d4. Within a quarter-warp the 8
+// lanes take 8 key pairs (8 bank groups when stored); the 4 quarters take 4 dim chunks of the same
+// keys, so a warp reads 64 contiguous bytes of each of 8 keys.
+__device__ __forceinline__ void k_piece(int item, int& c, int& step) { c = item / (DH / 8); step = item % (DH / 8); }
+__device__ __forceinline__ void v_piece(int item, int& p, int& d4) { p = (item / 128) * 8 + item % 8; d4 = (item / 8) % 16; }
+
+__device__ __forceinline__ void load_tile(StagedTile& tile, const float* kCache, const float* vCache, int tileStart,
+                                          int kvHead, int keys) {
+#pragma unroll
+    for (int n = 0; n < TILE_ITEMS; ++n) {
+        const int item = threadIdx.x + n * THREADS;
+        int c, step, p, d4;
+        k_piece(item, c, step);
+        v_piece(item, p, d4);
+        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        tile.k[n][0] = tile.k[n][1] = tile.v[n][0] = tile.v[n][1] = zero;
+        if (tileStart + c < keys) {
+            const float4* src = reinterpret_cast<const float4*>(kCache + ((size_t)(tileStart + c) * HKV + kvHead) * DH + step * 8);
+            tile.k[n][0] = src[0];
+            tile.k[n][1] = src[1];
+        }
+        const int key = tileStart + 2 * p;
+        if (key < keys) tile.v[n][0] = *reinterpret_cast<const float4*>(vCache + ((size_t)key * HKV + kvHead) * DH + d4 * 4);
+        if (key + 1 < keys) tile.v[n][1] = *reinterpret_cast<const float4*>(vCache + ((size_t)(key + 1) * HKV + kvHead) * DH + d4 * 4);
+    }
+}
+
+// K: each piece writes 4 slots of (big, big, small, small); the 8 lanes of a quarter-warp write their
+// slots in rotated order, so each of the four stores hits 8 different groups of banks.
+// V: each piece writes its 4 dims of the key pair.
+__device__ __forceinline__ void store_tile(float* kS, float* vS, const StagedTile& tile) {
+#pragma unroll
+    for (int n = 0; n < TILE_ITEMS; ++n) {
+        const int item = threadIdx.x + n * THREADS;
+        int c, step, p, d4;
+        k_piece(item, c, step);
+        v_piece(item, p, d4);
+        const float lo[4] = {tile.k[n][0].x, tile.k[n][0].y, tile.k[n][0].z, tile.k[n][0].w};
+        const float hi[4] = {tile.k[n][1].x, tile.k[n][1].y, tile.k[n][1].z, tile.k[n][1].w};
+        float4* kDst = reinterpret_cast<float4*>(kS + c * PITCH + step * 16);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int slot = (j + step / 2) % 4;
+            float first = lo[0], second = hi[0];  // selects, not a dynamic index: lo and hi stay in registers
+#pragma unroll
+            for (int i = 1; i < 4; ++i)
+                if (slot == i) { first = lo[i]; second = hi[i]; }
+            kDst[slot] = split_pair(first, second);
+        }
+        float* vDst = vS + (d4 * 4) * PITCH + p * 4;
+        *reinterpret_cast<float4*>(vDst) = split_pair(tile.v[n][0].x, tile.v[n][1].x);
+        *reinterpret_cast<float4*>(vDst + PITCH) = split_pair(tile.v[n][0].y, tile.v[n][1].y);
+        *reinterpret_cast<float4*>(vDst + 2 * PITCH) = split_pair(tile.v[n][0].z, tile.v[n][1].z);
+        *reinterpret_cast<float4*>(vDst + 3 * PITCH) = split_pair(tile.v[n][0].w, tile.v[n][1].w);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
 flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, const float* __restrict__ vCache,
               float* __restrict__ out, int chunkLen, int prefixLen) {
     extern __shared__ __align__(16) float smem[];
@@ -128,48 +196,13 @@ flash_prefill(const float* __restrict__ q, const float* __restrict__ kCache, con
 
     const int keys = prefixLen + chunkLen;
     const int lastVisible = prefixLen + min(rowStart + ROWS, chunkLen) - 1;  // the block's last row sees this far
+    StagedTile next;
+    load_tile(next, kCache, vCache, 0, kvHead, keys);
     for (int tileStart = 0; tileStart <= lastVisible; tileStart += BC) {
         __syncthreads();  // every warp is done with the previous tile
-        // K: BC keys x 8 dim-steps; each item reads 8 dims (two float4, 8 lanes cover a key's 256
-        // bytes) and writes 4 slots of (big, big, small, small). The 8 lanes of a quarter-warp write
-        // their slots in rotated order, so each of the four stores hits 8 different groups of banks.
-        for (int item = threadIdx.x; item < BC * (DH / 8); item += THREADS) {
-            const int c = item / (DH / 8), step = item % (DH / 8);
-            const int key = tileStart + c;
-            float lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (key < keys) {
-                const float4* src = reinterpret_cast<const float4*>(kCache + ((size_t)key * HKV + kvHead) * DH + step * 8);
-                const float4 a = src[0], b = src[1];
-                lo[0] = a.x; lo[1] = a.y; lo[2] = a.z; lo[3] = a.w;
-                hi[0] = b.x; hi[1] = b.y; hi[2] = b.z; hi[3] = b.w;
-            }
-            float4* dst = reinterpret_cast<float4*>(kS + c * PITCH + step * 16);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int slot = (j + step / 2) % 4;
-                float first = lo[0], second = hi[0];  // selects, not a dynamic index: lo and hi stay in registers
-#pragma unroll
-                for (int i = 1; i < 4; ++i)
-                    if (slot == i) { first = lo[i]; second = hi[i]; }
-                dst[slot] = split_pair(first, second);
-            }
-        }
-        // V: BC / 2 key pairs x 16 four-dim chunks; each item reads two keys' float4 and writes 4 dims.
-        // Within a quarter-warp the 8 lanes take 8 key pairs (8 bank groups); the 4 quarters take 4
-        // dim chunks of the same keys, so a warp reads 64 contiguous bytes of each of 8 keys.
-        for (int item = threadIdx.x; item < (BC / 2) * (DH / 4); item += THREADS) {
-            const int p = (item / 128) * 8 + item % 8, d4 = (item / 8) % 16;
-            const int key = tileStart + 2 * p;
-            float4 first = make_float4(0.0f, 0.0f, 0.0f, 0.0f), second = first;
-            if (key < keys) first = *reinterpret_cast<const float4*>(vCache + ((size_t)key * HKV + kvHead) * DH + d4 * 4);
-            if (key + 1 < keys) second = *reinterpret_cast<const float4*>(vCache + ((size_t)(key + 1) * HKV + kvHead) * DH + d4 * 4);
-            float* dst = vS + (d4 * 4) * PITCH + p * 4;
-            *reinterpret_cast<float4*>(dst) = split_pair(first.x, second.x);
-            *reinterpret_cast<float4*>(dst + PITCH) = split_pair(first.y, second.y);
-            *reinterpret_cast<float4*>(dst + 2 * PITCH) = split_pair(first.z, second.z);
-            *reinterpret_cast<float4*>(dst + 3 * PITCH) = split_pair(first.w, second.w);
-        }
+        store_tile(kS, vS, next);
         __syncthreads();
+        if (tileStart + BC <= lastVisible) load_tile(next, kCache, vCache, tileStart + BC, kvHead, keys);  // lands during this tile's math
 
         // S = Q K^T for this tile: s[nb] holds keys nb*8 + 2t, 2t + 1 of rows g and g + 8.
         float s[BC / 8][4] = {};
