@@ -24,7 +24,10 @@
 // tile's global loads issued after the barrier, every warp stalled on them (the weighted sum took
 // 0.415 ms). Now the next tile's K, V and P are loaded into registers while the current tile is
 // multiplied, a scores block reuses its Q fragments for four K tiles, and the weighted sum does
-// three products, not four (0.335 ms from that alone). What is left is the instructions around
+// three products, not four, with 8-byte P loads (0.335 ms from those alone). Both matmuls run three
+// blocks per SM at 168 registers, and ptxas spills a few bytes in each (about 20 bytes a thread, to
+// L1); without the cap they run two blocks per SM with no spills, and were slower in the same run
+// (weighted sum 0.312 ms against 0.303, scores 0.210 against 0.205). What is left is the instructions around
 // `mma.sync`: the splits, the shared-memory fragment loads and the staging, which `mma.sync` needs
 // in registers. The next step is Hopper's wgmma, which reads both operands straight from shared
 // memory, with the staging done by the copy engine (TMA or cp.async).
