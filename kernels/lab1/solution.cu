@@ -17,10 +17,10 @@
 // float32's accuracy (the planted scores of 128 must come out right to 1e-3) at a third of the
 // tensor cores' rate, still several times the FMA pipe's. The softmax is pure bandwidth.
 //
-// What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.72 ms, 2.5x
-// eager PyTorch (1.81 ms) and 2.1x the floor above (0.335 ms at the same run's 4.13 TB/s copy). The
-// softmax moves its bytes at 95% of the copy's bandwidth (0.205 ms). The matmuls do not: scores
-// 0.21 ms, weighted sum 0.30 ms. Both were bound by waiting, not by the tensor cores: with each
+// What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.714 ms, 2.55x
+// eager PyTorch (1.821 ms) and 2.13x the floor above (0.335 ms at the same run's 4.13 TB/s copy).
+// The softmax moves its bytes at 95% of the copy's bandwidth (0.205 ms). The matmuls do not: scores
+// 0.209 ms, weighted sum 0.305 ms (`attnlab profile`: 40 and 28 TFLOP/s of float32 work). Both were bound by waiting, not by the tensor cores: with each
 // tile's global loads issued after the barrier, every warp stalled on them (the weighted sum took
 // 0.415 ms). Now the next tile's K, V and P are loaded into registers while the current tile is
 // multiplied, a scores block reuses its Q fragments for four K tiles, and the weighted sum does

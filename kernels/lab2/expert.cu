@@ -36,7 +36,8 @@
 // 144 floats, puts the 8 lanes of each quarter-warp on 8 different groups of 4 banks.
 //
 // What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.091 ms at C = P =
-// 2048, 1.66x PyTorch's SDPA in float32 (1.810 ms in the same run; 95% CI 1.64x to 1.67x), 47 TFLOP/s
+// 2048, 1.66x PyTorch's SDPA in float32 (1.810 ms in the same run; 95% CI 1.64x to 1.67x; 1.65x in
+// another run, 1.101 ms against 1.814 ms), 47 TFLOP/s
 // of float32 work (`attnlab profile`: 70% of the FP32 FMA roof, which the tensor cores are not bound
 // by), from 75.5 million m16n8k8 products (three per float32 product). The step that mattered was
 // latency, not arithmetic: loading each K/V tile from global memory straight into shared memory made
