@@ -104,30 +104,32 @@ struct StagedTile {
     float4 v[TILE_ITEMS][2];  // dims d4*4 .. +3 of keys 2p and 2p + 1
 };
 
-// K piece: key c, dim-step `step`. V piece: key pair p, 4-dim chunk d4. Within a quarter-warp the 8
-// lanes take 8 key pairs (8 bank groups when stored); the 4 quarters take 4 dim chunks of the same
-// keys, so a warp reads 64 contiguous bytes of each of 8 keys.
-__device__ __forceinline__ void k_piece(int item, int& c, int& step) { c = item / (DH / 8); step = item % (DH / 8); }
-__device__ __forceinline__ void v_piece(int item, int& p, int& d4) { p = (item / 128) * 8 + item % 8; d4 = (item / 8) % 16; }
+// Piece n of this thread's share of a tile. K: key c, dim-step `step`. V: key pair p, 4-dim chunk
+// d4; within a quarter-warp the 8 lanes take 8 key pairs (8 bank groups when stored), and the 4
+// quarters take 4 dim chunks of the same keys, so a warp reads 64 contiguous bytes of each of 8 keys.
+struct Piece {
+    int c, step, p, d4;
+};
+__device__ __forceinline__ Piece piece(int n) {
+    const int item = threadIdx.x + n * THREADS;
+    return {item / (DH / 8), item % (DH / 8), (item / 128) * 8 + item % 8, (item / 8) % 16};
+}
 
 __device__ __forceinline__ void load_tile(StagedTile& tile, const float* kCache, const float* vCache, int tileStart,
                                           int kvHead, int keys) {
 #pragma unroll
     for (int n = 0; n < TILE_ITEMS; ++n) {
-        const int item = threadIdx.x + n * THREADS;
-        int c, step, p, d4;
-        k_piece(item, c, step);
-        v_piece(item, p, d4);
+        const Piece at = piece(n);
         const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         tile.k[n][0] = tile.k[n][1] = tile.v[n][0] = tile.v[n][1] = zero;
-        if (tileStart + c < keys) {
-            const float4* src = reinterpret_cast<const float4*>(kCache + ((size_t)(tileStart + c) * HKV + kvHead) * DH + step * 8);
+        if (tileStart + at.c < keys) {
+            const float4* src = reinterpret_cast<const float4*>(kCache + ((size_t)(tileStart + at.c) * HKV + kvHead) * DH + at.step * 8);
             tile.k[n][0] = src[0];
             tile.k[n][1] = src[1];
         }
-        const int key = tileStart + 2 * p;
-        if (key < keys) tile.v[n][0] = *reinterpret_cast<const float4*>(vCache + ((size_t)key * HKV + kvHead) * DH + d4 * 4);
-        if (key + 1 < keys) tile.v[n][1] = *reinterpret_cast<const float4*>(vCache + ((size_t)(key + 1) * HKV + kvHead) * DH + d4 * 4);
+        const int key = tileStart + 2 * at.p;
+        if (key < keys) tile.v[n][0] = *reinterpret_cast<const float4*>(vCache + ((size_t)key * HKV + kvHead) * DH + at.d4 * 4);
+        if (key + 1 < keys) tile.v[n][1] = *reinterpret_cast<const float4*>(vCache + ((size_t)(key + 1) * HKV + kvHead) * DH + at.d4 * 4);
     }
 }
 
@@ -137,23 +139,20 @@ __device__ __forceinline__ void load_tile(StagedTile& tile, const float* kCache,
 __device__ __forceinline__ void store_tile(float* kS, float* vS, const StagedTile& tile) {
 #pragma unroll
     for (int n = 0; n < TILE_ITEMS; ++n) {
-        const int item = threadIdx.x + n * THREADS;
-        int c, step, p, d4;
-        k_piece(item, c, step);
-        v_piece(item, p, d4);
+        const Piece at = piece(n);
         const float lo[4] = {tile.k[n][0].x, tile.k[n][0].y, tile.k[n][0].z, tile.k[n][0].w};
         const float hi[4] = {tile.k[n][1].x, tile.k[n][1].y, tile.k[n][1].z, tile.k[n][1].w};
-        float4* kDst = reinterpret_cast<float4*>(kS + c * PITCH + step * 16);
+        float4* kDst = reinterpret_cast<float4*>(kS + at.c * PITCH + at.step * 16);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const int slot = (j + step / 2) % 4;
+            const int slot = (j + at.step / 2) % 4;
             float first = lo[0], second = hi[0];  // selects, not a dynamic index: lo and hi stay in registers
 #pragma unroll
             for (int i = 1; i < 4; ++i)
                 if (slot == i) { first = lo[i]; second = hi[i]; }
             kDst[slot] = split_pair(first, second);
         }
-        float* vDst = vS + (d4 * 4) * PITCH + p * 4;
+        float* vDst = vS + (at.d4 * 4) * PITCH + at.p * 4;
         *reinterpret_cast<float4*>(vDst) = split_pair(tile.v[n][0].x, tile.v[n][1].x);
         *reinterpret_cast<float4*>(vDst + PITCH) = split_pair(tile.v[n][0].y, tile.v[n][1].y);
         *reinterpret_cast<float4*>(vDst + 2 * PITCH) = split_pair(tile.v[n][0].z, tile.v[n][1].z);
