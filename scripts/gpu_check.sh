@@ -82,6 +82,7 @@ step bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 --vs sdpa
 step bench-expert-vs-sdpa 0 python3 -m labrunner bench lab2 kernels/lab2/expert.cu --vs sdpa
 step bench-lab2-vs-expert 0 python3 -m labrunner bench lab2 --vs expert
 step bench-lab1-vs-torch 0 python3 -m labrunner bench lab1 --vs torch
+step mma-peak 0 python3 scripts/mma_peak.py
 step gpu-ptx-peers 0 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cpu_ptx.py tests/test_peers.py
 step grade-lab3-solution 0 python3 -m labrunner grade lab3 kernels/lab3/solution.cu --budget 1 --json "$out/lab3.json"
 step grade-lab3-starter 5 python3 -m labrunner grade lab3 kernels/lab3/starter.cu --budget 1

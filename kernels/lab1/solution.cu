@@ -20,17 +20,24 @@
 // What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.714 ms, 2.55x
 // eager PyTorch (1.821 ms) and 2.13x the floor above (0.335 ms at the same run's 4.13 TB/s copy).
 // The softmax moves its bytes at 95% of the copy's bandwidth (0.205 ms). The matmuls do not: scores
-// 0.209 ms, weighted sum 0.305 ms (`attnlab profile`: 40 and 28 TFLOP/s of float32 work). Both were bound by waiting, not by the tensor cores: with each
-// tile's global loads issued after the barrier, every warp stalled on them (the weighted sum took
-// 0.415 ms). Now the next tile's K, V and P are loaded into registers while the current tile is
-// multiplied, a scores block reuses its Q fragments for four K tiles, and the weighted sum does
-// three products, not four, with 8-byte P loads (0.335 ms from those alone). Both matmuls run three
-// blocks per SM at 168 registers, and ptxas spills a few bytes in each (about 20 bytes a thread, to
-// L1); without the cap they run two blocks per SM with no spills, and were slower in the same run
-// (weighted sum 0.312 ms against 0.303, scores 0.210 against 0.205). What is left is the instructions around
-// `mma.sync`: the splits, the shared-memory fragment loads and the staging, which `mma.sync` needs
-// in registers. The next step is Hopper's wgmma, which reads both operands straight from shared
-// memory, with the staging done by the copy engine (TMA or cp.async).
+// 0.209 ms and weighted sum 0.305 ms, each 13 million m16n8k8 products, so 127 and 87 TFLOP/s of
+// TF32 products: 40% and 27% of what `mma.sync` gives on this GPU at best (320 TFLOP/s with nothing
+// else to do, `python scripts/mma_peak.py`).
+//
+// Both matmuls were bound by waiting: with each tile's global loads issued after the barrier, every
+// warp stalled on them (the weighted sum took 0.415 ms). Now the next tile's K, V and P are loaded
+// into registers while the current tile is multiplied, a scores block reuses its Q fragments for
+// four K tiles, and the weighted sum does three products, not four, with 8-byte P loads (0.335 ms
+// from those two alone). Both matmuls run three blocks per SM at 168 registers, and ptxas spills a
+// few bytes in each (about 20 bytes a thread, to L1); uncapped they run two blocks per SM with no
+// spills and were slower in back-to-back runs (weighted sum 0.312 ms against 0.303, scores 0.210
+// against 0.205). What is left is the instructions around `mma.sync`: the splits, the shared-memory
+// fragment loads and the staging, which `mma.sync` needs in registers.
+//
+// The floor's 1.3x (0.435 ms) would leave the two matmuls 0.23 ms together: 231 TFLOP/s of TF32
+// products, 72% of `mma.sync`'s best with all of that work around it. The next step is Hopper's
+// wgmma, which reads both operands straight from shared memory at a higher ceiling, with the
+// staging done by the copy engine (TMA or cp.async).
 //
 // Launch geometry (read by the driver from these constants):
 //   attn_scores:       one block of 4 warps per 64 rows x 256 keys of one head, in four 64-key steps

@@ -35,20 +35,20 @@
 // Each staged element is stored as (big, big, small, small) of its fragment pair; the row pitch,
 // 144 floats, puts the 8 lanes of each quarter-warp on 8 different groups of 4 banks.
 //
-// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.091 ms at C = P =
-// 2048, 1.66x PyTorch's SDPA in float32 (1.810 ms in the same run; 95% CI 1.64x to 1.67x; 1.65x in
-// another run, 1.101 ms against 1.814 ms), 47 TFLOP/s
-// of float32 work (`attnlab profile`: 70% of the FP32 FMA roof, which the tensor cores are not bound
-// by), from 75.5 million m16n8k8 products (three per float32 product). The step that mattered was
-// latency, not arithmetic: loading each K/V tile from global memory straight into shared memory made
-// every warp wait on those loads once a tile (1.43x); the next tile now travels in registers while
-// this one is multiplied (1.66x), at 236 registers a thread, two blocks of four warps per SM. Earlier
-// steps: exp2f (1.32x to 1.40x), 32-key tiles (1.45x). Tried and not kept: the same prefetch at three
-// blocks per SM (168 registers: spills, 1.17x), the small products summed in their own accumulators
-// (1.37x), K stored without the rotated slots (1.35x). What bounds it now is the instructions around
-// the products (splits, shared-memory fragment loads, staging) that `mma.sync` needs in registers.
-// The next step is Hopper's asynchronous warpgroup MMA (wgmma, operands read straight from shared
-// memory, which inline PTX can reach and this file keeps out of scope), fed by TMA or cp.async.
+// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.095 ms at C = P =
+// 2048, 1.66x PyTorch's SDPA in float32 (1.65x to 1.67x, and 1.65x in another run), 47 TFLOP/s of
+// float32 work from 75.5 million m16n8k8 products (three per float32 product): 141 TFLOP/s of TF32
+// products, 44% of what `mma.sync` gives on this GPU at best (320 TFLOP/s with nothing else to do,
+// `python scripts/mma_peak.py`). The step that mattered was latency, not arithmetic: loading each
+// K/V tile from global memory straight into shared memory made every warp wait on those loads once
+// a tile (1.43x); the next tile now travels in registers while this one is multiplied (1.66x), at
+// about 240 registers a thread, two blocks of four warps per SM. Earlier steps: exp2f (1.32x to
+// 1.40x), 32-key tiles (1.45x). Tried and not kept: the same prefetch at three blocks per SM (168
+// registers: spills, 1.17x), the small products summed in their own accumulators (1.37x), K stored
+// without the rotated slots (1.35x). What bounds it now is the instructions around the products
+// (splits, shared-memory fragment loads, staging) that `mma.sync` needs in registers. The next step
+// is Hopper's asynchronous warpgroup MMA (wgmma, operands read straight from shared memory, which
+// inline PTX can reach and this file keeps out of scope), fed by TMA or cp.async.
 constexpr int ROWS = 16;                // query rows per block (one m16 tile per warp)
 constexpr int HEADS = GROUP;            // query heads per block: one KV group, one warp each
 constexpr int THREADS = 32 * HEADS;
