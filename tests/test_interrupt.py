@@ -36,6 +36,13 @@ def spinning_starter(folder: Path) -> Path:
     return path
 
 
+def as_at_a_terminal() -> None:
+    """SIGINT as a shell at a terminal leaves it for the command it runs: the default action. A test
+    run started in the background by a shell without job control (`pytest ... &` in a script, as
+    some CI runners do) inherits SIGINT ignored, and an ignored SIGINT is no Ctrl-C to test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def descendants(pid: int) -> set[int]:
     """Every process below pid, read from /proc."""
     children: dict[int, list[int]] = {}
@@ -75,7 +82,8 @@ def test_an_interrupted_grade_keeps_its_finished_cases_and_leaves_nothing_behind
     process = subprocess.Popen(
         [sys.executable, "-m", "labrunner", "grade", "lab2", str(kernel), "--device", "cpu", "--json", str(report),
          "--junit", str(junit)],
-        cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_at_a_terminal)
     # Progress goes to stderr one line per case as it starts: wait for the third.
     seen = ""
     deadline = time.monotonic() + 300
