@@ -6,9 +6,9 @@ default cases and prints the largest difference per case. Needs the GPU and a C+
 
 from __future__ import annotations
 
-import numpy as np
-
 import sys
+
+import numpy as np
 
 from labrunner.build.gate import load_submission
 from labrunner.commands.grade import resolved_cases

@@ -57,7 +57,9 @@ DEFAULT_CALLS = 5
 WARMUP_CALLS = 3          # unprofiled calls of every contender before ncu's one, so the clocks are up
 RANGE_TIMEOUT_S = 600.0
 TRACE_TIMEOUT_S = 300.0
-PROFILE_KEY_WORD = 0x70F11E  # the second word of a profile's timing-set key: the seed is the first
+# A profile's inputs' own stream, beside the seed: in the prefill generator's seed and as the second
+# word of a paged cache's timing-set key alike.
+PROFILE_KEY_WORD = 0x70F11E
 
 
 @dataclass
@@ -79,7 +81,7 @@ class ProfileRequest:
 def profile_inputs(seed: int, rows: int, prefix: int) -> dict:
     """Seeded inputs at a timing shape. A profile reports what a kernel costs, not a verdict, so
     these need none of the timed calls' secrecy; they are never a correctness case's own."""
-    inputs = random_inputs(np.random.default_rng([seed, rows, prefix, 0x70F11E]), rows, prefix)
+    inputs = random_inputs(np.random.default_rng([seed, rows, prefix, PROFILE_KEY_WORD]), rows, prefix)
     return {"q": inputs.q, "k": inputs.k, "v": inputs.v}
 
 

@@ -91,3 +91,11 @@ class InputPool:
     def refill(self, slot: int) -> None:
         """The set `slot` holds, made again: what a kernel changed in it is undone."""
         self.maker.fill(self.slots[slot], self.holds[slot])
+
+
+def first_set(device, request: dict) -> dict:
+    """Set 0 of a request, alone, on the device: the inputs of a run that is traced or profiled, not
+    timed against a pool (the fill is the timing sets' generator, not a lab kernel)."""
+    pool = InputPool(device, request, 1)
+    pool.draw(0)
+    return dict(pool.slots[0])

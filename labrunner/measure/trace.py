@@ -225,11 +225,9 @@ def shape_buffers(device, shape: dict) -> dict:
     before the warm-up; it is not a lab kernel, so neither collector counts it."""
     if "sets" not in shape:
         return {name: device.upload(array) for name, array in shape["inputs"].items()}
-    from labrunner.measure.input_pool import InputPool
+    from labrunner.measure.input_pool import first_set
 
-    pool = InputPool(device, shape["sets"], 1)
-    pool.draw(0)
-    return dict(pool.slots[0])
+    return first_set(device, shape["sets"])
 
 
 def slices_from_reply(reply: dict, entry_points: set[str]) -> list[KernelSlice]:

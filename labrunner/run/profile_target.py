@@ -25,7 +25,7 @@ import numpy as np
 
 from labrunner.labs.definition import Launch
 from labrunner.measure.gpu_facts import read_gpu_facts
-from labrunner.measure.input_pool import InputPool
+from labrunner.measure.input_pool import first_set
 from labrunner.run.gpu_device import GpuDevice
 from labrunner.truth.cases import random_inputs
 from labrunner.truth.poison import filled, poison_for
@@ -76,10 +76,9 @@ def make_inputs(device, payload: dict) -> dict:
         with np.load(sets["fixed_path"], allow_pickle=False) as saved:
             fixed = {name: saved[name] for name in saved.files}
         request = {name: value for name, value in sets.items() if name != "fixed_path"}
-        pool = InputPool(device, {**request, "fixed": fixed}, 1)
-        pool.draw(0)
+        made = first_set(device, {**request, "fixed": fixed})
         device.synchronize()
-        return dict(pool.slots[0])
+        return made
     made = random_inputs(np.random.default_rng([payload["seed"], rows, prefix]), rows, prefix)
     return {"q": device.upload(made.q), "k": device.upload(made.k), "v": device.upload(made.v)}
 
