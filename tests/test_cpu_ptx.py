@@ -1,10 +1,10 @@
-"""Inline PTX on the CPU backend: the tf32 conversion and the m16n8k8 tensor-core multiply run as the
-PTX ISA defines them, every other asm statement is refused before g++ sees it, and NVRTC agrees on
-which register classes each instruction takes.
+"""Inline PTX on the CPU backend: the tf32 and f16x2 conversions and the m16n8k8 (tf32) and m16n8k16
+(f16) tensor-core multiplies run as the PTX ISA defines them, every other asm statement is refused
+before g++ sees it, and NVRTC agrees on which register classes each instruction takes.
 
 The probe kernels (`cpu_kernels/ptx.cu`) write the helpers exactly as a GPU kernel does; every
 expected value is worked out here from the PTX ISA's rules (fragment layouts, truncation of tf32
-operands, round-to-nearest-away), never read back from the backend.
+operands, round-to-nearest-away for tf32, to-nearest-even for f16), never read back from the backend.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ RUNTIME = Path(cpu_module.__file__).parent
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "ptx.cu"\n'
 ENTRY_POINTS = {"mma_raw": ["float*", "float*", "float*", "float*", "int"], "mma_3xtf32": ["float*"] * 3,
                 "cvt_each": ["float*", "unsigned*", "int"], "mma_half_warp": ["float*"],
-                "mma_two_sites": ["float*"], "mma_against_barrier": ["float*"]}
+                "mma_two_sites": ["float*"], "mma_against_barrier": ["float*"],
+                "mma_f16_raw": ["unsigned*", "unsigned*", "float*", "float*", "int"], "mma_3xf16": ["float*"] * 3,
+                "cvt_f16x2_each": ["unsigned*", "unsigned*", "unsigned*", "int"], "mma_f16_against_tf32": ["float*"],
+                "mma_shapes_on_one_line": ["float*"]}
 MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+MMA16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 SHARED_POISON = 0x7FF00BAD  # what unwritten shared memory holds on the CPU backend
 
 
@@ -47,6 +51,8 @@ def line_of(needle: str) -> int:
 
 MMA_LINE = line_of('asm volatile("mma')  # the helper with D in place
 MMA_CD_LINE = line_of("asm __volatile__(")  # the helper with C and D apart
+MMA16_LINE = line_of(f'asm volatile("{MMA16} {{')  # the f16 helper with D in place
+ONE_LINE = line_of("MMA_F16_OR_TF32(d, a, b);")  # both instructions from one macro call
 
 
 def bits(x: np.ndarray) -> np.ndarray:
@@ -196,8 +202,205 @@ def check_cvt_random(module: CpuModule) -> None:
     np.testing.assert_array_equal(out, bits(expected))
 
 
+# --- f16: cvt.rn.f16x2.f32 and mma.m16n8k16 --------------------------------------------------------
+
+def half_bits(x: np.ndarray) -> np.ndarray:
+    """Each element's IEEE half pattern, as uint32 (numpy's float32 -> float16 rounds to nearest, ties to even,
+    and gives +-Inf past the range, which is the rule being checked, not a mishap to warn of)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float32).astype(np.float16).view(np.uint16).astype(np.uint32)
+
+
+def f16_words(h: np.ndarray) -> np.ndarray:
+    """Halves [m][2j], [m][2j+1] packed as the PTX ISA packs .f16x2: the lower index in the lower 16 bits."""
+    u = np.ascontiguousarray(h, np.float16).view(np.uint16).astype(np.uint32)
+    return np.ascontiguousarray(u[:, 0::2] | (u[:, 1::2] << np.uint32(16)))
+
+
+def mma_f16_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """D = A*B + C from halves: each half widens to float32 exactly and each product of two halves is
+    exact in float32; the sums are float32 additions, C first, then k = 0..15."""
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    d = c.astype(np.float32).copy()
+    for k in range(16):
+        d = d + a[:, k:k + 1] * b[k:k + 1, :]
+    return d
+
+
+def random_halves(rng, shape) -> np.ndarray:
+    """Random halves with the unusual ones planted: subnormals, the largest half, -0."""
+    h = rng.standard_normal(shape).astype(np.float16)
+    h.flat[[1, 7, 30, 50]] = np.array([2.0**-24, -1023 * 2.0**-24, 65504.0, -0.0], np.float16)
+    h.flat[70] = np.float16(3 * 2.0**-20)  # a subnormal with more than one bit
+    return h
+
+
+def launch_mma_f16(module: CpuModule, a: np.ndarray, b: np.ndarray, c: np.ndarray, separate: int,
+                   schedule: int = 0) -> np.ndarray:
+    d = np.zeros((16, 8), np.float32)
+    module.launch("mma_f16_raw", (1, 1, 1), (32, 1, 1), 0, [f16_words(a), f16_words(b.T), c, d, separate],
+                  reverse_threads=schedule)
+    return d
+
+
+def check_mma_f16_tile(module: CpuModule) -> None:
+    """Random f16 tiles (subnormal, largest and -0 operands among them) through both statements (D in
+    place, C apart) under every kind of schedule: every element equals the reference."""
+    for separate in (0, 1):
+        for schedule in (0, 1, 7):
+            rng = np.random.default_rng(160 + separate + 10 * schedule)
+            a, b = random_halves(rng, (16, 16)), random_halves(rng, (16, 8))
+            c = rng.standard_normal((16, 8)).astype(np.float32)
+            np.testing.assert_array_equal(launch_mma_f16(module, a, b, c, separate, schedule),
+                                          mma_f16_reference(a, b, c))
+
+
+def split_3xf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """big = x with its low 13 mantissa bits cleared, as a half (exact); small = x - big, rounded to a half."""
+    big = (bits(x) & np.uint32(0xFFFFE000)).view(np.float32)
+    return big.astype(np.float16), (x - big).astype(np.float16)
+
+
+# 3xFP16 on operands of normal range (|x| in [0.5, 16)): dropping small*small and rounding each small
+# part to a half leave at most 2^-19 of |a||b| per term (2^-20 + 2^-21 + 2^-21, a subnormal small part
+# at most 2^-25 more), and the 48 float32 additions of the three products at most 48 * 2^-24 of
+# |A|@|B|: under 2^-17 * |A|@|B| in all.
+BOUND_3XF16 = 2.0**-17
+
+
+def normal_range(rng, shape) -> np.ndarray:
+    return (rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-1, 4, shape))).astype(np.float32)
+
+
+def check_3xf16(module: CpuModule) -> None:
+    """small*big + big*small + big*big is within BOUND_3XF16 of the exact product; one f16 product is
+    not (it is off by about 2^-12 of |A|@|B|)."""
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        a, b = normal_range(rng, (16, 16)), normal_range(rng, (16, 8))
+        d = np.zeros((16, 8), np.float32)
+        module.launch("mma_3xf16", (1, 1, 1), (32, 1, 1), 0, [a, b, d])
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        bound = BOUND_3XF16 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+        assert (np.abs(d - exact) <= bound).all()
+        one_product = a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+        assert not (np.abs(one_product - exact) <= bound).all()
+
+
+def check_poison_through_f16_mma(module: CpuModule) -> None:
+    """A poisoned word read as two halves (0x7FF0, a NaN, above 0x0BAD) turns its row of D into the
+    poison bit for bit, and so does a poisoned float through cvt.rn.f16x2.f32 in the 3xFP16 kernel:
+    the driver can still name the race."""
+    rng = np.random.default_rng(4)
+    a, b = random_halves(rng, (16, 16)), random_halves(rng, (16, 8))
+    words = f16_words(a)
+    words[11, 2] = SHARED_POISON  # A[11][4] = 0x0BAD, A[11][5] = 0x7FF0
+    d = np.zeros((16, 8), np.float32)
+    module.launch("mma_f16_raw", (1, 1, 1), (32, 1, 1), 0, [words, f16_words(b.T), np.zeros((16, 8), np.float32),
+                                                             d, 0])
+    assert [hex(v) for v in d.view(np.uint32)[11]] == [hex(SHARED_POISON)] * 8
+    assert np.isfinite(np.delete(d, 11, axis=0)).all()
+    a32, b32 = normal_range(rng, (16, 16)), normal_range(rng, (16, 8))
+    a32.view(np.uint32)[5, 9] = SHARED_POISON
+    module.launch("mma_3xf16", (1, 1, 1), (32, 1, 1), 0, [a32, b32, d])
+    assert [hex(v) for v in d.view(np.uint32)[5]] == [hex(SHARED_POISON)] * 8
+    assert np.isfinite(np.delete(d, 5, axis=0)).all()
+
+
+def check_f16_against_tf32(module: CpuModule) -> None:
+    assert launch_failure(module, "mma_f16_against_tf32") == (
+        f"mma divergence in kernel mma_f16_against_tf32, block (0,0,0): lane 0 (thread 0) runs {MMA16} "
+        f"(ptx.cu:{MMA16_LINE}) while lane 16 (thread 16) runs {MMA} (ptx.cu:{MMA_LINE}); all 32 lanes of a warp "
+        "must run the same mma.sync together")
+
+
+def check_shapes_on_one_line(module: CpuModule) -> None:
+    """Same file, same line: the instruction alone tells the two apart."""
+    assert launch_failure(module, "mma_shapes_on_one_line") == (
+        f"mma divergence in kernel mma_shapes_on_one_line, block (0,0,0): lane 0 (thread 0) runs {MMA16} "
+        f"(ptx.cu:{ONE_LINE}) while lane 16 (thread 16) runs {MMA} (ptx.cu:{ONE_LINE}); all 32 lanes of a warp "
+        "must run the same mma.sync together")
+
+
+def check_f16_partial_warp(module: CpuModule) -> None:
+    args = [np.zeros(n, np.uint32) for n in (256, 128)] + [np.zeros(256, np.float32)] * 2 + [0]
+    assert launch_failure(module, "mma_f16_raw", 48, args) == (
+        f"{MMA16} needs a whole warp in kernel mma_f16_raw, block (0,0,0): thread 32 (ptx.cu:{MMA16_LINE}) is in "
+        "warp 1, which has only 16 lanes (the block has 48 threads; make it a multiple of 32)")
+
+
+CVT16_CASES = [
+    # (input bits, expected half bits, why)
+    (0x3F800000, 0x3C00, "1.0"),
+    (0x3F801000, 0x3C00, "1 + 2^-11, a tie: to the even 1.0 (away from zero would give 0x3C01)"),
+    (0x3F803000, 0x3C02, "1 + 3 * 2^-11, a tie between odd 0x3C01 and even 0x3C02: up"),
+    (0xBF801000, 0xBC00, "-(1 + 2^-11), a tie: to the even -1.0"),
+    (0xBF803000, 0xBC02, "-(1 + 3 * 2^-11), a tie: to the even, more negative"),
+    (0x3F800FFF, 0x3C00, "just below the tie: down"),
+    (0x3F801001, 0x3C01, "just above the tie: up"),
+    (0x3FFFF000, 0x4000, "the last mantissa step rounds up into the exponent: 2.0"),
+    (0x3DCCCCCD, 0x2E66, "0.1f: the dropped bits 0x0CCD are under half"),
+    (0x477FE000, 0x7BFF, "65504, the largest half"),
+    (0x477FEFFF, 0x7BFF, "just under 65520, the tie above 65504: stays finite"),
+    (0x477FF000, 0x7C00, "65520, the tie between 65504 (odd) and 2^16 (even, past the range): Inf"),
+    (0xC77FF000, 0xFC00, "-65520: -Inf"),
+    (0x47800000, 0x7C00, "2^16: Inf"),
+    (0x7F7FFFFF, 0x7C00, "FLT_MAX: Inf (no .satfinite)"),
+    (0x7F800000, 0x7C00, "+Inf"),
+    (0xFF800000, 0xFC00, "-Inf"),
+    (0x38800000, 0x0400, "2^-14, the smallest normal half"),
+    (0x387FC000, 0x03FF, "1023 * 2^-24, the largest subnormal half"),
+    (0x387FE000, 0x0400, "2^-14 - 2^-25, a tie between 0x03FF (odd) and 0x0400: up into the normals"),
+    (0x33800000, 0x0001, "2^-24, the smallest subnormal half"),
+    (0x33000000, 0x0000, "2^-25, a tie between 0 (even) and 2^-24: zero"),
+    (0x33000001, 0x0001, "just above 2^-25: up to 2^-24"),
+    (0xB3000000, 0x8000, "-2^-25: -0"),
+    (0x33C00000, 0x0002, "3 * 2^-25, a tie between 1 and 2 units of 2^-24: the even 2"),
+    (0x34200000, 0x0002, "5 * 2^-25, a tie between 2 and 3 units: the even 2"),
+    (0x34300000, 0x0003, "5.5 * 2^-25: nearest is 3 units"),
+    (0x0DA24260, 0x0000, "1e-30: zero"),
+    (0x00000001, 0x0000, "the smallest float subnormal: zero"),
+    (0x80000001, 0x8000, "the smallest negative float subnormal: -0"),
+    (0x00000000, 0x0000, "+0"),
+    (0x80000000, 0x8000, "-0 stays -0"),
+    (0x7FC00000, 0x7FC0, "a NaN stays a NaN: its top 16 bits (the GPU gives 0x7FFF)"),
+    (0xFFC00000, 0xFFC0, "a negative NaN keeps its sign"),
+    (0x7FFFFFFF, 0x7FFF, "the GPU's own float NaN gives the canonical half NaN"),
+    (0x7F800001, 0x7F80, "a NaN whose payload is all in the dropped bits stays a NaN, never Inf"),
+    (SHARED_POISON, 0x7FF0, "the shim's poison gives its top half, which the f16 mma widens back to the poison"),
+]
+
+
+def check_cvt_f16_cases(module: CpuModule) -> None:
+    """Each case in the upper half (as a) and, reversed, in the lower half (as b)."""
+    x = np.array([case[0] for case in CVT16_CASES], np.uint32)
+    out = np.zeros(len(x), np.uint32)
+    module.launch("cvt_f16x2_each", (1, 1, 1), (64, 1, 1), 0, [x, x[::-1].copy(), out, len(x)])
+    upper = {why: hex(v >> 16) for (_, _, why), v in zip(CVT16_CASES, out)}
+    lower = {why: hex(v & 0xFFFF) for (_, _, why), v in zip(CVT16_CASES, out[::-1])}
+    expected = {why: hex(want) for _, want, why in CVT16_CASES}
+    assert (upper, lower) == (expected, expected)
+
+
+def check_cvt_f16_random(module: CpuModule) -> None:
+    """Checked against numpy's float32 -> float16 conversion (round to nearest, ties to even, Inf past
+    the range, subnormals kept), over the half's whole range and past it both ways, ties planted."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(8192) * np.exp2(rng.integers(-30, 20, 8192))).astype(np.float32)
+    x[:64] = (np.round(x[:64].astype(np.float64) * 1024) + 0.5) / 1024  # ties for those in [1, 2)
+    x[64:128] = (rng.integers(0, 1024, 64) + 0.5) * 2.0**-24  # subnormal ties
+    x[128:192] = -x[64:128]
+    permuted = rng.permutation(len(x))
+    lo = x[permuted]
+    out = np.zeros(len(x), np.uint32)
+    module.launch("cvt_f16x2_each", (64, 1, 1), (128, 1, 1), 0, [bits(x), bits(lo), out, len(x)])
+    np.testing.assert_array_equal(out, (half_bits(x) << np.uint32(16)) | half_bits(lo))
+
+
 PROBES = [check_mma_tile, check_3xtf32, check_poison_through_mma, check_half_warp, check_two_sites,
-          check_against_barrier, check_partial_warp, check_cvt_cases, check_cvt_random]
+          check_against_barrier, check_partial_warp, check_cvt_cases, check_cvt_random,
+          check_mma_f16_tile, check_3xf16, check_poison_through_f16_mma, check_f16_against_tf32,
+          check_shapes_on_one_line, check_f16_partial_warp, check_cvt_f16_cases, check_cvt_f16_random]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.__name__)
@@ -221,16 +424,46 @@ MUTANTS = [
      "as_float(is_nan(bits) ? bits : (bits + 0x1000u) & 0xFFFFE000u)"),
     ("mma masks a NaN operand", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
      "as_float(bits & 0xFFFFE000u)"),
-    ("mma swaps a1 and a2", "A[g + 8][t] = ptx::tf32_value(l.a[1]);\n        A[g][t + 4] = ptx::tf32_value(l.a[2]);",
-     "A[g + 8][t] = ptx::tf32_value(l.a[2]);\n        A[g][t + 4] = ptx::tf32_value(l.a[1]);"),
-    ("mma reads b0 as B[g][t]", "B[t][g] = ptx::tf32_value(l.b[0]);", "B[g % 8][t] = ptx::tf32_value(l.b[0]);"),
-    ("mma swaps c0 and c1", "C[g][2 * t] = ptx::as_float(l.c[0]);\n        C[g][2 * t + 1] = ptx::as_float(l.c[1]);",
-     "C[g][2 * t] = ptx::as_float(l.c[1]);\n        C[g][2 * t + 1] = ptx::as_float(l.c[0]);"),
+    ("mma swaps a1 and a2", "A[g + 8][t] = tf32_value(l.a[1]);\n        A[g][t + 4] = tf32_value(l.a[2]);",
+     "A[g + 8][t] = tf32_value(l.a[2]);\n        A[g][t + 4] = tf32_value(l.a[1]);"),
+    ("mma reads b0 as B[g][t]", "B[t][g] = tf32_value(l.b[0]);", "B[g % 8][t] = tf32_value(l.b[0]);"),
+    ("mma swaps c0 and c1", "C[g][2 * t] = as_float(l.c[0]);\n        C[g][2 * t + 1] = as_float(l.c[1]);",
+     "C[g][2 * t] = as_float(l.c[1]);\n        C[g][2 * t + 1] = as_float(l.c[0]);"),
     ("mma adds C last", "float acc = C[m][n];\n            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];\n"
      "            D[m][n] = acc;",
      "float acc = 0.0f;\n            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];\n"
      "            D[m][n] = acc + C[m][n];"),
     ("two mma statements meet", "if (!same_site(f.site, first.site)) {", "if (false) {"),
+    ("cvt f16 rounds ties away from zero", "if (dropped > half || (dropped == half && (h & 1u))) ++h;",
+     "if (dropped >= half) ++h;"),
+    ("cvt f16 rounds ties down", "if (dropped > half || (dropped == half && (h & 1u))) ++h;",
+     "if (dropped > half) ++h;"),
+    ("cvt f16 puts a in the lower half", "r[d] = (f16_rn(r[a]) << 16) | f16_rn(r[b]);",
+     "r[d] = (f16_rn(r[b]) << 16) | f16_rn(r[a]);"),
+    ("cvt f16 saturates at 65504", "if (mag >= 0x47800000u) return sign | 0x7C00u;",
+     "if (mag >= 0x477FF000u) return sign | 0x7BFFu;"),
+    ("cvt f16 flushes subnormal results", "if (e < 102) return sign;", "if (e < 113) return sign;"),
+    ("cvt f16 turns a NaN into Inf", "if (mag > 0x7F800000u) return x >> 16;",
+     "if (mag > 0x7F800000u) return (x >> 16) & 0xFC00u;"),
+    ("mma f16 swaps a register's halves", "A[rows[i]][cols[i]] = f16_value(l.a[i] & 0xFFFFu);\n"
+     "            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] >> 16);",
+     "A[rows[i]][cols[i]] = f16_value(l.a[i] >> 16);\n"
+     "            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] & 0xFFFFu);"),
+    ("mma f16 swaps a1 and a2", "rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};",
+     "rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 8, 2 * t, 2 * t + 8};"),
+    ("mma f16 reads b1 at k + 4", "B[2 * t + 8 * i][g] = f16_value(l.b[i] & 0xFFFFu);\n"
+     "            B[2 * t + 8 * i + 1][g] = f16_value(l.b[i] >> 16);",
+     "B[2 * t + 4 * i][g] = f16_value(l.b[i] & 0xFFFFu);\n"
+     "            B[2 * t + 4 * i + 1][g] = f16_value(l.b[i] >> 16);"),
+    ("mma f16 flushes subnormal operands", "return as_float(sign | f_input((float)mantissa * 0x1p-24f));",
+     "return as_float(sign);"),
+    ("mma f16 loses the poison", "if (h == (kPoison32 >> 16)) return as_float(kPoison32);", ""),
+    ("mma f16 adds C last", "float acc = C[m][n];\n            for (int k = 0; k < 16; ++k) acc += A[m][k] * B[k][n];\n"
+     "            D[m][n] = acc;",
+     "float acc = 0.0f;\n            for (int k = 0; k < 16; ++k) acc += A[m][k] * B[k][n];\n"
+     "            D[m][n] = acc + C[m][n];"),
+    ("mma f16 multiplies by the tf32 rule", f'constexpr MmaShape kMmaF16 = {{"{MMA16}", multiply_f16}};',
+     f'constexpr MmaShape kMmaF16 = {{"{MMA16}", multiply_tf32}};'),
     # (Letting a partial warp through is not planted: its missing lanes' operands would be read from
     # memory no fiber owns, in the test's own process.)
 ]
@@ -452,9 +685,14 @@ def test_the_compile_gate_passes_the_probe_kernels(arch):
     """The include policy and NVRTC (ptxas behind it), as grading runs them, for the first tensor-core
     architecture with tf32 and for the H200's."""
     module = compile_gate(PROBES_SOURCE.read_text(), "ptx.cu", arch)
-    # The helpers are inlined at every call: mma in mma_raw 2, mma_3xtf32 3, and 1, 2 and 1 in the three
-    # divergence probes; cvt 12 times in mma_3xtf32 (8 through the helper, 4 through the macro), once in cvt_each.
-    assert (module.ptx.count(f"\t{MMA} "), module.ptx.count("\tcvt.rna.tf32.f32 ")) == (9, 13)
+    # The helpers are inlined at every call: the tf32 mma in mma_raw 2, mma_3xtf32 3, 1, 2 and 1 in the
+    # three divergence probes and 1 in each of the two f16 divergence probes; the tf32 cvt 12 times in
+    # mma_3xtf32 (8 through the helper, 4 through the macro), once in cvt_each. The f16 mma in mma_f16_raw 2,
+    # mma_3xf16 3 and 1 in each f16 divergence probe; the f16 cvt 12 times in mma_3xf16 (2 per split, 6
+    # splits), once in cvt_f16x2_each.
+    counts = [module.ptx.count(f"\t{instruction} ")
+              for instruction in (MMA, "cvt.rna.tf32.f32", MMA16, "cvt.rn.f16x2.f32")]
+    assert counts == [11, 13, 7, 13]
     assert set(module.entry_points) == set(ENTRY_POINTS)
 
 
@@ -465,8 +703,15 @@ CVT_TEMPLATE = '''__device__ unsigned to_tf32(float x) {{
 }}
 extern "C" __global__ void k(float* o) {{ o[threadIdx.x] = __uint_as_float(to_tf32(o[threadIdx.x])); }}
 '''
+CVT16_TEMPLATE = '''__device__ unsigned to_f16x2(float x, float y) {{
+    {dtype} r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "={d}"(r) : "{a}"({x}), "{b}"({y}));
+    return {ret};
+}}
+extern "C" __global__ void k(float* o) {{ o[threadIdx.x] = __uint_as_float(to_f16x2(o[threadIdx.x], o[0])); }}
+'''
 MMA_TEMPLATE = '''__device__ void mma(float* o, {D} (&d)[4], const {A} (&a)[4], const {B} (&b)[2], const {C} (&c)[4]) {{
-    asm volatile("''' + MMA + ''' {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};"
+    asm volatile("{name} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};"
         : "={Dc}"(d[0]), "={Dc}"(d[1]), "={Dc}"(d[2]), "={Dc}"(d[3])
         : "{Ac}"(a[0]), "{Ac}"(a[1]), "{Ac}"(a[2]), "{Ac}"(a[3]), "{Bc}"(b[0]), "{Bc}"(b[1]),
           "{Cc}"(c[0]), "{Cc}"(c[1]), "{Cc}"(c[2]), "{Cc}"(c[3]));
@@ -491,23 +736,34 @@ def nvrtc_accepts(source: str) -> bool:
 def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90():
     """For each operand of each instruction, every class letter: the CPU backend allows it exactly when
     NVRTC (and ptxas behind it) compiles it, with the operand declared in that class's C++ type."""
+    assert set(INSTRUCTIONS) == {"cvt.rna.tf32.f32", "cvt.rn.f16x2.f32", MMA, MMA16}  # each one asked below
+    allowed, accepted = {}, {}
     cvt = INSTRUCTIONS["cvt.rna.tf32.f32"]
-    allowed = {("d", c): c in cvt.operands[0].classes for c in "rf"} | \
-              {("a", c): c in cvt.operands[1].classes for c in "rf"}
-    accepted = {}
-    for c in "rf":
-        accepted[("d", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
-            dtype=TYPES[c], d=c, a="f", x="x", ret="r" if c == "r" else "__float_as_uint(r)"))
-        accepted[("a", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
-            dtype="unsigned", d="r", a=c, x="x" if c == "f" else "__float_as_uint(x)", ret="r"))
-    mma = INSTRUCTIONS[MMA]
-    base = {"Dc": "f", "Ac": "r", "Bc": "r", "Cc": "f"}
-    for operand in mma.operands:
+    for operand in cvt.operands:
         for c in "rf":
-            classes = base | {f"{operand.name}c": c}
-            allowed[(operand.name, c)] = c in operand.classes
-            accepted[(operand.name, c)] = nvrtc_accepts(MMA_TEMPLATE.format(
-                **classes, **{name[0]: TYPES[letter] for name, letter in classes.items()}))
+            allowed[("cvt.rna.tf32.f32", operand.name, c)] = c in operand.classes
+    for c in "rf":
+        accepted[("cvt.rna.tf32.f32", "d", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
+            dtype=TYPES[c], d=c, a="f", x="x", ret="r" if c == "r" else "__float_as_uint(r)"))
+        accepted[("cvt.rna.tf32.f32", "a", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
+            dtype="unsigned", d="r", a=c, x="x" if c == "f" else "__float_as_uint(x)", ret="r"))
+    cvt16 = INSTRUCTIONS["cvt.rn.f16x2.f32"]
+    source = {"f": "{}", "r": "__float_as_uint({})"}  # a float source as its own type or as its bits
+    for operand in cvt16.operands:
+        for c in "rf":
+            classes = {"d": "r", "a": "f", "b": "f"} | {operand.name: c}
+            allowed[("cvt.rn.f16x2.f32", operand.name, c)] = c in operand.classes
+            accepted[("cvt.rn.f16x2.f32", operand.name, c)] = nvrtc_accepts(CVT16_TEMPLATE.format(
+                dtype=TYPES[classes["d"]], **classes, x=source[classes["a"]].format("x"),
+                y=source[classes["b"]].format("y"), ret="r" if classes["d"] == "r" else "__float_as_uint(r)"))
+    for name in (MMA, MMA16):
+        base = {"Dc": "f", "Ac": "r", "Bc": "r", "Cc": "f"}
+        for operand in INSTRUCTIONS[name].operands:
+            for c in "rf":
+                classes = base | {f"{operand.name}c": c}
+                allowed[(name, operand.name, c)] = c in operand.classes
+                accepted[(name, operand.name, c)] = nvrtc_accepts(MMA_TEMPLATE.format(
+                    name=name, **classes, **{key[0]: TYPES[letter] for key, letter in classes.items()}))
     assert accepted == allowed
 
 
@@ -534,9 +790,9 @@ class CupyProbes:
 
 
 def check_agreement(device, cpu: CpuModule) -> None:
-    """cvt bit for bit on every number and infinity (NaN payloads are unspecified: only NaN-ness is
-    compared); mma within the float32 error bound of the exact product of the truncated operands on
-    both (rounding the operands instead, or another fragment layout, is off by about 2^-11)."""
+    """tf32: cvt bit for bit on every number and infinity (NaNs each to its own rule); mma within the
+    float32 error bound of the exact product of the truncated operands on both (rounding the operands
+    instead, or another fragment layout, is off by about 2^-11). Then the same for f16 (below)."""
     rng = np.random.default_rng(11)
     x = (rng.standard_normal(8192) * np.exp2(rng.integers(-140, 127, 8192))).astype(np.float32)
     x = np.concatenate([x, np.array([c[0] for c in CVT_CASES], np.uint32).view(np.float32),
@@ -566,6 +822,50 @@ def check_agreement(device, cpu: CpuModule) -> None:
         for module in (device, cpu):
             d = np.zeros((16, 8), np.float32)
             module.launch("mma_raw", (1, 1, 1), (32, 1, 1), 0, [a, b, c, d, seed % 2])
+            assert (np.abs(d - exact) <= bound).all()
+    check_f16_agreement(device, cpu)
+
+
+def check_f16_agreement(device, cpu: CpuModule) -> None:
+    """cvt.rn.f16x2.f32 bit for bit on every number and infinity, both halves, NaNs each to its own rule;
+    the f16 mma within 17 float32 additions' error of the exact product, and 3xFP16 within BOUND_3XF16,
+    on both."""
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal(8192) * np.exp2(rng.integers(-30, 20, 8192))).astype(np.float32)
+    x = np.concatenate([x, np.array([c[0] for c in CVT16_CASES], np.uint32).view(np.float32)])
+    lo = x[rng.permutation(len(x))]
+    outs = []
+    for module in (device, cpu):
+        out = np.zeros(len(x), np.uint32)
+        module.launch("cvt_f16x2_each", ((len(x) + 127) // 128, 1, 1), (128, 1, 1), 0,
+                      [bits(x), bits(lo), out, len(x)])
+        outs.append(out)
+    for half, source in ((16, x), (0, lo)):
+        got = [(out >> np.uint32(half)) & np.uint32(0xFFFF) for out in outs]
+        number = ~np.isnan(source)
+        np.testing.assert_array_equal(got[0][number], got[1][number])
+        # A NaN: the GPU gives the canonical half NaN 0x7FFF; the emulation the float's top 16 bits,
+        # so that the shim's poison comes back whole out of the f16 mma (see check_poison_through_f16_mma).
+        for module, g in zip((device, cpu), got):
+            expected = (bits(source[~number]) >> np.uint32(16) if isinstance(module, CpuModule)
+                        else np.full((~number).sum(), 0x7FFF, np.uint32))
+            np.testing.assert_array_equal(g[~number], expected)
+    for seed in range(8):
+        rng = np.random.default_rng(200 + seed)
+        a, b = random_halves(rng, (16, 16)), random_halves(rng, (16, 8))
+        c = rng.standard_normal((16, 8)).astype(np.float32)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        # Each product is exact; the GPU's order of the 17 additions and whether its adder rounds or
+        # truncates are not documented: one float32 unit (2^-23) per addition covers either.
+        bound = 17 * 2.0**-23 * (np.abs(a64) @ np.abs(b64) + np.abs(c))
+        for module in (device, cpu):
+            assert (np.abs(launch_mma_f16(module, a, b, c, seed % 2) - (a64 @ b64 + c)) <= bound).all()
+        a32, b32 = normal_range(rng, (16, 16)), normal_range(rng, (16, 8))
+        exact = a32.astype(np.float64) @ b32.astype(np.float64)
+        bound = BOUND_3XF16 * (np.abs(a32.astype(np.float64)) @ np.abs(b32.astype(np.float64)))
+        for module in (device, cpu):
+            d = np.zeros((16, 8), np.float32)
+            module.launch("mma_3xf16", (1, 1, 1), (32, 1, 1), 0, [a32, b32, d])
             assert (np.abs(d - exact) <= bound).all()
 
 

@@ -62,30 +62,184 @@ inline void cvt_rna_tf32_f32(uint32_t* r, int d, int a) {
         r[d] = (x + 0x1000u) & 0xFFFFE000u;
 }
 
-// ------------------------------------- mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
-// D (16x8, f32) = A (16x8, tf32) * B (8x8, tf32) + C (16x8, f32) for one warp. Each lane holds a
-// fragment; with groupID g = lane / 4 and t = lane % 4 (PTX ISA, "Matrix Fragments for
-// mma.m16n8k8", the .tf32 figures):
+// ------------------------------------------------------------- cvt.rn.f16x2.f32
+// d = two halves (IEEE binary16: sign, 5 exponent bits biased by 15, 10 mantissa bits): a converted
+// in the upper 16 bits, b in the lower 16 (PTX ISA, cvt: "d[31:16] = convert(a); d[15:0] =
+// convert(b)"). `.rn` rounds to nearest, ties to even; without `.satfinite` a result past the
+// largest half (65504) is +-Inf, and without `.ftz` subnormal halves are produced, not flushed.
+// Written on the bits, so no host compiler's or CPU's own half conversion has a say.
+inline uint32_t f16_rn(uint32_t x) {
+    const uint32_t sign = (x >> 16) & 0x8000u;  // the sign moves from bit 31 to bit 15 as it is
+    const uint32_t mag = x & 0x7FFFFFFFu;
+    // NaN: the GPU gives the canonical half NaN 0x7FFF. We give the float's own top 16 bits, which
+    // are always a half NaN (sign, five of the eight exponent ones, and a mantissa of at least
+    // 0x380), so the shim's poison 0x7FF00BAD becomes 0x7FF0, which the mma below widens back
+    // into the whole poison: a race read behind a conversion is still named as one.
+    if (mag > 0x7F800000u) return x >> 16;
+    // From 2^16 up (Inf included) every value is past 65504 and the tie above it, 65520: Inf.
+    if (mag >= 0x47800000u) return sign | 0x7C00u;
+    const int e = (int)(mag >> 23);  // the float's biased exponent: value = 1.m * 2^(e - 127)
+    // Below 2^-25, half of the smallest subnormal half (2^-24): zero, with the sign kept. This
+    // takes every float subnormal too, and keeps the shifts below under 32.
+    if (e < 102) return sign;
+    uint32_t full, shift;
+    if (e >= 113) {
+        // A normal half (biased exponent e - 112 in 1..30): rebias the exponent in place; the
+        // float's 23 mantissa bits keep their top 10, so 13 bits are dropped.
+        full = mag - (112u << 23);
+        shift = 13;
+    } else {
+        // A subnormal half, a multiple of 2^-24: the significand with its leading 1 made explicit,
+        // shifted right by 14 (e = 112, value in [2^-15, 2^-14)) up to 24 (e = 102).
+        full = 0x800000u | (mag & 0x7FFFFFu);
+        shift = (uint32_t)(126 - e);
+    }
+    uint32_t h = full >> shift;
+    const uint32_t dropped = full & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    // Round to nearest, ties to the even pattern. A carry runs on into the exponent exactly as
+    // rounding should: the largest subnormal up to the smallest normal, 65504's tie up to 0x7C00 (Inf).
+    if (dropped > half || (dropped == half && (h & 1u))) ++h;
+    return sign | h;
+}
+
+inline void cvt_rn_f16x2_f32(uint32_t* r, int d, int a, int b) {
+    r[d] = (f16_rn(r[a]) << 16) | f16_rn(r[b]);
+}
+
+// ------------------------------------------------------------------ mma.sync
+// D (16x8, f32) = A * B + C (16x8, f32) for one warp, the row.col forms with f32 accumulators.
+// Each lane holds a fragment; with groupID g = lane / 4 and t = lane % 4 (PTX ISA, "Matrix
+// Fragments for mma.m16n8k8" (.tf32) and "... for mma.m16n8k16 with floating point type" (.f16)):
+//   C, D (both shapes): c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
+// The two shapes take the same registers (4 of A, 2 of B, 4 of C and D), so one lane record and
+// one warp meeting serve both; the record says which instruction it is, and the last lane to
+// arrive multiplies with that instruction's rule.
+
+struct MmaLane;
+
+struct MmaShape {
+    const char* name;                        // the PTX instruction, for messages
+    void (*multiply)(MmaLane* const* lanes);  // the 32 lanes' fragments in, each lane's D out
+};
+
+struct MmaLane {
+    const MmaShape* shape;
+    uint32_t a[4], b[2], c[4], d[4];
+};
+
+inline void read_c(MmaLane* const* lanes, float (&C)[16][8]) {
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const MmaLane& l = *lanes[lane];
+        C[g][2 * t] = as_float(l.c[0]);
+        C[g][2 * t + 1] = as_float(l.c[1]);
+        C[g + 8][2 * t] = as_float(l.c[2]);
+        C[g + 8][2 * t + 1] = as_float(l.c[3]);
+    }
+}
+
+inline void write_d(MmaLane* const* lanes, const float (&D)[16][8]) {
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const float out[4] = {D[g][2 * t], D[g][2 * t + 1], D[g + 8][2 * t], D[g + 8][2 * t + 1]};
+        memcpy(lanes[lane]->d, out, sizeof out);
+    }
+}
+
+// m16n8k8, .tf32: A is 16x8, B is 8x8, one tf32 per register:
 //   A: a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]   (row-major fragment)
 //   B: b0 = B[k=t][n=g], b1 = B[k=t+4][n=g]                               (column-major fragment)
-//   C, D: c0 = C[g][2t], c1 = C[g][2t+1], c2 = C[g+8][2t], c3 = C[g+8][2t+1]
 // The tensor core reads a tf32 operand as the top 19 bits of its register (the low 13 ignored),
 // so an unrounded float is truncated, not rounded. Each product of two tf32 values is exact in
 // float32 (11 by 11 significant bits); the sums are float32 additions, in the order C, then
 // k = 0..7 (the hardware's order and internal width are not documented; this is one fixed,
 // float32-accurate choice). A NaN operand is used whole, as in cvt above.
 
-struct MmaLane {
-    uint32_t a[4], b[2], c[4], d[4];
-};
-
 inline float tf32_value(uint32_t bits) { return as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u); }
 
-constexpr const char* kMmaName = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32";
+inline void multiply_tf32(MmaLane* const* lanes) {
+    float A[16][8], B[8][8], C[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const MmaLane& l = *lanes[lane];
+        A[g][t] = tf32_value(l.a[0]);
+        A[g + 8][t] = tf32_value(l.a[1]);
+        A[g][t + 4] = tf32_value(l.a[2]);
+        A[g + 8][t + 4] = tf32_value(l.a[3]);
+        B[t][g] = tf32_value(l.b[0]);
+        B[t + 4][g] = tf32_value(l.b[1]);
+    }
+    read_c(lanes, C);
+    float D[16][8];
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 8; ++n) {
+            float acc = C[m][n];
+            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];
+            D[m][n] = acc;
+        }
+    write_d(lanes, D);
+}
 
-inline void mma_m16n8k8_row_col_f32_tf32(uint32_t* r, int d0, int d1, int d2, int d3, int a0, int a1, int a2,
-                                          int a3, int b0, int b1, int c0, int c1, int c2, int c3, const char* file,
-                                          int line) {
+// m16n8k16, .f16: A is 16x16, B is 16x8, two halves per register, the lower 16 bits holding the
+// lower column (of A) or row (of B):
+//   A: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]
+//   B: b0 = B[k=2t, 2t+1][n=g], b1 = B[k=2t+8, 2t+9][n=g]
+// A half widens to a float exactly (11 significant bits, exponents 2^-24 to 2^15), and the product
+// of two halves is exact in float32 (22 significant bits, no underflow: 2^-48 is a normal float).
+// The sums follow the tf32 form's choice: float32 additions, C first, then k = 0..15.
+
+// A half's value as a float, exactly, from its bits. A NaN stays a NaN (widened as IEEE widens it:
+// payload on top, quiet bit set), and the upper half of the shim's poison 0x7FF00BAD, which is
+// what a poisoned word read as two halves, or a poisoned float through cvt above, leaves, widens
+// to the poison itself: x86 carries a NaN operand's payload through the sums, so D holds the
+// poison bit for bit and the driver names the race. (The GPU gives its canonical NaN.)
+inline float f16_value(uint32_t h) {
+    const uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu;
+    if (exponent == 0x1Fu) {
+        if (mantissa == 0) return as_float(sign | 0x7F800000u);  // +-Inf
+        if (h == (kPoison32 >> 16)) return as_float(kPoison32);
+        return as_float(sign | 0x7FC00000u | (mantissa << 13));
+    }
+    if (exponent == 0) {
+        // Subnormal (or zero): mantissa * 2^-24; both factors and the product are exact floats.
+        return as_float(sign | f_input((float)mantissa * 0x1p-24f));
+    }
+    // Normal: rebias the exponent (15 -> 127) and put the 10 mantissa bits on top of the 23.
+    return as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+inline void multiply_f16(MmaLane* const* lanes) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const MmaLane& l = *lanes[lane];
+        const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+        for (int i = 0; i < 4; ++i) {
+            A[rows[i]][cols[i]] = f16_value(l.a[i] & 0xFFFFu);
+            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] >> 16);
+        }
+        for (int i = 0; i < 2; ++i) {
+            B[2 * t + 8 * i][g] = f16_value(l.b[i] & 0xFFFFu);
+            B[2 * t + 8 * i + 1][g] = f16_value(l.b[i] >> 16);
+        }
+    }
+    read_c(lanes, C);
+    float D[16][8];
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 8; ++n) {
+            float acc = C[m][n];
+            for (int k = 0; k < 16; ++k) acc += A[m][k] * B[k][n];
+            D[m][n] = acc;
+        }
+    write_d(lanes, D);
+}
+
+constexpr MmaShape kMmaTf32 = {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", multiply_tf32};
+constexpr MmaShape kMmaF16 = {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", multiply_f16};
+
+// One lane's part of either mma: check the warp is whole, meet the other 31 lanes, take its D.
+inline void mma_sync(const MmaShape& shape, uint32_t* r, int d0, int d1, int d2, int d3, int a0, int a1, int a2,
+                     int a3, int b0, int b1, int c0, int c1, int c2, int c3, const char* file, int line) {
     Fiber* me = rt.cur;
     const int w = me->warp;
     if (rt.warp_exists[w] != 0xffffffffu) {
@@ -93,18 +247,31 @@ inline void mma_m16n8k8_row_col_f32_tf32(uint32_t* r, int d0, int d1, int d2, in
         fmt_thread(t, sizeof t, me);
         ATTNLAB_FAIL("%s needs a whole warp in kernel %s, block (%u,%u,%u): %s (%s:%d) is in warp %d, which has "
                      "only %d lanes (the block has %d threads; make it a multiple of 32)",
-                     kMmaName, rt.kernel, rt.block_idx.x, rt.block_idx.y, rt.block_idx.z, t, file, line, w,
+                     shape.name, rt.kernel, rt.block_idx.x, rt.block_idx.y, rt.block_idx.z, t, file, line, w,
                      __builtin_popcount(rt.warp_exists[w]), rt.nthreads);
     }
     // Read every input before anything is written: D may share registers with A, B or C.
-    MmaLane lane = {{r[a0], r[a1], r[a2], r[a3]}, {r[b0], r[b1]}, {r[c0], r[c1], r[c2], r[c3]}, {0, 0, 0, 0}};
+    MmaLane lane = {&shape, {r[a0], r[a1], r[a2], r[a3]}, {r[b0], r[b1]}, {r[c0], r[c1], r[c2], r[c3]}, {0, 0, 0, 0}};
     // All 32 lanes meet here; the last to arrive runs mma_release (below) while every lane's
-    // MmaLane is still on its stack, then each lane takes its own D.
-    warp_op(WK_MMA, 0xffffffffu, (uint64_t)(uintptr_t)&lane, 0, 0, {kMmaName, file, line});
+    // MmaLane is still on its stack, then each lane takes its own D. The site names the
+    // instruction, so two different mma instructions never make one meeting.
+    warp_op(WK_MMA, 0xffffffffu, (uint64_t)(uintptr_t)&lane, 0, 0, {shape.name, file, line});
     r[d0] = lane.d[0];
     r[d1] = lane.d[1];
     r[d2] = lane.d[2];
     r[d3] = lane.d[3];
+}
+
+inline void mma_m16n8k8_row_col_f32_tf32(uint32_t* r, int d0, int d1, int d2, int d3, int a0, int a1, int a2,
+                                          int a3, int b0, int b1, int c0, int c1, int c2, int c3, const char* file,
+                                          int line) {
+    mma_sync(kMmaTf32, r, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, file, line);
+}
+
+inline void mma_m16n8k16_row_col_f32_f16(uint32_t* r, int d0, int d1, int d2, int d3, int a0, int a1, int a2,
+                                          int a3, int b0, int b1, int c0, int c1, int c2, int c3, const char* file,
+                                          int line) {
+    mma_sync(kMmaF16, r, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, file, line);
 }
 
 }  // namespace ptx
@@ -114,7 +281,8 @@ void mma_release(int w) {
     ptx::MmaLane* lanes[32];
     for (int j = 0; j < 32; ++j) lanes[j] = (ptx::MmaLane*)(uintptr_t)lane_fiber(w, j).value;
     // "aligned": every lane must run the same mma instruction. Two mma statements (or one helper
-    // inlined at two places, which the CPU cannot tell apart) on divergent paths would meet here.
+    // inlined at two places, which the CPU cannot tell apart) on divergent paths would meet here;
+    // so would two different mma instructions, whose sites differ in the instruction they name.
     const Fiber& first = lane_fiber(w, 0);
     for (int j = 1; j < 32; ++j) {
         const Fiber& f = lane_fiber(w, j);
@@ -129,33 +297,7 @@ void mma_release(int w) {
                          rt.kernel, rt.block_idx.x, rt.block_idx.y, rt.block_idx.z, t1, s1, j, t2, s2);
         }
     }
-    float A[16][8], B[8][8], C[16][8];
-    for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane / 4, t = lane % 4;
-        const ptx::MmaLane& l = *lanes[lane];
-        A[g][t] = ptx::tf32_value(l.a[0]);
-        A[g + 8][t] = ptx::tf32_value(l.a[1]);
-        A[g][t + 4] = ptx::tf32_value(l.a[2]);
-        A[g + 8][t + 4] = ptx::tf32_value(l.a[3]);
-        B[t][g] = ptx::tf32_value(l.b[0]);
-        B[t + 4][g] = ptx::tf32_value(l.b[1]);
-        C[g][2 * t] = ptx::as_float(l.c[0]);
-        C[g][2 * t + 1] = ptx::as_float(l.c[1]);
-        C[g + 8][2 * t] = ptx::as_float(l.c[2]);
-        C[g + 8][2 * t + 1] = ptx::as_float(l.c[3]);
-    }
-    float D[16][8];
-    for (int m = 0; m < 16; ++m)
-        for (int n = 0; n < 8; ++n) {
-            float acc = C[m][n];
-            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];
-            D[m][n] = acc;
-        }
-    for (int lane = 0; lane < 32; ++lane) {
-        const int g = lane / 4, t = lane % 4;
-        const float out[4] = {D[g][2 * t], D[g][2 * t + 1], D[g + 8][2 * t], D[g + 8][2 * t + 1]};
-        memcpy(lanes[lane]->d, out, sizeof out);
-    }
+    lanes[0]->shape->multiply(lanes);
 }
 
 }  // namespace

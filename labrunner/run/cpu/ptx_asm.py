@@ -53,17 +53,24 @@ class Instruction:
     warp_wide: bool     # a warp collective: the emulation also takes the statement's file and line
 
 
-# The PTX the CPU backend runs. The register classes are those ptxas accepts for sm_90: cvt's
-# destination is a .b32 ("=r"; "=f" is refused), its source .f32 or .b32; mma's A and B are .b32
-# bit patterns ("r" only), its C and D .f32 or .b32.
+# The PTX the CPU backend runs: what a 3xTF32 or a 3xFP16 tensor-core kernel needs. The register
+# classes are those ptxas accepts for sm_90: a cvt's destination is a .b32 ("=r"; "=f" is refused),
+# its sources .f32 or .b32; an mma's A and B are .b32 bit patterns ("r" only: a tf32 each, or two
+# f16 packed), its C and D .f32 or .b32.
+_MMA_OPERANDS = (Operand("D", 4, True, "fr"), Operand("A", 4, False, "r"), Operand("B", 2, False, "r"),
+                 Operand("C", 4, False, "fr"))
 INSTRUCTIONS = {
     "cvt.rna.tf32.f32": Instruction("cvt_rna_tf32_f32", (
         Operand("d", 1, True, "r"), Operand("a", 1, False, "fr")), warp_wide=False),
-    "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32": Instruction("mma_m16n8k8_row_col_f32_tf32", (
-        Operand("D", 4, True, "fr"), Operand("A", 4, False, "r"), Operand("B", 2, False, "r"),
-        Operand("C", 4, False, "fr")), warp_wide=True),
+    "cvt.rn.f16x2.f32": Instruction("cvt_rn_f16x2_f32", (
+        Operand("d", 1, True, "r"), Operand("a", 1, False, "fr"), Operand("b", 1, False, "fr")), warp_wide=False),
+    "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32": Instruction("mma_m16n8k8_row_col_f32_tf32", _MMA_OPERANDS,
+                                                                      warp_wide=True),
+    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": Instruction("mma_m16n8k16_row_col_f32_f16", _MMA_OPERANDS,
+                                                                      warp_wide=True),
 }
-SUPPORTED = " and ".join(INSTRUCTIONS) + ', on numbered "r" and "f" operands'  # for messages
+_NAMES = list(INSTRUCTIONS)
+SUPPORTED = ", ".join(_NAMES[:-1]) + " and " + _NAMES[-1] + ', on numbered "r" and "f" operands'  # for messages
 _CONSTRAINT = re.compile(r"(?P<mode>[=+]?)&?(?P<cls>[rf])")
 _CLOBBERS = frozenset({"memory"})
 
