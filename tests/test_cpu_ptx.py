@@ -273,13 +273,18 @@ def normal_range(rng, shape) -> np.ndarray:
 
 
 def check_3xf16(module: CpuModule) -> None:
-    """small*big + big*small + big*big is within BOUND_3XF16 of the exact product; one f16 product is
-    not (it is off by about 2^-12 of |A|@|B|)."""
+    """small*big + big*small + big*big, each an mma on the split halves, equals the reference bit for bit
+    and is within BOUND_3XF16 of the exact product; one f16 product is not (it is off by about 2^-12 of
+    |A|@|B|)."""
     for seed in range(5):
         rng = np.random.default_rng(seed)
         a, b = normal_range(rng, (16, 16)), normal_range(rng, (16, 8))
         d = np.zeros((16, 8), np.float32)
         module.launch("mma_3xf16", (1, 1, 1), (32, 1, 1), 0, [a, b, d])
+        (a_big, a_small), (b_big, b_small) = split_3xf16(a), split_3xf16(b)
+        expected = mma_f16_reference(a_small, b_big, np.zeros((16, 8), np.float32))
+        expected = mma_f16_reference(a_big, b_big, mma_f16_reference(a_big, b_small, expected))
+        np.testing.assert_array_equal(d, expected)
         exact = a.astype(np.float64) @ b.astype(np.float64)
         bound = BOUND_3XF16 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
         assert (np.abs(d - exact) <= bound).all()

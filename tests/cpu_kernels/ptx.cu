@@ -155,7 +155,7 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], c
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// The same instruction with C and D apart, the sources of cvt as bit patterns ("r").
+// The same instruction with C and D apart, its template in two literals.
 __device__ __forceinline__ void mma_f16_cd(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                                            const float (&c)[4]) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "

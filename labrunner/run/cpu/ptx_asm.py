@@ -69,8 +69,8 @@ INSTRUCTIONS = {
     "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": Instruction("mma_m16n8k16_row_col_f32_f16", _MMA_OPERANDS,
                                                                       warp_wide=True),
 }
-_NAMES = list(INSTRUCTIONS)
-SUPPORTED = ", ".join(_NAMES[:-1]) + " and " + _NAMES[-1] + ', on numbered "r" and "f" operands'  # for messages
+*_FIRST, _LAST = INSTRUCTIONS
+SUPPORTED = f'{", ".join(_FIRST)} and {_LAST}, on numbered "r" and "f" operands'  # for messages
 _CONSTRAINT = re.compile(r"(?P<mode>[=+]?)&?(?P<cls>[rf])")
 _CLOBBERS = frozenset({"memory"})
 
