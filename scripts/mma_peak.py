@@ -1,9 +1,10 @@
 """The ceiling the shipped tensor-core kernels run under: back-to-back `mma.sync` on this GPU.
 
-The 3xTF32 kernels (kernels/lab2/expert.cu, kernels/lab1/solution.cu) issue `mma.sync` m16n8k8 in
-TF32, and their headers quote their rate against this one: a kernel that does nothing but
-independent products, every operand already in registers, as many warps as fit. FP16's m16n8k16,
-the same instruction rate at twice the depth, is printed beside it for comparison. Hopper's
+The error-compensated kernels issue `mma.sync`: kernels/lab2/expert.cu m16n8k8 in TF32 (3xTF32),
+kernels/lab1/solution.cu m16n8k16 in FP16 (3xFP16), and their headers quote their rate against
+this one: a kernel that does nothing but independent products, every operand already in
+registers, as many warps as fit. FP16's m16n8k16 runs at the same instruction rate as TF32's
+m16n8k8 with twice the depth, so twice the products. Hopper's
 `wgmma` is a different instruction with a higher ceiling; this measures only what `mma.sync` gives.
 
     python scripts/mma_peak.py        # needs a GPU and CuPy; a few seconds

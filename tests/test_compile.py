@@ -97,13 +97,13 @@ def test_registers_are_parsed_for_every_kernel():
     for name, resources in module.resources.items():
         assert isinstance(resources.registers, int) and 0 < resources.registers <= 255, name
         assert isinstance(resources.spill_stores, int) and resources.spill_stores >= 0, name
-    # The softmax spills nothing. The matmuls trade a few spilled bytes for a third block per SM (the
-    # header says about 20 bytes a thread); a register cap lost, or spilling that grows past a few
-    # registers' worth, is a regression in the reference.
-    assert module.resources["attn_softmax"].spill_stores == 0
+    # Nothing spills, and both matmuls stay within 168 registers, the most that still lets three
+    # blocks of 128 threads share an SM (the header's measured choice); a cap lost or a spill is a
+    # regression in the reference.
+    for name, resources in module.resources.items():
+        assert resources.spill_stores == 0 and resources.spill_loads == 0, name
     for name in ("attn_scores", "attn_weighted_sum"):
         assert module.resources[name].registers <= 168, name
-        assert module.resources[name].spill_stores <= 32 and module.resources[name].spill_loads <= 32, name
 
 
 PTXAS_LOG = """\

@@ -150,7 +150,7 @@ from barrier_variants import variants  # noqa: E402
 
 def test_the_shipped_solutions_have_the_barriers_the_variants_remove():
     assert [(lab, line) for lab, line, _ in variants()] == [
-        ("lab1", 173), ("lab1", 175), ("lab1", 367), ("lab1", 369), ("lab2", 115), ("lab2", 124), ("lab2", 150),
+        ("lab1", 202), ("lab1", 204), ("lab1", 397), ("lab1", 399), ("lab2", 115), ("lab2", 124), ("lab2", 150),
         ("lab3", 181)]
 
 
@@ -168,6 +168,25 @@ def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(t
     assert re.search(r"; in kernel (attn_scores|attn_softmax|attn_weighted_sum|flash_prefill|decode_partial)$",
                      decisive["message"])
     assert [h["hazard"] for h in data["hints"]] == ["race"]
+
+
+@pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
+def test_the_lab1_scores_staging_without_its_warp_barrier_is_a_race_under_race_check(tmp_path):
+    """The scores leave through shared memory: each lane writes its fragments, then reads whole rows
+    that other lanes wrote. Without the __syncwarp() between the two, a lane reads slots no lane has
+    written yet (the poison), and the CPU backend names the race."""
+    text = (REPO / "kernels/lab1/solution.cu").read_text()
+    assert text.count("__syncwarp();") == 1
+    kernel = tmp_path / "lab1_without_syncwarp.cu"
+    kernel.write_text(text.replace("__syncwarp();", ";"))
+    report = tmp_path / "r.json"
+    completed = attnlab("grade", "lab1", str(kernel), "--device", "cpu", "--race-check", "--json", str(report))
+    data = json.loads(report.read_text())
+    decisive = next(c for c in data["cases"] if c["name"] == data["decisive_case"])
+    assert (data["verdict"], completed.returncode, data["decisive_case"]) == ("race", 4, "T17")
+    assert decisive["message"].startswith("row 2, head 0, col 0: read shared memory no thread had written since the "
+                                          "last barrier: a missing __syncthreads()?")
+    assert decisive["message"].endswith("; in kernel attn_scores")
 
 
 # --- 4. non-finite values -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Lab 1 reference solution: the full score matrix, three kernels, at the memory floor.
+// Lab 1 reference solution: the full score matrix, three kernels, near the memory floor.
 //
 // Read this after finishing your own. The three kernels are the oracle made literal, and the
 // [32][T][T] workspace between them is the point of the lab: at T = 2048 it is 512 MiB. What the
@@ -7,37 +7,57 @@
 //   attn_softmax       reads that half and writes every row whole          T(T+1)/2 + T*T
 //   attn_weighted_sum  reads the visible half                              T(T+1)/2
 // 2.5 T^2 floats per head: 1.25 GiB at T = 2048, a third of a millisecond at an H200's copy
-// bandwidth. This file gets within reach of that floor, so the cost table shows what the matrix
-// itself costs and not what slow kernels cost; `attnlab bench lab1` prints each kernel's GB/s.
+// bandwidth. This file gets close to that floor, so the cost table shows what the matrix itself
+// costs and not what slow kernels cost; `attnlab bench lab1` prints each kernel's GB/s.
 //
 // The two matmuls do 8.6 GFLOP each at T = 2048. On FP32 multiply-adds (67 TFLOP/s at best) that
-// alone is about 0.13 ms per matmul, more than the bytes take. So they run on the tensor cores, in
-// TF32 with error compensation (3xTF32, explained in kernels/lab2/expert.cu): each float32 operand
-// is split into a TF32 big part and a TF32 remainder and three products are summed, which keeps
-// float32's accuracy (the planted scores of 128 must come out right to 1e-3) at a third of the
-// tensor cores' rate, still several times the FMA pipe's. The softmax is pure bandwidth.
+// alone is about 0.13 ms per matmul, more than the bytes take. So they run on the tensor cores with
+// error compensation: each float32 operand x is split into big = x cut to 11 significant bits and
+// small = x - big, and a*b ~ aSmall*bBig + aBig*bSmall + aBig*bBig, three tensor-core products per
+// float32 product (aSmall*bSmall is below float32's own rounding and is dropped). big + small
+// carries 22 of float32's 24 bits, which keeps the pass rule's accuracy (the planted scores of 128
+// must come out right to 1e-3). kernels/lab2/expert.cu explains the method on TF32 (CUTLASS's
+// 3xTF32); this file does the same with FP16 operands, on mma.sync's m16n8k16 shape:
+//  - FP16 and TF32 have the same 11-bit significand, so big and small are exactly as precise, but
+//    one FP16 mma.sync does twice the products of a TF32 one in the same issue slot (646 against
+//    323 TFLOP/s on an H200, `python scripts/mma_peak.py`), and half-size operands halve the
+//    shared-memory traffic of every fragment.
+//  - The price is FP16's range: 5 exponent bits, largest value 65504. big is x with its low 13
+//    mantissa bits cleared, exact in FP16 for |x| in [2^-14, 65504]; the contract's inputs are
+//    normal draws (planted ones are 4.0), far inside. Inputs of 65520 or more would turn big into
+//    infinity: this kernel is not for such data. A probability p is in [0, 1] and can be tiny, so
+//    P is scaled by 2^14 before the split and the sum by 2^-14 after (both exact): the remainders of
+//    small probabilities then stay out of FP16's subnormals.
+// The softmax is pure bandwidth.
 //
-// What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.714 ms, 2.55x
-// eager PyTorch (1.821 ms) and 2.13x the floor above (0.335 ms at the same run's 4.13 TB/s copy).
-// The softmax moves its bytes at 95% of the copy's bandwidth (0.205 ms). The matmuls do not: scores
-// 0.209 ms and weighted sum 0.305 ms, each 13 million m16n8k8 products, so 127 and 87 TFLOP/s of
-// TF32 products: 40% and 27% of what `mma.sync` gives on this GPU at best (320 TFLOP/s with nothing
-// else to do, `python scripts/mma_peak.py`).
-//
-// Both matmuls were bound by waiting: with each tile's global loads issued after the barrier, every
-// warp stalled on them (the weighted sum took 0.415 ms). Now the next tile's K, V and P are loaded
-// into registers while the current tile is multiplied, a scores block reuses its Q fragments for
-// four K tiles, and the weighted sum does three products, not four, with 8-byte P loads (0.335 ms
-// from those two alone). Both matmuls run three blocks per SM at 168 registers, and ptxas spills a
-// few bytes in each (about 20 bytes a thread, to L1); uncapped they run two blocks per SM with no
-// spills and were slower in back-to-back runs (weighted sum 0.312 ms against 0.303, scores 0.210
-// against 0.205). What is left is the instructions around `mma.sync`: the splits, the shared-memory
-// fragment loads and the staging, which `mma.sync` needs in registers.
-//
-// The floor's 1.3x (0.435 ms) would leave the two matmuls 0.23 ms together: 231 TFLOP/s of TF32
-// products, 72% of `mma.sync`'s best with all of that work around it. The next step is Hopper's
-// wgmma, which reads both operands straight from shared memory at a higher ceiling, with the
-// staging done by the copy engine (TMA or cp.async).
+// What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.471 ms, 3.86x
+// eager PyTorch (1.818 ms) and 1.41x the floor above (0.335 ms at the same run's 4.14 TB/s copy).
+// The softmax moves its bytes at 95% of the copy's bandwidth (0.205 ms); the scores take 0.123 ms
+// (57%) and the weighted sum 0.147 ms (48%). Each matmul issues 6.5 million m16n8k16 products, so
+// they run their FP16 products at about 216 and 181 TFLOP/s: 33% and 28% of what `mma.sync` gives
+// at best (646 TFLOP/s, `python scripts/mma_peak.py`). What was measured on the way, each change
+// timed against the last in one run:
+//  - 3xTF32 on m16n8k8 (this file's previous form): scores 0.208 ms, weighted sum 0.302 ms.
+//  - The same kernels in 3xFP16: 0.154 and 0.238 ms.
+//  - Scores written through shared memory, so each row of a warp's 16 x 64 tile leaves as 256
+//    contiguous bytes (the fragments' float2 touch 8 rows per store: Nsight Compute had the L1 at
+//    92% of its throughput), and K staged from whole rows: 0.120 ms.
+//  - Weighted sum at three blocks per SM with V staged one tile ahead and P read straight into
+//    fragments: 0.196 ms. Nsight Compute then had its L1 at 92%, and each of V's loads touched 16
+//    key rows for 32 bytes apiece. V now arrives as whole 256-byte rows and is stored with an XOR on
+//    its slots to keep the shared-memory banks apart: 0.147 to 0.149 ms.
+//  - Tried and not kept: P staged through shared memory from whole rows (0.32 to 0.39 ms: the
+//    extra shared-memory traffic lands on the same L1), the next tile's P loaded into the registers
+//    each k-step frees (0.266 ms), four or five blocks per SM without the V prefetch (0.158 ms with
+//    V's whole-row loads), double-buffered K and V tiles with one barrier a tile (0.129 and 0.151
+//    ms), 512 keys per scores block and 32-row warps sharing every K fragment between two m16
+//    tiles (both 0.123 ms: halving the fragment loads changed nothing), streaming cache hints on P
+//    and S (within 2%).
+// The floor's 1.3x (0.44 ms) would leave the two matmuls 0.23 ms together, against 0.27 now. Both
+// run three blocks of four warps per SM, the most their registers allow (32 of a thread's 168 hold
+// the next tile), and Nsight Compute had their schedulers issuing on 30 to 40% of cycles, mostly
+// waiting on global loads. The next step is an asynchronous copy of K, V and P into shared memory
+// (cp.async or TMA): it needs no registers for the next tile, so more warps can hide the loads.
 //
 // Launch geometry (read by the driver from these constants):
 //   attn_scores:       one block of 4 warps per 64 rows x 256 keys of one head, in four 64-key steps
@@ -47,104 +67,108 @@ extern "C" __constant__ int attnlab_scores_threads_x = 128;
 extern "C" __constant__ int attnlab_scores_threads_y = 1;
 extern "C" __constant__ int attnlab_scores_tile_keys = 256;
 extern "C" __constant__ int attnlab_scores_tile_rows = 64;
-extern "C" __constant__ int attnlab_scores_smem_bytes = 64 * 144 * 4;  // one 64-key K tile, split: 36,864 bytes
+extern "C" __constant__ int attnlab_scores_smem_bytes = (64 * 80 + 4 * 16 * 72) * 4;  // K tile, split; 4 warps' 16 x 64 scores
 extern "C" __constant__ int attnlab_softmax_threads = 256;
 extern "C" __constant__ int attnlab_softmax_rows_per_block = 8;
 extern "C" __constant__ int attnlab_wsum_threads_x = 128;
 extern "C" __constant__ int attnlab_wsum_threads_y = 1;
 extern "C" __constant__ int attnlab_wsum_tile_dims = 64;
 extern "C" __constant__ int attnlab_wsum_tile_rows = 64;
-extern "C" __constant__ int attnlab_wsum_smem_bytes = 64 * 144 * 4;  // one 64-key V tile, split: 36,864 bytes
+extern "C" __constant__ int attnlab_wsum_smem_bytes = 64 * 80 * 4;  // one 64-key V tile, split: 20,480 bytes
 
 constexpr int TILE = 64;          // rows per block; keys per staged K or V tile
 constexpr int KEY_STEPS = 4;      // K tiles per scores block: 256 keys, one load of Q's rows for all of them
 constexpr int THREADS = 128;      // both matmul kernels: 4 warps of 16 rows
-constexpr int PITCH = 144;        // floats per staged row: 128 of data, padded off the bank stride
-constexpr int STAGED_ITEMS = TILE * (DH / 8) / THREADS;  // 8-float pieces of a K or V tile per thread: 4
+constexpr int PITCH = 80;         // 32-bit words per staged K key or V dim: 64 of FP16 pairs, padded off the bank stride
+constexpr int STAGED = TILE * DH / 4 / THREADS;  // float4 of a 64 x 64 K or V tile per thread: 8
+constexpr int S_PITCH = 72;       // floats per row of a warp's 16 x 64 scores in shared memory
+constexpr float P_SCALE = 16384.0f, P_UNSCALE = 1.0f / 16384.0f;  // 2^14 and back, both exact
 
-// -- 3xTF32 on mma.sync (the fragment layouts are spelled out in kernels/lab2/expert.cu) --------
-// D += A * B for one warp: A 16 x 8 (4 registers), B 8 x 8 (2 registers), D 16 x 8 float32 (4 registers).
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+// -- 3xFP16 on mma.sync ----------------------------------------------------------------------
+// D += A * B for one warp: A 16 x 16, B 16 x 8 (FP16, two per 32-bit register, the lower index in
+// the low half), D 16 x 8 float32. With g = lane / 4 and t = lane % 4 (PTX ISA, "Matrix Fragments
+// for mma.m16n8k16"):
+//   A: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]
+//   B: b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]
+//   D: d0 = D[g][2t], d1 = D[g][2t+1], d2 = D[g+8][2t], d3 = D[g+8][2t+1]
+// A dot product does not care in which order its terms are summed, so every 16-long k-step hands
+// lane t the four consecutive elements 4t .. 4t+3 as its k-slots 2t, 2t+1, 2t+8, 2t+9, in both
+// operands alike: one 16-byte load feeds a lane's whole fragment, big and small.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const unsigned (&aBig)[4], const unsigned (&aSmall)[4],
-                                           const unsigned (&bBig)[2], const unsigned (&bSmall)[2]) {
-    mma_tf32(d, aSmall, bBig);
-    mma_tf32(d, aBig, bSmall);
-    mma_tf32(d, aBig, bBig);
+// The small terms first, so they are not lost against the large one.
+__device__ __forceinline__ void mma_3xf16(float (&d)[4], const unsigned (&aBig)[4], const unsigned (&aSmall)[4],
+                                          const unsigned (&bBig)[2], const unsigned (&bSmall)[2]) {
+    mma_f16(d, aSmall, bBig);
+    mma_f16(d, aBig, bSmall);
+    mma_f16(d, aBig, bBig);
 }
 
-// x = big + small. big is x with its low 13 mantissa bits cleared: a TF32 number, cut by truncation
-// (one integer AND; a cvt.rna.tf32.f32 rounding would cost a slower conversion, twice per element).
-// small = x - big is exact in float32; the tensor core reads it as TF32 in turn, dropping its last
-// two bits, so big + small carries 22 of float32's 24 bits.
-__device__ __forceinline__ void split(float x, unsigned& big, unsigned& small) {
-    big = __float_as_uint(x) & 0xffffe000u;
-    small = __float_as_uint(x - __uint_as_float(big));
+// Two floats to one register of two FP16, rounded to nearest even; `low` goes in the low half.
+__device__ __forceinline__ unsigned half2_bits(float low, float high) {
+    unsigned d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(high), "f"(low));
+    return d;
 }
 
-__device__ __forceinline__ float4 split_pair(float first, float second) {
-    unsigned b0, s0, b1, s1;
-    split(first, b0, s0);
-    split(second, b1, s1);
-    return make_float4(__uint_as_float(b0), __uint_as_float(b1), __uint_as_float(s0), __uint_as_float(s1));
+// x = big + small for two neighbours. big is x with its low 13 mantissa bits cleared (one integer
+// AND): 11 significant bits, which FP16 holds exactly, so its conversion rounds nothing. small =
+// x - big is exact in float32 and is rounded to FP16's 11 bits in turn.
+__device__ __forceinline__ void split2(float x0, float x1, unsigned& big, unsigned& small) {
+    const float b0 = __uint_as_float(__float_as_uint(x0) & 0xffffe000u);
+    const float b1 = __uint_as_float(__float_as_uint(x1) & 0xffffe000u);
+    big = half2_bits(b0, b1);
+    small = half2_bits(x0 - b0, x1 - b1);
 }
 
-// A tile's raw K (or V) pieces, held in registers: the next tile is loaded from global memory while
-// the tensor cores work on the current one, and written to shared memory (split) after the barrier.
-// Loading straight into shared memory would leave every warp waiting on those loads each tile.
+// Four consecutive elements as one lane's fragment words: {big(x,y), big(z,w), small(x,y), small(z,w)}.
+__device__ __forceinline__ uint4 split4(float4 x) {
+    uint4 w;
+    split2(x.x, x.y, w.x, w.z);
+    split2(x.z, x.w, w.y, w.w);
+    return w;
+}
+
+// A tile's raw K (or V) in registers: the next tile is loaded from global memory while the tensor
+// cores work on the current one, and written to shared memory (split) after the barrier. Loading
+// straight into shared memory would leave every warp waiting on those loads each tile.
 struct StagedTile {
-    float4 first[STAGED_ITEMS], second[STAGED_ITEMS];
+    float4 x[STAGED];
 };
 
-// Scores' K piece `item`: key c of the tile, dims step*8 .. step*8 + 7 (two float4).
+// K: float4 number f = i * THREADS + threadIdx.x of the tile is key f / 16, dims 4 (f % 16) .. + 3,
+// so a warp's load covers two whole 256-byte key rows. It is stored split at kS[key][f % 16]:
+// k-step (f % 16) / 4, lane slot f % 4, exactly the 16 bytes lane t = f % 4 reads as its B fragment.
+// The 8 lanes of a quarter-warp store 8 consecutive slots of one key: 8 different bank groups.
 __device__ __forceinline__ void load_k_tile(StagedTile& tile, const float* k, int firstKey, int g, int T) {
 #pragma unroll
-    for (int n = 0; n < STAGED_ITEMS; ++n) {
-        const int item = threadIdx.x + n * THREADS;
-        const int c = item / (DH / 8), step = item % (DH / 8);
-        const int key = firstKey + c;
-        tile.first[n] = tile.second[n] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (key < T) {
-            const float4* src = reinterpret_cast<const float4*>(k + ((size_t)key * HKV + g) * DH + step * 8);
-            tile.first[n] = src[0];
-            tile.second[n] = src[1];
-        }
+    for (int i = 0; i < STAGED; ++i) {
+        const int f = i * THREADS + threadIdx.x;
+        const int key = firstKey + f / 16;
+        tile.x[i] = key < T ? *reinterpret_cast<const float4*>(k + ((size_t)key * HKV + g) * DH + (f % 16) * 4)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 }
 
-// kS: [key][dim pair (step*4 + t)][big(t), big(t+4), small(t), small(t+4)], each dim t beside t + 4
-// as the B fragment wants them. The 8 lanes of a quarter-warp write their four slots in rotated
-// order: 8 bank groups per store.
-__device__ __forceinline__ void store_k_tile(float* kS, const StagedTile& tile) {
+__device__ __forceinline__ void store_k_tile(unsigned* kS, const StagedTile& tile) {
 #pragma unroll
-    for (int n = 0; n < STAGED_ITEMS; ++n) {
-        const int item = threadIdx.x + n * THREADS;
-        const int c = item / (DH / 8), step = item % (DH / 8);
-        const float lo[4] = {tile.first[n].x, tile.first[n].y, tile.first[n].z, tile.first[n].w};
-        const float hi[4] = {tile.second[n].x, tile.second[n].y, tile.second[n].z, tile.second[n].w};
-        float4* dst = reinterpret_cast<float4*>(kS + c * PITCH + step * 16);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int slot = (j + step / 2) % 4;
-            float first = lo[0], second = hi[0];  // selects, not a dynamic index: lo and hi stay in registers
-#pragma unroll
-            for (int i = 1; i < 4; ++i)
-                if (slot == i) { first = lo[i]; second = hi[i]; }
-            dst[slot] = split_pair(first, second);
-        }
+    for (int i = 0; i < STAGED; ++i) {
+        const int f = i * THREADS + threadIdx.x;
+        *reinterpret_cast<uint4*>(kS + (f / 16) * PITCH + (f % 16) * 4) = split4(tile.x[i]);
     }
 }
 
 // Scores: S = Q K^T / 8 for 64 rows x 256 keys of one head, in four 64-key tiles. Each warp keeps
 // its 16 rows of Q in registers, split once for all four tiles, and computes 16 x 64 scores a tile.
 // Tiles wholly above the diagonal write nothing: the softmax never reads there, and it writes the
-// zeros itself.
+// zeros itself. The 1/8 is applied to the sums (exact: a power of two).
 extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_scores(const float* q, const float* k, float* scores, int T) {
-    extern __shared__ __align__(16) float kS[];
+    extern __shared__ __align__(16) unsigned kS[];
+    float* sS = reinterpret_cast<float*>(kS + TILE * PITCH);  // after the K tile: 4 warps x 16 x S_PITCH
     const int h = blockIdx.z;
     const int g = h / GROUP;  // grouped-query attention: four query heads share one KV head, by index
     const int firstRow = blockIdx.y * TILE;
@@ -158,17 +182,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_scores(const float
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gr = lane / 4, t = lane % 4;
     const int rowBase = firstRow + warp * 16;
-    unsigned qBig[DH / 8][4], qSmall[DH / 8][4];
+    unsigned qBig[DH / 16][4], qSmall[DH / 16][4];
+    {
+        const int rowA = rowBase + gr, rowB = rowA + 8;
+        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int step = 0; step < DH / 8; ++step)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int row = rowBase + gr + (i % 2) * 8;
-            const int dim = step * 8 + t + (i / 2) * 4;
-            const float x = row < T ? q[((size_t)row * HQ + h) * DH + dim] * 0.125f : 0.0f;  // 1/8: exact
-            split(x, qBig[step][i], qSmall[step][i]);
+        for (int step = 0; step < DH / 16; ++step) {
+            const float4 a = rowA < T ? *reinterpret_cast<const float4*>(q + ((size_t)rowA * HQ + h) * DH + step * 16 + 4 * t) : zero;
+            const float4 b = rowB < T ? *reinterpret_cast<const float4*>(q + ((size_t)rowB * HQ + h) * DH + step * 16 + 4 * t) : zero;
+            split2(a.x, a.y, qBig[step][0], qSmall[step][0]);
+            split2(b.x, b.y, qBig[step][1], qSmall[step][1]);
+            split2(a.z, a.w, qBig[step][2], qSmall[step][2]);
+            split2(b.z, b.w, qBig[step][3], qSmall[step][3]);
         }
+    }
 
+    float* mine = sS + warp * 16 * S_PITCH;
     for (int firstKey = blockFirstKey; firstKey < blockFirstKey + TILE * KEY_STEPS && firstKey <= lastKey; firstKey += TILE) {
         __syncthreads();  // every warp is done with the previous tile
         store_k_tile(kS, next);
@@ -177,31 +206,39 @@ extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_scores(const float
 
         float s[TILE / 8][4] = {};
 #pragma unroll
-        for (int step = 0; step < DH / 8; ++step)
+        for (int step = 0; step < DH / 16; ++step)
 #pragma unroll
             for (int nb = 0; nb < TILE / 8; ++nb) {
-                const float4 kf = *reinterpret_cast<const float4*>(kS + (nb * 8 + gr) * PITCH + step * 16 + t * 4);
-                const unsigned bBig[2] = {__float_as_uint(kf.x), __float_as_uint(kf.y)};
-                const unsigned bSmall[2] = {__float_as_uint(kf.z), __float_as_uint(kf.w)};
-                mma_3xtf32(s[nb], qBig[step], qSmall[step], bBig, bSmall);
+                const uint4 kf = *reinterpret_cast<const uint4*>(kS + (nb * 8 + gr) * PITCH + step * 16 + t * 4);
+                const unsigned bBig[2] = {kf.x, kf.y};
+                const unsigned bSmall[2] = {kf.z, kf.w};
+                mma_3xf16(s[nb], qBig[step], qSmall[step], bBig, bSmall);
             }
 
         // s[nb] holds keys nb*8 + 2t, 2t + 1 of rows gr and gr + 8. Above the diagonal inside this tile
         // the values are real products, not -INFINITY: the contract leaves that part to the softmax.
+        // They leave through shared memory, so each row of the warp's tile is written as 16 float4,
+        // 256 contiguous bytes, where the fragments' float2 would touch 8 rows per store.
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = rowBase + gr + r * 8;
+        for (int nb = 0; nb < TILE / 8; ++nb) {
+            *reinterpret_cast<float2*>(mine + gr * S_PITCH + nb * 8 + 2 * t) = make_float2(s[nb][0] * 0.125f, s[nb][1] * 0.125f);
+            *reinterpret_cast<float2*>(mine + (gr + 8) * S_PITCH + nb * 8 + 2 * t) = make_float2(s[nb][2] * 0.125f, s[nb][3] * 0.125f);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = 2 * i + lane / 16, c = 4 * (lane % 16);  // half a warp per row
+            const int row = rowBase + r, key = firstKey + c;
             if (row >= T) continue;
-            float* dst = scores + ((size_t)h * T + row) * T;
-#pragma unroll
-            for (int nb = 0; nb < TILE / 8; ++nb) {
-                const int key = firstKey + nb * 8 + 2 * t;
-                if (T % 2 == 0 && key + 1 < T) {  // a quad writes 32 contiguous bytes: one whole sector
-                    *reinterpret_cast<float2*>(dst + key) = make_float2(s[nb][2 * r], s[nb][2 * r + 1]);
-                } else {
-                    if (key < T) dst[key] = s[nb][2 * r];
-                    if (key + 1 < T) dst[key + 1] = s[nb][2 * r + 1];
-                }
+            const float4 x = *reinterpret_cast<const float4*>(mine + r * S_PITCH + c);
+            float* dst = scores + ((size_t)h * T + row) * T + key;
+            if (T % 4 == 0) {  // rows start 16-byte aligned and key + 3 < T
+                if (key < T) *reinterpret_cast<float4*>(dst) = x;
+            } else {
+                if (key < T) dst[0] = x.x;
+                if (key + 1 < T) dst[1] = x.y;
+                if (key + 2 < T) dst[2] = x.z;
+                if (key + 3 < T) dst[3] = x.w;
             }
         }
     }
@@ -279,74 +316,69 @@ extern "C" __global__ void __launch_bounds__(256) attn_softmax(float* scores, in
 }
 
 // Weighted sum: out = P V for 64 rows x 64 dims of one head; each warp owns 16 rows. Keys past the
-// block's last row have probability 0, so the loop stops at the diagonal. P is read straight from
-// global memory into A fragments: key-step kb reads its 8 keys in the order 0,2,4,6,1,3,5,7, so a
-// lane's two columns are the neighbouring keys 2t and 2t + 1 (one 8-byte load per row; 32
-// contiguous bytes per row across a quad), and V is staged in the same order: b0 = V[2t][dim],
-// b1 = V[2t + 1][dim]. The next tile's P and V are loaded while this tile is multiplied.
+// block's last row have probability 0, so the loop stops at the diagonal. k-step ks covers keys
+// 16 ks .. 16 ks + 15 of the tile, and lane t takes keys 4t .. 4t + 3 (see the fragments above): P
+// is read straight from global memory into A fragments, one float4 per row and k-step (a quad reads
+// 64 contiguous bytes of a row), and V is staged in the same key order, one tile ahead.
 //
-// Row 0 sees key 0 alone, with probability exactly 1, and must return V's first row exactly. 3xTF32
-// carries 22 of float32's 24 bits, so that row is one product done in float32 instead, P[0][0] V[0].
+// Row 0 sees key 0 alone, with probability exactly 1, and must return V's first row exactly. The
+// split carries 22 of float32's 24 bits, so that row is one product done in float32 instead, P[0][0] V[0].
 
-// This tile's probabilities for rows pA and pB, as four A fragments' worth of values per key-step.
-__device__ __forceinline__ void load_p(float (&p)[TILE / 8][4], const float* pA, const float* pB, int tileStart,
-                                       int lastKey, int t, bool pairs) {
+// Four probabilities from key `key` on, zero past the block's last visible key.
+__device__ __forceinline__ float4 p_quad(const float* p, int key, int lastKey, bool quads) {
+    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (quads) {  // T % 4 == 0: key is a multiple of 4, so the float4 is aligned and inside the row
+        if (key <= lastKey) x = *reinterpret_cast<const float4*>(p + key);
+    } else {
+        if (key <= lastKey) x.x = p[key];
+        if (key + 1 <= lastKey) x.y = p[key + 1];
+        if (key + 2 <= lastKey) x.z = p[key + 2];
+        if (key + 3 <= lastKey) x.w = p[key + 3];
+    }
+    if (key + 1 > lastKey) x.y = 0.0f;
+    if (key + 2 > lastKey) x.z = 0.0f;
+    if (key + 3 > lastKey) x.w = 0.0f;
+    return x;
+}
+
+// V piece n: key quad kq = 8n + 2 warp + lane / 16 (keys 4 kq .. 4 kq + 3), dims 4 dq .. 4 dq + 3
+// with dq = lane % 16: each load covers two whole 256-byte key rows, 16 lanes each.
+__device__ __forceinline__ void load_v_tile(StagedTile& tile, const float* v, int tileStart, int g, int T) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-    for (int kb = 0; kb < TILE / 8; ++kb) {
-        const int key = tileStart + kb * 8 + 2 * t;
-        if (pairs) {  // T even: key is even, so (key, key + 1) is 8-byte aligned and inside the row
-            float2 a = make_float2(0.0f, 0.0f), b = a;
-            if (key <= lastKey) {
-                a = *reinterpret_cast<const float2*>(pA + key);
-                b = *reinterpret_cast<const float2*>(pB + key);
-            }
-            if (key + 1 > lastKey) a.y = b.y = 0.0f;
-            p[kb][0] = a.x; p[kb][1] = b.x; p[kb][2] = a.y; p[kb][3] = b.y;  // a0 = P[gr][2t], a1 = P[gr+8][2t], ...
-        } else {
-            p[kb][0] = key <= lastKey ? pA[key] : 0.0f;
-            p[kb][1] = key <= lastKey ? pB[key] : 0.0f;
-            p[kb][2] = key + 1 <= lastKey ? pA[key + 1] : 0.0f;
-            p[kb][3] = key + 1 <= lastKey ? pB[key + 1] : 0.0f;
+    for (int n = 0; n < STAGED / 4; ++n) {
+        const int kq = 8 * n + 2 * warp + lane / 16, dq = lane % 16;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int key = tileStart + 4 * kq + i;
+            tile.x[4 * n + i] = key < T ? *reinterpret_cast<const float4*>(v + ((size_t)key * HKV + g) * DH + dq * 4)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
 }
 
-// V piece `item`: key pair p, dims d4*4 .. d4*4 + 3 of both keys. A quarter-warp's 8 lanes take 8 key
-// pairs (8 bank groups when stored); the 4 quarters take 4 dim chunks of the same keys.
-__device__ __forceinline__ void v_piece(int item, int& p, int& d4) {
-    p = (item / 128) * 8 + item % 8;
-    d4 = (item / 8) % 16;
-}
+// vS: [dim][slot kq ^ (dq & 7)][big(k0,k1), big(k2,k3), small(k0,k1), small(k2,k3)], dq = dim / 4.
+// The XOR spreads a quarter-warp's stores (one kq, 8 dq) over 8 bank groups and keeps the reads
+// (two neighbouring dims, 4 slots) on 8 as well.
+__device__ __forceinline__ int v_slot(int dim, int kq) { return kq ^ ((dim / 4) & 7); }
 
-__device__ __forceinline__ void load_v_tile(StagedTile& tile, const float* v, int tileStart, int g, int T) {
+__device__ __forceinline__ void store_v_tile(unsigned* vS, const StagedTile& tile) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
-    for (int n = 0; n < STAGED_ITEMS; ++n) {
-        int p, d4;
-        v_piece(threadIdx.x + n * THREADS, p, d4);
-        const int key = tileStart + 2 * p;
-        tile.first[n] = tile.second[n] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (key < T) tile.first[n] = *reinterpret_cast<const float4*>(v + ((size_t)key * HKV + g) * DH + d4 * 4);
-        if (key + 1 < T) tile.second[n] = *reinterpret_cast<const float4*>(v + ((size_t)(key + 1) * HKV + g) * DH + d4 * 4);
-    }
-}
-
-// vS: [dim][key pair p][big(2p), big(2p+1), small(2p), small(2p+1)]
-__device__ __forceinline__ void store_v_tile(float* vS, const StagedTile& tile) {
-#pragma unroll
-    for (int n = 0; n < STAGED_ITEMS; ++n) {
-        int p, d4;
-        v_piece(threadIdx.x + n * THREADS, p, d4);
-        float* dst = vS + (d4 * 4) * PITCH + p * 4;
-        *reinterpret_cast<float4*>(dst) = split_pair(tile.first[n].x, tile.second[n].x);
-        *reinterpret_cast<float4*>(dst + PITCH) = split_pair(tile.first[n].y, tile.second[n].y);
-        *reinterpret_cast<float4*>(dst + 2 * PITCH) = split_pair(tile.first[n].z, tile.second[n].z);
-        *reinterpret_cast<float4*>(dst + 3 * PITCH) = split_pair(tile.first[n].w, tile.second[n].w);
+    for (int n = 0; n < STAGED / 4; ++n) {
+        const int kq = 8 * n + 2 * warp + lane / 16, dq = lane % 16;
+        const float4* x = tile.x + 4 * n;
+        unsigned* dst = vS + (dq * 4) * PITCH + v_slot(dq * 4, kq) * 4;
+        *reinterpret_cast<uint4*>(dst) = split4(make_float4(x[0].x, x[1].x, x[2].x, x[3].x));
+        *reinterpret_cast<uint4*>(dst + PITCH) = split4(make_float4(x[0].y, x[1].y, x[2].y, x[3].y));
+        *reinterpret_cast<uint4*>(dst + 2 * PITCH) = split4(make_float4(x[0].z, x[1].z, x[2].z, x[3].z));
+        *reinterpret_cast<uint4*>(dst + 3 * PITCH) = split4(make_float4(x[0].w, x[1].w, x[2].w, x[3].w));
     }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 3)
 attn_weighted_sum(const float* scores, const float* v, float* out, int T) {
-    extern __shared__ __align__(16) float vS[];
+    extern __shared__ __align__(16) unsigned vS[];
     const int h = blockIdx.z;
     const int g = h / GROUP;
     const int firstRow = (gridDim.y - 1 - blockIdx.y) * TILE;  // the longest rows first: short blocks fill the tail
@@ -356,39 +388,44 @@ attn_weighted_sum(const float* scores, const float* v, float* out, int T) {
     const int rowA = firstRow + warp * 16 + gr, rowB = rowA + 8;
     const float* pA = scores + ((size_t)h * T + min(rowA, T - 1)) * T;  // clamped: rows past T compute, never store
     const float* pB = scores + ((size_t)h * T + min(rowB, T - 1)) * T;
-    const bool pairs = T % 2 == 0;
+    const bool quads = T % 4 == 0;
 
     float o[DH / 8][4] = {};
-    float p[TILE / 8][4];
     StagedTile next;
-    load_p(p, pA, pB, 0, lastKey, t, pairs);
     load_v_tile(next, v, 0, g, T);
     for (int tileStart = 0; tileStart <= lastKey; tileStart += TILE) {
         __syncthreads();  // every warp is done with the previous V tile
         store_v_tile(vS, next);
         __syncthreads();
-        float pNext[TILE / 8][4];
-        load_p(pNext, pA, pB, tileStart + TILE, lastKey, t, pairs);  // all zeros, no load, past the last tile
         if (tileStart + TILE <= lastKey) load_v_tile(next, v, tileStart + TILE, g, T);
 
+        float4 p[TILE / 16][2];
 #pragma unroll
-        for (int kb = 0; kb < TILE / 8; ++kb) {
-            unsigned aBig[4], aSmall[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) split(p[kb][i], aBig[i], aSmall[i]);
-#pragma unroll
-            for (int nb = 0; nb < DH / 8; ++nb) {
-                const float4 vf = *reinterpret_cast<const float4*>(vS + (nb * 8 + gr) * PITCH + kb * 16 + t * 4);
-                const unsigned bBig[2] = {__float_as_uint(vf.x), __float_as_uint(vf.y)};
-                const unsigned bSmall[2] = {__float_as_uint(vf.z), __float_as_uint(vf.w)};
-                mma_3xtf32(o[nb], aBig, aSmall, bBig, bSmall);
-            }
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            p[ks][0] = p_quad(pA, tileStart + ks * 16 + 4 * t, lastKey, quads);
+            p[ks][1] = p_quad(pB, tileStart + ks * 16 + 4 * t, lastKey, quads);
         }
 #pragma unroll
-        for (int kb = 0; kb < TILE / 8; ++kb)
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            unsigned aBig[4], aSmall[4];
+            const float4 a = p[ks][0], b = p[ks][1];
+            split2(a.x * P_SCALE, a.y * P_SCALE, aBig[0], aSmall[0]);
+            split2(b.x * P_SCALE, b.y * P_SCALE, aBig[1], aSmall[1]);
+            split2(a.z * P_SCALE, a.w * P_SCALE, aBig[2], aSmall[2]);
+            split2(b.z * P_SCALE, b.w * P_SCALE, aBig[3], aSmall[3]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) p[kb][i] = pNext[kb][i];
+            for (int nb = 0; nb < DH / 8; ++nb) {
+                const uint4 vf = *reinterpret_cast<const uint4*>(vS + (nb * 8 + gr) * PITCH + v_slot(nb * 8 + gr, 4 * ks + t) * 4);
+                const unsigned bBig[2] = {vf.x, vf.y};
+                const unsigned bSmall[2] = {vf.z, vf.w};
+                mma_3xf16(o[nb], aBig, aSmall, bBig, bSmall);
+            }
+        }
     }
+#pragma unroll
+    for (int nb = 0; nb < DH / 8; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[nb][i] *= P_UNSCALE;
 
     if (rowA == 0) {  // row 0: one visible key, one float32 product per dim (see above)
         const float p00 = pA[0];
