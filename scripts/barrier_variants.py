@@ -5,7 +5,7 @@ tests assert it); on the GPU, compute-sanitizer's racecheck and synccheck report
 see. Prints one line per variant and exits 0 when every variant got a verdict (1 when the grade
 itself failed: a traceback or an exit code outside the documented ones).
 
-    python scripts/barrier_variants.py --device gpu
+    python scripts/barrier_variants.py --device gpu [--lab lab1]
 """
 
 from __future__ import annotations
@@ -35,11 +35,15 @@ def variants() -> list[tuple[str, int, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    device = parser.parse_args().device
+    parser.add_argument("--lab", choices=("lab1", "lab2", "lab3"), help="only this lab's variants")
+    arguments = parser.parse_args()
+    device = arguments.device
     failures = 0
     print(f"{'variant':34} {'verdict':14} exit  decisive case and message")
     with tempfile.TemporaryDirectory(prefix="attnlab-barriers-") as scratch:
         for lab, line, text in variants():
+            if arguments.lab and lab != arguments.lab:
+                continue
             kernel = Path(scratch) / f"{lab}_without_barrier_{line}.cu"
             kernel.write_text(text)
             report = Path(scratch) / f"{lab}-{line}.json"

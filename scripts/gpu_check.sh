@@ -78,6 +78,7 @@ step grade-lab2-profile 0 python3 -m labrunner grade lab2 kernels/lab2/solution.
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
 step batch-vs-alone 0 python3 scripts/batch_vs_alone.py --jobs 4
 step expert-five-seeds 0 every_seed lab2 kernels/lab2/expert.cu
+step lab1-five-seeds 0 every_seed lab1 kernels/lab1/solution.cu
 step bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 --vs sdpa
 step bench-expert-vs-sdpa 0 python3 -m labrunner bench lab2 kernels/lab2/expert.cu --vs sdpa
 step bench-lab2-vs-expert 0 python3 -m labrunner bench lab2 --vs expert
