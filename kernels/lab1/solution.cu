@@ -52,7 +52,8 @@
 //    V's whole-row loads), double-buffered K and V tiles with one barrier a tile (0.129 and 0.151
 //    ms), 512 keys per scores block and 32-row warps sharing every K fragment between two m16
 //    tiles (both 0.123 ms: halving the fragment loads changed nothing), streaming cache hints on P
-//    and S (within 2%).
+//    and S (within 2%), scores at four blocks per SM loading K at each tile's start, and the
+//    softmax reading the rows the scores wrote last first, for what L2 still holds (both within 1%).
 // The floor's 1.3x (0.44 ms) would leave the two matmuls 0.23 ms together, against 0.27 now. Both
 // run three blocks of four warps per SM, the most their registers allow (32 of a thread's 168 hold
 // the next tile), and Nsight Compute had their schedulers issuing on 30 to 40% of cycles, mostly

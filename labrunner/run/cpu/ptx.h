@@ -146,6 +146,21 @@ inline void write_d(MmaLane* const* lanes, const float (&D)[16][8]) {
     }
 }
 
+// D = A * B + C for both shapes, and each lane takes its D: float32 additions, C first, then
+// k = 0 .. K - 1 (the order each shape's comment states).
+template <int K>
+inline void multiply_add(MmaLane* const* lanes, const float (&A)[16][K], const float (&B)[K][8], float (&C)[16][8]) {
+    read_c(lanes, C);
+    float D[16][8];
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 8; ++n) {
+            float acc = C[m][n];
+            for (int k = 0; k < K; ++k) acc += A[m][k] * B[k][n];
+            D[m][n] = acc;
+        }
+    write_d(lanes, D);
+}
+
 // m16n8k8, .tf32: A is 16x8, B is 8x8, one tf32 per register:
 //   A: a0 = A[g][t], a1 = A[g+8][t], a2 = A[g][t+4], a3 = A[g+8][t+4]   (row-major fragment)
 //   B: b0 = B[k=t][n=g], b1 = B[k=t+4][n=g]                               (column-major fragment)
@@ -169,15 +184,7 @@ inline void multiply_tf32(MmaLane* const* lanes) {
         B[t][g] = tf32_value(l.b[0]);
         B[t + 4][g] = tf32_value(l.b[1]);
     }
-    read_c(lanes, C);
-    float D[16][8];
-    for (int m = 0; m < 16; ++m)
-        for (int n = 0; n < 8; ++n) {
-            float acc = C[m][n];
-            for (int k = 0; k < 8; ++k) acc += A[m][k] * B[k][n];
-            D[m][n] = acc;
-        }
-    write_d(lanes, D);
+    multiply_add(lanes, A, B, C);
 }
 
 // m16n8k16, .f16: A is 16x16, B is 16x8, two halves per register, the lower 16 bits holding the
@@ -223,15 +230,7 @@ inline void multiply_f16(MmaLane* const* lanes) {
             B[2 * t + 8 * i + 1][g] = f16_value(l.b[i] >> 16);
         }
     }
-    read_c(lanes, C);
-    float D[16][8];
-    for (int m = 0; m < 16; ++m)
-        for (int n = 0; n < 8; ++n) {
-            float acc = C[m][n];
-            for (int k = 0; k < 16; ++k) acc += A[m][k] * B[k][n];
-            D[m][n] = acc;
-        }
-    write_d(lanes, D);
+    multiply_add(lanes, A, B, C);
 }
 
 constexpr MmaShape kMmaTf32 = {"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", multiply_tf32};
