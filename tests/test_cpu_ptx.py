@@ -598,6 +598,13 @@ REFUSED = {
                        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "l"(x));\n  return r;\n}\n',
                        'attention.cu(3): error: the input constraint "l" is not one the CPU backend runs: use "r" or '
                        '"f" (r: a 32-bit integer, f: a float)'),
+    "f16x2-cvt-missing-b": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
+                            '  asm("cvt.rn.f16x2.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
+                            "attention.cu(3): error: `cvt.rn.f16x2.f32` takes 3 operands (d, a, b), this one has 2"),
+    "f16-mma-float-a": ('__device__ void f(float (&d)[4], float a, unsigned b) {\n  asm volatile("' + MMA16 +
+                        ' {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%5,%5}, {%0,%1,%2,%3};"\n'
+                        '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "f"(a), "r"(b));\n}\n',
+                        f'attention.cu(2): error: `{MMA16}` takes A in "r" registers, but %4 is "f"'),
     "asm-label": ('int renamed asm("memcpy");\n',
                   f"attention.cu(1): error: `memcpy` is inline assembly without operands, {RUNS_ONLY}"),
     "in-a-branch-the-preprocessor-drops": ('#if 0\n__device__ void f() { asm volatile("exit;" ::: "memory"); }\n#endif\n',
