@@ -79,6 +79,18 @@ def test_the_lab2_solution_is_compute_bound_at_35_percent_of_the_fp32_roof():
     assert point.verdict == "compute-bound: 23.7 TFLOP/s, 35% of the FP32 roof"
 
 
+def test_a_kernel_past_the_fp32_roof_is_named_as_running_on_the_tensor_cores():
+    """Lab 1's scores at T = 2048: 8.59 GFLOP of float32 products in 0.114 ms is past any FP32 FMA
+    pipe, so the verdict must not read as a percentage of that roof left to gain."""
+    ceilings, _ = ceilings_from_facts(H200_FACTS)
+    flops = 2 * 32 * 2048 * 2048 * 64 / 2 * (2049 / 2048)  # the causal half of Q K^T, diagonal included
+    point = Point(flops, 289_406_976, 0.114e-3, ceilings)
+    assert point.bound == "compute-bound"
+    assert f"{point.fraction_of_roof:.3f}" == "1.127"  # 75.42 of 66.91 TFLOP/s
+    assert point.verdict == ("compute-bound: 75.4 TFLOP/s, above the FP32 roof (113%): the tensor cores did the "
+                             "products, and their roof is not drawn here")
+
+
 def test_a_kernel_left_of_the_ridge_is_memory_bound_and_measured_against_bandwidth():
     ceilings = Ceilings(66.9e12, 4.9e12, "peak", "bandwidth")
     seconds = 1e9 / (0.78 * 4.9e12)  # a gigabyte at 78% of the bandwidth
