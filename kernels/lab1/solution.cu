@@ -30,22 +30,32 @@
 //    small probabilities then stay out of FP16's subnormals.
 // The softmax is pure bandwidth.
 //
-// What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.471 ms, 3.86x
-// eager PyTorch (1.818 ms) and 1.41x the floor above (0.335 ms at the same run's 4.14 TB/s copy).
-// The softmax moves its bytes at 95% of the copy's bandwidth (0.205 ms); the scores take 0.123 ms
-// (57%) and the weighted sum 0.147 ms (48%). Each matmul issues 6.5 million m16n8k16 products, so
-// they run their FP16 products at about 216 and 181 TFLOP/s: 33% and 28% of what `mma.sync` gives
-// at best (646 TFLOP/s, `python scripts/mma_peak.py`). What was measured on the way, each change
-// timed against the last in one run:
-//  - 3xTF32 on m16n8k8 (this file's previous form): scores 0.208 ms, weighted sum 0.302 ms.
+// What bounds it (H200, `attnlab bench lab1 --vs torch`, T = 2048): the whole call 0.426 ms, @@TORCH@@
+// and 1.27x the floor above (0.335 ms at the same run's 4.14 TB/s copy). The softmax moves its bytes
+// at 95% of the copy's bandwidth (0.204 ms); the scores take 0.114 ms (61%) and the weighted sum
+// 0.110 ms (64%). Each matmul issues 6.5 million m16n8k16 products, so they run their FP16 products
+// at about 233 and 242 TFLOP/s: 36% and 37% of what `mma.sync` gives at best (646 TFLOP/s, `python
+// scripts/mma_peak.py`). What was measured on the way, each change timed against the last in one run:
+//  - 3xTF32 on m16n8k8 (this file's first tensor-core form): scores 0.208 ms, weighted sum 0.302 ms.
 //  - The same kernels in 3xFP16: 0.154 and 0.238 ms.
-//  - Scores written through shared memory, so each row of a warp's 16 x 64 tile leaves as 256
-//    contiguous bytes (the fragments' float2 touch 8 rows per store: Nsight Compute had the L1 at
+//  - Scores written through shared memory, so each row of a warp's 16 x 64 tile left as 256
+//    contiguous bytes (the fragments' float2 touched 8 rows per store: Nsight Compute had the L1 at
 //    92% of its throughput), and K staged from whole rows: 0.120 ms.
 //  - Weighted sum at three blocks per SM with V staged one tile ahead and P read straight into
 //    fragments: 0.196 ms. Nsight Compute then had its L1 at 92%, and each of V's loads touched 16
 //    key rows for 32 bytes apiece. V now arrives as whole 256-byte rows and is stored with an XOR on
-//    its slots to keep the shared-memory banks apart: 0.147 to 0.149 ms.
+//    its slots to keep the shared-memory banks apart: 0.147 ms.
+//  - Scores' keys interleaved across each pair of 8-key blocks (see attn_scores), so every lane
+//    holds four consecutive keys and stores them as one float4 with no trip through shared memory:
+//    0.122 -> 0.114 ms. Nsight Compute had the scores' L1 at 83% of its throughput (its data pipe
+//    at 79%): of 21.8 million wavefronts, 10.9 million were shared-memory loads (mostly the K
+//    fragments every warp reads) and 4.4 million shared-memory stores (mostly the staging, now gone).
+//  - Weighted sum with P copied by cp.async one tile ahead into slots of each thread's own, instead of
+//    loaded into registers at each tile's start: 0.146 -> 0.136 ms. Nsight Compute had "long
+//    scoreboard" (waiting on global loads) as the largest stall, 2.3 of 6.5 cycles per instruction.
+//  - Weighted-sum blocks handed out longest first across all heads (they ran longest first within
+//    each head, one head after another, so the long blocks of the last heads started late and ran
+//    on alone at the end): 0.136 -> 0.110 ms. Without the cp.async step the same order gives 0.120 ms.
 //  - Tried and not kept: P staged through shared memory from whole rows (0.32 to 0.39 ms: the
 //    extra shared-memory traffic lands on the same L1), the next tile's P loaded into the registers
 //    each k-step frees (0.266 ms), four or five blocks per SM without the V prefetch (0.158 ms with
@@ -53,12 +63,15 @@
 //    ms), 512 keys per scores block and 32-row warps sharing every K fragment between two m16
 //    tiles (both 0.123 ms: halving the fragment loads changed nothing), streaming cache hints on P
 //    and S (within 2%), scores at four blocks per SM loading K at each tile's start, and the
-//    softmax reading the rows the scores wrote last first, for what L2 still holds (both within 1%).
-// The floor's 1.3x (0.44 ms) would leave the two matmuls 0.23 ms together, against 0.27 now. Both
-// run three blocks of four warps per SM, the most their registers allow (32 of a thread's 168 hold
-// the next tile), and Nsight Compute had their schedulers issuing on 30 to 40% of cycles, mostly
-// waiting on global loads. The next step is an asynchronous copy of K, V and P into shared memory
-// (cp.async or TMA): it needs no registers for the next tile, so more warps can hide the loads.
+//    softmax reading the rows the scores wrote last first, for what L2 still holds (both within 1%);
+//    K copied by cp.async so the scores run four blocks per SM (0.118 ms), P three and four tiles
+//    ahead (0.141 and 0.142 ms before the block order changed; 0.116 ms after it), and the three
+//    products of each fragment grouped across all eight blocks, or the V fragments' addresses cut
+//    to two per-lane bases plus immediates (all within 2%: ptxas already interleaves them).
+// Both matmuls run three blocks of four warps per SM, the most their registers allow. Every warp
+// still reads the whole K or V tile from shared memory as its B fragments, the largest share of
+// their L1 traffic. The next step is wgmma, Hopper's warp-group MMA, which reads B straight from
+// shared memory through a descriptor: no B fragments in registers and no load per warp.
 //
 // Launch geometry (read by the driver from these constants):
 //   attn_scores:       one block of 4 warps per 64 rows x 256 keys of one head, in four 64-key steps
@@ -68,21 +81,20 @@ extern "C" __constant__ int attnlab_scores_threads_x = 128;
 extern "C" __constant__ int attnlab_scores_threads_y = 1;
 extern "C" __constant__ int attnlab_scores_tile_keys = 256;
 extern "C" __constant__ int attnlab_scores_tile_rows = 64;
-extern "C" __constant__ int attnlab_scores_smem_bytes = (64 * 80 + 4 * 16 * 72) * 4;  // K tile, split; 4 warps' 16 x 64 scores
+extern "C" __constant__ int attnlab_scores_smem_bytes = 64 * 80 * 4;  // one 64-key K tile, split: 20,480 bytes
 extern "C" __constant__ int attnlab_softmax_threads = 256;
 extern "C" __constant__ int attnlab_softmax_rows_per_block = 8;
 extern "C" __constant__ int attnlab_wsum_threads_x = 128;
 extern "C" __constant__ int attnlab_wsum_threads_y = 1;
 extern "C" __constant__ int attnlab_wsum_tile_dims = 64;
 extern "C" __constant__ int attnlab_wsum_tile_rows = 64;
-extern "C" __constant__ int attnlab_wsum_smem_bytes = 64 * 80 * 4;  // one 64-key V tile, split: 20,480 bytes
+extern "C" __constant__ int attnlab_wsum_smem_bytes = 64 * 80 * 4 + 2 * 8 * 128 * 16;  // V tile, split; two tiles of P: 53,248 bytes
 
 constexpr int TILE = 64;          // rows per block; keys per staged K or V tile
 constexpr int KEY_STEPS = 4;      // K tiles per scores block: 256 keys, one load of Q's rows for all of them
 constexpr int THREADS = 128;      // both matmul kernels: 4 warps of 16 rows
 constexpr int PITCH = 80;         // 32-bit words per staged K key or V dim: 64 of FP16 pairs, padded off the bank stride
 constexpr int STAGED = TILE * DH / 4 / THREADS;  // float4 of a 64 x 64 K or V tile per thread: 8
-constexpr int S_PITCH = 72;       // floats per row of a warp's 16 x 64 scores in shared memory
 constexpr float P_SCALE = 16384.0f, P_UNSCALE = 1.0f / 16384.0f;  // 2^14 and back, both exact
 
 // -- 3xFP16 on mma.sync ----------------------------------------------------------------------
@@ -167,9 +179,16 @@ __device__ __forceinline__ void store_k_tile(unsigned* kS, const StagedTile& til
 // its 16 rows of Q in registers, split once for all four tiles, and computes 16 x 64 scores a tile.
 // Tiles wholly above the diagonal write nothing: the softmax never reads there, and it writes the
 // zeros itself. The 1/8 is applied to the sums (exact: a power of two).
+//
+// Which key feeds which column of an 8-key block is ours to choose, as long as the stores agree. Lane
+// (g, t) ends with columns 2t, 2t + 1 of each block, so block 2m takes keys 16m + {0,1, 4,5, 8,9,
+// 12,13} and block 2m + 1 keys 16m + {2,3, 6,7, 10,11, 14,15}: column c of block 2m + b is key
+// 16m + 4 (c / 2) + 2b + c % 2. Lane t then holds keys 16m + 4t .. 4t + 3 of its two rows, one
+// float4 each, and writes them straight to global memory (a quad covers 64 contiguous bytes of a row).
+__device__ __forceinline__ int interleaved_key(int nb, int column) { return 16 * (nb / 2) + 4 * (column / 2) + 2 * (nb % 2) + column % 2; }
+
 extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_scores(const float* q, const float* k, float* scores, int T) {
     extern __shared__ __align__(16) unsigned kS[];
-    float* sS = reinterpret_cast<float*>(kS + TILE * PITCH);  // after the K tile: 4 warps x 16 x S_PITCH
     const int h = blockIdx.z;
     const int g = h / GROUP;  // grouped-query attention: four query heads share one KV head, by index
     const int firstRow = blockIdx.y * TILE;
@@ -198,7 +217,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_scores(const float
         }
     }
 
-    float* mine = sS + warp * 16 * S_PITCH;
     for (int firstKey = blockFirstKey; firstKey < blockFirstKey + TILE * KEY_STEPS && firstKey <= lastKey; firstKey += TILE) {
         __syncthreads();  // every warp is done with the previous tile
         store_k_tile(kS, next);
@@ -210,36 +228,34 @@ extern "C" __global__ void __launch_bounds__(THREADS, 3) attn_scores(const float
         for (int step = 0; step < DH / 16; ++step)
 #pragma unroll
             for (int nb = 0; nb < TILE / 8; ++nb) {
-                const uint4 kf = *reinterpret_cast<const uint4*>(kS + (nb * 8 + gr) * PITCH + step * 16 + t * 4);
+                const uint4 kf = *reinterpret_cast<const uint4*>(kS + interleaved_key(nb, gr) * PITCH + step * 16 + t * 4);
                 const unsigned bBig[2] = {kf.x, kf.y};
                 const unsigned bSmall[2] = {kf.z, kf.w};
                 mma_3xf16(s[nb], qBig[step], qSmall[step], bBig, bSmall);
             }
 
-        // s[nb] holds keys nb*8 + 2t, 2t + 1 of rows gr and gr + 8. Above the diagonal inside this tile
-        // the values are real products, not -INFINITY: the contract leaves that part to the softmax.
-        // They leave through shared memory, so each row of the warp's tile is written as 16 float4,
-        // 256 contiguous bytes, where the fragments' float2 would touch 8 rows per store.
+        // s[2m][0..1] and s[2m + 1][0..1] are keys 16m + 4t .. 4t + 3 of row gr; [2..3] the same of row
+        // gr + 8. Above the diagonal inside this tile the values are real products, not -INFINITY: the
+        // contract leaves that part to the softmax.
 #pragma unroll
-        for (int nb = 0; nb < TILE / 8; ++nb) {
-            *reinterpret_cast<float2*>(mine + gr * S_PITCH + nb * 8 + 2 * t) = make_float2(s[nb][0] * 0.125f, s[nb][1] * 0.125f);
-            *reinterpret_cast<float2*>(mine + (gr + 8) * S_PITCH + nb * 8 + 2 * t) = make_float2(s[nb][2] * 0.125f, s[nb][3] * 0.125f);
-        }
-        __syncwarp();
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = 2 * i + lane / 16, c = 4 * (lane % 16);  // half a warp per row
-            const int row = rowBase + r, key = firstKey + c;
+        for (int r = 0; r < 2; ++r) {
+            const int row = rowBase + gr + 8 * r;
             if (row >= T) continue;
-            const float4 x = *reinterpret_cast<const float4*>(mine + r * S_PITCH + c);
-            float* dst = scores + ((size_t)h * T + row) * T + key;
-            if (T % 4 == 0) {  // rows start 16-byte aligned and key + 3 < T
-                if (key < T) *reinterpret_cast<float4*>(dst) = x;
-            } else {
-                if (key < T) dst[0] = x.x;
-                if (key + 1 < T) dst[1] = x.y;
-                if (key + 2 < T) dst[2] = x.z;
-                if (key + 3 < T) dst[3] = x.w;
+            float* dstRow = scores + ((size_t)h * T + row) * T;
+#pragma unroll
+            for (int m = 0; m < TILE / 16; ++m) {
+                const int key = firstKey + 16 * m + 4 * t;
+                const float4 x = make_float4(s[2 * m][2 * r] * 0.125f, s[2 * m][2 * r + 1] * 0.125f,
+                                             s[2 * m + 1][2 * r] * 0.125f, s[2 * m + 1][2 * r + 1] * 0.125f);
+                float* dst = dstRow + key;
+                if (T % 4 == 0) {  // rows start 16-byte aligned and key + 3 < T
+                    if (key < T) *reinterpret_cast<float4*>(dst) = x;
+                } else {
+                    if (key < T) dst[0] = x.x;
+                    if (key + 1 < T) dst[1] = x.y;
+                    if (key + 2 < T) dst[2] = x.z;
+                    if (key + 3 < T) dst[3] = x.w;
+                }
             }
         }
     }
@@ -319,27 +335,47 @@ extern "C" __global__ void __launch_bounds__(256) attn_softmax(float* scores, in
 // Weighted sum: out = P V for 64 rows x 64 dims of one head; each warp owns 16 rows. Keys past the
 // block's last row have probability 0, so the loop stops at the diagonal. k-step ks covers keys
 // 16 ks .. 16 ks + 15 of the tile, and lane t takes keys 4t .. 4t + 3 (see the fragments above): P
-// is read straight from global memory into A fragments, one float4 per row and k-step (a quad reads
-// 64 contiguous bytes of a row), and V is staged in the same key order, one tile ahead.
+// comes one float4 per row and k-step (a quad reads 64 contiguous bytes of a row), copied into shared
+// memory one tile ahead, and V is staged in the same key order, also one tile ahead.
 //
 // Row 0 sees key 0 alone, with probability exactly 1, and must return V's first row exactly. The
 // split carries 22 of float32's 24 bits, so that row is one product done in float32 instead, P[0][0] V[0].
 
-// Four probabilities from key `key` on, zero past the block's last visible key.
-__device__ __forceinline__ float4 p_quad(const float* p, int key, int lastKey, bool quads) {
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (quads) {  // T % 4 == 0: key is a multiple of 4, so the float4 is aligned and inside the row
-        if (key <= lastKey) x = *reinterpret_cast<const float4*>(p + key);
-    } else {
-        if (key <= lastKey) x.x = p[key];
-        if (key + 1 <= lastKey) x.y = p[key + 1];
-        if (key + 2 <= lastKey) x.z = p[key + 2];
-        if (key + 3 <= lastKey) x.w = p[key + 3];
-    }
-    if (key + 1 > lastKey) x.y = 0.0f;
-    if (key + 2 > lastKey) x.z = 0.0f;
-    if (key + 3 > lastKey) x.w = 0.0f;
-    return x;
+// P arrives by cp.async: the copy engine moves global memory straight into shared memory, holding no
+// register while it waits, and the thread asks for it with cp.async.wait_group only when it needs the
+// tile. Each thread copies exactly the 16-byte pieces it will read itself (its A fragments), into
+// slots of its own, so no other thread touches them and no barrier guards them: the wait is enough.
+// src-size 0 fills the slot with zeros, which is how keys past the block's last visible key arrive.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    const unsigned window = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(window), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    const unsigned window = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(window), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+
+// One tile of this thread's P: slot 2 ks + r holds keys tileStart + 16 ks + 4t .. + 3 of row r (rowA,
+// rowB), at slots[(2 ks + r) * THREADS + threadIdx.x] (a warp's 32 slots are 512 contiguous bytes).
+__device__ __forceinline__ void copy_p_tile(float4* slots, const float* pA, const float* pB, int tileStart, int lastKey, bool quads) {
+    const int t = threadIdx.x % 4;
+#pragma unroll
+    for (int ks = 0; ks < TILE / 16; ++ks)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float* p = r == 0 ? pA : pB;
+            const int key = tileStart + ks * 16 + 4 * t;
+            float4* dst = slots + (2 * ks + r) * THREADS + threadIdx.x;
+            if (quads) {  // T % 4 == 0: lastKey + 1 is a multiple of 4, so a float4 is wholly in or out
+                cp_async16(dst, key <= lastKey ? p + key : p, key <= lastKey);
+            } else {
+                float* d = reinterpret_cast<float*>(dst);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) cp_async4(d + j, key + j <= lastKey ? p + key + j : p, key + j <= lastKey);
+            }
+        }
 }
 
 // V piece n: key quad kq = 8n + 2 warp + lane / 16 (keys 4 kq .. 4 kq + 3), dims 4 dq .. 4 dq + 3
@@ -380,9 +416,13 @@ __device__ __forceinline__ void store_v_tile(unsigned* vS, const StagedTile& til
 extern "C" __global__ void __launch_bounds__(THREADS, 3)
 attn_weighted_sum(const float* scores, const float* v, float* out, int T) {
     extern __shared__ __align__(16) unsigned vS[];
-    const int h = blockIdx.z;
+    float4* pS = reinterpret_cast<float4*>(vS + TILE * PITCH);  // after the V tile: 2 tiles x 8 slots x THREADS
+    // Blocks start in the order of their linear index, y fastest. Row blocks are handed out longest
+    // first across all heads at once, so no long block starts late and the short ones fill the tail.
+    const int linear = blockIdx.y + gridDim.y * blockIdx.z;
+    const int h = linear % HQ;
     const int g = h / GROUP;
-    const int firstRow = (gridDim.y - 1 - blockIdx.y) * TILE;  // the longest rows first: short blocks fill the tail
+    const int firstRow = (gridDim.y - 1 - linear / HQ) * TILE;
     const int lastKey = min(T - 1, firstRow + TILE - 1);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gr = lane / 4, t = lane % 4;
@@ -394,22 +434,24 @@ attn_weighted_sum(const float* scores, const float* v, float* out, int T) {
     float o[DH / 8][4] = {};
     StagedTile next;
     load_v_tile(next, v, 0, g, T);
-    for (int tileStart = 0; tileStart <= lastKey; tileStart += TILE) {
+    copy_p_tile(pS, pA, pB, 0, lastKey, quads);
+    cp_async_commit();
+    for (int tileStart = 0, buffer = 0; tileStart <= lastKey; tileStart += TILE, buffer ^= 1) {
         __syncthreads();  // every warp is done with the previous V tile
         store_v_tile(vS, next);
         __syncthreads();
-        if (tileStart + TILE <= lastKey) load_v_tile(next, v, tileStart + TILE, g, T);
-
-        float4 p[TILE / 16][2];
-#pragma unroll
-        for (int ks = 0; ks < TILE / 16; ++ks) {
-            p[ks][0] = p_quad(pA, tileStart + ks * 16 + 4 * t, lastKey, quads);
-            p[ks][1] = p_quad(pB, tileStart + ks * 16 + 4 * t, lastKey, quads);
+        if (tileStart + TILE <= lastKey) {
+            load_v_tile(next, v, tileStart + TILE, g, T);
+            // Into the other buffer: this thread read it last tile, and nobody else reads it.
+            copy_p_tile(pS + (buffer ^ 1) * 8 * THREADS, pA, pB, tileStart + TILE, lastKey, quads);
         }
+        cp_async_commit();   // a group every tile, empty at the end, so the count below stays right
+        cp_async_wait<1>();  // every group but the newest is complete: this tile's P has landed
+        const float4* p = pS + buffer * 8 * THREADS + threadIdx.x;
 #pragma unroll
         for (int ks = 0; ks < TILE / 16; ++ks) {
             unsigned aBig[4], aSmall[4];
-            const float4 a = p[ks][0], b = p[ks][1];
+            const float4 a = p[(2 * ks) * THREADS], b = p[(2 * ks + 1) * THREADS];
             split2(a.x * P_SCALE, a.y * P_SCALE, aBig[0], aSmall[0]);
             split2(b.x * P_SCALE, b.y * P_SCALE, aBig[1], aSmall[1]);
             split2(a.z * P_SCALE, a.w * P_SCALE, aBig[2], aSmall[2]);
