@@ -68,9 +68,9 @@
 //    ahead (0.141 and 0.142 ms before the block order changed; 0.116 ms after it), and the three
 //    products of each fragment grouped across all eight blocks, or the V fragments' addresses cut
 //    to two per-lane bases plus immediates (0.140 and 0.139 ms against 0.136: the SASS shows ptxas
-//    already interleaving the products of different blocks); after
-//    the block-order change, scores blocks mapped so the causal chunks of all heads come first and
-//    the empty ones last, and 512 keys per scores block again (0.115 and 0.113 ms, within 1%).
+//    already interleaving the products of different blocks); after the block-order change, scores
+//    blocks mapped so the causal chunks of all heads come first and the empty ones last, and 512
+//    keys per scores block again (0.115 and 0.113 ms, within 1%).
 // Both matmuls run three blocks of four warps per SM, the most their registers allow. Every warp
 // still reads the whole K or V tile from shared memory as its B fragments, the largest share of
 // their L1 traffic. The next step is wgmma, Hopper's warp-group MMA, which reads B straight from
