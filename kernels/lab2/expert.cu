@@ -35,10 +35,10 @@
 // Each staged element is stored as (big, big, small, small) of its fragment pair; the row pitch,
 // 144 floats, puts the 8 lanes of each quarter-warp on 8 different groups of 4 banks.
 //
-// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.095 ms at C = P =
-// 2048, 1.66x PyTorch's SDPA in float32 (1.65x to 1.67x, and 1.65x in another run), 47 TFLOP/s of
-// float32 work from 75.5 million m16n8k8 products (three per float32 product): 141 TFLOP/s of TF32
-// products, 44% of what `mma.sync` gives on this GPU at best (320 TFLOP/s with nothing else to do,
+// What bounds it (H200, `attnlab bench lab2 kernels/lab2/expert.cu --vs sdpa`): 1.055 ms at C = P =
+// 2048, 1.71x PyTorch's SDPA in float32 (1.70x to 1.72x, and 1.72x in another run), 49 TFLOP/s of
+// float32 work from 75.5 million m16n8k8 products (three per float32 product): 147 TFLOP/s of TF32
+// products, 46% of what `mma.sync` gives on this GPU at best (320 TFLOP/s with nothing else to do,
 // `python scripts/mma_peak.py`). The step that mattered was latency, not arithmetic: loading each
 // K/V tile from global memory straight into shared memory made every warp wait on those loads once
 // a tile (1.43x); the next tile now travels in registers while this one is multiplied (1.66x), at

@@ -33,11 +33,12 @@
 //    score log2(e) times larger, so exp2f of a difference of scores is the expf it replaces: the
 //    probabilities, rescale factors and sums are the same numbers, to float32 rounding.
 //
-// What bounds it (H200, `attnlab bench lab2 --vs sdpa` and `attnlab profile lab2`): 1.59 ms at
-// C = P = 2048, 32.3 TFLOP/s, 48% of the FP32 FMA peak (66.9 TFLOP/s), 1.15x PyTorch's SDPA in
-// float32 in the same run. Nsight Compute: FMA pipe 59% busy, 23% achieved occupancy (four blocks
-// of four warps per SM), 9.3 million shared-memory bank conflicts (by the layout's arithmetic, P's
-// stores: quarter-warps 0 and 2 write rows 544 floats apart, the same banks). Four warps per
+// What bounds it (H200, `attnlab bench lab2 --vs sdpa` and `attnlab profile lab2`): 1.436 ms at
+// C = P = 2048, 35.9 TFLOP/s, 54% of the FP32 FMA peak (66.9 TFLOP/s), 1.25x PyTorch's SDPA in
+// float32 in the same run (1.27x in another). Nsight Compute: FMA pipe 60% busy, 24% achieved
+// occupancy (four blocks of four warps per SM), 9.1 million shared-memory bank conflicts (by the
+// layout's arithmetic, P's stores: quarter-warps 0 and 2 write rows 544 floats apart, the same
+// banks). Four warps per
 // scheduler are still too few to hide every shared-memory load and barrier behind the
 // multiply-adds. The next steps: double-buffer the K/V tiles (cp.async), so the loads of tile t + 1
 // overlap the math of tile t, and share each K/V tile across the four heads of a KV group. Past
