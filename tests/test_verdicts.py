@@ -171,22 +171,24 @@ def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(t
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
-def test_the_lab1_scores_staging_without_its_warp_barrier_is_a_race_under_race_check(tmp_path):
-    """The scores leave through shared memory: each lane writes its fragments, then reads whole rows
-    that other lanes wrote. Without the __syncwarp() between the two, a lane reads slots no lane has
-    written yet (the poison), and the CPU backend names the race."""
+@pytest.mark.parametrize("wait", [";", "cp_async_wait<2>();"], ids=["no-wait", "one-group-too-many-pending"])
+def test_the_lab1_weighted_sum_reading_p_before_its_copy_lands_is_a_race_under_race_check(tmp_path, wait):
+    """P reaches shared memory by cp.async, and a thread may read its slots only once
+    cp.async.wait_group has completed their group. Without the wait, or with one group too many
+    left pending, the CPU backend has landed no copy yet: the thread reads the shared-memory poison,
+    and the race is named in the weighted sum."""
     text = (REPO / "kernels/lab1/solution.cu").read_text()
-    assert text.count("__syncwarp();") == 1
-    kernel = tmp_path / "lab1_without_syncwarp.cu"
-    kernel.write_text(text.replace("__syncwarp();", ";"))
+    assert text.count("cp_async_wait<1>();") == 1
+    kernel = tmp_path / "lab1_p_before_it_lands.cu"
+    kernel.write_text(text.replace("cp_async_wait<1>();", wait))
     report = tmp_path / "r.json"
     completed = attnlab("grade", "lab1", str(kernel), "--device", "cpu", "--race-check", "--json", str(report))
     data = json.loads(report.read_text())
     decisive = next(c for c in data["cases"] if c["name"] == data["decisive_case"])
     assert (data["verdict"], completed.returncode, data["decisive_case"]) == ("race", 4, "T17")
-    assert decisive["message"].startswith("row 2, head 0, col 0: read shared memory no thread had written since the "
-                                          "last barrier: a missing __syncthreads()?")
-    assert decisive["message"].endswith("; in kernel attn_scores")
+    assert decisive["message"] == ("row 1, head 0, col 0: read shared memory no thread had written since the last "
+                                   "barrier: a missing __syncthreads()? (32768 of 34816 elements carry the "
+                                   "shared-memory poison); rows 1-16 fail (16 of 17); in kernel attn_weighted_sum")
 
 
 # --- 4. non-finite values -------------------------------------------------------------------------
