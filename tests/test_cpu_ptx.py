@@ -37,7 +37,8 @@ ENTRY_POINTS = {"mma_raw": ["float*", "float*", "float*", "float*", "int"], "mma
                 "cvt_f16x2_each": ["unsigned*", "unsigned*", "unsigned*", "int"], "mma_f16_against_tf32": ["float*"],
                 "mma_shapes_on_one_line": ["float*"], "cp_async_copies": ["float*", "float*"],
                 "cp_async_sizes": ["unsigned char*", "unsigned char*"], "cp_async_groups": ["float*", "float*"],
-                "cp_async_threads": ["float*", "float*", "int"], "cp_async_fault": ["float*", "float*", "int"]}
+                "cp_async_threads": ["float*", "float*", "int"], "cp_async_fault": ["float*", "float*", "int"],
+                "cp_async_source_late": ["float*", "float*"]}
 MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 MMA16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 SHARED_POISON = 0x7FF00BAD  # what unwritten shared memory holds on the CPU backend
@@ -505,6 +506,13 @@ def check_cp_async_threads(module) -> None:
                 assert poison_words(out) == [hex(SHARED_POISON)], (mode, schedule)
 
 
+def check_cp_async_source_late(module: CpuModule) -> None:
+    """The source is read when the copy lands (at its wait), not when it is issued."""
+    g, out = aligned(np.array([1.0], np.float32)), np.zeros(1, np.float32)
+    module.launch("cp_async_source_late", (1, 1, 1), (1, 1, 1), 0, [g, out])
+    assert (g[0], out[0]) == (2.0, 2.0)
+
+
 def fault(module: CpuModule, mode: int, g: np.ndarray) -> str:
     try:
         module.launch("cp_async_fault", (1, 1, 1), (1, 1, 1), 64, [g, np.zeros(2, np.float32), mode])
@@ -548,7 +556,7 @@ PROBES = [check_mma_tile, check_3xtf32, check_poison_through_mma, check_half_war
           check_against_barrier, check_partial_warp, check_cvt_cases, check_cvt_random,
           check_mma_f16_tile, check_3xf16, check_poison_through_f16_mma, check_f16_against_tf32,
           check_shapes_on_one_line, check_f16_partial_warp, check_cvt_f16_cases, check_cvt_f16_random,
-          *CP_ASYNC_PROBES, check_cp_async_faults]
+          *CP_ASYNC_PROBES, check_cp_async_source_late, check_cp_async_faults]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.__name__)

@@ -382,6 +382,17 @@ extern "C" __global__ void cp_async_threads(const float* src, float* out, int mo
     }
 }
 
+// One thread copies g[0], then stores 2.0f to it, then waits: the copy reads its source when it lands, at
+// the wait, so x is 2.0f (CPU only: on a GPU the copy may read either value).
+extern "C" __global__ void cp_async_source_late(float* g, float* out) {
+    __shared__ float x;
+    cp_async4(&x, g, true);
+    cp_async_commit();
+    g[0] = 2.0f;
+    cp_async_wait<0>();
+    out[0] = x;
+}
+
 // One thread, 64 bytes of dynamic shared memory, one mistake per mode (CPU only: on a GPU each is a
 // fault or undefined). g: a global array of at least 8 floats.
 extern "C" __global__ void cp_async_fault(const float* g, float* out, int mode) {
