@@ -267,3 +267,149 @@ extern "C" __global__ void mma_shapes_on_one_line(float* D) {
     MMA_F16_OR_TF32(d, a, b);
     D[threadIdx.x] = d[0];
 }
+
+// ---------------------------------------------------------------- cp.async: global -> shared, asynchronously
+
+// The helpers as the lab-1 reference kernel writes them: a 16-byte (.cg) and a 4-byte (.ca) copy whose
+// src-size is the whole copy or, when !valid, zero (the destination zero-filled, the source never read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(s), "l"(src), "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+
+// Each of 32 threads copies 16 bytes into a static array, 4 bytes into another and 16 bytes into the
+// dynamic shared memory (launched with 512 bytes), reads all 9 floats before waiting (out[0..287], 9 per
+// thread: defined on the CPU only, where it is the poison) and again after (out[288..575]).
+// src: 288 floats: the 16-byte sources at [4t], the 4-byte at [128 + t], the dynamic at [160 + 4t].
+extern "C" __global__ void cp_async_copies(const float* src, float* out) {
+    __shared__ __align__(16) float tile[128];
+    __shared__ float one[32];
+    extern __shared__ __align__(16) float dyn[];
+    const int t = threadIdx.x;
+    cp_async16(&tile[4 * t], &src[4 * t], true);
+    cp_async4(&one[t], &src[128 + t], true);
+    cp_async16(&dyn[4 * t], &src[160 + 4 * t], true);
+    for (int pass = 0; pass < 2; ++pass) {
+        float* o = out + 288 * pass + 9 * t;
+        for (int i = 0; i < 4; ++i) o[i] = tile[4 * t + i];
+        o[4] = one[t];
+        for (int i = 0; i < 4; ++i) o[5 + i] = dyn[4 * t + i];
+        if (pass == 0) {
+            cp_async_commit();
+            cp_async_wait<0>();
+        }
+    }
+}
+
+// Every way of sizing a copy: thread t < 17 copies 16 bytes with src-size t ("r"); the others as their
+// case says. Each thread's 16-byte slot is first filled with 0xEE, so bytes no copy writes show as such
+// on every device. One wait_all, with no commit before it, lands everything. src: 16 bytes per thread,
+// out: the 16 bytes of each slot.
+extern "C" __global__ void cp_async_sizes(const unsigned char* src, unsigned char* out) {
+    __shared__ __align__(16) unsigned char slots[32 * 16];
+    const int t = threadIdx.x;
+    unsigned char* d = &slots[16 * t];
+    for (int i = 0; i < 16; ++i) d[i] = 0xEE;
+    __syncthreads();  // the fill is done before any copy is issued
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(d));
+    const unsigned char* g = src + 16 * t;
+    if (t < 17)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g), "r"(t));
+    else if (t == 17)
+        cp_async16(d, g, false);                                                        // src-size 0: all zero
+    else if (t == 18)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, 5;\n" :: "r"(s), "l"(g));  // 5 of 8 bytes
+    else if (t == 19)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(s), "l"(g), "n"(3));  // 3 of 4
+    else if (t == 20)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(s), "l"(g));    // no src-size: all 16
+    else if (t == 21)                                                                    // a 64-bit destination
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, 8;\n" :: "l"(__cvta_generic_to_shared(d + 8)), "l"(g));
+    else
+        cp_async4(d + 4 * (t % 4), g, t & 1);                                            // 4 bytes or 4 zeros
+    asm volatile("cp.async.wait_all;\n" ::);
+    for (int i = 0; i < 16; ++i) out[16 * t + i] = d[i];
+}
+
+// Groups: 16 bytes per thread into each of three stages; stages 0 and 1 committed as two groups, stage 2
+// left in the open group. After wait_group 1 (an "n" operand) only stage 0 is complete; after wait_group 0
+// (a literal) stage 1 too; the open group only after wait_all. Each read of all three stages goes to out:
+// 3 reads x 3 stages x 4 floats per thread, read r of stage k at out[36 * t + 12 * r + 4 * k]. src: 384
+// floats, stage k's at [128 * k + 4 * t].
+extern "C" __global__ void cp_async_groups(const float* src, float* out) {
+    __shared__ __align__(16) float stage[3][128];
+    const int t = threadIdx.x;
+    cp_async16(&stage[0][4 * t], &src[4 * t], true);
+    cp_async_commit();
+    cp_async16(&stage[1][4 * t], &src[128 + 4 * t], true);
+    cp_async_commit();
+    cp_async16(&stage[2][4 * t], &src[256 + 4 * t], true);
+    for (int r = 0; r < 3; ++r) {
+        if (r == 0) cp_async_wait<1>();
+        if (r == 1) asm volatile("cp.async.wait_group 0;\n" ::);
+        if (r == 2) asm volatile("cp.async.wait_all;\n");  // no operands: a basic asm statement will do
+        for (int k = 0; k < 3; ++k)
+            for (int i = 0; i < 4; ++i) out[36 * t + 12 * r + 4 * k + i] = stage[k][4 * t + i];
+    }
+}
+
+// 64 threads: threads 0..31 copy 16 bytes each into tile, threads 32..63 read what thread t - 32 copied
+// after a barrier, into out[4 * (t - 32)]. mode 0: the issuers wait, then the barrier (correct).
+// mode 1: the issuers wait only after a second barrier, once the readers have read (a race).
+// mode 2: the issuers commit and return without waiting (their copies are dropped).
+extern "C" __global__ void cp_async_threads(const float* src, float* out, int mode) {
+    __shared__ __align__(16) float tile[128];
+    const int t = threadIdx.x;
+    if (t < 32) {
+        cp_async16(&tile[4 * t], &src[4 * t], true);
+        cp_async_commit();
+        if (mode == 2) return;
+        if (mode == 0) cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (t >= 32)
+        for (int i = 0; i < 4; ++i) out[4 * (t - 32) + i] = tile[4 * (t - 32) + i];
+    if (mode == 1) {
+        __syncthreads();
+        if (t < 32) cp_async_wait<0>();
+    }
+}
+
+// One thread copies g[0], then stores 2.0f to it, then waits: the copy reads its source when it lands, at
+// the wait, so x is 2.0f (CPU only: on a GPU the copy may read either value).
+extern "C" __global__ void cp_async_source_late(float* g, float* out) {
+    __shared__ float x;
+    cp_async4(&x, g, true);
+    cp_async_commit();
+    g[0] = 2.0f;
+    cp_async_wait<0>();
+    out[0] = x;
+}
+
+// One thread, 64 bytes of dynamic shared memory, one mistake per mode (CPU only: on a GPU each is a
+// fault or undefined). g: a global array of at least 8 floats.
+extern "C" __global__ void cp_async_fault(const float* g, float* out, int mode) {
+    extern __shared__ __align__(16) float dyn[];
+    if (mode == 0) cp_async16(dyn + 1, g, true);                 // destination 4 bytes past a multiple of 16
+    if (mode == 1) cp_async16(dyn + 16, g, true);                // 16 bytes at the very end: past it
+    if (mode == 2)                                               // 0 is no shared address
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(0u), "l"(g));
+    if (mode == 3) out[0] = (float)__cvta_generic_to_shared(g);  // a global pointer has no shared address
+    if (mode == 4) {                                             // src-size past cp-size
+        const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dyn));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(s), "l"(g), "r"(17));
+    }
+    if (mode == 5) cp_async16(dyn, g + 1, true);                 // source 4 bytes past a multiple of 16
+    if (mode == 6) cp_async4(dyn, dyn + 4, true);                // a source in shared memory
+    if (mode == 7)                                               // issuing and never waiting
+        for (int i = 0; i < (1 << 20) + 1; ++i) cp_async4(dyn, g, true);
+    asm volatile("cp.async.wait_all;\n" ::);
+    out[1] = dyn[0];
+}

@@ -87,6 +87,10 @@ enum State : uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 enum WarpKind : uint8_t { WK_SHFL, WK_SYNCWARP, WK_VOTE, WK_MMA };
 enum BarKind : uint8_t { BK_PLAIN, BK_COUNT, BK_AND, BK_OR };
 
+namespace ptx {
+struct CpCopy;  // one cp.async copy not yet landed (ptx.h)
+}
+
 struct Site {
     const char* what;  // intrinsic name, for messages
     const char* file;
@@ -108,6 +112,13 @@ struct Fiber {
     int src;              // shuffle source lane
     uint64_t value;       // shuffle payload
     uint64_t result;      // what the wait returns
+    // cp.async (ptx.h): this thread's copies not yet landed, oldest first, at [cp_head, cp_count) of
+    // cp_copies (cp_cap allocated, kept across blocks and launches), and how many groups it has
+    // committed since its block started (the open group is number cp_committed). A copy belongs to its
+    // thread alone: only that thread's own wait lands it.
+    ptx::CpCopy* cp_copies;
+    int cp_head, cp_count, cp_cap;
+    uint32_t cp_committed;
 };
 
 struct SharedRegion {
@@ -134,6 +145,7 @@ struct Runtime {
     int qhead = 0, qcount = 0;
     int bar_count = 0;
     Site bar_site{};
+    int cp_pending = 0;  // cp.async copies issued in this block and neither landed nor dropped
     unsigned warp_exists[kMaxThreads / 32];
     unsigned warp_exited[kMaxThreads / 32];
     unsigned warp_waiting[kMaxThreads / 32];
@@ -449,10 +461,14 @@ unsigned active_mask() {
 
 // ---------------------------------------------------------------- exit
 
+// Drops the copies an exiting thread never waited for (ptx.h).
+void cp_async_exit(Fiber* f);
+
 [[noreturn]] void fiber_exit() {
     Fiber* me = rt.cur;
     const int w = me->warp;
     const unsigned self = 1u << me->lane;
+    cp_async_exit(me);
     me->state = EXITED;
     --rt.live;
     rt.warp_exited[w] |= self;
@@ -531,6 +547,7 @@ bool ensure_fibers(int n) {
     want = (want + page - 1) / page * page;
     if (n <= rt.capacity && want == rt.stack_bytes) return true;
     if (rt.stack_map) munmap(rt.stack_map, rt.stack_map_bytes);
+    for (int i = 0; i < rt.capacity; ++i) free(rt.fibers[i].cp_copies);
     free(rt.fibers);
     free(rt.ucs);
     free(rt.queue);
@@ -782,6 +799,8 @@ void run_block() {
         f.state = RUNNABLE;
         f.mask = 0;
         f.result = 0;
+        f.cp_head = f.cp_count = 0;  // a new block: no copies in flight, no groups committed
+        f.cp_committed = 0;
         init_context(f);
     }
     for (int w = 0; w < rt.nwarps; ++w) {
@@ -801,6 +820,7 @@ void run_block() {
     for (int k = 0; k < rt.nthreads; ++k) push(rt.reverse ? rt.nthreads - 1 - k : k);
     rt.live = rt.nthreads;
     rt.bar_count = 0;
+    rt.cp_pending = 0;
     int first = pop();
     switch_to(nullptr, &rt.fibers[first]);
     rt.cur = nullptr;

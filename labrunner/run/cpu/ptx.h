@@ -1,9 +1,10 @@
 // The inline PTX the CPU backend runs, emulated bit for bit where the PTX ISA says what happens.
 //
-// ptx_asm.py turns each asm statement of a kernel file into plain C++: every operand is loaded
-// into a 32-bit register (`uint32_t r[]`, bit patterns, as in PTX), the instructions below run on
-// those registers in order, and the outputs are stored back. A statement using anything else never
-// gets here: the build refuses it. Included by shim.h after fiber.h (the mma is a warp
+// ptx_asm.py turns each asm statement of a kernel file into plain C++: every "r" and "f" operand is
+// loaded into a 32-bit register (`uint32_t r[]`, bit patterns, as in PTX), an "l" operand into a
+// 64-bit variable and an "n" operand into a constant, the instructions below run in order (on the
+// register numbers, or for cp.async on the operands' values), and the outputs are stored back. A
+// statement using anything else never gets here: the build refuses it. Included by shim.h after fiber.h (the mma is a warp
 // collective and uses the warp machinery of the shuffles).
 #pragma once
 
@@ -24,6 +25,14 @@ inline uint32_t r_input(unsigned x) { return x; }
 inline uint32_t r_input(int x) { return (uint32_t)x; }
 template <class T> uint32_t f_input(T) = delete;  // an "f" asm operand must be a float
 template <class T> uint32_t r_input(T) = delete;  // an "r" asm operand must be an int or unsigned
+
+// An "l" operand (a .b64 register) is a 64-bit integer or a pointer (cp.async's global source).
+inline uint64_t l_input(unsigned long long x) { return x; }
+inline uint64_t l_input(long long x) { return (uint64_t)x; }
+inline uint64_t l_input(unsigned long x) { return x; }
+inline uint64_t l_input(long x) { return (uint64_t)x; }
+template <class T> uint64_t l_input(T* p) { return (uint64_t)(uintptr_t)p; }
+template <class T> uint64_t l_input(T) = delete;  // an "l" asm operand must be a 64-bit integer or a pointer
 
 inline float& f_output(float& x) { return x; }
 inline unsigned& r_output(unsigned& x) { return x; }
@@ -273,7 +282,233 @@ inline void mma_m16n8k16_row_col_f32_f16(uint32_t* r, int d0, int d1, int d2, in
     mma_sync(kMmaF16, r, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, file, line);
 }
 
+// ------------------------------------------------------------------ the shared window
+// On the GPU shared memory has an address space of its own, the shared window: 32-bit addresses, which
+// __cvta_generic_to_shared gives for a generic pointer and cp.async takes as its destination. Here
+// shared memory is several pieces of host memory: the block's dynamic shared memory, and each
+// __shared__ array declared in a function (registered in fiber.h when its declaration is first
+// reached). A window address is therefore a region and an offset:
+//
+//     bits 31..18  the region: 1 for the dynamic shared memory, 2 + i for registered array i
+//     bits 17..0   the byte offset inside it (2^18 = 256 KiB, more than a block's 227 KiB)
+//
+// Why this layout: a kernel adds offsets to the 32-bit address itself (`base + 16 * i`), and an offset
+// stays in its region's field until it passes 256 KiB, so a destination past the end of an array (by up
+// to 29 KiB past the largest possible one) is reported as past that end, never taken for a neighbour's
+// bytes. Region numbers only grow (an array is registered once, in the order first reached), so an
+// address taken earlier in a launch names the same bytes later. And region 0 is no region: a
+// destination left at 0 fails loudly instead of landing at the start of some array.
+constexpr unsigned kWindowOffsetBits = 18;
+constexpr uint32_t kWindowOffsetMask = (1u << kWindowOffsetBits) - 1u;
+constexpr uint32_t kWindowDynamic = 1;      // the region field of the dynamic shared memory
+constexpr uint32_t kWindowFirstStatic = 2;  // registered array i is region 2 + i
+constexpr uint32_t kWindowRegions = 1u << (32 - kWindowOffsetBits);
+
+struct WindowRegion {
+    unsigned char* base;  // null: no such region
+    size_t size;
+    uint32_t field;
+};
+
+inline WindowRegion window_region(uint32_t field) {
+    if (field == kWindowDynamic) return {g_dyn_shared, rt.dyn_shared, field};
+    if (field >= kWindowFirstStatic && field - kWindowFirstStatic < (uint32_t)rt.nregions) {
+        const SharedRegion& r = rt.regions[field - kWindowFirstStatic];
+        return {(unsigned char*)r.ptr, r.size, field};
+    }
+    return {nullptr, 0, 0};
+}
+
+// The region holding p. A pointer just past a region's end has an address too (a loop's end), when
+// no region holds it.
+inline bool region_holding(const void* p, bool or_end, WindowRegion* out) {
+    const unsigned char* b = (const unsigned char*)p;
+    const uint32_t end = kWindowFirstStatic + (uint32_t)rt.nregions;
+    for (int pass = 0; pass < (or_end ? 2 : 1); ++pass)
+        for (uint32_t field = kWindowDynamic; field < end; ++field) {
+            const WindowRegion w = window_region(field);
+            if (b >= w.base && (b < w.base + w.size || (pass == 1 && b == w.base + w.size))) {
+                *out = w;
+                return true;
+            }
+        }
+    return false;
+}
+
+// A runtime error at an instruction (or intrinsic) of the kernel: `what` in kernel k, block b, thread t
+// (file:line): the detail.
+[[noreturn]] void fail_at(const char* what, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+[[noreturn]] void fail_at(const char* what, const char* file, int line, const char* fmt, ...) {
+    char detail[640], t[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    fmt_thread(t, sizeof t, rt.cur);
+    ATTNLAB_FAIL("%s in kernel %s, block (%u,%u,%u), %s (%s:%d): %s", what, rt.kernel, rt.block_idx.x,
+                 rt.block_idx.y, rt.block_idx.z, t, file, line, detail);
+}
+
+inline size_t cvta_generic_to_shared(const void* p, const char* file, int line) {
+    WindowRegion w;
+    if (!region_holding(p, true, &w))
+        fail_at("__cvta_generic_to_shared of a pointer outside shared memory", file, line,
+                "%p is in no __shared__ array declared in a function, nor in the block's %zu bytes of dynamic "
+                "shared memory",
+                p, rt.dyn_shared);
+    if (w.field >= kWindowRegions)
+        fail_at("__cvta_generic_to_shared", file, line, "more than %u __shared__ arrays were reached in one launch",
+                kWindowRegions - kWindowFirstStatic);
+    return ((size_t)w.field << kWindowOffsetBits) | (size_t)((const unsigned char*)p - w.base);
+}
+
+// ------------------------------------------------------------------ cp.async
+// cp.async.{ca,cg}.shared.global [dst], [src], cp-size{, src-size}: copy src-size bytes (cp-size when
+// left out) from global memory to shared memory and zero-fill the rest of cp-size, asynchronously.
+// cp.async.commit_group closes the thread's open group (the copies issued since its last commit, maybe
+// none); cp.async.wait_group N waits until at most the N newest committed groups are pending;
+// cp.async.wait_all commits and waits for everything (PTX ISA, "cp.async", "cp.async.wait_group").
+//
+// The GPU may land a copy any time between its issue and the wait that completes it, and reads its
+// source some time in between. The emulation takes the latest moment for both, so that every bug of
+// that kind shows: a copy lands, reading its source then, only when its own thread's wait completes
+// its group. Until then the destination holds what it held (the shared poison at block start), so a
+// thread that reads before waiting, or another thread that reads without the issuer's wait and a
+// barrier after it, reads poison. __syncthreads completes nothing (as on the GPU), and copies still
+// pending when their thread exits are dropped (a correct kernel waits for every copy it reads).
+
+struct CpCopy {
+    unsigned char* dst;
+    const unsigned char* src;
+    uint32_t cp_size, src_size;
+    uint32_t group;  // the issuing thread's cp_committed when it was issued: the open group's number
+};
+
+// Copies in flight in one block, at most: past this a kernel is issuing without ever waiting (2^20
+// 16-byte copies are 72 times the most shared memory a block has), and the pending lists would grow
+// without bound.
+constexpr int kMaxPendingCopies = 1 << 20;
+
+// A copy lands: its src-size bytes are read from global memory now, the rest of cp-size is zero.
+inline void land(const CpCopy& c) {
+    if (c.src_size > 0) memcpy(c.dst, c.src, c.src_size);
+    memset(c.dst + c.src_size, 0, c.cp_size - c.src_size);
+}
+
+inline void push_copy(Fiber* me, const CpCopy& c) {
+    if (me->cp_count == me->cp_cap) {
+        if (me->cp_head > 0) {  // the landed ones at the front make room
+            memmove(me->cp_copies, me->cp_copies + me->cp_head, (size_t)(me->cp_count - me->cp_head) * sizeof(CpCopy));
+            me->cp_count -= me->cp_head;
+            me->cp_head = 0;
+        } else {
+            const int cap = me->cp_cap ? 2 * me->cp_cap : 16;
+            CpCopy* grown = (CpCopy*)realloc(me->cp_copies, (size_t)cap * sizeof(CpCopy));
+            if (!grown) ATTNLAB_FAIL("kernel %s: out of memory for cp.async copies in flight", rt.kernel);
+            me->cp_copies = grown;
+            me->cp_cap = cap;
+        }
+    }
+    me->cp_copies[me->cp_count++] = c;
+    ++rt.cp_pending;
+}
+
+// Land, in the order issued, every pending copy of the thread in a group numbered below `groups`.
+inline void complete_groups(Fiber* me, uint32_t groups) {
+    while (me->cp_head < me->cp_count && me->cp_copies[me->cp_head].group < groups) {
+        land(me->cp_copies[me->cp_head++]);
+        --rt.cp_pending;
+    }
+    if (me->cp_head == me->cp_count) me->cp_head = me->cp_count = 0;
+}
+
+// Checked at issue, each a loud error where the GPU would fault or do something undefined: the
+// destination a window address whose cp-size bytes lie in one region, both addresses aligned to
+// cp-size, src-size at most cp-size, the source outside shared memory.
+inline void cp_async(const char* opcode, uint64_t dst, uint64_t src, long long cp_size, long long src_size,
+                     const char* file, int line) {
+    Fiber* me = rt.cur;
+    if (src_size < 0 || src_size > cp_size)
+        fail_at(opcode, file, line, "src-size %lld is not in 0 to %lld, its cp-size (undefined on the GPU)", src_size,
+                cp_size);
+    const WindowRegion w = dst >> 32 ? WindowRegion{nullptr, 0, 0} : window_region((uint32_t)dst >> kWindowOffsetBits);
+    char what[96];
+    snprintf(what, sizeof what, "%s to an address outside shared memory", opcode);
+    if (!w.base)
+        fail_at(what, file, line, "0x%08llx is no shared address (take one from __cvta_generic_to_shared)",
+                (unsigned long long)dst);
+    const size_t offset = dst & kWindowOffsetMask;
+    if (offset + (size_t)cp_size > w.size) {
+        char region[96];
+        if (w.field == kWindowDynamic)
+            snprintf(region, sizeof region, "the block's %zu bytes of dynamic shared memory", w.size);
+        else
+            snprintf(region, sizeof region, "its %zu-byte __shared__ array", w.size);
+        fail_at(what, file, line, "the %lld bytes at shared address 0x%08llx run past the end of %s", cp_size,
+                (unsigned long long)dst, region);
+    }
+    unsigned char* to = w.base + offset;
+    snprintf(what, sizeof what, "misaligned %s", opcode);
+    if (offset % (size_t)cp_size)
+        fail_at(what, file, line, "the destination, shared address 0x%08llx, is %zu bytes past a multiple of %lld, "
+                "its cp-size (cp.async needs both addresses aligned to cp-size)",
+                (unsigned long long)dst, offset % (size_t)cp_size, cp_size);
+    if ((uintptr_t)to % (uintptr_t)cp_size)
+        fail_at(what, file, line, "the destination, shared address 0x%08llx, is in a __shared__ array aligned to "
+                "fewer than %lld bytes; declare it __align__(%lld)",
+                (unsigned long long)dst, cp_size, cp_size);
+    if (src_size > 0 && src % (uint64_t)cp_size)
+        fail_at(what, file, line, "the source, global address 0x%llx, is %llu bytes past a multiple of %lld, its "
+                "cp-size (cp.async needs both addresses aligned to cp-size)",
+                (unsigned long long)src, (unsigned long long)(src % (uint64_t)cp_size), cp_size);
+    WindowRegion in_shared;
+    if (src_size > 0 && region_holding((const void*)(uintptr_t)src, false, &in_shared)) {
+        snprintf(what, sizeof what, "%s from shared memory", opcode);
+        fail_at(what, file, line, "the source is shared address 0x%08llx; cp.async copies from global memory",
+                (unsigned long long)in_shared.field << kWindowOffsetBits |
+                    (unsigned long long)((const unsigned char*)(uintptr_t)src - in_shared.base));
+    }
+    if (rt.cp_pending >= kMaxPendingCopies)
+        fail_at("too many cp.async copies in flight", file, line, "the block has %d copies that no "
+                "cp.async.wait_group or cp.async.wait_all has completed; wait for them",
+                rt.cp_pending);
+    push_copy(me, CpCopy{to, (const unsigned char*)(uintptr_t)src, (uint32_t)cp_size, (uint32_t)src_size,
+                         me->cp_committed});
+}
+
+inline void cp_async_ca_shared_global(uint32_t*, uint64_t dst, uint64_t src, long long cp_size, long long src_size,
+                                      const char* file, int line) {
+    cp_async("cp.async.ca.shared.global", dst, src, cp_size, src_size, file, line);
+}
+
+inline void cp_async_cg_shared_global(uint32_t*, uint64_t dst, uint64_t src, long long cp_size, long long src_size,
+                                      const char* file, int line) {
+    cp_async("cp.async.cg.shared.global", dst, src, cp_size, src_size, file, line);
+}
+
+inline void cp_async_commit_group(uint32_t*) { ++rt.cur->cp_committed; }
+
+// Every committed group but the newest n completes; the open group never does.
+inline void cp_async_wait_group(uint32_t*, long long n, const char* file, int line) {
+    Fiber* me = rt.cur;
+    if (n < 0) fail_at("cp.async.wait_group", file, line, "N is %lld; it counts groups, 0 or more", n);
+    complete_groups(me, me->cp_committed > (unsigned long long)n ? me->cp_committed - (uint32_t)n : 0u);
+}
+
+inline void cp_async_wait_all(uint32_t*) {
+    Fiber* me = rt.cur;
+    ++me->cp_committed;
+    complete_groups(me, me->cp_committed);
+}
+
 }  // namespace ptx
+
+// Declared in fiber.h, called as a thread exits: the copies it never waited for are dropped.
+void cp_async_exit(Fiber* f) {
+    rt.cp_pending -= f->cp_count - f->cp_head;
+    f->cp_head = f->cp_count = 0;
+}
 
 // Declared in fiber.h, called by release_warp when a whole warp waits at an mma.
 void mma_release(int w) {

@@ -40,38 +40,74 @@ _QUALIFIERS = frozenset({"volatile", "__volatile", "__volatile__", "inline", "__
 
 @dataclass(frozen=True)
 class Operand:
-    name: str           # as the PTX ISA calls it: d, a, D, A, B, C
+    name: str           # as the PTX ISA calls it: d, a, D, A, B, C, dst, src, cp-size, src-size, N
     registers: int      # 1 for a scalar, else the size of the {vector}
     written: bool       # the instruction writes it (a destination), else reads it
-    classes: str        # the constraint letters allowed: "r" (.b32, a 32-bit integer), "f" (.f32, a float)
+    classes: str        # the constraint letters allowed for a %N: "r" (.b32, a 32-bit integer), "f" (.f32, a
+                        # float), "l" (.b64, a 64-bit integer or a pointer), "n" (an integer constant)
+    address: bool = False            # written in brackets, [%N]: an address the instruction reads through
+    immediates: range | tuple[int, ...] = ()  # the integers it may be written as, in the template itself
+    optional: bool = False           # may be left out (the last operands only)
+    absent: int | None = None        # left out, the emulation gets the operand at this position instead
+    at_most: int | None = None       # written as an integer, it may not exceed the integer at this position
 
 
 @dataclass(frozen=True)
 class Instruction:
     emulation: str      # the function in ptx.h, namespace attnlab::ptx
     operands: tuple[Operand, ...]
-    warp_wide: bool     # a warp collective: the emulation also takes the statement's file and line
+    sited: bool         # the emulation also takes the statement's file and line: a warp collective meets
+                        # its warp there, and a runtime error names it
+    by_value: bool = False  # the emulation takes each operand's value (read-only operands of any class,
+                            # immediates); otherwise the register number, so that it can write outputs
 
 
 # The PTX the CPU backend runs: what a 3xTF32 or a 3xFP16 tensor-core kernel needs. The register
 # classes are those ptxas accepts for sm_90: a cvt's destination is a .b32 ("=r"; "=f" is refused),
 # its sources .f32 or .b32; an mma's A and B are .b32 bit patterns ("r" only: a tf32 each, or two
 # f16 packed), its C and D .f32 or .b32.
+#
+# cp.async (PTX ISA, "Data Movement and Conversion Instructions: cp.async"): dst is a shared-window
+# address, a .b32 ("r", what `static_cast<unsigned>(__cvta_generic_to_shared(p))` gives) or a .b64
+# ("l"); src a 64-bit global address ("l" only); cp-size an integer in the template (4, 8 or 16 for
+# .ca, 16 for .cg); the optional src-size a .b32 ("r") or an immediate, at most cp-size (ptxas refuses
+# more), the bytes past it zero-filled. Left out, src-size is cp-size. wait_group's N is an immediate
+# (a literal or an "n" operand). The cache-hint, prefetch-size and ignore-src forms are refused.
 _MMA_OPERANDS = (Operand("D", 4, True, "fr"), Operand("A", 4, False, "r"), Operand("B", 2, False, "r"),
                  Operand("C", 4, False, "fr"))
+_ANY_COUNT = range(0, 2**31)
+
+
+def _cp_async_operands(cp_sizes: tuple[int, ...]) -> tuple[Operand, ...]:
+    return (Operand("dst", 1, False, "rl", address=True), Operand("src", 1, False, "l", address=True),
+            Operand("cp-size", 1, False, "", immediates=cp_sizes),
+            Operand("src-size", 1, False, "rn", immediates=_ANY_COUNT, optional=True, absent=2,
+                    at_most=2))
+
+
 INSTRUCTIONS = {
     "cvt.rna.tf32.f32": Instruction("cvt_rna_tf32_f32", (
-        Operand("d", 1, True, "r"), Operand("a", 1, False, "fr")), warp_wide=False),
+        Operand("d", 1, True, "r"), Operand("a", 1, False, "fr")), sited=False),
     "cvt.rn.f16x2.f32": Instruction("cvt_rn_f16x2_f32", (
-        Operand("d", 1, True, "r"), Operand("a", 1, False, "fr"), Operand("b", 1, False, "fr")), warp_wide=False),
+        Operand("d", 1, True, "r"), Operand("a", 1, False, "fr"), Operand("b", 1, False, "fr")), sited=False),
     "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32": Instruction("mma_m16n8k8_row_col_f32_tf32", _MMA_OPERANDS,
-                                                                      warp_wide=True),
+                                                                      sited=True),
     "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32": Instruction("mma_m16n8k16_row_col_f32_f16", _MMA_OPERANDS,
-                                                                      warp_wide=True),
+                                                                      sited=True),
+    "cp.async.ca.shared.global": Instruction("cp_async_ca_shared_global", _cp_async_operands((4, 8, 16)),
+                                             sited=True, by_value=True),
+    "cp.async.cg.shared.global": Instruction("cp_async_cg_shared_global", _cp_async_operands((16,)),
+                                             sited=True, by_value=True),
+    "cp.async.commit_group": Instruction("cp_async_commit_group", (), sited=False),
+    "cp.async.wait_group": Instruction("cp_async_wait_group", (Operand("N", 1, False, "n", immediates=_ANY_COUNT),),
+                                       sited=True, by_value=True),
+    "cp.async.wait_all": Instruction("cp_async_wait_all", (), sited=False),
 }
 *_FIRST, _LAST = INSTRUCTIONS
-SUPPORTED = f'{", ".join(_FIRST)} and {_LAST}, on numbered "r" and "f" operands'  # for messages
-_CONSTRAINT = re.compile(r"(?P<mode>[=+]?)&?(?P<cls>[rf])")
+SUPPORTED = f'{", ".join(_FIRST)} and {_LAST}, on numbered "r", "f", "l" and "n" operands'  # for messages
+CP_ASYNC_FORMS = ("cp.async.ca.shared.global [dst], [src], 4, 8 or 16{, src-size}, cp.async.cg.shared.global "
+                  "[dst], [src], 16{, src-size}, cp.async.commit_group, cp.async.wait_group N and cp.async.wait_all")
+_CONSTRAINT = re.compile(r"(?P<mode>[=+]?)&?(?P<cls>[rfln])")
 _CLOBBERS = frozenset({"memory"})
 
 
@@ -184,7 +220,7 @@ class _Reader:
         sections = _split_top_level(code[k + 1:close], ":")  # template, outputs, inputs, clobbers (`::` is two)
         template_tokens = sections[0]
         template = self._template(template_tokens, keyword)
-        if len(sections) == 1 and template.strip():
+        if len(sections) == 1 and template.strip() and not _only_known_opcodes(template):
             raise self.refuse(keyword, f"`{_shown(template)}` is inline assembly without operands, which the CPU "
                                        f"backend cannot run: it runs only the PTX instructions {SUPPORTED}")
         if len(sections) > 4:
@@ -273,11 +309,12 @@ class _Reader:
                                            f"{_shown(' '.join(t.text for t in piece))}")
             match = _CONSTRAINT.fullmatch(constraint)
             mode = match.group("mode") if match else None
-            if match is None or (mode == "") == output:
-                wanted = '"=r", "=f", "+r" or "+f"' if output else '"r" or "f"'
+            if match is None or (mode == "") == output or (output and match.group("cls") in "ln"):
+                wanted = ('"=r", "=f", "+r" or "+f" (r: a 32-bit integer, f: a float)' if output else
+                          '"r", "f", "l" or "n" (r: a 32-bit integer, f: a float, l: a 64-bit integer or a pointer, '
+                          'n: an integer constant)')
                 raise self.refuse(keyword, f"the {'output' if output else 'input'} constraint \"{_shown(constraint)}\" is "
-                                           f"not one the CPU backend runs: use {wanted} (r: a 32-bit integer, "
-                                           "f: a float)")
+                                           f"not one the CPU backend runs: use {wanted}")
             for token in piece[2:-1]:
                 if token.kind == "word" and token.text in ASM_KEYWORDS:
                     raise self.refuse(keyword, f"`{token.text}` inside an operand of another asm statement")
@@ -296,56 +333,93 @@ class _Reader:
         return out
 
     def _instructions(self, template: str, operands: list[tuple[str, str, str]],
-                      keyword: Token) -> list[tuple[str, Instruction, list[list[int]]]]:
-        """Parse and check the template's instructions against INSTRUCTIONS and the operands."""
+                      keyword: Token) -> list[tuple[str, Instruction, list[str]]]:
+        """Parse and check the template's instructions against INSTRUCTIONS and the operands: each
+        instruction with the C++ arguments its emulation gets, one per operand register (or value)."""
         refuse = lambda what: self.refuse(keyword, what)  # noqa: E731
         written = {k for k, (mode, _, _) in enumerate(operands) if mode == "+"}
         found = []
         for statement in _ptx_statements(template, refuse):
             opcode, groups = _parse_statement(statement, refuse)
-            instruction = INSTRUCTIONS.get(opcode)
-            if instruction is None:
-                raise refuse(_cannot_run(statement))
-            names = ", ".join(operand.name for operand in instruction.operands)
-            if len(groups) != len(instruction.operands):
-                raise refuse(f"`{opcode}` takes {len(instruction.operands)} operands ({names}), this one has "
+            instruction = INSTRUCTIONS[opcode]
+            specs = instruction.operands
+            names = ", ".join(operand.name for operand in specs)
+            required = sum(not operand.optional for operand in specs)
+            if not required <= len(groups) <= len(specs):
+                counts = f"{required} or {len(specs)}" if required < len(specs) else f"{len(specs)}"
+                raise refuse(f"`{opcode}` takes {counts} operands{f' ({names})' if specs else ''}, this one has "
                              f"{len(groups)}")
-            reads = []
-            for spec, group in zip(instruction.operands, groups):
-                shape = "one register" if spec.registers == 1 else f"a vector of {spec.registers} registers"
-                if len(group) != spec.registers or (spec.registers > 1) != isinstance(group, tuple):
-                    raise refuse(f"`{opcode}`'s {spec.name} is {shape}, got {_group_text(group)}")
-                for number in group:
-                    if number >= len(operands):
-                        raise refuse(f"`%{number}` in `{opcode}` names no operand: the statement has {len(operands)}"
-                                     + (f" (%0 to %{len(operands) - 1})" if operands else ""))
-                    mode, cls, _ = operands[number]
-                    if cls not in spec.classes:
-                        allowed = " or ".join(f'"{c}"' for c in spec.classes)
-                        raise refuse(f"`{opcode}` takes {spec.name} in {allowed} registers, but %{number} is "
-                                     f'"{cls}"')
-                    if spec.written and mode == "":
-                        raise refuse(f"`{opcode}` writes its {spec.name} to %{number}, which is an input; make it an "
-                                     f'output ("={cls}" or "+{cls}")')
-                    if not spec.written and number not in written and mode == "=":
-                        raise refuse(f"`{opcode}` reads its {spec.name} from %{number}, which is write-only "
-                                     f'("={cls}"), so its value is undefined; make it "+{cls}"')
-                if spec.written and len(set(group)) != len(group):
-                    raise refuse(f"`{opcode}` writes the same operand twice in its {spec.name}")
-                reads.append(list(group))
-            for spec, group in zip(instruction.operands, groups):
+            arguments: list[list[str]] = []
+            for spec, group in zip(specs, groups):
+                arguments.append(self._operand_arguments(opcode, instruction, spec, group, operands, written, refuse))
+            for spec in specs[len(groups):]:
+                arguments.append(arguments[spec.absent])
+            for spec, group in zip(specs, groups):
+                limit = groups[spec.at_most] if spec.at_most is not None else None
+                if isinstance(group, _Immediate) and isinstance(limit, _Immediate) and group.value > limit.value:
+                    raise refuse(f"`{opcode}`'s {spec.name} is at most its {specs[spec.at_most].name}, {limit.value}, "
+                                 f"got {group.value}")
+            for spec, group in zip(specs, groups):
                 if spec.written:
                     written.update(group)
-            found.append((opcode, instruction, reads))
+            found.append((opcode, instruction, [argument for group in arguments for argument in group]))
         for k, (mode, cls, _) in enumerate(operands):
             if mode == "=" and k not in written:
                 raise refuse(f'%{k} is an output ("={cls}") that no instruction writes')
         return found
 
+    @staticmethod
+    def _operand_arguments(opcode: str, instruction: Instruction, spec: Operand, group, operands, written: set[int],
+                           refuse) -> list[str]:
+        """Check one operand of an instruction against its spec; the C++ argument(s) it becomes."""
+        if isinstance(group, _Immediate):
+            if not spec.immediates:
+                raise refuse(f"`{opcode}`'s {spec.name} is {_shape(spec)}, got {group.value}")
+            if group.value not in spec.immediates:
+                raise refuse(f"`{opcode}`'s {spec.name} is {_choices(spec.immediates)}, got {group.value}")
+            return [str(group.value)]
+        if (not spec.classes or isinstance(group, _Address) != spec.address or len(group) != spec.registers
+                or (spec.registers > 1) != (type(group) is tuple)):
+            raise refuse(f"`{opcode}`'s {spec.name} is {_shape(spec)}, got {_group_text(group)}")
+        arguments = []
+        for number in group:
+            if number >= len(operands):
+                raise refuse(f"`%{number}` in `{opcode}` names no operand: the statement has {len(operands)}"
+                             + (f" (%0 to %{len(operands) - 1})" if operands else ""))
+            mode, cls, _ = operands[number]
+            if cls not in spec.classes:
+                allowed = " or ".join(f'"{c}"' for c in spec.classes)
+                what = "registers" if spec.classes != "n" else "operands (an integer constant)"
+                raise refuse(f"`{opcode}` takes {spec.name} in {allowed} {what}, but %{number} is "
+                             f'"{cls}"')
+            if spec.written and mode == "":
+                raise refuse(f"`{opcode}` writes its {spec.name} to %{number}, which is an input; make it an "
+                             f'output ("={cls}" or "+{cls}")')
+            if not spec.written and number not in written and mode == "=":
+                raise refuse(f"`{opcode}` reads its {spec.name} from %{number}, which is write-only "
+                             f'("={cls}"), so its value is undefined; make it "+{cls}"')
+            if not instruction.by_value:
+                arguments.append(str(number))
+            else:
+                arguments.append({"l": f"attnlab_ptx_l{number}", "n": f"attnlab_ptx_n{number}"}.get(
+                    cls, f"attnlab_ptx_r[{number}]"))
+        if spec.written and len(set(group)) != len(group):
+            raise refuse(f"`{opcode}` writes the same operand twice in its {spec.name}")
+        return arguments
+
 
 # --- the template's PTX -------------------------------------------------------------------------
 
-_PTX_TOKEN = re.compile(r"\s+|%(?P<ref>\d+)|(?P<word>[A-Za-z_.$][\w.$]*)|(?P<punct>[{},;])")
+_PTX_TOKEN = re.compile(r"\s+|%(?P<ref>\d+)|(?P<number>\d+)(?![\w.$])|(?P<word>[A-Za-z_.$][\w.$]*)|(?P<punct>[{},;\[\]])")
+
+
+class _Address(tuple):
+    """[%N]: an address operand (a tuple of the one operand number, so it is read like a register)."""
+
+
+@dataclass(frozen=True)
+class _Immediate:
+    value: int
 
 
 def _ptx_statements(template: str, refuse) -> list[str]:
@@ -360,22 +434,39 @@ def _ptx_statements(template: str, refuse) -> list[str]:
     return [s for s in statements[:-1] if s]
 
 
+def _only_known_opcodes(template: str) -> bool:
+    """A template of instructions the backend runs, each ended by `;` (a basic asm statement without
+    operands may hold `cp.async.commit_group;`)."""
+    statements = [part.strip() for part in template.split(";")]
+    return not statements[-1] and all(s.split(None, 1)[0] in INSTRUCTIONS for s in statements[:-1] if s)
+
+
 def _cannot_run(statement: str) -> str:
+    opcode = statement.split(None, 1)[0]
+    if opcode.startswith("cp.async"):
+        # A cp.async with a qualifier the backend does not emulate (a cache hint, a prefetch size, the
+        # bulk and tensor forms): named on its own, with the forms that run, not the whole list.
+        return (f"`{_shown(opcode)}` is a form of cp.async the CPU backend cannot run: it runs only "
+                f"{CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers")
     return (f"`{_shown(statement)}` is inline assembly the CPU backend cannot run: it runs only the PTX "
             f"instructions {SUPPORTED}; write the rest in CUDA C++")
 
 
-def _parse_statement(statement: str, refuse) -> tuple[str, list[tuple[int, ...] | list[int]]]:
-    """`opcode %0, {%1,%2}` -> ("opcode", [[0], (1, 2)]): a list for a plain operand, a tuple for a vector."""
+def _parse_statement(statement: str, refuse) -> tuple[str, list]:
+    """`opcode %0, {%1,%2}, [%3], 16` -> ("opcode", [[0], (1, 2), _Address((3,)), _Immediate(16)]): a list for
+    a plain operand, a tuple for a vector."""
+    only = (f"`{_shown(statement)}`: the CPU backend reads operands only as %N, {{%N, ...}}, [%N] or an integer "
+            "(no registers by name, predicates or labels)")
     pieces, at = [], 0
     while at < len(statement):
         match = _PTX_TOKEN.match(statement, at)
         if match is None:
-            raise refuse(f"`{_shown(statement)}`: the CPU backend reads operands only as %N or {{%N, ...}} "
-                         "(no registers by name, immediates, predicates or labels)")
+            raise refuse(only)
         at = match.end()
         if match.group("ref") is not None:
             pieces.append(int(match.group("ref")))
+        elif match.group("number") is not None:
+            pieces.append(_Immediate(int(match.group("number"))))
         elif match.group("word") or match.group("punct"):
             pieces.append(match.group())
     opcode = pieces[0] if pieces and isinstance(pieces[0], str) else ""
@@ -386,22 +477,27 @@ def _parse_statement(statement: str, refuse) -> tuple[str, list[tuple[int, ...] 
     expect_operand = True
     while k < len(rest):
         piece = rest[k]
-        if expect_operand and isinstance(piece, int):
-            groups.append([piece])
+        if expect_operand and isinstance(piece, (int, _Immediate)):
+            groups.append([piece] if isinstance(piece, int) else piece)
             k += 1
+        elif expect_operand and piece == "[":
+            if k + 2 >= len(rest) or not isinstance(rest[k + 1], int) or rest[k + 2] != "]":
+                raise refuse(f"`{_shown(statement)}`: an address operand reads [%N]: one operand number in brackets "
+                             "(no offsets)")
+            groups.append(_Address((rest[k + 1],)))
+            k += 3
         elif expect_operand and piece == "{":
             close = rest.index("}", k) if "}" in rest[k:] else -1
             inner = rest[k + 1:close] if close > k else None
             if inner is None or not inner or inner[0] == "," or any(
-                    (isinstance(p, int)) != (n % 2 == 0) or (n % 2 == 1 and p != ",") for n, p in enumerate(inner)) \
+                    (type(p) is int) != (n % 2 == 0) or (n % 2 == 1 and p != ",") for n, p in enumerate(inner)) \
                     or inner[-1] == ",":
                 raise refuse(f"`{_shown(statement)}`: a vector operand reads {{%a, %b, ...}}: operand numbers "
                              "separated by commas")
             groups.append(tuple(inner[0::2]))
             k = close + 1
         else:
-            raise refuse(f"`{_shown(statement)}`: the CPU backend reads operands only as %N or {{%N, ...}} "
-                         "(no registers by name, immediates, predicates or labels)")
+            raise refuse(only)
         if k < len(rest):
             if rest[k] != ",":
                 raise refuse(f"`{_shown(statement)}`: operands must be separated by commas")
@@ -413,14 +509,36 @@ def _parse_statement(statement: str, refuse) -> tuple[str, list[tuple[int, ...] 
 
 def _group_text(group) -> str:
     refs = ", ".join(f"%{n}" for n in group)
-    return f"{{{refs}}}" if isinstance(group, tuple) else refs
+    if isinstance(group, _Address):
+        return f"[{refs}]"
+    return f"{{{refs}}}" if type(group) is tuple else refs
+
+
+def _shape(spec: Operand) -> str:
+    if spec.address:
+        return "an address, [%N]"
+    if not spec.classes:
+        return f"an integer written in the template ({_choices(spec.immediates)})"
+    if spec.registers > 1:
+        return f"a vector of {spec.registers} registers"
+    return "one register or an integer" if spec.immediates else "one register"
+
+
+def _choices(values: range | tuple[int, ...]) -> str:
+    if isinstance(values, range):
+        return f"an integer from {values.start} up"
+    *first, last = values
+    return f"{', '.join(map(str, first))} or {last}" if first else str(last)
 
 
 # --- the C++ that replaces a statement ------------------------------------------------------------
 
-def _emit(operands: list[tuple[str, str, str]], instructions: list[tuple[str, Instruction, list[list[int]]]]) -> str:
+def _emit(operands: list[tuple[str, str, str]], instructions: list[tuple[str, Instruction, list[str]]]) -> str:
     """One line of C++: bind each output once, load every operand into a 32-bit register (outputs
-    only written start at zero and are never read), run the instructions in order, store the outputs."""
+    only written start at zero and are never read), run the instructions in order, store the outputs.
+    A 64-bit ("l") operand is read once into a 64-bit variable of its own, and an "n" operand into a
+    constexpr one: g++ then refuses, at the student's line, an expression that is not a constant, as
+    the GPU's compiler does."""
     ns = "::attnlab::ptx::"
     binds, loads, stores = [], [], []
     for k, (mode, cls, expression) in enumerate(operands):
@@ -428,13 +546,18 @@ def _emit(operands: list[tuple[str, str, str]], instructions: list[tuple[str, In
             binds.append(f"auto& attnlab_ptx_o{k} = {ns}{cls}_output({expression});")
             loads.append(f"{ns}{cls}_input(attnlab_ptx_o{k})" if mode == "+" else "0u")
             stores.append(f"{ns}store(attnlab_ptx_o{k}, attnlab_ptx_r[{k}]);")
+        elif cls == "l":
+            binds.append(f"const ::uint64_t attnlab_ptx_l{k} = {ns}l_input({expression});")
+            loads.append("0u")
+        elif cls == "n":
+            binds.append(f"constexpr long long attnlab_ptx_n{k} = ({expression});")
+            loads.append("0u")
         else:
             loads.append(f"{ns}{cls}_input({expression})")
     calls = []
-    for _, instruction, reads in instructions:
-        registers = ", ".join(str(n) for group in reads for n in group)
-        site = ", __builtin_FILE(), __builtin_LINE()" if instruction.warp_wide else ""
-        calls.append(f"{ns}{instruction.emulation}(attnlab_ptx_r, {registers}{site});")
+    for _, instruction, arguments in instructions:
+        site = ["__builtin_FILE()", "__builtin_LINE()"] if instruction.sited else []
+        calls.append(f"{ns}{instruction.emulation}({', '.join(['attnlab_ptx_r', *arguments, *site])});")
     count = max(1, len(operands))
     return ("do { " + " ".join(binds) + f" ::uint32_t attnlab_ptx_r[{count}] = {{{', '.join(loads) or '0u'}}}; "
             + " ".join(calls) + " " + " ".join(stores) + " (void)attnlab_ptx_r; } while (0)")

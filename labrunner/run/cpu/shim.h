@@ -316,6 +316,13 @@ template <class T> static inline void __stcg(T* p, T v) { *p = v; }
 template <class T> static inline void __stcs(T* p, T v) { *p = v; }
 template <class T> static inline void __stwt(T* p, T v) { *p = v; }
 
+// A generic pointer into shared memory -> its address in the shared window, which cp.async takes as its
+// destination. NVRTC's returns size_t, and so does this, so that the same source compiles both ways;
+// how the window is laid out, and the error for a pointer outside shared memory, are in ptx.h.
+static inline size_t __cvta_generic_to_shared(const void* p, ATTNLAB_SITE_PARAMS) {
+    return ::attnlab::ptx::cvta_generic_to_shared(p, attnlab_file, attnlab_line);
+}
+
 // All threads of a launch share one OS thread and switch only at barriers,
 // warp operations and exit, so a plain read-modify-write is atomic here.
 static inline int atomicAdd(int* p, int v) { int o = *p; *p = o + v; return o; }
