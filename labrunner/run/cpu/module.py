@@ -59,6 +59,11 @@ CXXFLAGS = [
     "-fno-stack-protector",
     # errno is never read by kernels; lets sqrtf inline.  Results unchanged.
     "-fno-math-errno",
+    # Every fiber of a launch runs on one OS thread, so a function-local static (the shim registers
+    # each __shared__ array that way) needs no lock. Without this flag its guard calls libstdc++'s
+    # __cxa_guard_acquire, and a g++ that links libstdc++ statically into the module then brings the
+    # exception runtime and its load-time initialiser, which the object check refuses.
+    "-fno-threadsafe-statics",
     # Fault handling longjmps off the fiber stacks; keep the unchecked longjmp.
     "-U_FORTIFY_SOURCE",
     # Probe every page of a large stack frame so a fiber that outgrows its

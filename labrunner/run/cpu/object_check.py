@@ -54,10 +54,10 @@ ALLOWED_IMPORTS = frozenset({
     # The fiber runtime: stacks, fault handling, ucontext fibers, launch errors.
     "mmap", "munmap", "mprotect", "sysconf", "sigaction", "sigaltstack", "sigemptyset", "__sigsetjmp",
     "siglongjmp", "getcontext", "makecontext", "swapcontext", "abort",
-    # libstdc++ and libgcc: the guards of function-local statics (the shim registers shared arrays
-    # that way), the personality routine and unwinder g++ references, pure virtual calls.
-    # Not __cxa_atexit: a static with a destructor would run code at exit.
-    "__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort", "__gxx_personality_v0",
+    # libstdc++ and libgcc: the personality routine and unwinder g++ references, pure virtual calls.
+    # Not the guards of function-local statics (module.py builds with -fno-threadsafe-statics: one
+    # OS thread runs every fiber), and not __cxa_atexit: a static with a destructor would run code at exit.
+    "__gxx_personality_v0",
     "_Unwind_Resume", "__cxa_pure_virtual",
 })
 
