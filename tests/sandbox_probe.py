@@ -3,10 +3,21 @@
 import json
 import os
 import resource
+import socket
 
 from labrunner.run import sandbox
 
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+
+
+def reachable(address: tuple[str, int]) -> bool:
+    try:
+        with socket.create_connection(address, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 print(json.dumps({
     "environment": sorted(os.environ),
     "seed": os.environ.get("ATTNLAB_SEED"),
@@ -20,4 +31,11 @@ print(json.dumps({
     "landlock": sandbox.LANDLOCK_ABI,
     "pid_namespace": sandbox.PID_NAMESPACE,
     "pid": os.getpid(),
+    "root_entries": sorted(os.listdir("/")),
+    "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "tmp_entries": sorted(os.listdir("/tmp")) if os.path.isdir("/tmp") else None,
+    "home_exists": os.path.exists("/home"),
+    "etc_entries": sorted(os.listdir("/etc")),
+    "network": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None,
+    "loopback_reachable": reachable(("127.0.0.1", int(os.environ.get("PROBE_PORT", "1")))),
 }))

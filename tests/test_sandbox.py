@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,8 +19,8 @@ import pytest
 
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.run.cpu.syscall_filter import availability
-from labrunner.run.sandbox import (CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi, pid_namespaces_allowed,
-                                   python_command)
+from labrunner.box import CPU_RUN, GPU_RUN
+from labrunner.run.sandbox import CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures" / "lab2" / "hostile"
@@ -31,11 +32,11 @@ def probe(limits, monkeypatch) -> dict:
     monkeypatch.setenv("ATTNLAB_SEED", "31337")
     monkeypatch.setenv("GRADER_TOKEN", "hunter2")
     monkeypatch.setenv("CUPY_CACHE_DIR", "/graders/cupy-cache")
-    box = Sandbox()
+    box = Sandbox(GPU_RUN if limits is GPU_LIMITS else CPU_RUN)
     read_end, write_end = os.pipe()
     try:
-        box.start(python_command("tests.sandbox_probe", limits, box.private), stdout=write_end,
-                  host_code=limits.host_code)
+        box.start(box.python_command("tests.sandbox_probe", limits), stdout=write_end,
+                  host_code=limits.host_code, readable=(str(REPO / "tests"),))
         # Asked from outside: inside a PID namespace the session's leader is out of sight (getsid gives 0)
         session_leader_outside = os.getsid(box.process.pid) == box.process.pid
         os.close(write_end)
@@ -56,26 +57,67 @@ def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_lim
     assert set(seen["environment"]) <= {"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
                                         "CUDA_HOME", "CUDA_PATH", "ATTNLAB_CPU_STACK_KB", "HOME", "TMPDIR",
                                         "CUPY_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME", "LC_ALL",
-                                        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+                                        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                        "PWD"}  # bubblewrap sets it to the box's private folder
     assert seen["cwd"] == seen["private"] and seen["cwd_entries"] == ["tmp"]
     assert seen["session_leader_outside"] is True  # its own session, so it ends as a group
     assert seen["limits"] == {"RLIMIT_CPU": 3600, "RLIMIT_DATA": 4 * GIB, "RLIMIT_FSIZE": 64 * MIB,
                               "RLIMIT_NOFILE": 1024, "RLIMIT_CORE": 0}
     assert seen["capabilities"] == 0
     assert seen["landlock"] == landlock_abi()
-    assert (seen["pid_namespace"], seen["pid"] == 1) == (pid_namespaces_allowed(),) * 2
+    assert seen["pid_namespace"] is True and seen["processes"] == [1, seen["pid"]]  # bubblewrap's init, and itself
     assert seen["cupy_cache"] == str(Path(seen["private"]) / "cupy")  # its own: it runs student host code
 
 
 def test_a_gpu_box_has_no_data_limit_and_no_host_code_confinement(monkeypatch):
     seen = probe(GPU_LIMITS, monkeypatch)
     assert seen["seed"] is None
-    assert seen["session_leader"] is True and seen["session_leader_outside"] is True
+    assert seen["session_leader_outside"] is True
     assert seen["limits"]["RLIMIT_DATA"] == -1  # RLIM_INFINITY: the CUDA driver's reservations need it
     assert seen["limits"]["RLIMIT_FSIZE"] == 64 * MIB
     assert seen["landlock"] == 0
-    assert seen["pid_namespace"] is False
-    assert seen["cupy_cache"] == "/graders/cupy-cache"  # no student host code runs there: the warm cache
+    assert seen["pid_namespace"] is True  # the box's, though it runs no student host code
+    assert seen["cupy_cache"] == "/job/cupy"  # a copy of the grader's, made inside: nothing written reaches it
+
+
+def test_a_box_holds_the_toolchain_its_private_folder_and_nothing_else_of_the_host(monkeypatch, tmp_path):
+    """The root is read-only toolchain paths, a /proc of its own, a minimal /dev and /job: no host /tmp
+    (where other submissions' folders live), no /home, nothing of /etc but the dynamic linker's files,
+    no process of the host, and no network, not even a server listening on the host's loopback."""
+    secret = tmp_path / "classmate.cu"
+    secret.write_text("// a classmate's kernel")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("PROBE_PORT", str(server.getsockname()[1]))
+        with patch_allowed("PROBE_PORT"):
+            seen = probe(CPU_LIMITS, monkeypatch)
+    assert set(seen["root_entries"]) <= {"bin", "dev", "etc", "job", "lib", "lib32", "lib64", "libx32", "proc",
+                                         "sbin", "usr", *ROOT_OF_PYTHON_AND_PACKAGE}
+    assert seen["tmp_entries"] is None or seen["tmp_entries"] == []
+    assert seen["home_exists"] is False
+    assert set(seen["etc_entries"]) <= {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives"}
+    assert seen["processes"] == [1, seen["pid"]]
+    assert seen["loopback_reachable"] is False
+    assert seen["network"] in (None, ["lo"])
+
+
+# The top folders the box adds for the Python and the package it runs (a virtual environment in the
+# repository, a pyenv under /root, a system Python under /usr).
+ROOT_OF_PYTHON_AND_PACKAGE = {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix, str(REPO))}
+
+
+@contextlib.contextmanager
+def patch_allowed(name: str):
+    """One more variable let into the box, for the probe's own use."""
+    from labrunner.run import sandbox
+
+    saved = sandbox.ENV_ALLOWED
+    sandbox.ENV_ALLOWED = (*saved, name)
+    try:
+        yield
+    finally:
+        sandbox.ENV_ALLOWED = saved
 
 
 def living(name: str) -> list[int]:
@@ -157,8 +199,9 @@ def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_
     assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
     assert first_bad_row(result) == 0
     output = result["kernel_output"]
-    # the attack was real: it found the C library, the report to rewrite, and started its escapee
-    assert "report to rewrite: found on the driver's command line" in output
+    # the attack was real: it found the C library and started its escapee; but in the box there is no
+    # driver to find (its own PID namespace), so no report to rewrite
+    assert "report to rewrite: not found" in output
     assert "escapee: running, in a session of its own, named attnlab-escapee" in output
     # the secret: not in its environment, not readable from the driver's, in no output
     assert "my ATTNLAB_SEED: (not set)" in output

@@ -4,6 +4,9 @@ A 1 KB file of nested empty macros keeps NVRTC busy for minutes and most of a gi
 NVRTC runs inside whatever process calls it; so every compile of a student's text happens in a
 child (`nvrtc_child.py`) that this module starts, limits, and always ends:
 
+- in a box (`labrunner/box.py`, purpose `COMPILE`) where one can be made: only the toolchain, read
+  only, and a private tmpfs; no network, no other process, nothing of the grader's files;
+
 - a fresh interpreter (`python -I -S`: no PYTHONPATH, no site-packages, not the working folder),
   given only the path of NVRTC's library, which it calls through ctypes;
 - its own session, so the whole process group is killed at the deadline, leaving nothing behind;
@@ -17,6 +20,7 @@ child (`nvrtc_child.py`) that this module starts, limits, and always ends:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import functools
 import json
@@ -29,6 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from labrunner import box as boxes
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 
 CHILD = Path(__file__).with_name("nvrtc_child.py")
@@ -74,12 +79,17 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
     """One compile in a limited child: its JSON reply, or a compile error saying which limit it hit."""
     cpu_seconds = int(limits.timeout_s) + 2  # the wall clock decides; this only backs it up
     library = nvrtc_library()
-    with tempfile.TemporaryDirectory(prefix="attnlab-compile-") as workdir:
+    boxed = boxes.availability() is None
+    with contextlib.ExitStack() as stack:
+        workdir = boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
+        command = [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)]
+        if boxed:  # NVRTC's library and its builtins sit beside each other, wherever the wheel put them
+            command = boxes.wrap(boxes.COMPILE, command, child_environment(workdir),
+                                 readable=(os.path.dirname(os.path.realpath(library)),))
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=workdir, env=child_environment(workdir), start_new_session=True)
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd="/" if boxed else workdir, env=child_environment(workdir), start_new_session=True)
         except OSError as exc:
             raise environment_error(f"the compiler's process could not start ({exc.strerror})") from None
         try:
@@ -91,11 +101,12 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
                                "(--compile-timeout)", ExitCode.COMPILE_ERROR) from None
         finally:
             _end_group(process)
+    status = boxes.command_status(process.returncode) if boxed else process.returncode
     reply = _parse(out)
     if reply is not None and reply.get("status") == "no-nvrtc":
         raise environment_error(f"NVRTC is not available ({reply.get('detail')}): install attnlab with its "
                                 "dependencies (pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present")
-    out_of_memory = (reply is None and process.returncode in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL)) or (
+    out_of_memory = (reply is None and status in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL)) or (
         reply is not None and (reply["status"] == "out-of-memory" or reply.get("result") == "NVRTC_ERROR_OUT_OF_MEMORY"
                                or _OUT_OF_MEMORY.search(reply.get("log", "")) is not None))
     if out_of_memory:
@@ -103,12 +114,12 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
         # child aborts, or Python raises MemoryError. Each reads here as the ceiling reached.
         raise AttnlabError(f"{label}: error: the compiler needed more than {limits.memory_mib} MiB",
                            ExitCode.COMPILE_ERROR)
-    if reply is None and process.returncode == -signal.SIGXCPU:
+    if reply is None and status == -signal.SIGXCPU:
         raise AttnlabError(f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s "
                            "(--compile-timeout)", ExitCode.COMPILE_ERROR)
     if reply is None or reply["status"] != "done":
         raise AttnlabError(f"{label}: error: the compiler stopped without an answer (exit status "
-                           f"{process.returncode}); the file could not be compiled", ExitCode.COMPILE_ERROR)
+                           f"{status}); the file could not be compiled", ExitCode.COMPILE_ERROR)
     return reply
 
 

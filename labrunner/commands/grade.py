@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from labrunner import box as boxes
 from labrunner.build.gate import Submission
 from labrunner.exit_codes import environment_error, usage_error
 from labrunner.labs.definition import Lab
@@ -81,7 +82,7 @@ def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list
         return "cpu", cpu_sandbox_notes(unsafe_cpu)
     available, words = gpu_status()
     if available:
-        return "gpu", []
+        return "gpu", gpu_box_notes()
     if requested == "auto":
         notes = cpu_sandbox_notes(unsafe_cpu)
         return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)", *notes]
@@ -93,13 +94,24 @@ def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
     """Refuses the CPU backend where it cannot be sealed (exit 6), unless --unsafe-cpu; the notes to print."""
     from labrunner.run.cpu_device import cpu_sandbox_status
 
+    unboxed = boxes.availability()
     if unsafe_cpu:
-        return ["--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"]
+        notes = ["--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"]
+        return notes + ([f"--unsafe-cpu: the CPU worker runs unboxed ({unboxed})"] if unboxed else [])
+    if unboxed is not None:
+        raise environment_error(f"the CPU backend cannot box its worker here: {unboxed}. It runs the file as native "
+                                "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself")
     reason = cpu_sandbox_status()
     if reason is not None:
         raise environment_error(f"the CPU backend cannot seal its worker here: {reason}. It runs the file as native "
                                 "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself")
     return []
+
+
+def gpu_box_notes() -> list[str]:
+    """The GPU path grades unboxed where no box can be made, and says so (`--require-box` refuses)."""
+    unboxed = boxes.availability()
+    return [f"the GPU worker and the compiler run unboxed: {unboxed}"] if unboxed else []
 
 
 def select_cases(lab: Lab, backend: str, options: CaseOptions,
@@ -283,10 +295,10 @@ def add_race_report(lab: Lab, submission: Submission, cases: list[Case], options
         result = next((r for r in results if r.name == case.name), None)
         if result is None or result.status not in ("pass", "wrong", "never-written"):
             continue
-        hazard = find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
-        if hazard:
-            result.status = "race"
-            result.message = hazard
+        hazard, inconclusive = find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
+        if hazard or inconclusive:
+            result.status = "race" if hazard else "race-check-inconclusive"
+            result.message = hazard or inconclusive
             return
 
 

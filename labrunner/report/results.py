@@ -21,6 +21,7 @@ STATUS_EXIT_CODES: dict[str, ExitCode] = {
     "out-of-bounds": ExitCode.MISBEHAVED,
     "input-mutated": ExitCode.MISBEHAVED,
     "race": ExitCode.MISBEHAVED,
+    "race-check-inconclusive": ExitCode.MISBEHAVED,  # --race-check could not finish: never read as no race
     "never-written": ExitCode.WRONG_ANSWER,
     "wrong": ExitCode.WRONG_ANSWER,
     "speed-gate": ExitCode.SPEED_GATE,

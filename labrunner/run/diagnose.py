@@ -16,23 +16,28 @@ with a deadline and a cap.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import select
 import shutil
+import subprocess
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-from labrunner.run.sandbox import REPLAY_LIMITS, Sandbox, python_command
+from labrunner import box as boxes
+from labrunner.run.sandbox import REPLAY_LIMITS, Sandbox
 from labrunner.run.untrusted_text import shown
 
 SANITIZER = "compute-sanitizer"
 REPLAY_FACTOR = 3
 REPORT_LINES = 200  # the tool's own lines kept while reading; only a few survive the filter
+# The tool's last line, printed once it has watched the whole run: a report without it is unfinished.
+SUMMARY = b"========= ERROR SUMMARY:"
 _KEEP = re.compile(r"Invalid __\w+__ \w+|Misaligned|Out-of-range|Illegal|^\s+at |by thread|Address 0x|is out of bounds")
 
 
@@ -40,18 +45,28 @@ def sanitizer_path() -> str | None:
     return shutil.which(SANITIZER)
 
 
-def write_case(folder: Path, payload: dict) -> None:
-    """`payload` as case.json plus one .npy per input: what `replay.py` reads."""
+def case_files(payload: dict) -> dict[str, bytes]:
+    """`payload` as case.json plus one .npy per input: the files `replay.py` reads."""
     request = payload.get("request", {})
     inputs = request.get("inputs", {})
+    files = {}
     for name, array in inputs.items():
-        np.save(folder / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+        files[f"{name}.npy"] = buffer.getvalue()
     case = {"source": payload.get("source", ""), "filename": payload.get("filename", ""),
             "entry_types": payload.get("entry_types", {}),
             "launches": [asdict(launch) for launch in request.get("launches", [])],
             "writable": request.get("writable", {}), "returned": list(request.get("returned", ())),
             "reverse_threads": bool(request.get("reverse_threads", False)), "inputs": list(inputs)}
-    (folder / "case.json").write_text(json.dumps(case))
+    files["case.json"] = json.dumps(case).encode()
+    return files
+
+
+def write_case(folder: Path, payload: dict) -> None:
+    """The case's files written into `folder` (for a replay started by hand)."""
+    for name, data in case_files(payload).items():
+        (folder / name).write_bytes(data)
 
 
 def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
@@ -71,21 +86,25 @@ def sanitizer_replay(payload: dict, case_timeout_s: float, tool_name: str,
                      print_limit: int) -> tuple[list[str], bool] | None:
     """One case replayed in a box under one of compute-sanitizer's tools (memcheck here, racecheck and
     synccheck for `racecheck.py`): the tool's own lines and whether it finished in time; None when
-    the sanitizer is not installed."""
+    the sanitizer is not installed.
+
+    The tool writes its report to a pipe of its own (`--log-file`), never to the kernel's stdout:
+    whatever the kernel prints (device printf) goes nowhere, so no amount of it can push the report
+    out of what is kept, nor forge a line of it."""
     tool = sanitizer_path()
     if tool is None:
         return None
     limit_s = REPLAY_FACTOR * case_timeout_s
-    box = Sandbox(prefix="attnlab-diagnose-")
+    box = Sandbox(boxes.REPLAY, prefix="attnlab-diagnose-")
     try:
-        case_dir = box.private / "case"
-        case_dir.mkdir()
-        write_case(case_dir, payload)
+        for name, data in case_files(payload).items():
+            box.add_file(name, data)
         read_end, write_end = os.pipe()
         try:
             box.start([tool, "--tool", tool_name, "--print-limit", str(print_limit),
-                       *python_command("labrunner.run.replay", REPLAY_LIMITS, box.private, str(case_dir))],
-                      stdout=write_end, host_code=False)
+                       "--log-file", f"/proc/self/fd/{write_end}",
+                       *box.python_command("labrunner.run.replay", REPLAY_LIMITS, str(box.private))],
+                      stdout=subprocess.DEVNULL, pass_fds=(write_end,), host_code=False)
         finally:
             os.close(write_end)
         try:
@@ -116,8 +135,12 @@ def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[st
             break
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()[-4096:]
-        kept += [line.decode(errors="replace").removeprefix("=========").rstrip() for line in lines
-                 if line.startswith(b"=========")][:REPORT_LINES - len(kept)]
-    if partial.startswith(b"=========") and len(kept) < REPORT_LINES:
-        kept.append(partial.decode(errors="replace").removeprefix("=========").rstrip())
+        kept += [_own(line) for line in lines if line.startswith(b"=========")
+                 and (len(kept) < REPORT_LINES or line.startswith(SUMMARY))][:REPORT_LINES + 1 - len(kept)]
+    if partial.startswith(b"=========") and (len(kept) < REPORT_LINES or partial.startswith(SUMMARY)):
+        kept.append(_own(partial))
     return kept, True
+
+
+def _own(line: bytes) -> str:
+    return line.decode(errors="replace").removeprefix("=========").rstrip()

@@ -5,14 +5,15 @@ may give the right answer on every run the driver makes. NVIDIA's racecheck tool
 shared-memory access instead and reports two accesses from different threads with no barrier
 between them; synccheck reports barriers that not every thread of a block reaches. The case runs
 once more under each tool, boxed and bounded exactly as the crash replay is (`diagnose.py`'s
-`sanitizer_replay`), and the first hazard is reported with its kernel and source line.
+`sanitizer_replay`), and the first hazard is reported with its kernel and source line. A check that
+could not be completed is said so (`race-check-inconclusive`), never read as "no hazard".
 """
 
 from __future__ import annotations
 
 import re
 
-from labrunner.run.diagnose import SANITIZER, sanitizer_replay
+from labrunner.run.diagnose import REPLAY_FACTOR, SANITIZER, sanitizer_replay
 
 TOOLS = ("racecheck", "synccheck")
 _LOCATION = re.compile(r"in (?:\S*/)?([^/\s:]+):(\d+)(?::(\w+)\()?")
@@ -20,20 +21,29 @@ _KERNEL_AT = re.compile(r"at (?:0x[0-9a-f]+ in )?(\w+)\+0x")
 _ACCESS = re.compile(r"(Read|Write) access")
 
 
-def find_hazard(payload: dict, case_timeout_s: float) -> str | None:
-    """The first hazard racecheck or synccheck reports on one case, in one line; None when neither
-    reports one or compute-sanitizer is not installed."""
+def find_hazard(payload: dict, case_timeout_s: float) -> tuple[str | None, str | None]:
+    """(hazard, inconclusive): the first hazard racecheck or synccheck reports on one case, in one
+    line, or the reason the check could not be made.
+
+    It fails closed: a replay that did not finish in time, a tool that ended without its closing
+    summary (it watched only part of the run), or no compute-sanitizer at all is inconclusive, never
+    "no hazard"."""
     for name in TOOLS:
         replayed = sanitizer_replay(payload, case_timeout_s, name, print_limit=10)
         if replayed is None:
-            return None
+            return None, f"{SANITIZER} is not installed, so the GPU's race check could not run"
         reported, finished = replayed
         if not finished:
-            return None  # no hazard seen is not a hazard: the verdict stays what the run gave
+            return None, (f"{SANITIZER} --tool {name} did not finish within {REPLAY_FACTOR * case_timeout_s:g} s "
+                          f"({REPLAY_FACTOR} times the case's {case_timeout_s:g} s), so the kernel was not "
+                          "checked for races")
         hazard = parse_hazard(name, "\n".join("=========" + line for line in reported))
         if hazard:
-            return hazard
-    return None
+            return hazard, None
+        if not any(line.startswith(" ERROR SUMMARY:") for line in reported):
+            return None, (f"{SANITIZER} --tool {name} ended without its error summary, so it did not watch "
+                          "the whole run")
+    return None, None
 
 
 def parse_hazard(tool: str, report: str) -> str | None:

@@ -1,31 +1,27 @@
-"""The box a process that runs student code lives in, and how it ends.
+"""A boxed process's life: how it starts, what it sets on itself first, and how it ends.
 
-Modelled on ioi/isolate's checklist (environment, directories, limits), with what an
-unprivileged Python process can do:
+What a boxed process can reach is decided by its box (`labrunner/box.py`, made by bubblewrap: its
+own namespaces, a read-only toolchain, one private tmpfs at /job, a cleared environment, death with
+its parent). This module starts the process in it and adds, inside, what a box cannot say from
+outside, modelled on ioi/isolate's checklist (environment, directories, limits):
 
-- its own session and process group (`setsid`), so it can be ended as a group, and it is made
-  a child subreaper, so what it forks and orphans stays in its tree, where the driver finds it;
-  a process that runs student host code is, where the kernel allows it, the first process of
-  a PID namespace of its own, so that its death takes everything it started with it;
-- a scrubbed environment: only the names in `ENV_ALLOWED` pass (what the CUDA driver, CuPy and
-  the C++ compiler need), HOME, TMPDIR and the caches point into the private directory, and
-  nothing else of the grader's (no `ATTNLAB_SEED`, no tokens) is there to read;
-- a private, empty working directory, removed when the process ends;
+- its own session and process group, so it can be ended as a group, and it is made a child
+  subreaper, so what it forks and orphans stays in its tree, where the driver finds it;
+- the environment: only the names in `ENV_ALLOWED` pass (what the CUDA driver, CuPy and the C++
+  compiler need), HOME, TMPDIR and the caches point into the private directory, and nothing else
+  of the grader's (no `ATTNLAB_SEED`, no tokens) is there to read;
 - resource limits (`Limits`), set by the process itself first thing, before any student code;
 - for processes that run student host code (the CPU backend): root's capabilities dropped for
   good, and where the kernel offers Landlock, a ruleset that lets it write only inside its
-  private directory (and /dev/null) and signal no process outside its own sandbox; the driver
-  makes itself non-dumpable, so its /proc files (its initial environment, with `ATTNLAB_SEED`)
-  are out of a boxed process's reach;
+  private directory (and /dev/null) and signal no process outside its own box; the driver makes
+  itself non-dumpable, so its /proc files are out of reach even of a process it did not box;
 - when it ends, however it ends, every process in its tree and its group gets SIGKILL
   (`Sandbox.kill`), so no process it started outlives the grade.
 
-What it does not do: hide files that the grader's user can read (only writing is confined);
-confine writes where the kernel has no Landlock (`LANDLOCK_ABI` is then 0); or, where the
-kernel allows no PID namespace (`PID_NAMESPACE` is then False), catch a process that leaves its
-session after the worker has died, since its orphans then go to init (the CPU backend's
-system-call filter, where it runs, refuses fork before any of this; on the GPU no student host
-code runs at all).
+Where no box can be made (`box.availability()` says why), a process starts as before the box
+existed: in a private host folder, with the same environment, limits and confinements, and, where
+the kernel allows it, as the first process of a PID namespace of its own. The CPU backend then
+refuses to grade unless `--unsafe-cpu` (see `commands/grade.py`); the GPU path says it runs unboxed.
 """
 
 from __future__ import annotations
@@ -44,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import labrunner
+from labrunner import box as boxes
 
 ENV_ALLOWED = (
     "PATH", "LD_LIBRARY_PATH",                                  # the Python, the compiler, libcuda
@@ -96,7 +93,7 @@ def limits_for(backend: str) -> Limits:
     return GPU_LIMITS if backend == "gpu" else CPU_LIMITS
 
 
-def scrubbed_environment(private: Path, host_code: bool = True) -> dict[str, str]:
+def scrubbed_environment(private: Path, host_code: bool = True, boxed: bool = False) -> dict[str, str]:
     """The whole environment of a boxed process: the allow-list, and everything else pointing inside.
 
     One exception: a process that runs no student host code (a GPU worker, the crash replay) keeps
@@ -106,7 +103,8 @@ def scrubbed_environment(private: Path, host_code: bool = True) -> dict[str, str
     env = {name: os.environ[name] for name in ENV_ALLOWED if name in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     tmp = private / "tmp"
-    tmp.mkdir(exist_ok=True)
+    if not boxed:  # a box makes its own /job/tmp
+        tmp.mkdir(exist_ok=True)
     env.update({
         "HOME": str(private), "TMPDIR": str(tmp), "CUPY_CACHE_DIR": str(private / "cupy"),
         "CUDA_CACHE_PATH": str(private / "nv"), "XDG_CACHE_HOME": str(private / "cache"),
@@ -115,9 +113,22 @@ def scrubbed_environment(private: Path, host_code: bool = True) -> dict[str, str
         # against the process limit
         "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
     })
-    if not host_code:
-        env["CUPY_CACHE_DIR"] = os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+    if not host_code and not boxed:
+        env["CUPY_CACHE_DIR"] = grader_cupy_cache()
     return env
+
+
+def grader_cupy_cache() -> str:
+    """The driver's own CuPy kernel cache (only trusted processes write it)."""
+    return os.environ.get("CUPY_CACHE_DIR") or os.path.expanduser("~/.cupy/kernel_cache")
+
+
+# A boxed GPU process starts with a copy of the grader's CuPy cache in its private folder (CuPy
+# compiles its own elementwise kernels, such as the poison fill, on first use, and a cold cache costs
+# every worker seconds); the copy is private, so nothing a box writes reaches the grader's cache.
+# Bounded, so that a cache grown large costs a box start no more than this.
+CUPY_CACHE_COPY_BYTES = 256 * MIB
+BOXED_CUPY_CACHE_SOURCE = "/attnlab-cupy-cache"
 
 
 # The first thing a boxed Python runs: its limits, then the module it was started for. `-I` keeps
@@ -126,36 +137,76 @@ _BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); from labrunner.run.s
               "enter(sys.argv[2], sys.argv[3], sys.argv[4:])")
 
 
-def python_command(module: str, limits: Limits, private: Path, *args: str) -> list[str]:
+def python_command(module: str, limits: Limits, private: Path, *args: str, boxed: bool = False) -> list[str]:
     return [sys.executable, "-I", "-c", _BOOTSTRAP, PACKAGE_ROOT,
-            json.dumps({**asdict(limits), "private": str(private)}), module, *args]
+            json.dumps({**asdict(limits), "private": str(private), "boxed": boxed}), module, *args]
 
 
 class Sandbox:
-    """One boxed process: its private directory, its process, and the way to end all of it."""
+    """One boxed process: its box, its process, and the way to end all of it.
 
-    def __init__(self, prefix: str = "attnlab-worker-"):
+    `private` is the private folder as the process sees it: /job inside a box (a tmpfs that goes
+    with the box), else a host folder removed by `kill`."""
+
+    def __init__(self, purpose: boxes.Purpose = boxes.CPU_RUN, prefix: str = "attnlab-worker-"):
         keep_driver_private()
-        self.private = Path(tempfile.mkdtemp(prefix=prefix))
+        self.purpose = purpose
+        self.boxed = boxes.availability() is None
+        self._host_private = None if self.boxed else Path(tempfile.mkdtemp(prefix=prefix))
+        self.private = Path(boxes.PRIVATE) if self.boxed else self._host_private
         self.process: subprocess.Popen | None = None
+        self._data: dict[str, int] = {}
+
+    def python_command(self, module: str, limits: Limits, *args: str) -> list[str]:
+        """`python -m module args` as the box starts it: limits and confinements first (`enter`)."""
+        return python_command(module, limits, self.private, *args, boxed=self.boxed)
+
+    def add_file(self, name: str, data: bytes) -> Path:
+        """A read-only file the process finds in its private folder: in a box it comes through a
+        memory file (nothing on disk), else it is written into the host folder."""
+        if not self.boxed:
+            (self.private / name).write_bytes(data)
+            return self.private / name
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        self._data[str(self.private / name)] = fd
+        return self.private / name
 
     def start(self, command: list[str], stdout: int, pass_fds: tuple[int, ...] = (),
-              host_code: bool = True) -> subprocess.Popen:
+              host_code: bool = True, readable: tuple[str, ...] = ()) -> subprocess.Popen:
         """Start `command` boxed, its stdout and stderr both to `stdout`. `host_code`: whether it
-        runs a student's host code (the CPU backend), for the environment's caches."""
+        runs a student's host code (the CPU backend), for the environment's caches. `readable`:
+        more read-only paths for the box (the tests' probe)."""
+        env = scrubbed_environment(self.private, host_code, self.boxed)
+        if self.boxed:
+            if not host_code and os.path.isdir(grader_cupy_cache()):
+                readable = (*readable, grader_cupy_cache())
+                env["ATTNLAB_CUPY_CACHE_SOURCE"] = grader_cupy_cache()
+            command = boxes.wrap(self.purpose, command, env, readable, self._data)
+            pass_fds = (*pass_fds, *self._data.values())
         self.process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stdout,
-            pass_fds=pass_fds, env=scrubbed_environment(self.private, host_code), cwd=self.private,
+            pass_fds=pass_fds, env=env, cwd=self.private if not self.boxed else "/",
             start_new_session=True, close_fds=True)
+        for fd in self._data.values():  # the box has read them by the time it runs anything
+            os.close(fd)
+        self._data.clear()
         return self.process
 
     def kill(self) -> None:
-        """SIGKILL to every process in the tree and in the group, then the directory goes."""
+        """SIGKILL to every process in the tree and in the group, then the host folder goes."""
         if self.process is not None:
             end_process_tree(self.process.pid)
             self.process.wait()
             self.process = None
-        shutil.rmtree(self.private, ignore_errors=True)
+        for fd in self._data.values():
+            os.close(fd)
+        self._data.clear()
+        if self._host_private is not None:
+            shutil.rmtree(self._host_private, ignore_errors=True)
 
 
 def keep_driver_private() -> None:
@@ -231,16 +282,38 @@ def enter(settings: str, module: str, args: list[str]) -> None:
     global LANDLOCK_ABI, PID_NAMESPACE
     config = json.loads(settings)
     private = config.pop("private")
+    boxed = config.pop("boxed", False)
     limits = Limits(**config)
     apply_limits(limits)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if boxed:
+        PID_NAMESPACE = True  # the box's own, made by bubblewrap
+        copy_cupy_cache(os.environ.pop("ATTNLAB_CUPY_CACHE_SOURCE", None), os.environ.get("CUPY_CACHE_DIR"))
     if limits.host_code:
-        PID_NAMESPACE = enter_pid_namespace()
+        if not boxed:
+            PID_NAMESPACE = enter_pid_namespace()
         drop_capabilities()
         LANDLOCK_ABI = confine_writes([private, "/dev/null"])
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def copy_cupy_cache(source: str | None, destination: str | None) -> None:
+    """The grader's CuPy cache, read-only in the box, copied into the private folder (up to
+    `CUPY_CACHE_COPY_BYTES`), before any student code: CuPy then finds its own kernels built."""
+    if not source or not destination or not os.path.isdir(source):
+        return
+    os.makedirs(destination, exist_ok=True)
+    budget = CUPY_CACHE_COPY_BYTES
+    for entry in sorted(os.scandir(source), key=lambda e: e.name):
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        size = entry.stat(follow_symlinks=False).st_size
+        if size > budget:
+            continue
+        shutil.copyfile(entry.path, os.path.join(destination, entry.name), follow_symlinks=False)
+        budget -= size
 
 
 def apply_limits(limits: Limits) -> None:

@@ -31,7 +31,8 @@ from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Launch
 from labrunner.run import replies
 from labrunner.run.kernel_output import CappedOutput
-from labrunner.run.sandbox import Sandbox, limits_for, python_command
+from labrunner import box as boxes
+from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
 from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireError, WireTimeout
 
@@ -85,13 +86,13 @@ class Worker:
         return self._sandbox.process.pid if self._sandbox and self._sandbox.process else None
 
     def _start(self) -> None:
-        box = Sandbox()
+        box = Sandbox(boxes.GPU_RUN if self.backend == "gpu" else boxes.CPU_RUN)
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         output = self.output.pipe()
         limits = limits_for(self.backend)
-        command = python_command("labrunner.run.worker_main", limits, box.private,
-                                 self.backend, str(request_read), str(reply_write))
+        command = box.python_command("labrunner.run.worker_main", limits, self.backend, str(request_read),
+                                     str(reply_write))
         try:
             box.start(command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code)
         except OSError:
@@ -195,7 +196,7 @@ class Worker:
         if process is None:
             return None
         try:
-            return process.wait(grace_s)
+            return boxes.command_status(process.wait(grace_s)) if self._sandbox.boxed else process.wait(grace_s)
         except Exception:
             return None
 
