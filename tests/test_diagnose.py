@@ -12,6 +12,7 @@ import stat
 import numpy as np
 
 from labrunner.run.diagnose import replay_under_sanitizer
+from labrunner.run.racecheck import find_hazard
 
 REPORT = """\
 ========= COMPUTE-SANITIZER
@@ -27,16 +28,20 @@ REPORT = """\
 """
 
 
+# The stand-in finds the file its report goes to (`--log-file`) as the real tool does, in $log.
+FIND_LOG = 'for arg; do [ "$previous" = --log-file ] && log="$arg"; previous="$arg"; done\n'
+
+
 def fake_sanitizer(tmp_path, monkeypatch, body: str) -> None:
     tool = tmp_path / "bin" / "compute-sanitizer"
     tool.parent.mkdir()
-    tool.write_text("#!/bin/sh\n" + body)
+    tool.write_text("#!/bin/sh\n" + FIND_LOG + body)
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
 
 
 def test_the_kernel_line_thread_and_address_are_kept_and_the_rest_dropped(tmp_path, monkeypatch):
-    fake_sanitizer(tmp_path, monkeypatch, f"cat <<'EOF'\n{REPORT}EOF\nexit 1\n")
+    fake_sanitizer(tmp_path, monkeypatch, f"cat > \"$log\" <<'EOF'\n{REPORT}EOF\nexit 1\n")
     assert replay_under_sanitizer({"source": ""}, case_timeout_s=10).splitlines() == [
         " Invalid __global__ write of size 4 bytes",
         "     at flash_prefill+0x1f0 in illegal_address.cu:5",
@@ -46,7 +51,7 @@ def test_the_kernel_line_thread_and_address_are_kept_and_the_rest_dropped(tmp_pa
 
 
 def test_a_sanitizer_that_reports_nothing_gives_no_diagnosis(tmp_path, monkeypatch):
-    fake_sanitizer(tmp_path, monkeypatch, "echo '========= ERROR SUMMARY: 0 errors'\n")
+    fake_sanitizer(tmp_path, monkeypatch, "echo '========= ERROR SUMMARY: 0 errors' > \"$log\"\n")
     assert replay_under_sanitizer({"source": ""}, case_timeout_s=10) is None
 
 
@@ -80,9 +85,11 @@ def test_the_replayed_case_travels_as_json_and_npy_files_never_pickle(tmp_path):
 
 def test_the_replay_runs_boxed_without_the_secret_and_leaves_no_process(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_SEED", "987654321")
-    fake_sanitizer(tmp_path, monkeypatch, 'sleep 3131 &\necho "=========     at seed=[$ATTNLAB_SEED] in [$PWD]"\n')
+    fake_sanitizer(tmp_path, monkeypatch,
+                   'sleep 3131 &\necho "=========     at seed=[$ATTNLAB_SEED] in [$PWD] sees [$(ls /tmp)]" > "$log"\n')
     report = replay_under_sanitizer({"source": ""}, case_timeout_s=10)
-    assert report.startswith("     at seed=[] in [") and "/attnlab-diagnose-" in report
+    # the box's private folder; of the host's /tmp only the way to the stand-in tool itself
+    assert report == f"     at seed=[] in [/job] sees [{tmp_path.parts[2]}]"
     left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == b"sleep\x003131\x00"]
     assert left == []
 
@@ -93,3 +100,46 @@ def _cmdline(pid: str) -> bytes:
             return handle.read()
     except OSError:
         return b""
+
+
+RACE = """\
+========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at flash_prefill+0x2a0 in flash.cu:41
+=========     and Read access at flash_prefill+0x310 in flash.cu:47 [512 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_race_check_reads_the_tools_own_report_however_much_the_kernel_prints(tmp_path, monkeypatch):
+    """A kernel's printf goes to stdout; the report to a pipe of its own, so a flood cannot hide it."""
+    fake_sanitizer(tmp_path, monkeypatch, 'i=0; while [ $i -lt 3000 ]; do echo "========= RACECHECK SUMMARY: 0 hazards"; '
+                                          f'i=$((i+1)); done\ncat > "$log" <<\'EOF\'\n{RACE}EOF\n')
+    assert find_hazard({"source": ""}, case_timeout_s=10) == (
+        "racecheck: shared-memory race in kernel flash_prefill between a write at flash.cu:41 and a read at "
+        "flash.cu:47: a missing __syncthreads()?", None)
+
+
+def test_a_race_check_that_does_not_finish_is_inconclusive_never_clean(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, "exec sleep 30\n")
+    assert find_hazard({"source": ""}, case_timeout_s=0.5) == (None, (
+        "compute-sanitizer --tool racecheck did not finish within 1.5 s (3 times the case's 0.5 s), so the kernel "
+        "was not checked for races"))
+
+
+def test_a_race_check_whose_tool_ends_without_its_summary_is_inconclusive(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, "echo '========= COMPUTE-SANITIZER' > \"$log\"\nexit 0\n")
+    assert find_hazard({"source": ""}, case_timeout_s=10) == (None, (
+        "compute-sanitizer --tool racecheck ended without its error summary, so it did not watch the whole run"))
+
+
+def test_a_clean_race_check_sees_both_tools_summaries(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, "echo '========= ERROR SUMMARY: 0 errors' > \"$log\"\n")
+    assert find_hazard({"source": ""}, case_timeout_s=10) == (None, None)
+
+
+def test_a_race_check_without_the_sanitizer_is_inconclusive(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_hazard({"source": ""}, case_timeout_s=10) == (
+        None, "compute-sanitizer is not installed, so the GPU's race check could not run")
