@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labrunner.exit_codes import environment_error
+
 # The tool that makes the box; `ATTNLAB_BWRAP` names another copy of it (an unpacked .deb, say).
 BWRAP_VARIABLE = "ATTNLAB_BWRAP"
 PRIVATE = "/job"  # the one writable folder inside every box, a tmpfs
@@ -103,6 +105,18 @@ def availability() -> str | None:
         said = (done.stderr.strip().splitlines() or ["no message"])[-1]
         return f"bubblewrap ({tool}) cannot make a box here: {said} (user namespaces may be disabled)"
     return None
+
+
+# Set once by the command line's --require-box: then a process that would start unboxed is refused.
+REQUIRED = False
+
+
+def boxed() -> bool:
+    """Whether the next process starts in a box; with `REQUIRED`, no box is an environment error (exit 6)."""
+    reason = availability()
+    if reason is not None and REQUIRED:
+        raise environment_error(f"--require-box: no box can be made here: {reason}")
+    return reason is None
 
 
 def describe() -> str:

@@ -37,7 +37,8 @@ def test_a_newline_in_a_message_cannot_start_another_command():
     data = RunResult("grade", "lab2", "a.cu", error="a.cu: refused\n::warning::pwned 100%",
                      error_code=ExitCode.USAGE).to_json()
     (line,) = github_annotations(data)
-    assert line == "::error file=a.cu,title=attnlab lab2%3A usage-error::a.cu: refused%0A::warning::pwned 100%25"
+    # the second line's own `::` is shown (`\x3a:`) as well, so even a log that splits at %0A reads no command
+    assert line == "::error file=a.cu,title=attnlab lab2%3A usage-error::a.cu: refused%0A\\x3a:warning::pwned 100%25"
     assert "\n" not in line
 
 
@@ -58,3 +59,29 @@ def test_a_single_file_prints_its_annotations_after_the_verdict(tmp_path, monkey
     assert result.exit_code == 3
     assert result.stdout.startswith("::error file=broken.cu,line=2,title=attnlab lab2%3A compile error::")
     assert result.stderr.startswith("broken.cu(2): error: ")  # a compiler's line says error once
+
+
+def test_a_hostile_file_name_stays_inside_its_property():
+    import os
+
+    from labrunner.run.untrusted_text import shown_path
+
+    name = os.fsdecode(b"subs/a\n::stop-commands::tok,x\x1b[2J\xff.cu")
+    # as a grade makes it: the message names the file as shown (build/source.py's label)
+    data = RunResult("grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file",
+                     error_code=ExitCode.USAGE).to_json()
+    (line,) = github_annotations(data)
+    shown = "subs/a\\x0a%3A%3Astop-commands%3A%3Atok%2Cx\\x1b[2J\\xff.cu"
+    assert line == (f"::error file={shown},title=attnlab lab2%3A usage-error::"
+                    "subs/a\\x0a::stop-commands::tok,x\\x1b[2J\\xff.cu: is a FIFO, not a regular file")
+
+
+def test_the_kernel_line_is_never_read_through_a_link(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "kernels/lab2/starter.cu", "real.cu")
+    os.symlink("real.cu", "link.cu")
+    cases = [CaseResult("C17-P31", "wrong", "row 0: got 1, expected 2", 17, 31)]
+    data = RunResult("grade", "lab2", "link.cu", backend="cpu", cases=cases).to_json()
+    assert github_annotations(data) == ["::error file=link.cu,title=attnlab lab2 C17-P31%3A wrong::row 0: got 1, expected 2"]

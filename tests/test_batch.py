@@ -265,3 +265,26 @@ def test_a_submission_named_like_an_option_is_still_a_file():
     task = batch.SubmissionTask("lab2", "-rf.cu", ("--device", "cpu"), "/o/a.json", "/o/a.xml", None, "/w", python="py")
     assert task.argv() == ["py", "-m", "labrunner", "grade", "--json", "/o/a.json", "--junit", "/o/a.xml",
                            "--device", "cpu", "--", "lab2", "-rf.cu"]
+
+
+def test_a_folder_lists_links_fifos_and_odd_names_without_following_any(tmp_path):
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret/s.cu").write_text("")
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    (folder / "a.cu").write_text("")
+    os.symlink("../secret/s.cu", folder / "link.cu")
+    os.symlink("../secret", folder / "folder_link.cu")  # a link to a folder is listed, never entered
+    os.mkfifo(folder / "pipe.cu")
+    (folder / "real_folder.cu").mkdir()  # a folder is not a submission, and is not descended into
+    not_utf8 = os.fsdecode(b"\xff.cu")
+    (folder / not_utf8).write_text("")
+    assert batch.expand_submissions((folder,)) == [folder / n for n in
+                                                  ("a.cu", "folder_link.cu", "link.cu", "pipe.cu", not_utf8)]
+
+
+def test_report_names_are_safe_file_names():
+    files = [Path("evil\n::error::x.cu"), Path("\x1b[2J.cu"), Path(os.fsdecode(b"\xff.cu")), Path("y;=1+1;.cu"),
+             Path(".hidden.cu"), Path("-rf.cu"), Path("A.cu"), Path("a.cu"), Path("Junit.cu"), Path("a" * 300 + ".cu")]
+    assert batch.report_names(files) == ["evil___error__x", "__2J", "_", "y__1_1_", "_hidden", "_rf", "A", "a-2",
+                                         "Junit-2", "a" * 100]

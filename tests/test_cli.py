@@ -19,6 +19,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from labrunner import box as boxes
 from labrunner.commands import grade as grade_module
 from labrunner.commands.cli import main
 
@@ -324,6 +325,23 @@ def test_doctor_without_a_gpu_exits_0_and_shows_the_golden_proof(runner, no_gpu,
     assert data["notes"][0] == "GPU and driver: missing: no GPU found: grade with --device cpu (correctness only)"
     assert data["oracle_proof"]["passed"] is True and data["oracle_proof"]["max_error"] <= 1e-12
     assert data["cases"] == []
+
+
+def test_doctor_names_the_box_and_the_tool_that_made_it(runner, no_gpu, tmp_path):
+    if boxes.availability() is not None:
+        pytest.skip(f"no box here: {boxes.availability()}")
+    result = invoke(runner, "doctor")
+    assert re.search(r"│ box +│ ok +│ bubblewrap \d+\.\d+\.\d+ \(\S*bwrap\): mount, PID, IPC, UTS, network and user",
+                     result.stdout), result.stdout
+
+
+def test_doctor_without_a_box_says_what_is_missing_and_what_it_costs(runner, no_gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(boxes, "availability", lambda: "bubblewrap is not installed (apt-get install bubblewrap, or "
+                                                       "set ATTNLAB_BWRAP to a bwrap binary)")
+    result = invoke(runner, "doctor", "--json", "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert ("box: missing: bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap "
+            "binary): --device cpu refuses to grade, the GPU path runs unboxed (--require-box refuses)") in data["notes"]
 
 
 # --- help ------------------------------------------------------------------------------------

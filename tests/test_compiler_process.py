@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from labrunner import box as boxes
 from labrunner.build import compiler_process
 from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.diagnostics import gcc_diagnostics, nvrtc_diagnostics
@@ -58,7 +59,7 @@ def test_the_macro_bomb_is_a_compile_error_when_the_clock_runs_out(started):
     assert message == "macro_bomb.cu: error: the compiler did not finish in 2 s (--compile-timeout)"
     # Stopped at the limit, not minutes later when NVRTC would have given up on its own.
     assert time.monotonic() - began < 2 + 15
-    (process,) = [p for p in started if p.args[0] == sys.executable]
+    (process,) = [p for p in started if sys.executable in p.args]
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)  # the compiler's whole process group is gone
 
@@ -95,7 +96,19 @@ def test_the_child_runs_in_an_empty_folder_that_is_removed_afterwards(monkeypatc
     compiled, log, _ = run_nvrtc('#include "."\n', "t.cu", "sm_90", [])  # a quoted include searches the working folder
     assert not compiled
     assert list(tmp_path.iterdir()) == []
-    assert started[0].args[1:3] == ["-I", "-S"]  # a fresh, isolated interpreter with no site-packages
+    python = started[0].args.index(sys.executable)
+    assert started[0].args[python + 1:python + 3] == ["-I", "-S"]  # a fresh, isolated interpreter, no site-packages
+
+
+@pytest.mark.skipif(boxes.availability() is not None, reason=f"no box here: {boxes.availability()}")
+def test_the_child_is_boxed_a_file_the_grader_can_read_is_not_there(tmp_path):
+    """Behind the include policy: even a path NVRTC is told to include does not exist in the box."""
+    secret = tmp_path / "secret.h"
+    secret.write_text(f"#error {MARKER}\n")
+    compiled, log, _ = run_nvrtc(f'#include "{secret}"\n', "t.cu", "sm_90", [])
+    assert not compiled
+    assert MARKER not in log
+    assert log.splitlines()[0] == f't.cu(1): catastrophic error: cannot open source file "{secret}"'
 
 
 def test_a_reply_that_is_not_the_protocols_json_is_a_compile_error(monkeypatch, tmp_path):
@@ -166,8 +179,10 @@ def test_gccs_lines_about_the_students_file_are_rewritten_as_nvrtc_writes_them()
     ]
 
 
-def test_an_error_inside_a_header_is_reported_without_the_headers_lines(tmp_path):
-    """The second wall: even a compile that opened another file shows none of its lines."""
+def test_an_error_inside_a_header_is_reported_without_the_headers_lines(tmp_path, monkeypatch):
+    """The third wall: even a compile that opened another file shows none of its lines (the box, which
+    would not hold the file at all, is taken away for this test)."""
+    monkeypatch.setattr(boxes, "availability", lambda: "no box, for this test")
     secret = tmp_path / "secret.h"
     secret.write_text(f"int {MARKER.replace('-', '_')} = ;\n")
     # compile_module skips the include policy on purpose: this is the wall behind it.

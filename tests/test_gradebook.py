@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 from labrunner.exit_codes import ExitCode
-from labrunner.report.gradebook import COLUMNS, hints_text, row, write_gradebook
+from labrunner.report.gradebook import COLUMNS, hints_text, row, spreadsheet_safe, write_gradebook
 from labrunner.report.results import CaseResult, RunResult
 
 SHA = "ab" * 32
@@ -60,3 +60,39 @@ def test_cells_a_spreadsheet_would_run_as_formulas_are_written_as_text(tmp_path)
     assert list(rows[0]) == list(COLUMNS)
     assert rows[0]["file"] == "'=HYPERLINK(\"http://x\").cu"
     assert (rows[0]["sha256"], rows[0]["verdict"], rows[0]["exit_code"]) == (SHA, "pass", "0")
+
+
+def written(tmp_path, file: str, **fields) -> tuple[dict, str]:
+    data = {**RunResult("grade", "lab2", file, sha256=SHA).to_json(), **fields}
+    write_gradebook([row(data, seconds=1.25)], tmp_path / "g.csv")
+    raw = (tmp_path / "g.csv").read_text(encoding="utf-8")
+    with open(tmp_path / "g.csv", newline="", encoding="utf-8") as handle:
+        return next(csv.DictReader(handle)), raw
+
+
+def test_every_field_is_quoted_and_the_grader_s_numbers_stay_numbers(tmp_path):
+    entry, raw = written(tmp_path, "a.cu")
+    assert raw.splitlines() == ['"file","sha256","verdict","exit_code","speedup","gate_met","first_failing_case","hints","seconds"',
+                                f'"a.cu","{SHA}","pass","0","","","","","1.2"']
+
+
+def test_a_formula_after_a_separator_a_spreadsheet_splits_on_is_text_too(tmp_path):
+    assert written(tmp_path, "y;=1+1;.cu")[0]["file"] == "y;'=1+1;.cu"
+    assert written(tmp_path, "a,+1|@SUM(A1)\t-2.cu")[0]["file"] == "a,'+1|'@SUM(A1)\t'-2.cu"
+    assert written(tmp_path, "a; =1.cu")[0]["file"] == "a;' =1.cu"  # spaces before the opener do not hide it
+    assert written(tmp_path, "\t=1.cu")[0]["file"] == "'\t'=1.cu"
+    assert written(tmp_path, "a-b;c=d.cu")[0]["file"] == "a-b;c=d.cu"  # inside a cell, `-` and `=` are text
+    assert written(tmp_path, "ok.cu", hints=[{"text": "=HYPERLINK(1); -2"}])[0]["hints"] == "'=HYPERLINK(1);' -2"
+
+
+def test_a_name_with_controls_or_bytes_that_are_not_utf8_is_shown_not_a_crash(tmp_path):
+    import os
+
+    entry, raw = written(tmp_path, os.fsdecode(b"subs/\xff\n\x1b[2J.cu"))
+    assert entry["file"] == "subs/\\xff\\x0a\\x1b[2J.cu"
+    assert "\x1b" not in raw and len(raw.splitlines()) == 2
+
+
+def test_spreadsheet_safe_is_idempotent():
+    for text in ("y;=1+1;.cu", "=x", "a\t\t=1", "'=x", "plain"):
+        assert spreadsheet_safe(spreadsheet_safe(text)) == spreadsheet_safe(text)

@@ -106,3 +106,21 @@ def test_the_aggregate_holds_every_suite_and_their_totals(tmp_path):
     assert isinstance(xml, junitparser.JUnitXml)
     assert (xml.name, xml.tests, xml.failures, xml.errors, xml.skipped, xml.time) == ("attnlab lab2", 3, 3, 0, 0, 2.5)
     assert [(s.name, s.tests) for s in xml] == [("attnlab lab2 a.cu", 2), ("attnlab lab2 b.cu", 1)]
+
+
+def test_a_hostile_file_name_is_shown_in_the_suite_and_its_classname(tmp_path):
+    import os
+
+    from labrunner.run.untrusted_text import shown_path
+
+    name = os.fsdecode(b"subs/a\n::error::b\x1b[2J\xff.v2.cu")
+    result = RunResult("grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file",
+                       error_code=ExitCode.USAGE)
+    write_junit(result, tmp_path / "r.xml")
+    raw = (tmp_path / "r.xml").read_text(encoding="utf-8")
+    assert "\x1b" not in raw and "\n::" not in raw
+    suite = parse(tmp_path / "r.xml")
+    (case,) = list(suite)
+    assert suite.name == "attnlab lab2 subs/a\\x0a::error::b\\x1b[2J\\xff.v2.cu"
+    assert case.classname == "attnlab.lab2.a\\x0a::error::b\\x1b[2J\\xff_v2"
+    assert case.result[0].message == "subs/a\\x0a::error::b\\x1b[2J\\xff.v2.cu: is a FIFO, not a regular file"

@@ -64,3 +64,48 @@ def test_kernel_output_keeps_the_first_bytes_and_counts_the_rest():
     os.close(write_end)
     output.finish()
     assert output.lines() == ["0123456789", "... 8 more bytes not shown (the first 10 bytes are kept)"]
+
+
+# --- what a CI log or a terminal would read as a command --------------------------------------------
+
+def test_a_line_that_would_be_a_workflow_command_is_shown_as_text():
+    assert shown("::error::pwned") == "\\x3a:error::pwned"
+    assert shown("  \t::stop-commands::tok") == "  \t\\x3a:stop-commands::tok"  # the runner trims leading space
+    assert shown("x ##[error]pwned ##[set-env name=A]b") == "x \\x23#[error]pwned \\x23#[set-env name=A]b"
+    assert shown_text("std::vector\n  ::memcpy(a, b, 4);") == "std::vector\n  \\x3a:memcpy(a, b, 4);"
+    for text in ("::error::x", "  ::x", "###[x", "##[##[", "a\n::b"):
+        assert shown(shown(text)) == shown(text) and shown_text(shown_text(text)) == shown_text(text), text
+
+
+def test_a_name_that_is_not_utf8_is_shown_byte_by_byte():
+    from labrunner.run.untrusted_text import shown_path
+
+    assert shown_path(b"sub/\xff\xfe.cu") == "sub/\\xff\\xfe.cu"
+    assert shown_path(os.fsdecode(b"\xc3.cu")) == "\\xc3.cu"
+    assert shown_path("caf\u00e9.cu") == "caf\u00e9.cu"  # UTF-8 that decodes is a name, not an escape
+    assert shown("\ud800") == "\\ud800"  # a lone surrogate that is no escaped byte keeps its code point
+
+
+def test_progress_lines_and_the_batch_table_show_names_escaped(monkeypatch):
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=300, color_system=None)
+    monkeypatch.setattr(terminal, "stderr", console)
+    monkeypatch.setattr(terminal, "stdout", console)
+    name = "a\n::error::b\x1b[2J.cu"
+    with terminal.batch_progress(1) as progress:
+        progress(f"{name}: compile-error (exit 3)")
+    terminal.heading(f"{name}: compiles for lab2")
+    terminal.batch_report("lab2", [{"file": name, "verdict": "compile-error", "exit_code": 3, "speedup": "",
+                                    "gate_met": "", "first_failing_case": "compile", "seconds": "1.0"}], [], 3)
+    lines = buffer.getvalue().splitlines()
+    assert lines[:2] == ["[1/1] a\\x0a::error::b\\x1b[2J.cu: compile-error (exit 3)",
+                         "a\\x0a::error::b\\x1b[2J.cu: compiles for lab2"]
+    assert any("a\\x0a::error::b\\x1b[2J.cu" in line for line in lines[2:])
+    assert "\x1b" not in buffer.getvalue() and not any(line.lstrip().startswith("::") for line in lines)
+
+
+def test_kernel_output_is_never_wrapped_into_a_line_of_its_own(monkeypatch):
+    buffer = io.StringIO()
+    monkeypatch.setattr(terminal, "stderr", Console(file=buffer, width=40, color_system=None))
+    terminal.kernel_output(["x" * 30 + " ::error::pwned"])
+    assert buffer.getvalue().splitlines()[-1] == "  | " + "x" * 30 + " ::error::pwned"  # wider than 40, unbroken

@@ -79,13 +79,13 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
     """One compile in a limited child: its JSON reply, or a compile error saying which limit it hit."""
     cpu_seconds = int(limits.timeout_s) + 2  # the wall clock decides; this only backs it up
     library = nvrtc_library()
-    boxed = boxes.availability() is None
+    boxed = boxes.boxed()
     with contextlib.ExitStack() as stack:
         workdir = boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
         command = [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)]
         if boxed:  # NVRTC's library and its builtins sit beside each other, wherever the wheel put them
             command = boxes.wrap(boxes.COMPILE, command, child_environment(workdir),
-                                 readable=(os.path.dirname(os.path.realpath(library)),))
+                                 readable=(os.path.dirname(os.path.realpath(library)), str(CHILD.parent)))
         try:
             process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

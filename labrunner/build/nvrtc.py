@@ -50,6 +50,11 @@ class CompiledModule:
     launch_constants: dict[str, int]                 # attnlab_* -> value, as the module holds it
     resources: dict[str, KernelResources] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    arch: str = DEFAULT_ARCH                         # the architecture it was built for
+    # The machine code the gate's boxed compile built (`arch` real): what the GPU worker loads, so that no
+    # second compile of the student's text happens in it. Bytes from a compiler that read the student's
+    # file: only ever handed to a box, never loaded by the driver.
+    cubin: bytes = b""
 
 
 def compose_source(user_source: str, filename: str) -> str:
@@ -85,7 +90,9 @@ def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH,
                    limits: CompileLimits = CompileLimits()) -> CompiledModule:
     """Compiles like grading does and returns what the module holds, or raises with the compiler's words."""
     composed = compose_source(user_source, filename)
-    compiled, log, ptx = run_nvrtc(composed, filename, arch, ["--ptxas-options=-v"], limits)
+    # -lineinfo as the GPU worker's build had it, so that compute-sanitizer names the student's lines
+    compiled, log, ptx, cubin = run_nvrtc(composed, filename, arch, ["--ptxas-options=-v", "-lineinfo"], limits,
+                                          with_binary=True)
     messages = nvrtc_diagnostics(log, filename)
     if not compiled:
         raise AttnlabError(compiler_error_message(messages, filename), ExitCode.COMPILE_ERROR)
@@ -93,6 +100,8 @@ def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH,
         filename=filename,
         composed_source=composed,
         ptx=ptx,
+        arch=arch,
+        cubin=cubin,
         entry_points=parse_entry_points(ptx),
         launch_constants=parse_launch_constants(ptx),
         resources=parse_resources(log),
@@ -101,9 +110,10 @@ def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH,
 
 
 def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[str],
-              limits: CompileLimits = CompileLimits()) -> tuple[bool, str, str]:
+              limits: CompileLimits = CompileLimits(), with_binary: bool = False):
     """One NVRTC compile, in a limited child process, with the driver's include folders and nothing
-    else: (compiled, log, PTX). The log is NVRTC's own; show it only through `diagnostics`."""
+    else: (compiled, log, PTX), and the machine code after them when `with_binary`. The log is NVRTC's
+    own; show it only through `diagnostics`."""
     options = [
         f"--gpu-architecture={arch}",
         "--std=c++17",
@@ -116,7 +126,14 @@ def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[str],
         raise AttnlabError(f"--arch {arch} is not a GPU architecture NVRTC knows (try sm_90)", ExitCode.USAGE)
     if reply["result"] == "NVRTC_ERROR_PROGRAM_CREATION_FAILURE":
         raise environment_error(f"NVRTC could not start a program: {reply['result']}")
-    return reply["result"] == "NVRTC_SUCCESS", reply["log"], reply["ptx"]
+    compiled = reply["result"] == "NVRTC_SUCCESS"
+    if not with_binary:
+        return compiled, reply["log"], reply["ptx"]
+    try:
+        cubin = bytes.fromhex(reply.get("cubin") or "")
+    except (TypeError, ValueError):
+        cubin = b""  # not machine code as asked: the worker compiles the source itself
+    return compiled, reply["log"], reply["ptx"], cubin
 
 
 _ENTRY = re.compile(r"\.visible\s+\.entry\s+(\w+)\s*\(([^)]*)\)", re.DOTALL)

@@ -9,7 +9,8 @@ protocol is plain data both ways, never pickle:
 
     argv:   LIBNVRTC_PATH MEMORY_MIB CPU_SECONDS
     stdin:  {"source": str, "name": str, "options": [str, ...]}
-    stdout: {"status": "done", "result": "NVRTC_SUCCESS" | "NVRTC_ERROR_...", "log": str, "ptx": str}
+    stdout: {"status": "done", "result": "NVRTC_SUCCESS" | "NVRTC_ERROR_...", "log": str, "ptx": str,
+             "cubin": hex str (the machine code, for a real architecture; "" otherwise)}
          or {"status": "no-nvrtc" | "out-of-memory" | "failed", "detail": str}
 
 NVRTC's library is loaded first (it holds no student data), then the limits are set, and only
@@ -60,9 +61,22 @@ def compile_once(nvrtc, request: dict) -> dict:
         compiled = nvrtc.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
         log = _text(nvrtc, program, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog)
         ptx = _text(nvrtc, program, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX) if compiled == 0 else ""
+        cubin = _binary(nvrtc, program) if compiled == 0 else b""
     finally:
         nvrtc.nvrtcDestroyProgram(ctypes.byref(program))
-    return {"status": "done", "result": nvrtc.nvrtcGetErrorString(compiled).decode(), "log": log, "ptx": ptx}
+    return {"status": "done", "result": nvrtc.nvrtcGetErrorString(compiled).decode(), "log": log, "ptx": ptx,
+            "cubin": cubin.hex()}
+
+
+def _binary(nvrtc, program) -> bytes:
+    """The machine code NVRTC built for a real architecture (sm_XX); empty for a virtual one."""
+    size = ctypes.c_size_t()
+    if nvrtc.nvrtcGetCUBINSize(program, ctypes.byref(size)) != 0 or size.value == 0:
+        return b""
+    buffer = ctypes.create_string_buffer(size.value)
+    if nvrtc.nvrtcGetCUBIN(program, buffer) != 0:
+        return b""
+    return buffer.raw
 
 
 def main() -> None:

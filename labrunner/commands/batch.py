@@ -21,9 +21,11 @@ are built here, from the JSON results, and the command exits with the worst subm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +46,8 @@ from labrunner.report.gradebook import row as gradebook_row
 from labrunner.report.gradebook import write_gradebook
 from labrunner.report.junit import write_aggregate
 from labrunner.report.results import SCHEMA
+from labrunner.run.untrusted_text import shown, shown_path
+from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, environment_seed
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 
@@ -77,7 +81,7 @@ class SubmissionTask:
     """One submission's grading, as a process runs it: picklable, so a Slurm job can carry it."""
 
     lab: str
-    file: str                      # as the user named it (the reports say the same)
+    file: str                      # as the user named it or the folder listed it (the reports show it escaped)
     options: tuple[str, ...]       # the grade command's options, as given
     json_path: str
     junit_path: str
@@ -103,13 +107,31 @@ class Outcome:
         self.exit_code = int(self.result.get("exit_code", ExitCode.ENVIRONMENT))
 
 
+def seed_environment() -> dict[str, str]:
+    """$ATTNLAB_SEED for a submission's own process, given only to it: the batch's driver took it out of
+    its own environment as it started (the single-file command it runs does the same at once)."""
+    seed = environment_seed()
+    return {SEED_ENVIRONMENT_VARIABLE: seed} if seed else {}
+
+
+@contextlib.contextmanager
+def environment_for_submission(extra: dict[str, str]):
+    """`extra` in this process's environment only while a cluster's jobs are submitted."""
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for name in extra:
+            os.environ.pop(name, None)
+
+
 def grade_in_process(task: SubmissionTask) -> Outcome:
     """Grade one submission through the single-file command, in a process of its own.
 
     This is the function every executor runs, on this machine or on a cluster's node."""
     Path(task.json_path).unlink(missing_ok=True)  # a result left by an earlier batch must never stand in
     started = time.perf_counter()
-    environment = {**os.environ, **dict(task.environment)}
+    environment = {**os.environ, **seed_environment(), **dict(task.environment)}
     # stdout and stderr as one stream, in the order they were written: the log reads as a terminal would
     completed = subprocess.run(task.argv(), cwd=task.cwd, env=environment, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, errors="replace", stdin=subprocess.DEVNULL)
@@ -123,7 +145,7 @@ def grade_in_process(task: SubmissionTask) -> Outcome:
     if result is None or result.get("exit_code") != completed.returncode:
         why = ended_how(completed.returncode)
         last = (completed.stdout.strip().splitlines() or [""])[-1][:300]
-        result = dead_result(task, f"the grading process {why} without a result" + (f": {last}" if last else ""))
+        result = dead_result(task, f"the grading process {why} without a result" + (f": {shown(last)}" if last else ""))
         write_json_file(result, Path(task.json_path))
     return Outcome(task, result, seconds)
 
@@ -139,7 +161,7 @@ def ended_how(returncode: int) -> str:
 
 def dead_result(task: SubmissionTask, reason: str) -> dict:
     """What a submission's result says when the job grading it died: the grader's fault, not the student's."""
-    return {"schema": SCHEMA, "command": "grade", "lab": task.lab, "file": task.file, "backend": None, "device": None,
+    return {"schema": SCHEMA, "command": "grade", "lab": task.lab, "file": shown_path(task.file), "backend": None, "device": None,
             "seed": None, "verdict": "environment-missing", "summary": "environment-missing",
             "exit_code": int(ExitCode.ENVIRONMENT), "error": reason, "skipped": 0, "hints": [], "decisive_case": None, "oracle_proof": None, "compile": None, "cases": [], "timing": None, "gate": None,
             "notes": [], "kernel_output": [], "attnlab_version": None, "sha256": None, "options": {}, "gpu": None,
@@ -156,30 +178,61 @@ def write_json_file(data: dict, path: Path) -> None:
 # --- which files ----------------------------------------------------------------------------
 
 def expand_submissions(paths: tuple[Path, ...]) -> list[Path]:
-    """Files as given, and each folder's .cu files (sorted by name), in the order named."""
+    """Files as given, and each folder's .cu entries (sorted by name), in the order named."""
     files: list[Path] = []
     for path in paths:
-        if path.is_dir():
-            found = sorted((p for p in path.iterdir() if p.suffix == ".cu" and p.is_file()), key=lambda p: p.name)
+        if path.is_dir():  # the folder as named; reading each entry walks its path as build/source.py says
+            found = folder_entries(path)
             if not found:
-                raise usage_error(f"{path}: a folder with no .cu files; name the submissions or their folder")
+                raise usage_error(f"{shown_path(path)}: a folder with no .cu files; name the submissions or their folder")
             files += found
-        else:
+        else:  # a file, or anything else: reading it says what it is
             files.append(path)
     return files
 
 
+def folder_entries(folder: Path) -> list[Path]:
+    """Every entry of `folder` named *.cu that is not itself a folder, without following links.
+
+    A link, a FIFO or a device named `x.cu` is listed like a file: grading it gives that submission
+    its usage error (build/source.py), so it has its row in the gradebook and is never graded as
+    whatever it points at. Folders are not descended into. Names come as the OS gives them, a name
+    that is not UTF-8 with surrogate escapes (`os.fsdecode`), and are only ever shown escaped."""
+    try:
+        with os.scandir(folder) as entries:
+            found = [folder / entry.name for entry in entries
+                     if Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False)]
+    except OSError as exc:
+        raise usage_error(f"{shown_path(folder)}: cannot list it ({exc.strerror}); check its permissions") from None
+    return sorted(found, key=lambda p: p.name)
+
+
+# A report's file name keeps these characters of the submission's stem and writes `_` for any other:
+# a name with a newline, an escape sequence, a `;` or bytes that are not UTF-8 becomes a name any
+# shell, spreadsheet or file system takes as it is. A leading dot or dash would hide the file or
+# read as an option, so it becomes `_` too.
+_REPORT_NAME_KEEPS = re.compile(r"[^A-Za-z0-9_.-]")
+REPORT_NAME_MAX = 100
+
+
+def report_name(path: Path) -> str:
+    """The stem of `path` as a safe file name (before it is made unique)."""
+    stem = _REPORT_NAME_KEEPS.sub("_", path.stem)[:REPORT_NAME_MAX]
+    return re.sub(r"^[.-]", "_", stem) or "submission"
+
+
 def report_names(files: list[Path]) -> list[str]:
-    """A report name per submission: its stem, made unique (a.cu twice becomes a, a-2) and never the batch's own."""
-    used = set(RESERVED_NAMES)
+    """A report name per submission: its safe stem, made unique (a.cu twice becomes a, a-2; unique without
+    regard to case, for file systems that ignore it) and never the batch's own."""
+    used = {name.lower() for name in RESERVED_NAMES}
     names = []
     for path in files:
-        stem = path.stem or "submission"
+        stem = report_name(path)
         name, n = stem, 1
-        while name in used:
+        while name.lower() in used:
             n += 1
             name = f"{stem}-{n}"
-        used.add(name)
+        used.add(name.lower())
         names.append(name)
     return names
 
@@ -296,7 +349,8 @@ def run_submitit(tasks: list[SubmissionTask], executor, finished: Callable[[Outc
                  job: Callable[[SubmissionTask], Outcome] = grade_in_process, poll_s: float = 0.5) -> list[Outcome]:
     """One job array (`map_array`); each task's result is gathered as it ends. A task that died (killed,
     out of time, node lost) gives its submission `environment-missing` with submitit's reason."""
-    handles = executor.map_array(job, tasks)
+    with environment_for_submission(seed_environment()):  # sbatch passes the submitting environment on
+        handles = executor.map_array(job, tasks)
     outcomes: dict[int, Outcome] = {}
     while len(outcomes) < len(handles):
         for i, handle in enumerate(handles):
@@ -354,7 +408,7 @@ def grade_batch(lab: str, paths: tuple[Path, ...], device: str, options: tuple[s
                  for path, name in zip(files, report_names(files))]
         with terminal.batch_progress(len(tasks)) as progress:
             def finished(outcome: Outcome) -> None:
-                progress(f"{outcome.task.file}: {outcome.result.get('verdict')} (exit {outcome.exit_code})")
+                progress(f"{shown_path(outcome.task.file)}: {outcome.result.get('verdict')} (exit {outcome.exit_code})")
 
             if batch.executor == "local":
                 outcomes = run_local(tasks, jobs, gpus, finished, job)

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import click
 
+from labrunner import box as boxes
+from labrunner.run.sandbox import forget_environment_variable, keep_driver_private
+from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, keep_environment_seed
 from labrunner.exit_codes import AttnlabError, ExitCode, Terminated, usage_error
 from labrunner.labs import LABS, get_lab
 from labrunner.report import terminal
@@ -25,7 +28,16 @@ from labrunner.truth.golden import prove_oracle
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def _require_box(context, parameter, value):
+    if value:
+        boxes.REQUIRED = True  # read where each process starts: one that cannot be boxed is refused
+
+
 def compile_timeout_option(command):
+    """--compile-timeout, and --require-box: every command that compiles a file takes both."""
+    command = click.option("--require-box", is_flag=True, expose_value=False, callback=_require_box,
+                           help="Refuse to start any compiler or worker outside the box (bubblewrap), on the GPU "
+                                "too, where it otherwise runs unboxed with a note (exit 6).")(command)
     return click.option("--compile-timeout", "compile_timeout_s", type=click.FloatRange(min=0.5), default=20.0,
                         show_default=True,
                         help="Seconds the compiler may take on the file; past it the verdict is compile-error.")(command)
@@ -118,18 +130,17 @@ def guarded(result: RunResult, json_path: Path | None, body, junit_path: Path | 
 
 
 def describe_run(result: RunResult) -> None:
-    """What the JSON records about the run itself: the command's options and the hash of the file graded."""
-    import hashlib
+    """What the JSON records about the run itself: the command's options and the hash of the file graded.
+
+    The file is hashed as the grade read it (no link followed, nothing but a regular file of at most
+    1 MiB): a link to a secret or a 1.5 GB file gets no hash, and costs no memory."""
+    from labrunner.build.source import submission_sha256
 
     context = click.get_current_context(silent=True)
     if context is not None:
         result.options = {name: plain_option(value) for name, value in context.params.items()}
-    path = Path(result.file) if result.file else None
-    try:
-        if path and path.is_file():
-            result.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        pass  # unreadable: the run itself says so, with its exit code
+    if result.file:
+        result.sha256 = submission_sha256(Path(result.file))  # None where the run itself says why not
 
 
 def plain_option(value):
@@ -166,6 +177,10 @@ def main():
     130 interrupted (SIGINT), 143 terminated (SIGTERM).
     """
     terminal.prepare_streams()
+    # The driver alone holds the seed: out of its environment (and of /proc/self/environ) before any
+    # process starts, and the driver non-dumpable, so no other process of this user can read its memory.
+    keep_environment_seed(forget_environment_variable(SEED_ENVIRONMENT_VARIABLE))
+    keep_driver_private()
 
 
 @main.command(context_settings=CONTEXT)
@@ -210,11 +225,13 @@ def check(lab, file, arch, compile_timeout_s, json_path, junit_path):
     from labrunner.build.compiler_process import CompileLimits
     from labrunner.build.gate import load_submission
     from labrunner.build.nvrtc import nvrtc_version
+    from labrunner.run.untrusted_text import shown_path
 
     result = RunResult("check", lab, str(file))
 
     def body():
-        submission = load_submission(get_lab(lab), file, str(file), arch, CompileLimits(timeout_s=compile_timeout_s))
+        submission = load_submission(get_lab(lab), file, shown_path(file), arch,
+                                     CompileLimits(timeout_s=compile_timeout_s))
         result.compile = compile_summary(submission, arch, nvrtc_version())
         terminal.check_report(result)
         terminal.verdict_line(result)

@@ -387,5 +387,6 @@ def _value(x) -> str:
 def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
     """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
     its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
-    worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types(), options)
+    worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types(), options,
+                binary=(submission.module.arch, submission.module.cubin))
 

@@ -24,6 +24,7 @@ from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checkin
 from labrunner.measure.timing import TimingOptions
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
+from labrunner.run.untrusted_text import shown_path
 from labrunner.run.worker import Worker
 from labrunner.truth.cases import Case, load_catalogue, resolve_seed
 from labrunner.truth.golden import require_proven_oracle
@@ -96,7 +97,7 @@ def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
     result.oracle_proof = require_proven_oracle().to_json()
-    submission = load_submission(lab, path, str(path), arch, limits)
+    submission = load_submission(lab, path, shown_path(path), arch, limits)  # the name as every message shows it
     backend, notes = resolve_backend(device, unsafe_cpu)
     for words in notes:
         terminal.note(words)
@@ -187,8 +188,9 @@ def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, 
             finish_timing(result, timing, failure, checked)
             return
         baseline = baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
-        base = load_submission(lab, baseline, display_path(baseline), arch, limits)
-        worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types())
+        base = load_submission(lab, baseline, shown_path(display_path(baseline)), arch, limits)
+        worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types(),
+                    binary=(base.module.arch, base.module.cubin))
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
         shape = f"B = {rows}, longest {cached}" if lab.bytes_to_move else f"C = {rows}, P = {cached}"
         terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
@@ -225,9 +227,11 @@ def finish_timing(result: RunResult, timing: dict | None, failure, checked: dict
 
 
 def display_path(path: Path) -> str:
-    """A path as short as it can be said: relative to the working folder when it lies inside it."""
+    """A path as short as it can be said: relative to the working folder when it lies inside it.
+
+    Never resolved through links: the file read is the one named (a link named is refused as one)."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return str(path.absolute().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
 

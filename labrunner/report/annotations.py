@@ -6,8 +6,11 @@ compiler's line; a failing case points at the kernel's definition, the nearest l
 can name.
 
 Everything in a message can come from the submission (a compiler quotes the student's source),
-and a workflow command ends at a newline: so newlines, carriage returns and `%` are escaped as
-GitHub specifies, and a student's text can never start a command of its own.
+and so can the file's name. Both are `shown` first (untrusted_text.py: no control character, no
+escape sequence), then escaped exactly as GitHub's runner unescapes them: in the message `%` as
+`%25`, CR as `%0D`, LF as `%0A`; in a property (file=, title=) those and also `:` as `%3A` and `,`
+as `%2C`, because `::` ends the properties and `,` separates them. A workflow command ends at a
+newline, so a student's text can never start a command of its own, nor end ours early.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from labrunner.build.source import read_source
+from labrunner.exit_codes import AttnlabError
 from labrunner.report.results import NOT_RUN
+from labrunner.run.untrusted_text import shown, shown_text
 
 COMPILER_LINE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<kind>error|warning): (?P<text>.*)$")
 
@@ -29,19 +35,21 @@ def escape_property(text: str) -> str:
 
 
 def command(kind: str, file: str, message: str, line: int | None = None, title: str | None = None) -> str:
-    properties = [f"file={escape_property(file)}"]
+    properties = [f"file={escape_property(shown(file))}"]
     if line is not None:
-        properties.append(f"line={line}")
+        properties.append(f"line={int(line)}")
     if title:
-        properties.append(f"title={escape_property(title)}")
-    return f"::{kind} {','.join(properties)}::{escape_data(message)}"
+        properties.append(f"title={escape_property(shown(title))}")
+    return f"::{kind} {','.join(properties)}::{escape_data(shown_text(message))}"
 
 
 def kernel_line(path: Path, entry_points: tuple[str, ...]) -> int | None:
-    """The line where the file defines its first entry point, or None when it cannot be read or found."""
+    """The line where the file defines its first entry point, or None when it cannot be read or found.
+
+    Read as the grade read it (build/source.py): never through a link, never more than 1 MiB."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
+        lines = read_source(path, "").splitlines()
+    except AttnlabError:
         return None
     for number, text in enumerate(lines, start=1):
         if any(re.search(rf"\b{re.escape(name)}\s*\(", text) for name in entry_points):

@@ -3,20 +3,38 @@
 Each row is read from the submission's JSON result, so the gradebook never disagrees with the
 reports beside it. The sha256 names exactly the bytes that were graded: a student who changes the
 file afterwards has a different hash.
+
+A file name is the student's text, and a spreadsheet runs text that looks like a formula. So:
+
+- every field is quoted (`csv.QUOTE_ALL`), so a `,` or a newline inside one never starts another;
+- every text cell is first `shown` (untrusted_text.py): no control character, no byte that is not
+  UTF-8, reaches the file;
+- a text cell gets a `'` (which a spreadsheet reads as "this cell is text" and does not display)
+  wherever a formula could begin: at the start of the cell, and right after each character a
+  spreadsheet might split a line on when it guesses the wrong separator (`;`, `,`, tab, `|`),
+  when what follows there, after any spaces, is a formula opener (`=`, `+`, `-`, `@`, tab, CR).
+  `y;=1+1;.cu` is written `y;'=1+1;.cu`: split on `;`, its middle cell is the text `=1+1`;
+- the numbers the grader itself writes (exit_code, speedup, seconds) are written as they are:
+  no student's text reaches them, and a spreadsheet must read them as numbers.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 from labrunner.report.results import NOT_RUN
+from labrunner.run.untrusted_text import shown
 
 COLUMNS = ("file", "sha256", "verdict", "exit_code", "speedup", "gate_met", "first_failing_case", "hints", "seconds")
+NUMBERS = ("exit_code", "speedup", "seconds")  # the grader's own numbers; every other column is text
 
-# A spreadsheet runs a cell that starts with one of these as a formula; a file name or a hint is
-# the students' text, so such a cell is written with a leading quote (it then reads as text).
+# Where a formula could begin in a cell: its start, or just after a separator a spreadsheet may split
+# on; and what begins one (after any spaces).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+SEPARATORS = (";", ",", "\t", "|")
+_FORMULA_HERE = re.compile(f"(^|[{re.escape(''.join(SEPARATORS))}])(?= *[{re.escape(''.join(FORMULA_STARTS))}])")
 
 
 def row(data: dict, seconds: float | None = None) -> dict:
@@ -28,7 +46,7 @@ def row(data: dict, seconds: float | None = None) -> dict:
         failing = "compile"
     taken = seconds if seconds is not None else data.get("seconds")
     return {
-        "file": data.get("file") or "",
+        "file": shown(data.get("file") or ""),
         "sha256": data.get("sha256") or "",
         "verdict": data.get("verdict") or "",
         "exit_code": data.get("exit_code"),
@@ -57,14 +75,23 @@ def hints_text(hints) -> str:
 
 
 def spreadsheet_safe(value) -> str:
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    """A text cell as the module's docstring says: shown, and a `'` wherever a formula could begin."""
+    return _FORMULA_HERE.sub(r"\1'", shown("" if value is None else str(value)))
 
 
 def write_gradebook(rows: list[dict], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, quoting=csv.QUOTE_ALL)
         writer.writeheader()
         for entry in rows:
-            writer.writerow({key: spreadsheet_safe(entry[key]) if key in ("file", "first_failing_case", "hints")
-                             else entry[key] for key in COLUMNS})
+            writer.writerow({key: plain_number(entry[key]) if key in NUMBERS else spreadsheet_safe(entry[key])
+                             for key in COLUMNS})
+
+
+def plain_number(value) -> str:
+    """One of the grader's numbers as written: an int or a figure the row formatted, else empty."""
+    if isinstance(value, bool) or value is None:
+        return ""
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value if re.fullmatch(r"\d+(\.\d+)?", str(value)) else ""

@@ -12,6 +12,9 @@ What viewers rely on, and so what is written:
   fault is the grading job's, not the student's.
 - The classname is `attnlab.<lab>.<file stem>`, with the stem's dots replaced, because viewers
   split a classname at its dots into packages.
+- Every text, the file's name included, is `shown` (untrusted_text.py) on its way in: what that
+  writes is always valid XML 1.0, so a compiler's message that quotes a control character, or a
+  file name that is not UTF-8, still makes a file every CI can parse.
 """
 
 from __future__ import annotations
@@ -21,25 +24,24 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from labrunner.report.results import NOT_RUN, RunResult
+from labrunner.run.untrusted_text import shown, shown_text
 
 GRADER_FAULTS = ("environment-missing", "usage-error", "error", "interrupted")  # <error>, not <failure>
 
-# XML 1.0 cannot carry most control characters, and a compiler's message quotes the student's source.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
 def xml_text(text: str | None) -> str:
-    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text or "")
+    """Text for an attribute or a body: `shown_text` leaves nothing XML 1.0 forbids (it keeps only tab
+    and newline of the C0 controls)."""
+    return shown_text(text or "")
 
 
 def classname(lab: str | None, file: str | None, command: str) -> str:
-    stem = Path(file).stem if file else command
+    stem = Path(shown(file)).stem if file else command
     return f"attnlab.{lab or command}.{re.sub(r'[.]', '_', stem) or command}"
 
 
 def testsuite(data: dict) -> ElementTree.Element:
     """One submission's suite, from its JSON result."""
-    name = f"attnlab {data.get('lab') or data.get('command')} {data.get('file') or ''}".strip()
+    name = f"attnlab {data.get('lab') or data.get('command')} {shown(data.get('file') or '')}".strip()
     suite = ElementTree.Element("testsuite", name=xml_text(name))
     if data.get("backend"):  # which backend's verdict this is: a CPU verdict is not the GPU's
         properties = ElementTree.SubElement(suite, "properties")

@@ -121,7 +121,8 @@ class RunResult:
 
     def to_json(self) -> dict:
         return {
-            "schema": SCHEMA, "command": self.command, "lab": self.lab, "file": self.file,
+            "schema": SCHEMA, "command": self.command, "lab": self.lab,
+            "file": None if self.file is None else shown(self.file),  # a student's file name, shown
             "backend": self.backend, "device": self.device, "seed": self.seed,
             "verdict": self.verdict, "summary": self.summary, "exit_code": int(self.exit_code),
             "error": None if self.error is None else shown_text(self.error),

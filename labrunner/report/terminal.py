@@ -70,8 +70,10 @@ def progress_display(enabled: bool = True):
 
 
 def heading(text: str) -> None:
-    """A title that names a file: printed whole on one line (never wrapped), so the path stays copyable."""
-    stdout.print(f"[bold]{escape(text)}[/]", markup=True, soft_wrap=True)
+    """A title that names a file: printed whole on one line (never wrapped), so the path stays copyable.
+
+    It starts with the file's name, the student's text, so it is shown (untrusted_text.py) whole."""
+    stdout.print(f"[bold]{escape(shown(text))}[/]", markup=True, soft_wrap=True)
 
 
 def labs_table(labs) -> None:
@@ -270,8 +272,8 @@ def verdict_line(result: RunResult) -> None:
 def kernel_output(lines: list[str]) -> None:
     if lines:
         stderr.print("[dim]the kernels printed (device printf; shown for reference, never read as results):[/]")
-        for line in lines:
-            stderr.print(f"[dim]  | {escape(shown(line))}[/]", markup=True, highlight=False)
+        for line in lines:  # never wrapped: a wrap would start a line with the kernel's text (`::error::`)
+            stderr.print(f"[dim]  | {escape(shown(line))}[/]", markup=True, highlight=False, soft_wrap=True)
 
 
 def _error(value: float | None) -> str:
@@ -508,13 +510,15 @@ def prepare_streams() -> None:
 
 @contextmanager
 def batch_progress(total: int):
-    """A bar over submissions on stderr; in a log, one line as each submission finishes."""
+    """A bar over submissions on stderr; in a log, one line as each submission finishes.
+
+    Each line names a student's file, so it is shown (untrusted_text.py), on one line, never wrapped."""
     if not stderr.is_terminal:
         count = {"done": 0}
 
         def finished(description: str) -> None:
             count["done"] += 1
-            stderr.print(f"[{count['done']}/{total}] {escape(description)}", markup=True, soft_wrap=True,
+            stderr.print(f"[{count['done']}/{total}] {escape(shown(description))}", markup=True, soft_wrap=True,
                          highlight=False)
 
         yield finished
@@ -523,7 +527,7 @@ def batch_progress(total: int):
                        console=stderr, transient=True)
     with bar:
         task = bar.add_task("grading submissions", total=total)
-        yield lambda description: bar.update(task, advance=1, description=escape(description))
+        yield lambda description: bar.update(task, advance=1, description=escape(shown(description)))
 
 
 def batch_report(lab: str, rows: list[dict], counts: list[tuple[int, str, int]], worst: int) -> None:
@@ -533,7 +537,7 @@ def batch_report(lab: str, rows: list[dict], counts: list[tuple[int, str, int]],
         table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
     for row in rows:
         style = "green" if row["verdict"] == "pass" else "bold red"
-        table.add_row(escape(row["file"]), f"[{style}]{escape(row['verdict'])}[/]", str(row["exit_code"]),
+        table.add_row(escape(shown(row["file"])), f"[{style}]{escape(row['verdict'])}[/]", str(row["exit_code"]),
                       f"{row['speedup']}x" if row["speedup"] else "", row["gate_met"],
                       escape(row["first_failing_case"]), row["seconds"])
     print_unwrapped(table)

@@ -7,6 +7,9 @@ with it. (The driver's context holds only its own oracle for timed calls, `gpu_o
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 from labrunner.build.nvrtc import NVRTC_INCLUDE_OPTIONS
@@ -48,13 +51,27 @@ class GpuDevice:
         self.xp = _cupy()
         self.xp.cuda.runtime.getDeviceCount()  # fails early, with the driver's words, where no GPU is
 
-    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]], **cpu_options):
-        """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here."""
-        module = self.xp.RawModule(
-            code=composed_source,
-            options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include", "-lineinfo"),
-        )
+    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]],
+                binary: tuple[str, bytes] | None = None, **cpu_options):
+        """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here.
+
+        `binary`: (architecture, machine code) the compile gate built from the same source in its own
+        box; where it is this GPU's architecture it is loaded as it is (no second compile of the
+        student's text, and no compiler cache to share between boxes), else the source is compiled."""
+        if binary is not None and binary[1] and binary[0] == self.architecture():
+            path = Path(tempfile.mkdtemp(prefix="module-")) / "module.cubin"
+            path.write_bytes(binary[1])
+            module = self.xp.RawModule(path=str(path))
+        else:
+            module = self.xp.RawModule(
+                code=composed_source,
+                options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include", "-lineinfo"),
+            )
         return {name: module.get_function(name) for name in entry_types}
+
+    def architecture(self) -> str:
+        """This GPU's real architecture as NVRTC names it (sm_90 for an H100 or H200)."""
+        return f"sm_{self.xp.cuda.Device().compute_capability}"  # CuPy says "90"
 
     def upload(self, array: np.ndarray):
         return self.xp.asarray(array)

@@ -151,7 +151,7 @@ class Sandbox:
     def __init__(self, purpose: boxes.Purpose = boxes.CPU_RUN, prefix: str = "attnlab-worker-"):
         keep_driver_private()
         self.purpose = purpose
-        self.boxed = boxes.availability() is None
+        self.boxed = boxes.boxed()
         self._host_private = None if self.boxed else Path(tempfile.mkdtemp(prefix=prefix))
         self.private = Path(boxes.PRIVATE) if self.boxed else self._host_private
         self.process: subprocess.Popen | None = None
@@ -215,6 +215,30 @@ def keep_driver_private() -> None:
     them, and a boxed process never has it (see `drop_capabilities`). Debuggers need root to
     attach to the driver from then on."""
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def forget_environment_variable(name: str) -> str | None:
+    """Take `name` out of this process's environment, and out of the copy the kernel shows in
+    /proc/self/environ too: that file reads the block the process started with, which unsetenv never
+    touches, so the value's bytes there are overwritten in place. Returns the value it had."""
+    value = os.environ.pop(name, None)
+    if value is None:
+        return None
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            stat = handle.read()
+        env_start = int(stat[stat.rfind(b")") + 2:].split()[47])  # field 50 of proc(5), env_start
+        with open("/proc/self/environ", "rb") as handle:
+            block = handle.read()
+    except (OSError, ValueError, IndexError):
+        return value
+    key = name.encode() + b"="
+    position = 0
+    for entry in block.split(b"\0"):
+        if entry.startswith(key):
+            ctypes.memset(env_start + position + len(key), ord("x"), len(entry) - len(key))
+        position += len(entry) + 1
+    return value
 
 
 def end_process_tree(root: int) -> None:

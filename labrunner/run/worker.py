@@ -201,12 +201,18 @@ class Worker:
             return None
 
     def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]],
-             options: dict | None = None) -> None:
+             options: dict | None = None, binary: tuple[str, bytes] | None = None) -> None:
         """Build the module in the worker; `options` go to the device's compile (the CPU's: arch,
-        sandboxed, timeout_s). A build that fails is a compile error; a worker that dies or fails while
-        loading (code outside any kernel that crashes or exits) is a crash: both are verdicts."""
+        sandboxed, timeout_s). `binary`: (architecture, machine code) the gate's compile already built,
+        which a GPU worker on that architecture loads instead of compiling the source again. A build
+        that fails is a compile error; a worker that dies or fails while loading (code outside any
+        kernel that crashes or exits) is a crash: both are verdicts."""
         request = {"op": "load", "role": role, "source": composed_source, "filename": filename,
                    "entry_types": entry_types, "options": options or {}}
+        if binary and binary[1] and self.backend == "gpu":
+            arch, code = binary
+            padded = code + b"\0" * (-len(code) % 4)  # the wire carries words, not bytes
+            request["binary"] = {"arch": arch, "bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
         try:
             self._call(request, COMPILE_TIMEOUT_S, NO_BUFFERS)
         except WorkerFailure as failure:

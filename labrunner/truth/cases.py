@@ -90,13 +90,29 @@ class Seed:
         return "secret" if self.source == SEED_ENVIRONMENT_VARIABLE else str(self.value)
 
 
+# $ATTNLAB_SEED as the driver found it: taken out of its environment as it starts (see the command
+# line's start), so that nothing it runs inherits it and /proc shows it to nobody.
+_TAKEN_SEED: str | None = None
+
+
+def keep_environment_seed(value: str | None) -> None:
+    global _TAKEN_SEED
+    if value is not None:
+        _TAKEN_SEED = value
+
+
+def environment_seed() -> str:
+    """$ATTNLAB_SEED's text: the value taken at start, else the environment's ("" when unset)."""
+    return _TAKEN_SEED if _TAKEN_SEED is not None else os.environ.get(SEED_ENVIRONMENT_VARIABLE, "")
+
+
 def resolve_seed(option: int | None) -> Seed:
     """--seed wins, then $ATTNLAB_SEED (a CI job's secret seed), then the public default."""
     if option is not None:
         if option < 0:
             raise usage_error(f"--seed must not be negative, got {option}")
         return Seed(option, "--seed")
-    secret = os.environ.get(SEED_ENVIRONMENT_VARIABLE, "").strip()
+    secret = environment_seed().strip()
     if secret:
         try:
             value = int(secret, 10) if secret.lstrip("+-").isdigit() else int(secret, 0)
