@@ -61,6 +61,7 @@ def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)  # the sets' definition, in numpy
     monkeypatch.setattr(benchmark, "gpu_references", benchmark.CpuReferences)  # the oracle's, in numpy
+    monkeypatch.setattr(benchmark, "MIN_COPY_BYTES", 1 << 20)  # the device copy every run times, kept small here
     monkeypatch.chdir(tmp_path)
     return gpu
 

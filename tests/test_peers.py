@@ -39,6 +39,7 @@ def in_process(monkeypatch):
 
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
+    monkeypatch.setattr(benchmark, "MIN_COPY_BYTES", 1 << 20)  # the device copy every run times, kept small here
 
 
 @pytest.fixture

@@ -677,3 +677,115 @@ def test_rounds_with_mismatched_or_empty_samples_are_refused_and_single_samples_
 def test_a_comparison_keeps_its_level_through_json():
     stats = Stats(1.0, 1.0, 1.0, 1.0, 2, 0.0, True, None, [1.0, 1.0])
     assert comparison_from_json(Comparison(stats, stats, 1.0, 1.0, 1.0, level=0.9).to_json(True)).level == 0.9
+
+
+# --- a call timed kernel by kernel: each stage a part of the very calls that are checked ------------
+
+class StagedContender:
+    """A call of named stages; stage k of call n takes `durations[k][n % len]` ms (the timer reads it)."""
+
+    def __init__(self, durations: dict[str, list[float]], timer: "StageTimer"):
+        self.name = "staged"
+        self.stages = tuple(durations)
+        self._durations = durations
+        self._timer = timer
+        self.calls = 0
+        self.verified: list[bool] = []
+
+    def prepare(self, input_index: int, verify: bool) -> None:
+        self._timer.log.append(("prepare", verify))
+
+    def launch(self, input_index: int) -> None:
+        raise AssertionError("a staged call is launched stage by stage, never as one launch")
+
+    def stage_launches(self, input_index: int):
+        call = self.calls
+        self.calls += 1
+
+        def stage(name):
+            def launch():
+                self._timer.log.append(("launch", name))
+                runs = self._durations[name]
+                self._timer.pending.append(runs[call % len(runs)])
+            return launch
+        return [stage(name) for name in self.stages]
+
+    def collect(self, input_index: int, verify: bool) -> None:
+        self.verified.append(verify)
+
+
+class StageTimer:
+    """Runs the stages in order and returns what each launch set; `time_ms` is never used here."""
+
+    def __init__(self):
+        self.log: list = []
+        self.pending: list[float] = []
+
+    def flush_caches(self) -> None:
+        self.log.append(("flush",))
+
+    def time_ms(self, launch) -> float:
+        raise AssertionError("a staged call is timed with time_stages_ms")
+
+    def time_stages_ms(self, launches) -> list[float]:
+        self.pending = []
+        for launch in launches:
+            launch()
+        assert len(self.pending) == len(launches)
+        return list(self.pending)
+
+
+def test_a_staged_call_gives_each_stage_its_own_figures_from_the_same_calls():
+    timer = StageTimer()
+    contender = StagedContender({"a": [1.0, 3.0], "b": [0.5], "c": [2.0, 2.0, 5.0]}, timer)
+    options = TimingOptions(warmup=1, min_samples=6, max_samples=6, noise_target=1e-9, min_verified=2)
+    stats = measure(contender, 3, timer, options, clock=frozen_clock, draw=random.Random(4))
+    assert list(stats.stages) == ["a", "b", "c"]
+    a, b, c = (stats.stages[name] for name in "abc")
+    # sample n is call n + 1 (call 0 was the warm-up)
+    assert a.samples_ms == [3.0, 1.0, 3.0, 1.0, 3.0, 1.0]
+    assert b.samples_ms == [0.5] * 6
+    assert c.samples_ms == [2.0, 5.0, 2.0, 2.0, 5.0, 2.0]
+    # the whole call is the sum of its stages, call by call
+    assert stats.samples_ms == [x + y + z for x, y, z in zip(a.samples_ms, b.samples_ms, c.samples_ms)]
+    # every stage was verified exactly when its call was, and counts the same calls
+    assert a.count == b.count == c.count == stats.count == 6
+    assert a.verified_count == b.verified_count == c.verified_count == stats.verified_count == sum(
+        contender.verified[1:]) >= 2
+    # one flush per call, then the stages in order inside the same timing: no stage is ever launched alone
+    assert timer.log.count(("flush",)) == 7
+    launches = [entry[1] for entry in timer.log if entry[0] == "launch"]
+    assert launches == ["a", "b", "c"] * 7
+
+
+def test_the_loop_goes_on_until_every_stage_is_known_to_the_noise_target():
+    # the whole call is steady from the start (1 + 2 ms or 2 + 1 ms), stage "a" is not: it alternates
+    # 1 and 2 ms, so after 40 samples its noise is sqrt(40 * 0.25 / 39) / sqrt(40) / 1.5 = 5.34%, and the
+    # loop runs to its sample cap for it
+    timer = StageTimer()
+    contender = StagedContender({"a": [1.0, 2.0], "b": [2.0, 1.0]}, timer)
+    options = TimingOptions(warmup=0, min_samples=4, max_samples=40, noise_target=0.005)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    assert stats.samples_ms == [3.0] * 40 and stats.noise_met and stats.warning is None
+    assert stats.stopped_by == "max_samples"
+    assert stats.stages["a"].warning == "noise 5.34% > 0.50% after 40 samples (budget 3.0 s)"
+    assert not stats.stages["a"].noise_met
+
+
+def test_a_staged_summary_goes_through_json_and_rounds_with_its_stages():
+    timer = StageTimer()
+    contender = StagedContender({"a": [1.0], "b": [2.0]}, timer)
+    options = TimingOptions(warmup=0, min_samples=3, max_samples=3)
+    stats = measure(contender, 1, timer, options, clock=frozen_clock)
+    data = stats.to_json()
+    assert "samples_ms" not in data and "samples_ms" not in data["stages"]["a"]
+    assert (data["median_ms"], data["stages"]["a"]["median_ms"], data["stages"]["b"]["min_ms"]) == (3.0, 1.0, 2.0)
+    comparison = Comparison(stats, stats, 1.0, 1.0, 1.0)
+    again = comparison_from_json(comparison.to_json(include_samples=True))
+    assert again.student.stages["b"].samples_ms == [2.0, 2.0, 2.0]
+    pooled = pool_rounds([again, again])
+    assert pooled.student.stages["a"].count == 6 and pooled.student.stages["a"].median_ms == 1.0
+    # a call timed as one has no stages, and its JSON says nothing of them
+    plain, plain_timer, _, plain_options = single([1.0], warmup=0, min_samples=2, max_samples=2)
+    single_stats = measure(plain, 1, plain_timer, plain_options, clock=frozen_clock)
+    assert single_stats.stages == {} and "stages" not in single_stats.to_json()

@@ -4,8 +4,11 @@ Only correct kernels get here (grading checks every case first). The worker time
 gives it, for every round, a secret key to the pool of input sets (`labrunner.truth.timing_sets`:
 every timed call runs on a set of its own, made in the worker from the key and the set's
 number), and checks every checked call's output against the oracle's reference of that very set,
-made here from the same two numbers (a failed check means no time is reported at all). Then it
-turns medians into the figures the labs print: lab 1's cost table, lab 2's SPEEDUP and TFLOP/s.
+made here from the same two numbers (a failed check means no time is reported at all). Every
+figure is then held to what the GPU can do (`labrunner.measure.physics`: bytes no faster than the
+same run's device copy, FLOPs no faster than the tensor cores); one past it means no time is
+reported either. Then it turns medians into the figures the labs print: lab 1's cost table, lab 2's
+SPEEDUP and TFLOP/s.
 
 The references come from the oracle on the driver's own GPU (`labrunner.run.gpu_oracle`), which
 proves itself first; the tests pass `CpuReferences`, the same definitions in numpy.
@@ -23,8 +26,10 @@ from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.peers import SPECS as PEER_SPECS
+from labrunner.measure.physics import Limits, impossible, limits
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
+from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.report.results import CaseResult
 from labrunner.run.untrusted_text import shown
 from labrunner.run.worker import Worker, WorkerFailure
@@ -199,6 +204,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
                   "baseline_workspace": {} if baseline_peer else lab.workspace(baseline_constants, rows, prefix)}
     layout = lab.timing_layout(rows, prefix, seed)
     moved = lab.bytes_to_move(rows, prefix, layout) if lab.bytes_to_move else None
+    must = moved or attention_bytes_must_move(rows, prefix)
     replies = []
     for round_index in range(options.rounds):
         if round_index:
@@ -209,7 +215,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         request = {"kind": "speedup", "sets": {"key": key, "rows": rows, "prefix": prefix, **layout},
                    "options": asdict(round_options), "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches,
                    **{name: sizes for name, sizes in workspaces.items() if sizes},
-                   **({"copy_bytes": copy_bytes(moved)} if moved else {})}
+                   "copy_bytes": copy_bytes(must)}
         try:
             reply = worker.time(request, timing_budget_s(options, 2))
             failure = verify_timed_outputs(f"timed C{rows}-P{prefix}",
@@ -224,6 +230,13 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         replies.append(reply)
     rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
     comparison = pool_rounds(rounds, seed=options.seed).to_json()
+    bounds = run_limits(replies)
+    # each contender's fastest call over every round bounds every time the report shows of it
+    for who, label in (("student", student_label), ("baseline", baseline_label)):
+        problem = impossible(f"{label} at {lab.shape_label(rows, prefix)}", comparison[who]["min_ms"], must,
+                             lab.flops(rows, prefix, layout), bounds)
+        if problem:
+            return None, CaseResult(f"timed C{rows}-P{prefix}", "wrong", problem, rows, prefix)
     timing = {
         "kind": "speedup", "rows": rows, "prefix": prefix,
         "gflop": lab.flops(rows, prefix, layout) / 1e9,
@@ -237,7 +250,7 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         "verified_calls": {who: sum(len(reply["checked"][who]["sets"]) for reply in replies)
                            for who in ("student", "baseline")},
         "input_sets": sum(reply["sets_drawn"] for reply in replies),
-        "oracle_proof": getattr(references, "proof", None),
+        "oracle_proof": getattr(references, "proof", None), "physics": bounds.to_json(),
         **_common(replies[0], replies[-1]),
     }
     if baseline_peer:
@@ -260,6 +273,19 @@ MIN_COPY_BYTES = 1 << 30
 
 def copy_bytes(moved: int) -> int:
     return max(MIN_COPY_BYTES, moved // 2) // 256 * 256
+
+
+def attention_bytes_must_move(rows: int, prefix: int) -> int:
+    """What any attention call must move at the least: Q, K and V read once, the output written once
+    (the lesson's flash traffic, `measure.traffic`): the score matrix need never reach memory."""
+    return traffic(TrafficShape(rows=rows, keys=prefix + rows)).flash_bytes
+
+
+def run_limits(replies: list[dict]) -> Limits:
+    """What one timing's figures are held to, from its workers' replies: the fastest device copy among
+    them, their GPU's L2 and its tensor-core peak (`measure.physics`)."""
+    return limits([reply["copy"] for reply in replies if reply.get("copy")],
+                  max(reply.get("l2_bytes", 0) for reply in replies), replies[0].get("gpu_facts") or {})
 
 
 def bandwidth_figures(moved: int, comparison: dict, replies: list[dict]) -> dict:
@@ -292,9 +318,9 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
 def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
                   options: TimingOptions, references: References | None = None,
                   peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
-    """Each kernel alone and the whole call at every size, every call on a fresh input set: lab 1's cost table.
-    With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved at each size.
-    (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
+    """The whole call at every size, each kernel timed inside it, every call on a fresh input set: lab 1's
+    cost table. With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved
+    at each size. (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
                       "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(constants, t, 0),
@@ -306,6 +332,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
         request["peer"] = peer
     try:
         reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
+        bounds = run_limits([reply])
         rows = []
         for size, measured in zip(size_requests, reply["sizes"]):
             t = size["T"]
@@ -316,6 +343,9 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
                                            t, 0, references, options.min_verified)
             if failure:
                 return None, failure
+            problem = pipeline_problem(lab, t, measured, bounds, PEER_SPECS[peer].label if peer else None)
+            if problem:
+                return None, CaseResult(f"timed T{t}", "wrong", problem, t, 0)
             rows.append(pipeline_row(t, measured["stats"], copy_bandwidth(reply)))
             if peer:
                 versus = measured["peer"]
@@ -325,7 +355,7 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
     timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
               "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
-              "oracle_proof": getattr(references, "proof", None), **_common(reply, reply)}
+              "oracle_proof": getattr(references, "proof", None), "physics": bounds.to_json(), **_common(reply, reply)}
     if peer:
         timing["peer"] = {**peer_record(peer), "status": "timed"}
         for row in rows:
@@ -348,6 +378,30 @@ def bytes_each_kernel_must_move(t: int) -> dict[str, int]:
     q = out = t * QUERY_HEADS * HEAD_DIM * 4
     k = v = t * KV_HEADS * HEAD_DIM * 4
     return {"attn_scores": q + k + visible, "attn_softmax": visible + whole, "attn_weighted_sum": visible + v + out}
+
+
+def pipeline_problem(lab: Lab, t: int, measured: dict, bounds: Limits, peer_label: str | None) -> str | None:
+    """Lab 1 at T tokens against physics: each kernel, the whole call and the peer, the first past it.
+
+    The call starts cold (the flush), so the first kernel may be spared only what it writes last,
+    still in L2 when its end event is recorded; each later kernel may also find what the one before
+    it wrote in L2, one L2 more. The whole call's bytes count the score matrix between the kernels,
+    so it may be spared what each of them may. The peer is held to what any attention must move."""
+    must = bytes_each_kernel_must_move(t)
+    flops = lab.flops(t, 0, {})
+    stats = measured["stats"]
+    kernels = [name for name in stats if name != "total"]
+    figures = [(f"{name} at T={t}", stats[name], must.get(name, 0), flops * lab.flop_shares.get(name, 0.0),
+                1 if index == 0 else 2) for index, name in enumerate(kernels)]
+    figures.append((f"the whole call at T={t}", stats["total"], sum(must.get(name, 0) for name in kernels), flops,
+                    2 * len(kernels) - 1))
+    if "peer" in measured:
+        figures.append((f"{peer_label} at T={t}", measured["peer"]["stats"], attention_bytes_must_move(t, 0), flops, 1))
+    for what, figure, moved, work, fills in figures:
+        problem = impossible(what, figure["min_ms"], moved, work, bounds, fills)
+        if problem:
+            return problem
+    return None
 
 
 def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> dict:

@@ -90,6 +90,7 @@ class CupyTimer:
         self._flush_buffer = cupy.empty(self.flush_bytes, dtype=cupy.uint8)
         self._start = cupy.cuda.Event()
         self._end = cupy.cuda.Event()
+        self._stage_events: list[cupy.cuda.Event] = []
         self._empty_kernel: cupy.RawKernel | None = None
         self._hold_kernel: cupy.RawKernel | None = None
         self.persisting_l2_reset = reset_persisting_l2()
@@ -120,6 +121,31 @@ class CupyTimer:
         self._end.record()
         self._end.synchronize()
         return self._cupy.cuda.get_elapsed_time(self._start, self._end)
+
+    def time_stages_ms(self, launches: list[Callable[[], None]]) -> list[float]:
+        """Each launch's time within one call: an event before the first launch and after every one.
+
+        An event between two kernels on one stream is recorded when the first has finished and
+        before the second starts, so the kernels run as they do untimed, back to back, and their
+        times add up to the whole call's. The flush queued before the call keeps the GPU busy
+        while the host queues the launches and events, as it does for a single launch.
+        """
+        while len(self._stage_events) < len(launches) + 1:
+            self._stage_events.append(self._cupy.cuda.Event())
+        events = self._stage_events[:len(launches) + 1]
+        events[0].record()
+        for launch, after in zip(launches, events[1:]):
+            launch()
+            after.record()
+        events[-1].synchronize()
+        return [self._cupy.cuda.get_elapsed_time(before, after) for before, after in zip(events, events[1:])]
+
+    def gpu_facts(self) -> dict:
+        """What the timing's physics needs of this GPU (SMs, compute capability, maximum SM clock):
+        `gpu_facts.read_gpu_facts`, each fact None where it cannot be read."""
+        from labrunner.measure.gpu_facts import read_gpu_facts
+
+        return read_gpu_facts(self._cupy.cuda.Device().id, measure_copy=False)
 
     def overhead_ms(self, options: TimingOptions | None = None) -> Stats:
         """Time an empty kernel through the same path (flush, events, one launch).

@@ -27,6 +27,18 @@ FP32_LANES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128
                      (9, 0): 128, (10, 0): 128, (10, 3): 128, (12, 0): 128, (12, 1): 128}
 FLOPS_PER_FMA = 2
 
+# Dense FP16 tensor-core FLOP per clock per SM (a multiply-add counts two), by compute capability:
+# NVIDIA's datasheet peaks over SMs x boost clock (V100 125 TFLOP/s, A100 312, H100 SXM 989; the
+# consumer parts at FP16 accumulation, their faster rate). It is the ceiling `physics` holds every
+# timed figure to, because no arithmetic a lab's float32 products can run on is faster: one FP16
+# product per float32 product already sits at the edge of the lab's tolerance (TF32, with the same
+# mantissa, fails some seeds), and the faster types need several products per float32 product to
+# reach that precision (an INT8 operand split in two slices makes three products at twice the FP16
+# rate; FP8 and INT4 need more slices), so a float32 product costs them more than one FP16 product;
+# 2:4 sparsity needs zeros the inputs do not have. A capability missing here has no known ceiling.
+TENSOR_FP16_FLOP_PER_CLOCK = {(7, 0): 1024, (7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 9): 1024,
+                              (9, 0): 4096, (10, 0): 8192, (12, 0): 1024}
+
 
 def lesson_roofline(flops: float, bytes_moved: float, peak_flops: float, bw_bytes_per_s: float):
     """The lesson's `roofline`: (intensity, ridge, attainable FLOP/s, "memory-bound" or "compute-bound")."""
@@ -44,6 +56,20 @@ def fp32_lanes(compute_capability: tuple[int, int]) -> int | None:
 def fp32_peak_flops(sm_count: int, clock_hz: float, lanes_per_sm: int) -> float:
     """SMs x clock x lanes x 2: every lane finishes one fused multiply-add per clock."""
     return sm_count * clock_hz * lanes_per_sm * FLOPS_PER_FMA
+
+
+def tensor_core_peak(facts: dict) -> tuple[float | None, str]:
+    """The dense FP16 tensor-core peak from what the GPU said of itself (`read_gpu_facts`), FLOP/s,
+    with how it was counted; or None and why not."""
+    capability = tuple(facts.get("compute_capability") or (0, 0))
+    per_clock = TENSOR_FP16_FLOP_PER_CLOCK.get(capability)
+    sms, clock_mhz = facts.get("sm_count"), facts.get("max_sm_clock_mhz")
+    if not per_clock:
+        return None, f"no tensor-core rate is known for compute capability {facts.get('compute_capability')}"
+    if not sms or not clock_mhz:
+        return None, "the GPU reported no SM count or clock, so its tensor-core peak is unknown"
+    return (sms * clock_mhz * 1e6 * per_clock,
+            f"{sms} SMs x {clock_mhz} MHz x {per_clock} FLOP per clock, dense FP16")
 
 
 def hbm_bandwidth(memory_clock_hz: float, bus_width_bits: int) -> float:

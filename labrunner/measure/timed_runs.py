@@ -12,11 +12,17 @@ therefore cannot find its previous answer in its output, cannot recognise an inp
 rescale what it kept, and cannot tell the calls that are checked from those that are not: which
 ones are checked is drawn from the operating system's entropy, and a checked call differs from
 the others only after it has finished (its output is copied back).
+
+Lab 1's kernels are timed each inside the whole call, with an event between every two launches
+(`timing.run_call`), never on calls of their own: a kernel launched alone has no output of the
+lab's to check, finds its workspace as its last call left it, and could skip its work there
+unseen. Inside the whole call each kernel's time belongs to a call whose output may be checked.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -36,8 +42,10 @@ class KernelCall:
     """
 
     def __init__(self, name: str, device, kernels, launches: list[Launch], pool: InputPool, out_count: int,
-                 workspace: dict, leads: bool = True):
+                 workspace: dict, leads: bool = True, each_kernel: bool = False):
         self.name = name
+        # each_kernel: every launch is timed apart, within the call (its stages, named by kernel)
+        self.stages = tuple(launch.kernel for launch in launches) if each_kernel else ()
         self.device = device
         self.kernels = kernels
         self.launches = launches
@@ -61,11 +69,19 @@ class KernelCall:
         else:
             self.pool.refill(input_index)
 
+    def buffers(self, input_index: int) -> dict:
+        return {**self.pool.slots[input_index], "out": self.outs[input_index].inner,
+                **{name: buffer.inner for name, buffer in self.workspace.items()}}
+
     def launch(self, input_index: int) -> None:
-        buffers = {**self.pool.slots[input_index], "out": self.outs[input_index].inner,
-                   **{name: buffer.inner for name, buffer in self.workspace.items()}}
+        buffers = self.buffers(input_index)
         for launch in self.launches:
             self.device.launch(self.kernels, launch, buffers)
+
+    def stage_launches(self, input_index: int) -> list:
+        """The call's launches one by one, for the timer to put an event between every two."""
+        buffers = self.buffers(input_index)
+        return [lambda launch=launch: self.device.launch(self.kernels, launch, buffers) for launch in self.launches]
 
     def collect(self, input_index: int, verify: bool) -> None:
         if verify:
@@ -78,18 +94,6 @@ class KernelCall:
         outputs = (np.stack(self.checked_outputs) if self.checked_outputs
                    else np.empty((0, self.out_count), dtype=np.float32))
         return {"sets": np.asarray(self.checked_sets, dtype=np.int64), "outputs": outputs}
-
-
-class Unverified(KernelCall):
-    """A single kernel of a pipeline, timed alone: its output is not the lab's, so there is nothing to
-    check, and its workspace must keep what the kernel before it wrote, so nothing is re-poisoned.
-    Its inputs are fresh all the same."""
-
-    def prepare(self, input_index: int, verify: bool) -> None:
-        self.new_inputs(input_index)
-
-    def collect(self, input_index: int, verify: bool) -> None:
-        pass
 
 
 def guarded_workspace(device, sizes: dict[str, int]) -> dict:
@@ -195,7 +199,9 @@ def run_timing(device, modules: dict, request: dict) -> dict:
     overhead = timer.overhead_ms(TimingOptions(budget_s=0.5, min_samples=20, seed=options.seed))
     state_before = read_device_state()
     reply: dict = {"overhead": overhead.to_json(), "l2_flush_bytes": timer.flush_bytes,
-                   "persisting_l2_reset": timer.persisting_l2_reset}
+                   "persisting_l2_reset": timer.persisting_l2_reset,
+                   # what the driver holds every figure to (`labrunner.measure.physics`), with the copy below
+                   "l2_bytes": timer.l2_bytes, "gpu_facts": timer.gpu_facts()}
 
     if request["kind"] == "speedup":
         pool = InputPool(device, request["sets"], INPUT_SLOTS)
@@ -213,33 +219,31 @@ def run_timing(device, modules: dict, request: dict) -> dict:
         if isinstance(baseline, PeerCall):
             reply["peer_enqueue"] = baseline.enqueue()
         reply["sets_drawn"] = pool.drawn
-    else:  # one pipeline, each kernel alone and the whole call, at several sizes
+    else:  # one pipeline at several sizes: the whole call, each kernel timed inside it
         reply["sizes"] = []
         peer = load_peer(device, request["peer"]) if request.get("peer") else None
         for size in request["sizes"]:
             pool = InputPool(device, size["sets"], INPUT_SLOTS)
             workspace = guarded_workspace(device, size["workspace"])
-            launches = size["launches"]
-            stats = {}
-            for launch in launches:
-                alone = Unverified(launch.kernel, device, modules["student"], [launch], pool, size["out_count"],
-                                   workspace)
-                stats[launch.kernel] = measure(alone, INPUT_SLOTS, timer, options).to_json()
-            whole = KernelCall("total", device, modules["student"], launches, pool, size["out_count"], workspace)
-            measured = {"T": size["T"], "stats": stats}
+            whole = KernelCall("total", device, modules["student"], size["launches"], pool, size["out_count"],
+                               workspace, each_kernel=True)
+            measured = {"T": size["T"]}
             if peer is None:
-                stats["total"] = measure(whole, INPUT_SLOTS, timer, options).to_json()
+                total = measure(whole, INPUT_SLOTS, timer, options)
             else:  # the whole call and the peer interleaved on the same sets, as lab 2's pair is
                 versus = PeerCall(device, peer, pool, size["out_count"], timer)
                 comparison = compare(whole, versus, INPUT_SLOTS, timer, options)
-                stats["total"] = comparison.student.to_json()
+                total = comparison.student
                 measured["peer"] = {"stats": comparison.baseline.to_json(), "speedup": comparison.speedup,
                                     "ci_low": comparison.ci_low, "ci_high": comparison.ci_high,
                                     "enqueue": versus.enqueue()}
                 measured["checked_peer"] = versus.checked()
                 del versus
+            # each kernel's figures and the whole call's, all from the same calls, checked ones among them
+            measured["stats"] = {**{name: stage.to_json() for name, stage in total.stages.items()},
+                                 "total": replace(total, stages={}).to_json()}
             reply["sizes"].append({**measured, "checked": whole.checked(), "sets_drawn": pool.drawn})
-            del workspace, pool, alone, whole
+            del workspace, pool, whole
             device.xp.get_default_memory_pool().free_all_blocks()
     if request.get("copy_bytes"):  # the bandwidth the figures are set against, timed in this same worker
         copy = DeviceCopy(device, request["copy_bytes"])

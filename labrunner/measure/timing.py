@@ -19,6 +19,10 @@ leaderboard harness:
   or a noisy neighbour hurts both equally instead of biasing the ratio.
 * A few timed calls, picked at random from the operating system's entropy,
   are verified: a kernel cannot be fast only on the calls nobody checks.
+* A call of several kernels (lab 1's three) is timed as one call with an
+  event between every two launches, so each kernel's time is a part of the
+  very calls whose output is checked. A kernel timed on a call of its own
+  would have no output of the lab's to check, and could skip its work there.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ class Timer(Protocol):
     def time_ms(self, launch: Callable[[], None]) -> float:
         """Run `launch` between timing events, wait for it, return elapsed ms."""
 
+    def time_stages_ms(self, launches: list[Callable[[], None]]) -> list[float]:
+        """Run the launches back to back, an event before each and one after the last; each one's ms."""
+
 
 class Contender(Protocol):
     """One implementation being timed: the student's kernel, or the baseline.
@@ -48,6 +55,10 @@ class Contender(Protocol):
     `prepare` and `collect` run outside the timing events. When `verify` is
     true, `prepare` must re-poison the output of that input set and `collect`
     must check it afterwards, so the check proves that this very call wrote it.
+
+    A contender whose call is several launches may name them in `stages`; it
+    then gives them one by one (`stage_launches`) and each is timed apart,
+    inside the same call (`Timer.time_stages_ms`).
     """
 
     name: str
@@ -121,14 +132,20 @@ class Stats:
     samples_ms: list[float] = field(repr=False)
     verified_count: int = 0
     stopped_by: str = ""
+    # A call of several stages: each stage's own summary, from the same calls (the whole call's
+    # time is their sum). Empty for a call timed as one.
+    stages: dict[str, Stats] = field(default_factory=dict, repr=False)
 
     def to_json(self, include_samples: bool = False) -> dict:
         data = asdict(self)
+        del data["stages"]
         if not include_samples:
             del data["samples_ms"]
         if not math.isfinite(data["rse"]):
             # JSON has no infinity; None says "not measurable" honestly.
             data["rse"] = None
+        if self.stages:
+            data["stages"] = {name: stage.to_json(include_samples) for name, stage in self.stages.items()}
         return data
 
 
@@ -210,22 +227,29 @@ class VerificationSchedule:
 
 
 class SampleSeries:
-    """The samples of one contender, with what the stopping rule needs to know."""
+    """The samples of one contender, with what the stopping rule needs to know.
 
-    def __init__(self, options: TimingOptions) -> None:
+    A contender of several stages keeps a series per stage beside the whole call's; the noise
+    target holds for each of them, since each is reported.
+    """
+
+    def __init__(self, options: TimingOptions, stages: tuple[str, ...] = ()) -> None:
         self.samples_ms: list[float] = []
         self.moments = RunningMoments()
         self.verified_count = 0
         self._options = options
+        self.stages = {name: SampleSeries(options) for name in stages}
 
     @property
     def count(self) -> int:
         return self.moments.count
 
-    def add(self, elapsed_ms: float, verified: bool) -> None:
+    def add(self, elapsed_ms: float, verified: bool, stage_ms: list[float] = ()) -> None:
         self.samples_ms.append(elapsed_ms)
         self.moments.add(elapsed_ms)
         self.verified_count += int(verified)
+        for stage, ms in zip(self.stages.values(), stage_ms, strict=True):
+            stage.add(ms, verified)
 
     def noise_met(self) -> bool:
         return (
@@ -233,21 +257,32 @@ class SampleSeries:
             and self.moments.relative_standard_error() < self._options.noise_target
         )
 
+    def noise_met_everywhere(self) -> bool:
+        """The whole call's noise and every stage's: each is reported, so each must be known."""
+        return self.noise_met() and all(stage.noise_met() for stage in self.stages.values())
+
     def verification_short(self) -> bool:
         return self.verified_count < self._options.min_verified
 
 
-def run_call(contender: Contender, input_index: int, verify: bool, timer: Timer) -> float:
-    """One call, in the order that keeps the measurement cold and the check honest.
+def run_call(contender: Contender, input_index: int, verify: bool, timer: Timer) -> tuple[float, list[float]]:
+    """One call, in the order that keeps the measurement cold and the check honest: its time, and
+    each stage's where the contender names stages (the whole call's time is then their sum: the
+    time from the first event to the last).
 
     The flush comes after `prepare`, because re-poisoning the output writes it
     and would otherwise leave it warm in L2 for the timed launch.
     """
     contender.prepare(input_index, verify)
     timer.flush_caches()
-    elapsed_ms = timer.time_ms(lambda: contender.launch(input_index))
+    if getattr(contender, "stages", ()):
+        stage_ms = list(timer.time_stages_ms(contender.stage_launches(input_index)))
+        elapsed_ms = sum(stage_ms)
+    else:
+        stage_ms = []
+        elapsed_ms = timer.time_ms(lambda: contender.launch(input_index))
     contender.collect(input_index, verify)
-    return elapsed_ms
+    return elapsed_ms, stage_ms
 
 
 def stop_reason(series: list[SampleSeries], options: TimingOptions, elapsed_s: float,
@@ -258,7 +293,7 @@ def stop_reason(series: list[SampleSeries], options: TimingOptions, elapsed_s: f
     """
     if series[0].count < 2:
         return None
-    if all(s.noise_met() for s in series):
+    if all(s.noise_met_everywhere() for s in series):
         return "noise"
     if series[0].count >= options.max_samples:
         return "max_samples"
@@ -298,6 +333,7 @@ def summarize(series: SampleSeries, options: TimingOptions, stopped_by: str,
         samples_ms=list(series.samples_ms),
         verified_count=series.verified_count,
         stopped_by=stopped_by,
+        stages={name: summarize(stage, options, stopped_by, budget_s) for name, stage in series.stages.items()},
     )
 
 
@@ -313,7 +349,7 @@ def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
     """
     if n_inputs < 1:
         raise ValueError(f"n_inputs must be at least 1, got {n_inputs}")
-    series = [SampleSeries(options) for _ in contenders]
+    series = [SampleSeries(options, tuple(getattr(c, "stages", ()))) for c in contenders]
     schedule = VerificationSchedule(options, draw)
 
     # Warm-up runs the same path as a sample (flush, events and all), so
@@ -331,7 +367,8 @@ def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
         must_verify = reason is not None and any(s.verification_short() for s in series)
         verify = schedule.should_verify(series[0].count) or must_verify
         for contender, own in zip(contenders, series):
-            own.add(run_call(contender, input_index, verify, timer), verify)
+            elapsed_ms, stage_ms = run_call(contender, input_index, verify, timer)
+            own.add(elapsed_ms, verify, stage_ms)
         reason = stop_reason(series, options, clock() - start_s, budget_s)
         if reason is not None and not any(s.verification_short() for s in series):
             return series, reason
@@ -465,6 +502,7 @@ def pool_stats(rounds: list[Stats]) -> Stats:
     for value in samples:
         moments.add(float(value))
     warnings = [f"round {i}: {r.warning}" for i, r in enumerate(rounds, 1) if r.warning]
+    stages = {name: pool_stats([r.stages[name] for r in rounds]) for name in rounds[0].stages}
     return Stats(
         median_ms=float(np.median(samples)),
         min_ms=float(samples.min()),
@@ -477,13 +515,15 @@ def pool_stats(rounds: list[Stats]) -> Stats:
         samples_ms=samples.tolist(),
         verified_count=sum(r.verified_count for r in rounds),
         stopped_by=",".join(sorted({r.stopped_by for r in rounds})),
+        stages=stages,
     )
 
 
 def comparison_from_json(data: dict) -> Comparison:
     """The inverse of `Comparison.to_json(include_samples=True)`: a worker's reply, read back."""
     def stats(d: dict) -> Stats:
-        return Stats(**{**d, "rse": math.inf if d["rse"] is None else d["rse"]})
+        stages = {name: stats(stage) for name, stage in d.get("stages", {}).items()}
+        return Stats(**{**d, "rse": math.inf if d["rse"] is None else d["rse"], "stages": stages})
 
     return Comparison(student=stats(data["student"]), baseline=stats(data["baseline"]), speedup=data["speedup"],
                       ci_low=data["ci_low"], ci_high=data["ci_high"], level=data["level"])
