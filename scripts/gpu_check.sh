@@ -7,6 +7,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-150}
+# The box: bubblewrap, from the system or unpacked from a Debian package carried to the machine
+# (apt-get download bubblewrap; its folder in BOX_DEBS, default .box/), since a GPU host may have none.
+if ! command -v bwrap >/dev/null 2>&1 && [ -z "${ATTNLAB_BWRAP:-}" ]; then
+    for deb in "${BOX_DEBS:-.box}"/bubblewrap_*.deb; do
+        [ -f "$deb" ] && dpkg -x "$deb" /tmp/attnlab-bwrap && export ATTNLAB_BWRAP=/tmp/attnlab-bwrap/usr/bin/bwrap
+    done
+fi
 out=${OUT:-gpu-check-out}
 logs=$(mktemp -d)
 mkdir -p "$out"
@@ -60,6 +67,12 @@ every_seed() {  # every_seed LAB FILE: every case of FILE on five seeds, no timi
     done
 }
 
+step box-doctor 0 python3 -m labrunner doctor
+step grade-latency 0 python3 scripts/grade_latency.py --runs 5
+step race-check-flood 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_printf_flood.cu --race-check --no-timing
+step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_slow_under_sanitizer.cu --race-check --no-timing --timeout 2
+step fixtures-lab1 0 python3 tests/fixture_suite.py --device gpu --lab lab1
+step fixtures-lab2 0 python3 tests/fixture_suite.py --device gpu --lab lab2
 step gpu-tests 0 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
 step grade-lab2-timed-15s 0 timed_grade
 step fixture-v-rescaled 1 fixture_verdict tests/fixtures/lab2/hostile/v_rescaled.cu
