@@ -231,10 +231,11 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
     comparison = pool_rounds(rounds, seed=options.seed).to_json()
     bounds = run_limits(replies)
-    # each contender's fastest call over every round bounds every time the report shows of it
+    # each contender's fastest call over every round bounds every time the report shows of it; its
+    # inputs come from memory (the flush), its output may still be in L2 when the end event is recorded
     for who, label in (("student", student_label), ("baseline", baseline_label)):
         problem = impossible(f"{label} at {lab.shape_label(rows, prefix)}", comparison[who]["min_ms"], must,
-                             lab.flops(rows, prefix, layout), bounds)
+                             lab.flops(rows, prefix, layout), bounds, (rows * QUERY_HEADS * HEAD_DIM * 4,))
         if problem:
             return None, CaseResult(f"timed C{rows}-P{prefix}", "wrong", problem, rows, prefix)
     timing = {
@@ -383,25 +384,36 @@ def bytes_each_kernel_must_move(t: int) -> dict[str, int]:
 def pipeline_problem(lab: Lab, t: int, measured: dict, bounds: Limits, peer_label: str | None) -> str | None:
     """Lab 1 at T tokens against physics: each kernel, the whole call and the peer, the first past it.
 
-    The call starts cold (the flush), so the first kernel may be spared only what it writes last,
-    still in L2 when its end event is recorded; each later kernel may also find what the one before
-    it wrote in L2, one L2 more. The whole call's bytes count the score matrix between the kernels,
-    so it may be spared what each of them may. The peer is held to what any attention must move."""
-    must = bytes_each_kernel_must_move(t)
+    The whole call's bytes count the score matrix between the kernels, so it may be spared what
+    each of them may (`l2_parts_each_kernel`). The peer is held to what any attention must move."""
+    must, parts = bytes_each_kernel_must_move(t), l2_parts_each_kernel(t)
     flops = lab.flops(t, 0, {})
     stats = measured["stats"]
     kernels = [name for name in stats if name != "total"]
     figures = [(f"{name} at T={t}", stats[name], must.get(name, 0), flops * lab.flop_shares.get(name, 0.0),
-                1 if index == 0 else 2) for index, name in enumerate(kernels)]
+                parts.get(name, ())) for name in kernels]
     figures.append((f"the whole call at T={t}", stats["total"], sum(must.get(name, 0) for name in kernels), flops,
-                    2 * len(kernels) - 1))
+                    tuple(part for name in kernels for part in parts.get(name, ()))))
     if "peer" in measured:
-        figures.append((f"{peer_label} at T={t}", measured["peer"]["stats"], attention_bytes_must_move(t, 0), flops, 1))
-    for what, figure, moved, work, fills in figures:
-        problem = impossible(what, figure["min_ms"], moved, work, bounds, fills)
+        figures.append((f"{peer_label} at T={t}", measured["peer"]["stats"], attention_bytes_must_move(t, 0), flops,
+                        (t * QUERY_HEADS * HEAD_DIM * 4,)))
+    for what, figure, moved, work, spared in figures:
+        problem = impossible(what, figure["min_ms"], moved, work, bounds, spared)
         if problem:
             return problem
     return None
+
+
+def l2_parts_each_kernel(t: int) -> dict[str, tuple[int, ...]]:
+    """The parts of each lab-1 kernel's bytes that L2 may hold instead of the memory (`physics.impossible`).
+
+    The call starts cold (the flush before it), so the scores kernel reads Q and K from memory; what
+    it writes may still be in L2 when its end event is recorded. Each later kernel may find in L2 what
+    the one before it wrote last, and may leave its own writes there."""
+    visible = QUERY_HEADS * (t * (t + 1) // 2) * 4
+    whole = QUERY_HEADS * t * t * 4
+    out = t * QUERY_HEADS * HEAD_DIM * 4
+    return {"attn_scores": (visible,), "attn_softmax": (visible, whole), "attn_weighted_sum": (visible, out)}
 
 
 def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> dict:

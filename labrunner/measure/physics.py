@@ -21,10 +21,10 @@ allowed for:
   the two; a kernel that mostly reads goes a little faster. Lab 3's decode, which reads all but its
   small output, reaches 1.01 to 1.03 of the copy on an H200. `COPY_MARGIN` sits above that and below
   the memory's own peak (NVML's clock x bus: 1.15 to 1.19 of the copy there): no honest kernel reaches it.
-* L2 may spare a figure some bytes. What a kernel writes last may still sit in L2 when the end event
-  is recorded, and a kernel timed inside a call (lab 1's) may find what the kernel before it wrote
-  still in L2. Each is at most one L2 (`l2_fills` counts them); the cache flush before every call
-  leaves nothing else there.
+* L2 may spare a figure some bytes. What a kernel writes may still sit in L2 when its end event is
+  recorded, and a kernel timed inside a call (lab 1's) may find what the kernel before it wrote
+  still in L2. Each of those parts is spared up to one L2 (`l2_parts`); the cache flush before
+  every call leaves nothing else there, so the inputs come from memory.
 
 The arithmetic's speed is counted from the hardware (`roofline.tensor_core_peak`): SMs x maximum
 clock x dense FP16 tensor-core FLOP per clock, the fastest arithmetic a float32 product that meets
@@ -70,16 +70,17 @@ def limits(copies: list[dict], l2_bytes: int, facts: dict) -> Limits:
 
 
 def impossible(what: str, fastest_ms: float, must_move: int, flops: float, bounds: Limits,
-               l2_fills: int = 1) -> str | None:
+               l2_parts: tuple[int, ...] = ()) -> str | None:
     """Why a figure cannot be the time of its work, in one line, or None where it can be.
 
     `what` names the figure ("attn_softmax at T=2048"); `fastest_ms` is its fastest timed call;
     `must_move` the bytes its duty makes it read and write at least once; `flops` its arithmetic (0:
-    none counted); `l2_fills` how many L2s' worth of those bytes may never reach the memory (one for
-    what it writes last, one more where it reads what an earlier kernel of the same call wrote).
+    none counted); `l2_parts` the parts of those bytes that L2 may hold instead of the memory: each
+    kernel's writes, and what a kernel reads of an earlier kernel's output in the same call. Each
+    part is spared up to one L2.
     """
     seconds = fastest_ms * 1e-3
-    spared = min(must_move, l2_fills * bounds.l2_bytes)
+    spared = min(must_move, sum(min(part, bounds.l2_bytes) for part in l2_parts))
     if bounds.copy_bytes_per_s and must_move > spared:
         limit = COPY_MARGIN * bounds.copy_bytes_per_s
         if seconds <= 0 or (must_move - spared) / seconds > limit:
