@@ -63,7 +63,10 @@ class Purpose:
     name: str
     gpu: bool
     private_bytes: int
-    needs: tuple[str, ...] = field(default=())  # "compiler" (g++'s prefix), "sanitizer"
+    needs: tuple[str, ...] = field(default=())  # "compiler" (g++'s prefix), "sanitizer", "profiler"
+    # Whether /job is a host folder the caller made (bound in), for a tool whose files the caller
+    # reads back after the box has ended (ncu's CSV); else a tmpfs that goes with the box.
+    host_private: bool = False
 
 
 # NVRTC writes nothing of size; the CPU worker holds g++'s temporary files and the built module
@@ -72,6 +75,9 @@ COMPILE = Purpose("compile", gpu=False, private_bytes=64 * MIB)
 CPU_RUN = Purpose("cpu-run", gpu=False, private_bytes=512 * MIB, needs=("compiler",))
 GPU_RUN = Purpose("gpu-run", gpu=True, private_bytes=1024 * MIB)
 REPLAY = Purpose("replay", gpu=True, private_bytes=1024 * MIB, needs=("sanitizer",))
+# Nsight Compute over the Range pass's target: its report file and the GPU's facts come back through
+# the host folder bound at /job, and ncu keeps its lock file in /tmp (a tmpfs of the box's own).
+PROFILE = Purpose("profile", gpu=True, private_bytes=64 * MIB, needs=("profiler",), host_private=True)
 
 
 def bwrap_path() -> str | None:
@@ -130,13 +136,15 @@ def describe() -> str:
 
 
 def wrap(purpose: Purpose, command: list[str], environment: dict[str, str],
-         readable: tuple[str, ...] = (), data: dict[str, int] | None = None) -> list[str]:
+         readable: tuple[str, ...] = (), data: dict[str, int] | None = None,
+         private_source: str | None = None) -> list[str]:
     """The bwrap command line that runs `command` in a box for `purpose`.
 
     environment: the whole environment inside (the box starts from an empty one).
     readable: more paths mapped read-only (the tests' probe module; never a submission or a report).
     data: files to create inside, read-only, each from a file descriptor the caller passes
         (`--ro-bind-data`): how the driver hands a box its inputs without a folder on disk.
+    private_source: for a purpose with `host_private`, the host folder that becomes /job.
     """
     tool = bwrap_path() or "bwrap"
     options = bwrap_help()
@@ -146,14 +154,21 @@ def wrap(purpose: Purpose, command: list[str], environment: dict[str, str],
         line.append("--disable-userns")  # nothing inside may make a user namespace of its own
     for name, value in sorted(environment.items()):
         line += ["--setenv", name, value]
+    if purpose.host_private:
+        line += ["--tmpfs", "/tmp"]  # first, so that a path the root maps below /tmp stays visible
     line += _root(purpose, readable)
     line += ["--proc", "/proc", "--dev", "/dev"]
     if purpose.gpu:
         for node in sorted({node for pattern in GPU_DEVICE_PATTERNS for node in glob.glob(pattern)}):
             line += ["--dev-bind", node, node]
-    if "--size" in options:
-        line += ["--size", str(purpose.private_bytes)]
-    line += ["--perms", "0700", "--tmpfs", PRIVATE, "--dir", f"{PRIVATE}/tmp"]
+    if purpose.host_private:
+        if private_source is None:
+            raise ValueError(f"a {purpose.name} box needs the host folder that becomes {PRIVATE}")
+        line += ["--bind", private_source, PRIVATE]
+    else:
+        if "--size" in options:
+            line += ["--size", str(purpose.private_bytes)]
+        line += ["--perms", "0700", "--tmpfs", PRIVATE, "--dir", f"{PRIVATE}/tmp"]
     for destination, fd in sorted((data or {}).items()):
         line += ["--ro-bind-data", str(fd), destination]
     line += ["--chdir", PRIVATE, "--", *command]
@@ -170,6 +185,8 @@ def _root(purpose: Purpose, readable: tuple[str, ...]) -> list[str]:
         paths += compiler_paths()
     if "sanitizer" in purpose.needs:
         paths += sanitizer_paths()
+    if "profiler" in purpose.needs:
+        paths += tool_paths("ncu")
     line: list[str] = []
     kept: list[str] = []
     for path in sorted({os.path.normpath(p) for p in paths if p}, key=lambda p: (p.count("/"), p)):
@@ -231,10 +248,16 @@ def compiler_paths() -> list[str]:
 
 def sanitizer_paths() -> list[str]:
     """compute-sanitizer's folder (it ships its own libraries beside the binary)."""
-    found = shutil.which("compute-sanitizer")
+    return tool_paths("compute-sanitizer")
+
+
+def tool_paths(name: str) -> list[str]:
+    """The folder of an NVIDIA tool found on PATH, as found and as its links resolve (`ncu` on PATH is
+    often a link or a script beside the real install, which ships its libraries with it)."""
+    found = shutil.which(name)
     if found is None:
         return []
-    return [str(Path(os.path.realpath(found)).parent)]
+    return [str(Path(found).parent), str(Path(os.path.realpath(found)).parent)]
 
 
 def command_status(returncode: int | None) -> int | None:

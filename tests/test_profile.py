@@ -64,7 +64,7 @@ class StandInWorker:
     def __exit__(self, *exc):
         pass
 
-    def load(self, *args):
+    def load(self, *args, **kwargs):
         pass
 
     def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from labrunner import box as boxes
 from labrunner.build.gate import load_submission
 from labrunner.commands.profile import range_pass
 from labrunner.labs import get_lab
@@ -45,7 +46,29 @@ def stand_in_ncu(tmp_path: Path, monkeypatch, body: str) -> Path:
                     "log=; prev=\nfor a in \"$@\"; do [ \"$prev\" = --log-file ] && log=$a; prev=$a; done\n" + body)
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+    # These tests read what a stand-in ncu leaves on the host (its arguments, a recorded CSV), which a
+    # box would keep from it: the box itself is `test_ncu_and_its_target_run_in_the_box`'s.
+    monkeypatch.setattr(boxes, "availability", lambda: "no box, for a stand-in ncu")
     return args_file
+
+
+@pytest.mark.skipif(boxes.availability() is not None, reason=f"no box here: {boxes.availability()}")
+def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
+    """The Range pass's ncu (and so the target that runs the student's kernels) starts in a PROFILE box:
+    its report goes to /job (a host folder the driver reads), and it sees nothing else of the host."""
+    tool = tmp_path / "bin" / "ncu"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\nlog=; prev=\nfor a in \"$@\"; do [ \"$prev\" = --log-file ] && log=$a; prev=$a; done\n"
+                    'echo "seen: log=$log pwd=$(pwd) home=$HOME seed=[$ATTNLAB_SEED] tmp=[$(ls /tmp)]" >&2\nexit 3\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ATTNLAB_SEED", "4242")
+    lab, contenders = lab2_contenders()
+    report = range_pass(lab, contenders, "C = 17, P = 31", 17, 31, seed=1, ceilings=H200)
+    assert report["available"] is False
+    # of the host's /tmp only the way to the stand-in tool: not the driver's folder for the Range pass
+    assert report["message"] == ("ncu exited with status 3 and no counters: seen: log=/job/ncu.csv pwd=/job "
+                                 f"home=/job seed=[] tmp=[{tmp_path.parts[2]}]")
 
 
 def test_the_recorded_csv_gives_every_metric_of_both_launches_in_base_units():

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 import labrunner
+from labrunner import box as boxes
 from labrunner.build.gate import Submission, load_submission
 from labrunner.commands.grade import CaseOptions, load_student, run_one_case
 from labrunner.commands.runs import BenchRequest, bench_check_case, device_facts, display_path, prepare
@@ -47,6 +48,7 @@ from labrunner.measure.trace import KernelSlice, slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
+from labrunner.run.sandbox import scrubbed_environment
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import load_catalogue, random_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
@@ -249,11 +251,15 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
     report: dict = {"shape": {"label": label, "rows": rows, "prefix": prefix}, "warmup_calls": WARMUP_CALLS}
     layout = lab.timing_layout(rows, prefix, seed)
     call_flops = lab.flops(rows, prefix, layout)
+    boxed = boxes.boxed()
     with tempfile.TemporaryDirectory(prefix="attnlab-range-") as scratch:
+        # The target runs the student's file: in a box whose /job is this folder, so every path it is
+        # given is the box's; the driver reads what comes back (ncu's CSV, the GPU's facts) from here.
+        seen = boxes.PRIVATE if boxed else scratch
         facts_path = Path(scratch) / "facts.json"
         # each contender its own workspace, sized by its own geometry (lab 3's partitions differ by file)
         payload = {"rows": rows, "prefix": prefix, "seed": seed, "out_count": rows * QUERY_HEADS * HEAD_DIM,
-                   "warmup_calls": WARMUP_CALLS, "facts_path": str(facts_path),
+                   "warmup_calls": WARMUP_CALLS, "facts_path": str(Path(seen) / facts_path.name),
                    "contenders": [{"role": role, "source": sub.module.composed_source, "filename": sub.label,
                                    "entry_types": lab.entry_point_types(),
                                    "workspace": lab.workspace(sub.constants, rows, prefix),
@@ -263,15 +269,21 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
         if "sets" in made:  # the paged layout's fixed arrays beside the payload; the values made on the GPU
             fixed_path = Path(scratch) / "fixed.npz"
             np.savez(fixed_path, **made["sets"]["fixed"])
-            payload["sets"] = {**{k: v for k, v in made["sets"].items() if k != "fixed"}, "fixed_path": str(fixed_path)}
+            payload["sets"] = {**{k: v for k, v in made["sets"].items() if k != "fixed"},
+                               "fixed_path": str(Path(seen) / fixed_path.name)}
         payload_path = Path(scratch) / "payload.json"
         payload_path.write_text(json.dumps(payload))
-        target = [sys.executable, "-m", "labrunner.run.profile_target", str(payload_path)]
+        target = [sys.executable, "-m", "labrunner.run.profile_target", str(Path(seen) / payload_path.name)]
         package_root = str(Path(labrunner.__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        if boxed:  # the box's environment: the allowed names, and the package on the import path
+            env = {**scrubbed_environment(Path(boxes.PRIVATE), host_code=False, boxed=True),
+                   "TMPDIR": "/tmp", "PYTHONPATH": package_root}
+        else:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         names = [launch.kernel for _, _, launches, _ in plans for launch in launches]
         try:
-            run = run_ncu(names, WARMUP_CALLS * per_round, per_round, target, RANGE_TIMEOUT_S, env=env)
+            run = run_ncu(names, WARMUP_CALLS * per_round, per_round, target, RANGE_TIMEOUT_S, env=env,
+                          box_folder=Path(scratch) if boxed else None)
         except RangePassUnavailable as exc:
             return {**report, "available": False, "message": str(exc)}
         try:

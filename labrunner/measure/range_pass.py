@@ -28,6 +28,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labrunner import box as boxes
+
 NCU = "ncu"
 
 # name in ncu -> our key, and what it means
@@ -167,37 +169,46 @@ class NcuRun:
 
 
 def run_ncu(kernel_names: list[str], skip: int, count: int, target: list[str], timeout_s: float,
-            cwd: Path | None = None, env: dict | None = None) -> NcuRun:
+            cwd: Path | None = None, env: dict | None = None, box_folder: Path | None = None) -> NcuRun:
     """Run ncu over `target` and return exactly `count` profiled launches, or raise RangePassUnavailable.
 
     A metric this ncu or this GPU does not know makes ncu refuse the whole run. Its error names the
     metric, so a failed run that names some of ours is tried once more without them, and the
     report says which were dropped: one unknown counter should not cost the other eight.
+   
+    `box_folder`: ncu and its target run in a box (`labrunner/box.py`, purpose PROFILE) whose /job is
+    this host folder; `target` and `env` are then as seen inside it.
     """
     tool = ncu_path()
     if tool is None:
         raise RangePassUnavailable(MISSING_HELP)
     metrics = list(METRICS)
     try:
-        return ncu_once(tool, kernel_names, skip, count, target, timeout_s, cwd, env, metrics)
+        return ncu_once(tool, kernel_names, skip, count, target, timeout_s, cwd, env, metrics, box_folder)
     except RangePassUnavailable as first:
         named = [m for m in metrics if m in first.said]
         if not named or len(named) == len(metrics) or "ERR_NVGPUCTRPERM" in first.said:
             raise
         run = ncu_once(tool, kernel_names, skip, count, target, timeout_s, cwd, env,
-                       [m for m in metrics if m not in named])
+                       [m for m in metrics if m not in named], box_folder)
         run.dropped_metrics = named
         return run
 
 
 def ncu_once(tool: str, kernel_names: list[str], skip: int, count: int, target: list[str], timeout_s: float,
-             cwd: Path | None, env: dict | None, metrics: list[str]) -> NcuRun:
+             cwd: Path | None, env: dict | None, metrics: list[str], box_folder: Path | None = None) -> NcuRun:
     """One ncu run. A failure carries the one-line reason, then everything ncu said (for `run_ncu`'s retry)."""
     import time
 
     with tempfile.TemporaryDirectory(prefix="attnlab-ncu-") as scratch:
-        log_path = Path(scratch) / "ncu.csv"
-        command = ncu_command(tool, kernel_names, skip, count, log_path, target, metrics)
+        log_path = (box_folder if box_folder else Path(scratch)) / "ncu.csv"
+        log_path.unlink(missing_ok=True)  # a retry's report must be its own
+        if box_folder:
+            inside = ncu_command(tool, kernel_names, skip, count, Path(boxes.PRIVATE) / "ncu.csv", target, metrics)
+            command = boxes.wrap(boxes.PROFILE, inside, env or {}, private_source=str(box_folder))
+            env, cwd = {}, None
+        else:
+            command = ncu_command(tool, kernel_names, skip, count, log_path, target, metrics)
         started = time.monotonic()
         try:
             completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
