@@ -41,6 +41,7 @@ from labrunner.exit_codes import environment_error
 
 # The tool that makes the box; `ATTNLAB_BWRAP` names another copy of it (an unpacked .deb, say).
 BWRAP_VARIABLE = "ATTNLAB_BWRAP"
+INSIDE_VARIABLE = "ATTNLAB_BOX"  # set inside every box to its purpose's name
 PRIVATE = "/job"  # the one writable folder inside every box, a tmpfs
 MIB = 1 << 20
 
@@ -99,6 +100,10 @@ def bwrap_help() -> str:
 def availability() -> str | None:
     """None where a box can be made here, else one line saying what is missing and how to get it.
     Asked once per process: an empty box runs `true`."""
+    if os.environ.get(INSIDE_VARIABLE):
+        # A process in a box (the CPU worker asking NVRTC about its macros) starts its children in the same
+        # box: a box cannot be made inside one (no user namespace may be made there), and need not be.
+        return f"already inside a {os.environ[INSIDE_VARIABLE]} box"
     tool = bwrap_path()
     if tool is None:
         return "bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)"
@@ -152,7 +157,7 @@ def wrap(purpose: Purpose, command: list[str], environment: dict[str, str],
             "--clearenv"]
     if "--disable-userns" in options:
         line.append("--disable-userns")  # nothing inside may make a user namespace of its own
-    for name, value in sorted(environment.items()):
+    for name, value in sorted({**environment, INSIDE_VARIABLE: purpose.name}.items()):
         line += ["--setenv", name, value]
     if purpose.host_private:
         line += ["--tmpfs", "/tmp"]  # first, so that a path the root maps below /tmp stays visible

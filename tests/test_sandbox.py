@@ -58,7 +58,8 @@ def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_lim
                                         "CUDA_HOME", "CUDA_PATH", "ATTNLAB_CPU_STACK_KB", "HOME", "TMPDIR",
                                         "CUPY_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME", "LC_ALL",
                                         "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                        "PWD"}  # bubblewrap sets it to the box's private folder
+                                        "PWD",  # bubblewrap sets it to the box's private folder
+                                        "ATTNLAB_BOX"}  # the box's purpose, so that nothing inside tries to make one
     assert seen["cwd"] == seen["private"] and seen["cwd_entries"] == ["tmp"]
     assert seen["session_leader_outside"] is True  # its own session, so it ends as a group
     assert seen["limits"] == {"RLIMIT_CPU": 3600, "RLIMIT_DATA": 4 * GIB, "RLIMIT_FSIZE": 64 * MIB,
