@@ -1,0 +1,88 @@
+"""The exploit conformance table (tests/fixtures/conformance.toml) and the fixtures agree.
+
+The table is what a reader sees: every hostile fixture, the class of attack it stands for, where
+that class was published, and the verdict each backend gives it. The verdicts themselves live in
+each lab's expected.toml, where the fixture suite grades them. These tests hold the two together,
+so neither can change without the other: a hostile fixture without a row, a row without a fixture,
+or a verdict that differs from expected.toml fails here. They read files only; nothing is graded.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from fixture_suite import FIXTURES, REPO, load_fixtures
+
+TABLE = FIXTURES / "conformance.toml"
+BACKENDS = ("cpu", "gpu")
+APPLIES = ("yes", "CPU backend only", "no")
+
+
+def conformance() -> dict:
+    with open(TABLE, "rb") as handle:
+        return tomllib.load(handle)
+
+
+def hostile_fixtures() -> dict:
+    """Every fixture under tests/fixtures/<lab>/hostile/, by its path in the repository."""
+    return {str(f.path.relative_to(REPO)): f for f in load_fixtures() if f.path.parent.name == "hostile"}
+
+
+ROWS = conformance()["fixture"]
+
+
+def test_every_hostile_fixture_has_exactly_one_row():
+    listed = [row["fixture"] for row in ROWS]
+    assert sorted(set(listed)) == sorted(listed), "a fixture is listed twice"
+    on_disk = set(hostile_fixtures())
+    assert sorted(on_disk - set(listed)) == [], "hostile fixtures missing from conformance.toml"
+    assert sorted(set(listed) - on_disk) == [], "rows naming no hostile fixture"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row["fixture"].removeprefix("tests/fixtures/"))
+def test_a_row_gives_the_verdicts_expected_toml_gives(row):
+    fixture = hostile_fixtures()[row["fixture"]]
+    for backend in BACKENDS:
+        if fixture.runs_on(backend):
+            # an override such as `gpu_verdict` wins, as it does in the fixture suite
+            want = fixture.expected.get(f"{backend}_verdict", fixture.expected["verdict"])
+            assert row[backend] == want, f"{backend}: the table says {row[backend]!r}, expected.toml {want!r}"
+        else:
+            only = "GPU only" if backend == "cpu" else "CPU only"
+            prefix = f"n/a ({only}): "
+            assert row[backend].startswith(prefix), f"{backend}: the fixture does not run there: {prefix}<why>"
+            assert row[backend].removeprefix(prefix).strip(), f"{backend}: say why the fixture does not run there"
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row["fixture"].removeprefix("tests/fixtures/"))
+def test_a_row_names_its_class_source_and_what_stops_it(row):
+    assert sorted(row) == ["class", "cpu", "fixture", "gpu", "source", "stopped_by"]
+    assert all(row[key].strip() for key in ("class", "source", "stopped_by"))
+
+
+PUBLISHED = conformance()["published"]
+
+
+def test_each_published_exploit_is_listed_once():
+    names = [entry["exploit"] for entry in PUBLISHED]
+    assert sorted(set(names)) == sorted(names)
+    # gpu-mode/pygpubench's exploits/ folder holds 22 exploits (besides its two controls)
+    assert len([n for n in names if n.startswith("gpu-mode/pygpubench exploits/submission_")]) == 22
+
+
+@pytest.mark.parametrize("entry", PUBLISHED, ids=lambda entry: entry["exploit"])
+def test_a_published_exploit_says_whether_it_applies_and_names_real_rows(entry):
+    assert sorted(entry) == ["applies", "exploit", "fixtures", "why"]
+    assert entry["applies"] in APPLIES
+    assert entry["why"].strip()
+    listed = {row["fixture"] for row in ROWS}
+    assert [f for f in entry["fixtures"] if f not in listed] == []
+    if entry["applies"] != "no":  # what a .cu file can do has a fixture that does it
+        assert entry["fixtures"], "an exploit a .cu file can carry out needs a fixture"
+
+
+def test_every_published_source_of_a_fixture_is_in_the_published_list():
+    covered = {f for entry in PUBLISHED for f in entry["fixtures"]}
+    published = [row["fixture"] for row in ROWS if row["source"] != "attnlab"]
+    assert [f for f in published if f not in covered] == []
