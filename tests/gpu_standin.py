@@ -123,7 +123,7 @@ class InProcessWorker:
     def __exit__(self, *exc):
         pass
 
-    def load(self, role, composed_source, filename, entry_types, options=None):
+    def load(self, role, composed_source, filename, entry_types, options=None, binary=None):
         self.kernels[role] = self.device.compile(composed_source, filename, entry_types, **(options or {}))
 
     def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
@@ -193,10 +193,10 @@ class NumpyPeer:
 
 
 class CountingTimer:
-    """Times nothing: every call, the empty kernel's too, takes 1 ms; a call timed kernel by kernel
-    splits its 1 ms evenly among them. Its GPU says nothing of itself (no tensor-core peak is known),
-    and its L2 is as large as the real timer's flush would make it: so large beside the stand-in's
-    tiny shapes that no figure of theirs is held to the device copy (`measure.physics`)."""
+    """Times nothing: every call, the empty kernel's and the device copy's too, takes 1 ms; a call
+    timed kernel by kernel splits its 1 ms evenly among them. Its GPU says nothing of itself (no
+    tensor-core peak is known), and its L2 is half its flush, as the real timer's is. (With the
+    copy's size cut to 1 MiB, as the tests do, the stand-in's tiny shapes stay far below it.)"""
 
     flush_bytes = 1 << 27
     l2_bytes = 1 << 26

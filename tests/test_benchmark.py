@@ -289,9 +289,11 @@ def test_lab_1s_pipeline_timing_goes_through_the_same_worker_code(in_process):
     assert timing["rows"][1]["total"]["median_ms"] == 1.0
     assert timing["rows"][1]["implied_gb_s"] == pytest.approx(4 * 32 * 32 * 32 * 4 / 1e-3 / 1e9)
     assert [row["T"] for row in timing["projections"]] == [4096, 32768]
-    # every call, each kernel timed alone included, drew a set, and the kernels saw as many different
-    # sets as there were calls: no two calls shared one (a whole call's three launches share its own)
+    # every call drew a set, and the kernels saw as many different sets as there were calls: no two
+    # calls shared one (a whole call's three launches share its own, and no kernel runs on a call alone)
     assert len(set(device.seen)) == timing["input_sets"] > 0
+    assert device.launches == 3 * timing["input_sets"]
+    assert timing["rows"][1]["kernels"]["attn_softmax"]["count"] == timing["rows"][1]["total"]["count"]
 
 
 class SkipsWhenWritten(NumpyGpu):

@@ -267,8 +267,9 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     return timing, None
 
 
-# A device-to-device copy of this many bytes (read once, written once) sets the bandwidth a bandwidth
-# lab is measured against: at least 1 GiB, far past any L2, and no more than the call itself moves.
+# A device-to-device copy of this many bytes (read once, written once), timed in every timing, sets the
+# bandwidth every figure is held to (`measure.physics`), lab 1's floor and lab 3's fraction: at least
+# 1 GiB, far past any L2, and no more than the call itself moves.
 MIN_COPY_BYTES = 1 << 30
 
 
@@ -326,9 +327,9 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
     size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
                       "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(constants, t, 0),
                       "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
-    # A device copy as large as the biggest matrix, timed in the same worker: the floor's bandwidth
+    # the device copy timed in the same worker: the floor's bandwidth, and what every figure is held to
     request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options),
-               "copy_bytes": QUERY_HEADS * max(sizes) ** 2 * 4}
+               "copy_bytes": copy_bytes(sum(bytes_each_kernel_must_move(max(sizes)).values()))}
     if peer:
         request["peer"] = peer
     try:
