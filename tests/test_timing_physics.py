@@ -368,3 +368,34 @@ def test_the_fixture_that_leaves_its_softmax_to_the_weighted_sum_is_right_on_the
                       {"verdict": "pass", "exit_code": 0, "timing": True})
     outcome = grade(fixture, "cpu")
     assert outcome.mismatches == [], outcome.got["message"]
+
+
+def test_the_cupy_timer_puts_an_event_before_the_first_launch_and_after_every_one():
+    from labrunner.measure.gpu_timer import CupyTimer
+
+    log: list = []
+
+    class Event:
+        def __init__(self):
+            self.number = sum(1 for entry in log if entry[0] == "new")
+            log.append(("new", self.number))
+
+        def record(self):
+            log.append(("record", self.number))
+
+        def synchronize(self):
+            log.append(("wait", self.number))
+
+    def elapsed(before, after):
+        return float(10 * before.number + after.number)  # which pair was asked for, as a number
+
+    fake = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=elapsed))
+    timer = object.__new__(CupyTimer)  # no GPU here: only what time_stages_ms uses
+    timer._cupy, timer._stage_events = fake, []
+    launches = [lambda name=name: log.append(("launch", name)) for name in ("scores", "softmax", "wsum")]
+    assert timer.time_stages_ms(launches) == [1.0, 12.0, 23.0]  # (0, 1), (1, 2), (2, 3)
+    assert log[4:] == [("record", 0), ("launch", "scores"), ("record", 1), ("launch", "softmax"), ("record", 2),
+                       ("launch", "wsum"), ("record", 3), ("wait", 3)]
+    log.clear()
+    timer.time_stages_ms(launches[:2])  # the events are made once and reused
+    assert [entry for entry in log if entry[0] == "new"] == []

@@ -2,7 +2,8 @@
 
 The sampling loop and its statistics (`timing`, pure Python), the CuPy event timer that loop
 drives (`gpu_timer`), the worker's side of a timed run (`timed_runs`: fresh inputs and poison
-before every call), the GPU's state (`device_state`) and the per-GPU speed gates (`gates`).
+before every call), the GPU's state (`device_state`), the per-GPU speed gates (`gates`) and what no
+timed figure can beat (`physics`: the same run's device copy, the tensor cores' peak).
 These run inside the worker, so they sit below the run stage and never import it, nor the
 checker: timing does not know what a correct answer is. The driver's side of timing (sending
 input sets, checking verified calls, deriving SPEEDUP) talks to a worker, so it lives with the
