@@ -292,12 +292,16 @@ def test_heads_per_block_must_divide_32(tmp_path):
     assert error.message == "attention.cu: error: launch constants: attnlab_heads_per_block = 3 must divide 32"
 
 
-def test_every_invalid_constant_is_listed(tmp_path):
+def test_every_invalid_constant_is_listed_once(tmp_path):
+    # the bounds first, then the lab's own rules about the constants within them: 2048 threads is not
+    # said twice (above its bound, and more than a block holds)
     source = ('extern "C" __constant__ int attnlab_threads = 2048;\n'
+              'extern "C" __constant__ int attnlab_heads_per_block = 3;\n'
               'extern "C" __constant__ int attnlab_smem_bytes = 300000;\n' + flash())
     error = refusal(tmp_path, source)
-    assert error.message == ("attention.cu: error: launch constants: attnlab_threads = 2048 threads: a block holds "
-                             "at most 1024; attnlab_smem_bytes = 300000 exceeds the 232448 bytes a block may have")
+    assert error.message == ("attention.cu: error: launch constants: attnlab_threads = 2048 is above its bound 1024; "
+                             "attnlab_smem_bytes = 300000 is above its bound 232448; "
+                             "attnlab_heads_per_block = 3 must divide 32")
 
 
 def test_a_negative_rows_per_block_is_refused(tmp_path):

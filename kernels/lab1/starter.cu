@@ -22,17 +22,25 @@
 //   attn_weighted_sum: block (wsum_threads_x, wsum_threads_y), grid
 //                      (ceil(64 / wsum_tile_dims), ceil(T / wsum_tile_rows), 32): by default
 //                      thread (x, y) owns output (row = by*16 + y, dim = bx*16 + x) of head bz.
-// Each *_smem_bytes is that kernel's dynamic shared memory.
-extern "C" __constant__ int attnlab_scores_threads_x = 16;
-extern "C" __constant__ int attnlab_scores_threads_y = 16;
-extern "C" __constant__ int attnlab_scores_tile_keys = 16;
-extern "C" __constant__ int attnlab_scores_tile_rows = 16;
-extern "C" __constant__ int attnlab_softmax_threads = 256;
-extern "C" __constant__ int attnlab_softmax_rows_per_block = 1;
-extern "C" __constant__ int attnlab_wsum_threads_x = 16;
-extern "C" __constant__ int attnlab_wsum_threads_y = 16;
-extern "C" __constant__ int attnlab_wsum_tile_dims = 16;
-extern "C" __constant__ int attnlab_wsum_tile_rows = 16;
+// Each *_smem_bytes is that kernel's dynamic shared memory (0 unless you export it).
+//
+// Every constant has an upper bound; past it the file is a compile error that names it:
+//   *_threads*        at most 1,024, and x * y at most 1,024: the threads a CUDA block holds.
+//   *_tile_keys, *_tile_rows, softmax_rows_per_block
+//                     at most 1,024 rows or keys: the longest T timed is 2,048, so a larger tile
+//                     leaves it one block, and a block owning more rows than threads is a loop.
+//   wsum_tile_dims    at most 64: a head has 64 dims.
+//   *_smem_bytes      at most 232,448 (227 KiB): the most one block may have on Hopper (H100, H200).
+extern "C" __constant__ int attnlab_scores_threads_x = 16;        // at most 1024
+extern "C" __constant__ int attnlab_scores_threads_y = 16;        // at most 1024, x * y at most 1024
+extern "C" __constant__ int attnlab_scores_tile_keys = 16;        // at most 1024
+extern "C" __constant__ int attnlab_scores_tile_rows = 16;        // at most 1024
+extern "C" __constant__ int attnlab_softmax_threads = 256;        // at most 1024
+extern "C" __constant__ int attnlab_softmax_rows_per_block = 1;   // at most 1024
+extern "C" __constant__ int attnlab_wsum_threads_x = 16;          // at most 1024
+extern "C" __constant__ int attnlab_wsum_threads_y = 16;          // at most 1024, x * y at most 1024
+extern "C" __constant__ int attnlab_wsum_tile_dims = 16;          // at most 64
+extern "C" __constant__ int attnlab_wsum_tile_rows = 16;          // at most 1024
 
 // q: [T][32][64], k: [T][8][64], scores: [32][T][T] (written here).
 // Write scores[h][i][j] = (q[i][h] . k[j][h / 4]) / 8 for j <= i, and -INFINITY for j > i.

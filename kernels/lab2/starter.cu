@@ -22,10 +22,17 @@
 //           whose block walks every row of its head itself (no magic number standing for "all")
 //   block = (attnlab_threads, 1, 1), with attnlab_smem_bytes of dynamic shared memory
 //           (above 48 KB the driver raises the kernel's limit for you; Hopper allows 227 KB).
-extern "C" __constant__ int attnlab_threads = 256;
-extern "C" __constant__ int attnlab_rows_per_block = 64;
-extern "C" __constant__ int attnlab_heads_per_block = 1;
-extern "C" __constant__ int attnlab_smem_bytes = 0;
+// Every constant has an upper bound; past it the file is a compile error that names it:
+//   attnlab_threads          at most 1,024, the threads a CUDA block holds;
+//   attnlab_rows_per_block   at most 1,024: the longest chunk graded or timed is 2,048 rows, so a
+//                            larger tile leaves it one block (0 says that), and a block owning more
+//                            rows than threads walks them in a loop;
+//   attnlab_heads_per_block  at most 32 (all of them), and it must divide 32;
+//   attnlab_smem_bytes       at most 232,448 (227 KiB), the most one block may have on Hopper.
+extern "C" __constant__ int attnlab_threads = 256;          // at most 1024
+extern "C" __constant__ int attnlab_rows_per_block = 64;    // at most 1024; 0: one block over all rows
+extern "C" __constant__ int attnlab_heads_per_block = 1;    // at most 32, a divisor of 32
+extern "C" __constant__ int attnlab_smem_bytes = 0;         // at most 232448
 
 // q:      [chunkLen][32][64] float32, the chunk's queries (row i is position prefixLen + i)
 // kCache: [prefixLen + chunkLen][8][64] float32, every visible key

@@ -48,11 +48,17 @@
 //   decode_combine: grid = (32, B), block = (attnlab_combine_threads)
 // attnlab_partition_tokens: 0 for one partition per sequence, else a multiple of 16 (whole pages).
 // attnlab_heads_per_block: 1, 2 or 4 query heads of one KV group.
-extern "C" __constant__ int attnlab_partition_tokens = 0;
-extern "C" __constant__ int attnlab_heads_per_block = 1;
-extern "C" __constant__ int attnlab_partial_threads = 32;
-extern "C" __constant__ int attnlab_partial_smem_bytes = 0;
-extern "C" __constant__ int attnlab_combine_threads = 64;
+// Every constant has an upper bound; past it the file is a compile error that names it:
+//   attnlab_partition_tokens    at most 32,768 keys, the longest sequence graded or timed: a larger
+//                               partition is a whole sequence (0 says that), and the cases grow with it;
+//   attnlab_heads_per_block     at most 4, one KV group;
+//   attnlab_*_threads           at most 1,024, the threads a CUDA block holds;
+//   attnlab_partial_smem_bytes  at most 232,448 (227 KiB), the most one block may have on Hopper.
+extern "C" __constant__ int attnlab_partition_tokens = 0;     // at most 32768
+extern "C" __constant__ int attnlab_heads_per_block = 1;      // at most 4
+extern "C" __constant__ int attnlab_partial_threads = 32;     // at most 1024
+extern "C" __constant__ int attnlab_partial_smem_bytes = 0;   // at most 232448
+extern "C" __constant__ int attnlab_combine_threads = 64;     // at most 1024
 
 static constexpr int PAGE = 16;  // token rows per page
 

@@ -3,6 +3,12 @@
 `extern "C" __constant__ int attnlab_threads = 128;` and the like are how a student changes tile
 and block sizes without touching Python. The values come from the PTX the compiler wrote (never
 from the source text), and each lab says which names it reads and which values are possible.
+
+The values are the student's, so they are checked before anything is sized from them: each against
+its upper bound (the lab's `bounds`, stated in its starter), then the lab's own rules, then every
+buffer the driver will build for the file (each case's inputs and output, each workspace, at every
+shape it runs) against the memory bound (`labrunner.truth.memory_bound`). All of it is arithmetic
+on the numbers: a file that asks for terabytes is refused in the time it takes to read them.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
+from labrunner.truth.cases import geometry_case, load_catalogue
+from labrunner.truth.memory_bound import OverBound
 
 if TYPE_CHECKING:
     from labrunner.build.nvrtc import CompiledModule
@@ -37,7 +45,60 @@ def check_launch_constants(lab: Lab, module: CompiledModule, label: str) -> dict
         raise AttnlabError(f"{label}: error: unknown launch constant {unknown[0]} ({lab.name} reads "
                            f"{known})", ExitCode.COMPILE_ERROR)
     constants = lab.constants(module.launch_constants)
-    problems = lab.validate(constants)
+    problems = constant_problems(lab, constants)
     if problems:
         raise AttnlabError(f"{label}: error: launch constants: {'; '.join(problems)}", ExitCode.COMPILE_ERROR)
+    try:
+        build_plan(lab, constants)
+    except OverBound as over:
+        drivers = ", ".join(f"{name} = {constants[name]}" for name in sizing_constants(lab, constants))
+        raise AttnlabError(f"{label}: error: launch constants: {over.message}; it is sized by {drivers}",
+                           ExitCode.COMPILE_ERROR) from None
     return constants
+
+
+def constant_problems(lab: Lab, constants: dict[str, int]) -> list[str]:
+    """Every constant above its bound, then the lab's own rules about the others, each constant said once
+    (a block of 2048 threads is above its bound; "2048 threads: a block holds at most 1024" adds nothing)."""
+    over = lab.over_bounds(constants)
+    named = [name for name in constants if constants[name] > lab.bounds[name]]
+    return over + [problem for problem in lab.validate(constants)
+                   if not any(re.search(rf"\b{name}\b", problem) for name in named)]
+
+
+def build_plan(lab: Lab, constants: dict[str, int]) -> None:
+    """Size, without building, every buffer the driver makes from the file's constants, at every shape it
+    runs the file at: each case of the catalogue (a decode case's lengths written for the file's own
+    partition size, as `grade` and `bench` resolve them), the case its geometry adds, and the timing
+    shapes (whose inputs are the catalogue's; only the workspace is the file's). Raises OverBound at the
+    first buffer past the memory bound."""
+    catalogue = load_catalogue(lab.name)
+    own = lab.partition(constants)
+    shapes = [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
+    derived = geometry_case(catalogue, lab.row_tiles(constants))
+    shapes += [derived] if derived else []
+    sizes = [(case.rows, case.prefix) for case in shapes] + timing_shapes(catalogue.timing)
+    for rows, prefix in sizes:
+        lab.workspace(constants, rows, prefix)
+
+
+def timing_shapes(timing: dict) -> list[tuple[int, int]]:
+    """(rows, prefix) of every shape the catalogue times: lab 1's pipeline sizes, or one (rows, prefix)."""
+    if "sizes" in timing:
+        return [(t, 0) for t in timing["sizes"]]
+    return [(timing["rows"], timing["prefix"])] if "rows" in timing else []
+
+
+def sizing_constants(lab: Lab, constants: dict[str, int]) -> list[str]:
+    """The constants that drove a buffer past the bound: each whose default alone brings every buffer
+    within it; where no single one does, every constant the file changed from its default."""
+    changed = [name for name in lab.launch_defaults if constants[name] != lab.launch_defaults[name]]
+    return [name for name in changed if fits(lab, {**constants, name: lab.launch_defaults[name]})] or changed
+
+
+def fits(lab: Lab, constants: dict[str, int]) -> bool:
+    try:
+        build_plan(lab, constants)
+    except OverBound:
+        return False
+    return True

@@ -14,9 +14,14 @@ from typing import Callable
 
 from labrunner import data_dir
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.truth.memory_bound import check_buffers
 
 KERNELS_DIR = data_dir("kernels")
+# The hardware's limits, which bound every lab's thread counts and shared memory: a CUDA block holds
+# at most 1,024 threads on every GPU since Fermi, and Hopper (H100, H200) lets one block opt in to
+# 227 KiB of dynamic shared memory (sm_90's 228 KiB per SM, less the 1 KiB the system keeps).
 MAX_THREADS_PER_BLOCK = 1024
+MAX_SHARED_BYTES = 227 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,10 @@ class Lab:
     teaches: str
     entry_points: tuple[EntryPoint, ...]
     launch_defaults: dict[str, int]               # attnlab_* constant -> default value
+    # attnlab_* constant -> the largest value it may take, for every constant of launch_defaults: the
+    # constants size grids, shared memory, cases and buffers, so none may be as large as an int allows.
+    # Checked before any other rule, and before anything is sized from them (`over_bounds`).
+    bounds: dict[str, int]
     plan_launches: Callable[[dict[str, int], int, int], list[Launch]]  # (constants, rows, prefix)
     # (constants, rows, prefix) -> workspace name -> float count: a workspace may depend on the file's geometry
     workspace: Callable[[dict[str, int], int, int], dict[str, int]] = lambda constants, rows, prefix: {}
@@ -102,6 +111,18 @@ class Lab:
     # How `profile` names a timing shape (rows, prefix) on the terminal and in the trace.
     shape_label: Callable[[int, int], str] = lambda rows, prefix: f"C = {rows}, P = {prefix}"
 
+    def __post_init__(self):
+        unbounded = [name for name in self.launch_defaults if name not in self.bounds]
+        if unbounded or set(self.bounds) - set(self.launch_defaults):
+            raise ValueError(f"{self.name}: every launch constant needs a bound and every bound a constant "
+                             f"(unbounded: {unbounded}, bounds of no constant: "
+                             f"{sorted(set(self.bounds) - set(self.launch_defaults))})")
+
+    def over_bounds(self, constants: dict[str, int]) -> list[str]:
+        """The constants above their bounds, each in words: `attnlab_threads = 2048 is above its bound 1024`."""
+        return [f"{name} = {constants[name]} is above its bound {self.bounds[name]}"
+                for name in self.launch_defaults if constants[name] > self.bounds[name]]
+
     @property
     def starter_path(self) -> Path:
         return KERNELS_DIR / self.name / "starter.cu"
@@ -128,6 +149,13 @@ class Lab:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def bounded_workspace(where: str, counts: dict[str, int]) -> dict[str, int]:
+    """A workspace (name -> float count) sized from a file's constants, refused (`OverBound`, exit 3) where
+    a buffer would pass the memory bound, before anything is allocated for it."""
+    check_buffers(where, {name: count * 4 for name, count in counts.items()})
+    return counts
 
 
 def check_block(constants: dict[str, int], x: str, y: str | None = None) -> list[str]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from labrunner.labs.definition import (
+    MAX_SHARED_BYTES,
+    MAX_THREADS_PER_BLOCK,
     Lab,
     Launch,
+    bounded_workspace,
     ceil_div,
     check_block,
     check_nonnegative,
@@ -31,6 +34,28 @@ DEFAULTS = {
     "attnlab_wsum_tile_dims": 16,
     "attnlab_wsum_tile_rows": 16,
     "attnlab_wsum_smem_bytes": 0,
+}
+
+
+# A tile over rows or keys covers at most 1,024 of them. The longest T the lab times is 2,048, so a
+# tile of 1,024 already leaves it only two blocks, and a block of at most 1,024 threads that owns more
+# rows than it has threads walks them in a loop: that is no longer a tile. Its geometry case (T = 2,049)
+# holds a [32][T][T] workspace of 537 MB, below the driver's memory bound.
+MAX_TILE = 1024
+BOUNDS = {
+    "attnlab_scores_threads_x": MAX_THREADS_PER_BLOCK,
+    "attnlab_scores_threads_y": MAX_THREADS_PER_BLOCK,
+    "attnlab_scores_tile_keys": MAX_TILE,
+    "attnlab_scores_tile_rows": MAX_TILE,
+    "attnlab_scores_smem_bytes": MAX_SHARED_BYTES,
+    "attnlab_softmax_threads": MAX_THREADS_PER_BLOCK,
+    "attnlab_softmax_rows_per_block": MAX_TILE,
+    "attnlab_softmax_smem_bytes": MAX_SHARED_BYTES,
+    "attnlab_wsum_threads_x": MAX_THREADS_PER_BLOCK,
+    "attnlab_wsum_threads_y": MAX_THREADS_PER_BLOCK,
+    "attnlab_wsum_tile_dims": HEAD_DIM,  # a block over more dims than a head's 64 covers nothing more
+    "attnlab_wsum_tile_rows": MAX_TILE,
+    "attnlab_wsum_smem_bytes": MAX_SHARED_BYTES,
 }
 
 
@@ -78,8 +103,10 @@ LAB1 = Lab(
               "out[i][h][d] = sum over j of scores[h][i][j] * v[j][h/4][d]"),
     ),
     launch_defaults=DEFAULTS,
+    bounds=BOUNDS,
     plan_launches=plan_launches,
-    workspace=lambda constants, rows, prefix: {"scores": QUERY_HEADS * rows * rows},
+    workspace=lambda constants, rows, prefix: bounded_workspace(f"the scores workspace at T = {rows}",
+                                                                {"scores": QUERY_HEADS * rows * rows}),
     validate=validate,
     baseline="none",
     # scores tiles rows (grid.y) and keys (grid.x), softmax rows (grid.x), the weighted sum rows (grid.y)

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from labrunner.labs.definition import Lab, Launch, ceil_div, check_block, check_nonnegative, entry
+from labrunner.labs.definition import (
+    MAX_SHARED_BYTES,
+    MAX_THREADS_PER_BLOCK,
+    Lab,
+    Launch,
+    ceil_div,
+    check_block,
+    check_nonnegative,
+    entry,
+)
 from labrunner.truth.contract import QUERY_HEADS
 
 DEFAULTS = {
@@ -11,7 +20,16 @@ DEFAULTS = {
     "attnlab_heads_per_block": 1,    # query heads one block serves: grid.y = 32 / heads (4 = one KV group)
     "attnlab_smem_bytes": 0,         # dynamic shared memory per block; above 48 KB the driver raises the limit
 }
-MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in maximum per block
+BOUNDS = {
+    "attnlab_threads": MAX_THREADS_PER_BLOCK,
+    # The longest chunk the lab grades or times is 2,048 rows (C2048-P2048, the timing shape): a tile of
+    # 1,024 rows leaves it two blocks, and a block of at most 1,024 threads that owns more rows than it has
+    # threads walks them in a loop, which 0 (one block over all rows) already says. Its geometry case
+    # has 2,049 rows.
+    "attnlab_rows_per_block": 1024,
+    "attnlab_heads_per_block": QUERY_HEADS,  # one block over every head
+    "attnlab_smem_bytes": MAX_SHARED_BYTES,
+}
 
 
 def row_blocks(c: dict[str, int], rows: int) -> int:
@@ -39,8 +57,6 @@ def validate(c: dict[str, int]) -> list[str]:
     if c["attnlab_rows_per_block"] < 0:
         problems.append(f"attnlab_rows_per_block = {c['attnlab_rows_per_block']} must be positive, or 0 for "
                         "one block over all rows")
-    if c["attnlab_smem_bytes"] > MAX_SHARED_BYTES:
-        problems.append(f"attnlab_smem_bytes = {c['attnlab_smem_bytes']} exceeds the {MAX_SHARED_BYTES} bytes a block may have")
     return problems
 
 
@@ -55,6 +71,7 @@ LAB2 = Lab(
               "out[i][h] = softmax over keys j <= prefixLen + i of (q[i][h] . kCache[j][h/4]) / 8, weighting vCache[j][h/4]"),
     ),
     launch_defaults=DEFAULTS,
+    bounds=BOUNDS,
     plan_launches=plan_launches,
     validate=validate,
     row_tiles=lambda c: [c["attnlab_rows_per_block"]],

@@ -18,6 +18,7 @@ from labrunner import data_dir
 from labrunner.exit_codes import usage_error
 from labrunner.truth import oracle, paged_cache
 from labrunner.truth.contract import DTYPE, HEAD_DIM, KV_HEADS, QUERY_HEADS
+from labrunner.truth.memory_bound import check_buffers
 
 CASES_DIR = data_dir("cases")
 DEFAULT_SEED = 20261129
@@ -54,6 +55,19 @@ class Case:
     def decode(self) -> bool:
         return bool(self.lengths)
 
+    def buffer_bytes(self) -> dict[str, int]:
+        """The bytes of every buffer this case builds (its inputs, as `make_inputs` makes them, and its
+        output), worked out without building any: float32 and int32 are 4 bytes an element."""
+        row = QUERY_HEADS * HEAD_DIM * 4  # one row of q or out
+        if self.decode:
+            lengths = [int(n) for n in self.lengths]
+            cache = paged_cache.page_count(lengths) * paged_cache.PAGE_TOKENS * KV_HEADS * HEAD_DIM * 4
+            return {"q": len(lengths) * row, "k": cache, "v": cache,
+                    "blockTable": len(lengths) * paged_cache.max_pages(max(lengths)) * 4,
+                    "seqLens": len(lengths) * 4, "out": len(lengths) * row}
+        keys = self.keys * KV_HEADS * HEAD_DIM * 4
+        return {"q": self.rows * row, "k": keys, "v": keys, "out": self.rows * row}
+
     def resolved(self, partition: int, own: int | None = None) -> "Case":
         """The decode case with `p` = partition: numbers for lengths and plants, rows and prefix set.
         `own`: the file's own partition size where it differs (0: one partition per sequence, whose
@@ -67,8 +81,11 @@ class Case:
         outside = [(b, key) for b, key in plants if not (0 <= b < len(lengths) and 0 <= key < lengths[b])]
         if outside:
             raise ValueError(f"case {self.name}: planted (sequence, key) {outside[0]} is outside the batch")
-        return replace(self, lengths=lengths, plants=plants, rows=len(lengths), prefix=max(lengths),
+        case = replace(self, lengths=lengths, plants=plants, rows=len(lengths), prefix=max(lengths),
                        partition=partition if own is None else own)
+        # p is the file's: here it becomes sizes, so here they meet the bound (OverBound past it)
+        check_buffers(f"case {self.name} at p = {partition}", case.buffer_bytes())
+        return case
 
 
 @dataclass(frozen=True)
@@ -163,9 +180,12 @@ def geometry_case(catalogue: Catalogue, tiles: list[int]) -> Case | None:
     rows = 2 * max(tiles) + 1
     prefix = catalogue.geometry.get("prefix", 0)
     name = catalogue.geometry["name"].format(rows=rows, prefix=prefix)
-    return Case(name=name, rows=rows, prefix=prefix,
+    case = Case(name=name, rows=rows, prefix=prefix,
                 why=f"rows span three blocks of the file's own launch geometry ({max(tiles)} rows per block)",
                 cpu=rows <= catalogue.geometry.get("max_cpu_rows", rows))
+    # the rows are the file's tile: here they meet the bound (OverBound past it)
+    check_buffers(f"case {name}", case.buffer_bytes())
+    return case
 
 
 @dataclass

@@ -56,11 +56,19 @@ def max_parts(longest: int, partition: int) -> int:
     return 1 if partition <= 0 else -(-longest // partition)
 
 
-def layout(rng: np.random.Generator, lengths: list[int], spare_pages: int = 3) -> tuple[np.ndarray, int]:
+SPARE_PAGES = 3  # pages of a case's cache that no sequence uses (they hold NaN)
+
+
+def page_count(lengths: list[int], spare_pages: int = SPARE_PAGES) -> int:
+    """The physical pages `layout` hands out for these lengths: every sequence's own, and the spares."""
+    return sum(-(-n // PAGE_TOKENS) for n in lengths) + spare_pages
+
+
+def layout(rng: np.random.Generator, lengths: list[int], spare_pages: int = SPARE_PAGES) -> tuple[np.ndarray, int]:
     """The block table `[B][max_pages]` int32 for these lengths (shuffled pages, -1 padding) and the
     number of physical pages, `spare_pages` of which no sequence uses."""
     needed = [-(-n // PAGE_TOKENS) for n in lengths]
-    pages = rng.permutation(sum(needed) + spare_pages).astype(np.int32)
+    pages = rng.permutation(page_count(lengths, spare_pages)).astype(np.int32)
     table = np.full((len(lengths), max_pages(max(lengths))), -1, dtype=np.int32)
     at = 0
     for b, count in enumerate(needed):
