@@ -51,9 +51,9 @@ def check_launch_constants(lab: Lab, module: CompiledModule, label: str) -> dict
     try:
         build_plan(lab, constants)
     except OverBound as over:
-        drivers = ", ".join(f"{name} = {constants[name]}" for name in sizing_constants(lab, constants))
-        raise AttnlabError(f"{label}: error: launch constants: {over.message}; it is sized by {drivers}",
-                           ExitCode.COMPILE_ERROR) from None
+        drivers = sizing_constants(lab, constants)
+        named = f"; it is sized by {', '.join(f'{n} = {constants[n]}' for n in drivers)}" if drivers else ""
+        raise AttnlabError(f"{label}: error: launch constants: {over.message}{named}", ExitCode.COMPILE_ERROR) from None
     return constants
 
 
@@ -66,19 +66,25 @@ def constant_problems(lab: Lab, constants: dict[str, int]) -> list[str]:
                    if not any(re.search(rf"\b{name}\b", problem) for name in named)]
 
 
-def build_plan(lab: Lab, constants: dict[str, int]) -> None:
-    """Size, without building, every buffer the driver makes from the file's constants, at every shape it
-    runs the file at: each case of the catalogue (a decode case's lengths written for the file's own
-    partition size, as `grade` and `bench` resolve them), the case its geometry adds, and the timing
-    shapes (whose inputs are the catalogue's; only the workspace is the file's). Raises OverBound at the
-    first buffer past the memory bound."""
+def planned_shapes(lab: Lab, constants: dict[str, int]) -> list[tuple[int, int]]:
+    """(rows, prefix) of every shape the driver runs the file at: each case of the catalogue (a decode
+    case's lengths written for the file's own partition size, as `grade` and `bench` resolve them), the
+    case its geometry adds, and the timing shapes. Resolving a case sizes its inputs and output and
+    checks them against the memory bound (OverBound past it); nothing is built."""
     catalogue = load_catalogue(lab.name)
     own = lab.partition(constants)
-    shapes = [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
+    cases = [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
     derived = geometry_case(catalogue, lab.row_tiles(constants))
-    shapes += [derived] if derived else []
-    sizes = [(case.rows, case.prefix) for case in shapes] + timing_shapes(catalogue.timing)
-    for rows, prefix in sizes:
+    cases += [derived] if derived else []
+    return [(case.rows, case.prefix) for case in cases] + timing_shapes(catalogue.timing)
+
+
+def build_plan(lab: Lab, constants: dict[str, int]) -> None:
+    """Size, without building, every buffer the driver makes from the file's constants: each shape's
+    inputs and output (`planned_shapes`) and its workspace. The timing shapes' inputs are the
+    catalogue's, not the file's; their workspace is the file's. Raises OverBound at the first buffer
+    past the memory bound."""
+    for rows, prefix in planned_shapes(lab, constants):
         lab.workspace(constants, rows, prefix)
 
 
@@ -90,10 +96,19 @@ def timing_shapes(timing: dict) -> list[tuple[int, int]]:
 
 
 def sizing_constants(lab: Lab, constants: dict[str, int]) -> list[str]:
-    """The constants that drove a buffer past the bound: each whose default alone brings every buffer
-    within it; where no single one does, every constant the file changed from its default."""
-    changed = [name for name in lab.launch_defaults if constants[name] != lab.launch_defaults[name]]
-    return [name for name in changed if fits(lab, {**constants, name: lab.launch_defaults[name]})] or changed
+    """The constants that drove a buffer past the bound: the fewest of those the file changed whose
+    defaults bring every buffer within it (one, where one is enough; both of two tiles of the same
+    size). Each changed constant is kept at the file's value where the others' defaults suffice. Empty
+    where even the defaults do not fit: then the file did not size it."""
+    defaults = lab.launch_defaults
+    drivers = [name for name in defaults if constants[name] != defaults[name]]
+    if not fits(lab, {**constants, **{name: defaults[name] for name in drivers}}):
+        return []
+    for name in list(drivers):
+        rest = [d for d in drivers if d != name]
+        if fits(lab, {**constants, **{d: defaults[d] for d in rest}}):
+            drivers = rest
+    return drivers
 
 
 def fits(lab: Lab, constants: dict[str, int]) -> bool:
