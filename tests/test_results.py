@@ -42,6 +42,7 @@ def test_every_exit_code_keeps_its_number():
 def test_every_case_status_maps_to_its_exit_code_most_severe_first():
     assert [(status, int(code)) for status, code in STATUS_EXIT_CODES.items()] == [
         ("crash", 4), ("timeout", 4), ("out-of-bounds", 4), ("input-mutated", 4), ("race", 4),
+        ("race-check-inconclusive", 4),
         ("never-written", 1), ("wrong", 1), ("speed-gate", 5), ("pass", 0)]
     assert NOT_RUN == ("not-run", "skipped")
 
