@@ -152,11 +152,11 @@ def grade_hostile(tmp_path: Path, name: str, seed: str, *extra: str) -> tuple[su
 
 @needs_gxx
 def test_code_outside_any_kernel_is_refused_before_it_runs_and_leaves_no_trace(tmp_path):
-    """The object check refuses the constructor before the module loads; nothing of it ran."""
+    """The gate refuses the constructor's attribute before any compiler runs; nothing of it ran."""
     seed = str(secrets.randbelow(10**12) + 10**12)
     completed, result, junit, scratch = grade_hostile(tmp_path, "constructor_escape.cu", seed)
     assert (completed.returncode, result["verdict"]) == (3, "compile-error")
-    assert "would run when the module loads" in result["error"]
+    assert "__attribute__((constructor)) is not allowed in a kernel file" in result["error"]
     for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
         assert seed not in text
     assert living("attnlab-escapee") == []
@@ -279,8 +279,8 @@ def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_
 
 @needs_gxx
 @pytest.mark.parametrize("name, verdict, code, words", [
-    ("constructor_crash.cu", "compile-error", 3, "would run when the module loads"),
-    ("constructor_exit.cu", "compile-error", 3, "would run when the module loads"),
+    ("constructor_crash.cu", "compile-error", 3, "__attribute__((constructor)) is not allowed in a kernel file"),
+    ("constructor_exit.cu", "compile-error", 3, "__attribute__((constructor)) is not allowed in a kernel file"),
     ("cpu_build_error.cu", "compile-error", 3, "the CPU build (g++) failed: C++ compile failed:"),
 ])
 def test_a_worker_that_fails_while_loading_gives_a_verdict_and_both_reports(tmp_path, name, verdict, code, words):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from labrunner.build.attributes import refuse_linker_requests
 from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.entry_points import check_entry_points, check_parameter_types
 from labrunner.build.includes import refuse_foreign_includes
@@ -56,4 +57,5 @@ def compile_gate(source: str, label: str, arch: str = DEFAULT_ARCH,
                  limits: CompileLimits = CompileLimits()) -> CompiledModule:
     """Steps 2 and 3 for source text already read: the include policy, then NVRTC."""
     refuse_foreign_includes(source, label)
+    refuse_linker_requests(source, label)  # attributes, pragmas and asm forms that reach the linker or loader
     return compile_module(source, label, arch, limits)
