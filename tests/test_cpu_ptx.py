@@ -862,11 +862,18 @@ def test_inline_assembly_it_cannot_run_is_refused_before_g_plus_plus_sees_it(tmp
     assert not list(tmp_path.glob("*.so"))  # nothing was built
 
 
+def test_a_keyword_pasted_by_a_macro_is_refused_in_the_preprocessed_text(tmp_path):
+    """The rewrite reads the file as written; an asm keyword a macro pastes together is plain in the
+    preprocessed text, which the CPU build reads before g++ compiles it."""
+    code = '#define CAT(a, b) a##b\n__device__ void f() {\n  CAT(as, m)("syscall");\n}\n'
+    assert refusal(code, tmp_path) == ("attention.cu(3): error: inline assembly built by a macro: the CPU backend "
+                                       "runs only asm statements written out in the file (see the CPU backend's "
+                                       "README)")
+    assert not list(tmp_path.glob("*.so"))  # nothing was built
+
+
 # What the rewrite cannot see or judge, g++ stops at the student's line.
 COMPILER_REFUSED = {
-    "keyword-pasted-by-a-macro": ('#define CAT(a, b) a##b\n__device__ void f() {\n  CAT(as, m)("syscall");\n}\n',
-                                  "attention.cu(3): error: inline assembly built by a macro: the CPU backend runs "
-                                  "only asm statements written out in the file (see the CPU backend's README)"),
     "n-operand-not-a-constant": ('__device__ void f(int n) {\n  asm volatile("cp.async.wait_group %0;" :: "n"(n));\n'
                                  '}\n', "attention.cu(2): error: ‘n’ is not a constant expression"),
     "f-operand-from-a-double": ('__device__ unsigned f(double x) {\n  unsigned r;\n'

@@ -21,7 +21,8 @@ from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
 # NVRTC ships no C or C++ standard headers; these stand in for the few a kernel includes
-# (<cfloat>, <cmath>, <cstdint> and their .h forms). Only NVRTC searches here: g++ uses its own.
+# (<cfloat>, <cmath>, <cstdint> and their .h forms). The CPU build searches here too, for a kernel
+# file only (after labrunner/run/cpu/include, whose <cmath> it takes instead), so both read the same macros.
 NVRTC_STANDARD_HEADERS = INCLUDE_DIR / "nvrtc_std"
 # Every NVRTC compile of a submission searches these and nothing else: the gate's here, and the
 # GPU worker's (CuPy's RawModule) in labrunner/run/gpu_device.py, so both see the same headers.

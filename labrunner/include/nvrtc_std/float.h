@@ -1,5 +1,5 @@
-// <float.h> for NVRTC, which ships none. Only NVRTC searches this folder; g++ uses its own
-// <float.h>, and the values are the same IEEE ones (written here in hexadecimal, so exactly).
+// <float.h> for NVRTC, which ships none, and for a kernel file on the CPU backend, which is
+// preprocessed without g++'s headers; the values are the IEEE ones (written in hexadecimal, so exactly).
 #pragma once
 
 #define FLT_RADIX       2

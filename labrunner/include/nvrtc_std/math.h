@@ -1,7 +1,7 @@
 // <math.h> for NVRTC, which ships none. NVRTC already knows every math function (expf, exp,
 // fmaxf, sqrtf, isinf, ...); what it lacks are the macros, defined here with glibc's values
 // (NAN is the quiet NaN 0x7fc00000, as glibc's is; CUDART_NAN_F is CUDA's 0x7fffffff).
-// Only NVRTC searches this folder; g++ uses its own <math.h>.
+// A kernel file on the CPU backend reads it too (the runtime there has g++'s <math.h> declarations).
 #pragma once
 
 #ifndef INFINITY

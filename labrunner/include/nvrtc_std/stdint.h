@@ -1,4 +1,4 @@
-// <stdint.h> for NVRTC, which ships none. Only NVRTC searches this folder; g++ uses its own.
+// <stdint.h> for NVRTC, which ships none, and for a kernel file on the CPU backend (read without g++'s headers).
 // The types are spelled as glibc spells them on 64-bit Linux (int64_t is long), so a kernel's
 // overloads and templates resolve the same way on both backends.
 #pragma once

@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from labrunner.build.nvrtc import DEFAULT_ARCH
+from labrunner.build.attributes import refuse_in_preprocessed
+from labrunner.build.nvrtc import DEFAULT_ARCH, NVRTC_STANDARD_HEADERS
 from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
-from labrunner.run.cpu.nvrtc_view import nvrtc_view_header
+from labrunner.exit_codes import AttnlabError
+from labrunner.run.cpu.nvrtc_view import STUDENT_PREPROCESS_FLAGS, nvrtc_view_header
 from labrunner.run.cpu.object_check import ElfFacts, ObjectRefused, check_object, read_elf
 from labrunner.run.cpu.ptx_asm import AsmRefused, rewrite_inline_asm
 
@@ -33,7 +35,11 @@ __all__ = ["CpuModule", "CpuKernelError", "cpu_compiler_available"]
 
 _HERE = Path(__file__).resolve().parent
 _SHIM = _HERE / "shim.h"
-_RUNTIME_FILES = (_HERE / "shim.h", _HERE / "fiber.h", _HERE / "ptx.h")
+# The macros the student's file sees (besides NVRTC's), and the standard headers it may include as
+# the CPU build serves them: see "How it works" in README.md.
+_MACROS = _HERE / "cuda_macros.h"
+_STUDENT_INCLUDE = _HERE / "include"
+_RUNTIME_FILES = (_HERE / "shim.h", _HERE / "fiber.h", _HERE / "ptx.h", _HERE / "cuda_macros.h")
 
 SHARED_LIMIT = 227 * 1024
 # Launches run on the calling OS thread; a library loaded twice is one copy,
@@ -71,6 +77,10 @@ CXXFLAGS = [
     "-fstack-clash-protection",
     "-Wno-unknown-pragmas",
     "-fmax-errors=20",
+    # g++ quotes the source line of each message by reading the file a line marker names, and a
+    # kernel file's `#line 1 "/some/file"` names any file; only the messages are ever kept
+    # (diagnostics.py), so the compiler need not open anything for them.
+    "-fno-diagnostics-show-caret",
 ]
 
 
@@ -207,9 +217,12 @@ def rewrite_source(src: str) -> str:
     pieces.append(src[last:])
     src = "".join(pieces)
 
-    # 2. __shared__ T a[..], b;  ->  static T a[..], b; ATTNLAB_SHARED_REG(a); ATTNLAB_SHARED_REG(b);
+    # 2. __shared__ T a[..], b;  ->  static T a[..], b; followed by one registration per name,
+    #    `static ::attnlab::SharedReg attnlab_shared_reg_N((void*)&(a), sizeof(a));`, written out here
+    #    (the file sees none of the runtime's macros).
     masked = _mask_code(src)
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
+    registered = 0
     for m in _SHARED_RE.finditer(masked):
         line_start = masked.rfind("\n", 0, m.start()) + 1
         if masked[line_start:m.start()].lstrip().startswith("#"):
@@ -251,7 +264,10 @@ def rewrite_source(src: str) -> str:
             # At file scope a registration would be a global's dynamic initialiser, code that runs
             # when the module loads, which the object check refuses: such arrays stay unpoisoned.
             continue
-        regs = "".join(f" ATTNLAB_SHARED_REG({n});" for n in names)
+        regs = ""
+        for n in names:
+            regs += f" static ::attnlab::SharedReg attnlab_shared_reg_{registered}((void*)&({n}), sizeof({n}));"
+            registered += 1
         edits.append((end + 1, end + 1, regs))
     for s0, e0, rep in sorted(edits, reverse=True):
         src = src[:s0] + rep + src[e0:]
@@ -288,7 +304,7 @@ def _param_kind(t: str) -> str:
 def _wrappers(entry_points: dict[str, list[str]]) -> str:
     lines = [
         "",
-        '#line 1 "<attnlab launch wrappers>"',
+        '# 1 "<attnlab launch wrappers>"',  # a line marker: the wrappers are compiled preprocessed
         "namespace attnlab_gen {",
         "struct AnyPtr { void* p; template <class T> operator T*() const { return static_cast<T*>(p); } };",
         "}",
@@ -400,9 +416,10 @@ def _runtime_digest(cxx: str, extra: str) -> str:
     h.update(" ".join(CXXFLAGS).encode())
     for f in _RUNTIME_FILES:
         h.update(f.read_bytes())
-    for f in sorted(_INCLUDE.rglob("*")):
-        if f.is_file():
-            h.update(f.name.encode() + f.read_bytes())
+    for folder in (_INCLUDE, _STUDENT_INCLUDE):
+        for f in sorted(folder.rglob("*")):
+            if f.is_file():
+                h.update(f.name.encode() + f.read_bytes())
     return h.hexdigest()[:24]
 
 
@@ -415,7 +432,14 @@ def build_object(
     timeout_s: float = BUILD_TIMEOUT_S,
     memory_bytes: int = BUILD_MEMORY_BYTES,
 ) -> Path:
-    """Compile a kernel file into a shared object (content-hashed, reused); nothing is loaded."""
+    """Compile a kernel file into a shared object (content-hashed, reused); nothing is loaded.
+
+    Two texts make one translation unit, each preprocessed on its own: the runtime (shim.h and the
+    headers it includes, with g++'s macros; the same for every file, so kept in the cache), and the
+    student's file, which sees only NVRTC's predefined macros (nvrtc_view.py), cuda_macros.h and the
+    headers it includes (-undef, -nostdinc). The student's preprocessed text is read for what it may
+    not ask of the linker (labrunner/build/attributes.py: what macros built is plain there) before
+    g++ compiles the two texts and the launch wrappers, already preprocessed, as one file."""
     reason = cpu_compiler_available()
     if reason is not None:
         raise CpuKernelError(reason)
@@ -428,31 +452,76 @@ def build_object(
         source = rewrite_inline_asm(source, filename)
     except AsmRefused as refused:
         raise CpuCompileError(str(refused)) from None
-    code = rewrite_source(source) + _wrappers(entry_points)
-    so_path = cache / f"attnlab_cpu_{_runtime_digest(cxx, view + code)}.so"
+    code = rewrite_source(source)
+    wrappers = _wrappers(entry_points)
+    so_path = cache / f"attnlab_cpu_{_runtime_digest(cxx, view + code + wrappers)}.so"
     if so_path.exists():
         return so_path
+    runtime = _runtime_text(cxx, cache)
     with tempfile.TemporaryDirectory(prefix="attnlab-cpu-build-") as tmp:
         src_path = Path(tmp) / (Path(filename).name + ".cpp")
-        src_path.write_text(code)
+        src_path.write_text(code, encoding="utf-8")
         view_path = Path(tmp) / "attnlab_nvrtc_view.h"
         view_path.write_text(view)
-        out_tmp = Path(tmp) / "kernel.so"
-        cmd = [cxx, *CXXFLAGS, "-I", str(_INCLUDE), "-include", str(_SHIM), "-include", str(view_path),
-               "-x", "c++", str(src_path), "-o", str(out_tmp)]
+        student_path = Path(tmp) / "student.ii"
+        cmd = [cxx, *CXXFLAGS, *STUDENT_PREPROCESS_FLAGS, "-E", "-I", str(_STUDENT_INCLUDE), "-I", str(_INCLUDE),
+               "-I", str(NVRTC_STANDARD_HEADERS), "-include", str(view_path), "-include", str(_MACROS),
+               "-x", "c++", str(src_path), "-o", str(student_path)]
         res = run_compiler(cmd, tmp, timeout_s, memory_bytes, filename)
         if res.returncode != 0:
-            # The composed source names the file by its label (`#line 1`), so g++'s lines about it
-            # read `label:20:5: error: ...`: kept and written as NVRTC writes them, everything else
-            # (quoted source, other files) dropped, exactly as for NVRTC's log.
-            from labrunner.build.diagnostics import compiler_error_message, gcc_diagnostics
-
-            kept = gcc_diagnostics((res.stderr + res.stdout).replace(tmp + os.sep, ""), filename, filename)
-            raise CpuCompileError("C++ compile failed:\n" + compiler_error_message(kept, filename, "g++"))
+            raise _compile_failed(res, tmp, filename)
+        student = student_path.read_text(encoding="utf-8", errors="replace")
+        try:
+            refuse_in_preprocessed(student, filename)
+        except AttnlabError as refused:
+            raise CpuCompileError(refused.message) from None
+        unit_path = Path(tmp) / "kernel.ii"
+        unit_path.write_text(runtime + "\n" + student + "\n" + wrappers, encoding="utf-8")
+        out_tmp = Path(tmp) / "kernel.so"
+        cmd = [cxx, *CXXFLAGS, "-x", "c++-cpp-output", str(unit_path), "-o", str(out_tmp)]
+        res = run_compiler(cmd, tmp, timeout_s, memory_bytes, filename)
+        if res.returncode != 0:
+            raise _compile_failed(res, tmp, filename)
         part = cache / f".{so_path.name}.{os.getpid()}.{threading.get_ident()}"
         shutil.copyfile(out_tmp, part)
         os.replace(part, so_path)
     return so_path
+
+
+def _compile_failed(res: subprocess.CompletedProcess, tmp: str, filename: str) -> CpuCompileError:
+    """The composed source names the file by its label (`#line 1`), so g++'s lines about it read
+    `label:20:5: error: ...`: kept and written as NVRTC writes them, everything else (other files,
+    notes about the runtime) dropped, exactly as for NVRTC's log."""
+    from labrunner.build.diagnostics import compiler_error_message, gcc_diagnostics
+
+    kept = gcc_diagnostics((res.stderr + res.stdout).replace(tmp + os.sep, ""), filename, filename)
+    return CpuCompileError("C++ compile failed:\n" + compiler_error_message(kept, filename, "g++"))
+
+
+def _runtime_text(cxx: str, cache: Path) -> str:
+    """shim.h preprocessed with g++'s own macros and headers (the first half of every build), kept on
+    disk per compiler, flags and runtime: the same text for every kernel file."""
+    path = cache / f"attnlab_runtime_{_runtime_digest(cxx, 'runtime ' + str(_SHIM))}.ii"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    try:
+        with tempfile.TemporaryDirectory(prefix="attnlab-cpu-runtime-") as tmp:
+            # An empty main file of this name: the unit's first line marker (and the name g++ derives
+            # the runtime's own initialiser symbols from) reads `attnlab-runtime.cpp`.
+            (Path(tmp) / "attnlab-runtime.cpp").write_text("")
+            done = subprocess.run([cxx, *CXXFLAGS, "-E", "-include", str(_SHIM), "-x", "c++", "attnlab-runtime.cpp"],
+                                  cwd=tmp, capture_output=True, text=True, encoding="utf-8", timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CpuKernelError(f"the CPU backend's runtime could not be preprocessed with {cxx} ({exc})") from None
+    if done.returncode != 0:
+        raise CpuKernelError(f"the CPU backend's runtime does not preprocess with {cxx}: "
+                             f"{done.stderr.strip()[-500:]}")
+    part = cache / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+    part.write_text(done.stdout, encoding="utf-8")
+    os.replace(part, path)
+    return done.stdout
 
 
 def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:

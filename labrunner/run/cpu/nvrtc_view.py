@@ -8,17 +8,21 @@ gate compiled. NVRTC cannot list its macros (it has no `-dM`), so we ask it: one
 for every candidate name, keeps a string of the macro's expansion in the PTX under `#ifdef`.
 The candidates are every macro g++ predefines plus NVRTC's own, so the answer covers both sides.
 
-The result is a header g++ reads after the shim's own includes (the shim's headers are already
-processed then, so they keep g++'s view) and before the student's file:
+The CPU build preprocesses the student's file on its own, apart from the runtime (module.py), with
+`STUDENT_PREPROCESS_FLAGS`: `-undef` leaves only the few macros the C++ standard requires, and
+no system header is searched. The header written here is read first, and makes that set NVRTC's:
 
-* every macro NVRTC predefines, with NVRTC's value (`__CUDA_ARCH__ 900` for sm_90, the CUDA version);
-* `#undef` for every macro only g++ predefines, except those the standard headers' public macros
-  expand into (`INT_MAX` is `__INT_MAX__`, `FLT_MAX` is `__FLT_MAX__`): those name a type's
-  limits, not a compiler, and removing them would break `FLT_MAX` in a kernel.
+* every macro NVRTC predefines, with NVRTC's value (`__CUDA_ARCH__ 900` for sm_90, the CUDA version,
+  the `__cpp_*` feature macros);
+* `#undef` for every macro g++ still predefines under `-undef` that NVRTC does not (`_GNU_SOURCE`).
 
-What this does not cover: a file can still tell the compilers apart by other means (whether a
-header's macro such as `FLT_MAX` exists before it includes the header, `__has_builtin`, a type's
-size). The CPU build is a convenience for students and CI; the GPU is the authority for a course.
+So the file sees NVRTC's predefined macros and nothing of g++'s, not even the limit macros
+(`__INT_MAX__`) that g++'s own headers expand into: the headers a kernel may include are NVRTC's
+own there (`FLT_MAX` is a literal in labrunner/include/nvrtc_std/float.h).
+
+What this does not cover: a file can still tell the compilers apart by other means (`__has_builtin`,
+a type's size, a CUDA built-in that is a macro on one side and a function on the other, such as
+`threadIdx`). The CPU build is a convenience for students and CI; the GPU is the authority for a course.
 
 `__NVCC__` is not on either list on purpose: NVRTC does not define it, so neither do we.
 """
@@ -45,14 +49,9 @@ NVRTC_CANDIDATES = (
     "_MSC_VER", "_WIN32", "_WIN64", "__CHAR_UNSIGNED__",
 )
 
-# g++-only macros that stay: the standard headers' macros expand into them (limits, sizes, float
-# formats, atomics' memory orders), so they describe types rather than the compiler.
-KEPT_FOR_HEADERS = re.compile(
-    r"^__(FLT|DBL|LDBL|DEC|DECIMAL|INT|UINT|INTMAX|UINTMAX|INTPTR|UINTPTR|SIZE|PTRDIFF|WCHAR|WINT|SIG_ATOMIC|"
-    r"CHAR|SCHAR|SHRT|LONG|SIZEOF|ATOMIC|BIGGEST_ALIGNMENT|BYTE_ORDER|ORDER|FLOAT_WORD_ORDER|"
-    r"USER_LABEL_PREFIX|REGISTER_PREFIX|GCC_ATOMIC|GCC_IEC_559|GCC_CONSTRUCTIVE|GCC_DESTRUCTIVE|"
-    r"STDC_IEC|STDC_ISO|STDC_UTF)"
-)
+# How module.py preprocesses the student's file: none of g++'s own predefined macros (the standard's
+# few stay) and no system header directories; the header below is read before the file.
+STUDENT_PREPROCESS_FLAGS = ("-undef", "-nostdinc", "-nostdinc++")
 
 # `__CUDA_ARCH_HAS_FEATURE__(SM90_ALL)` is a built-in of NVRTC's preprocessor that expands to
 # `__CUDA_ARCH_FEAT_SM90_ALL`, defined only for the arch-specific targets (sm_90a); we do the same.
@@ -107,17 +106,18 @@ def _feature_name(arch: str) -> str:
 
 
 def nvrtc_view_header(arch: str, cxx: str, flags: tuple[str, ...]) -> str:
-    """The header that turns g++'s predefined macros into NVRTC's, for the student's file."""
-    gxx = gxx_predefined(cxx, flags)
-    nvrtc, feature_on = nvrtc_predefined(arch, tuple(sorted(set(gxx) | set(NVRTC_CANDIDATES))))
+    """The header that turns what g++ predefines under STUDENT_PREPROCESS_FLAGS into NVRTC's macros."""
+    candidates = gxx_predefined(cxx, flags)
+    left = gxx_predefined(cxx, tuple(flags) + STUDENT_PREPROCESS_FLAGS)
+    nvrtc, feature_on = nvrtc_predefined(arch, tuple(sorted(set(candidates) | set(NVRTC_CANDIDATES))))
     lines = ["// NVRTC's predefined macros for " + arch + ", and none of g++'s own (see nvrtc_view.py)."]
-    for name in sorted(gxx):
+    for name in sorted(left):
         # __has_include and friends are operators of both preprocessors, not macros to remove
-        if name not in nvrtc and not KEPT_FOR_HEADERS.match(name) and not name.startswith("__has_"):
+        if name not in nvrtc and not name.startswith("__has_"):
             lines.append(f"#undef {name}")
     for name, value in sorted(nvrtc.items()):
-        if name == "__CUDA_RUNTIME_H__" or gxx.get(name) != value:
-            lines.append(f"#undef {name}\n#define {name} {value}".rstrip())
+        if left.get(name) != value:
+            lines.append((f"#undef {name}\n" if name in left else "") + f"#define {name} {value}".rstrip())
     feature = _feature_name(arch)
     lines.append(f"#define {_FEATURE}(name) __CUDA_ARCH_FEAT_##name")  # as NVRTC expands it
     if feature_on:

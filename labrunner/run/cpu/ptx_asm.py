@@ -14,10 +14,11 @@ later line keeps its number and g++'s messages still point at the student's line
 (x86 `syscall`, an unknown PTX instruction, a wrong operand count, an `asm` label on a declaration)
 refuses the whole file with one line naming the line, the instruction and what the CPU backend runs.
 
-The rewrite cannot see what macros build (`a##sm` pasted into the keyword), so the shim defines
-`asm`, `__asm` and `__asm__` as macros that stop g++ with an error after its own assembly is done
-(the end of shim.h): whatever the rewrite did not see never reaches the assembler either. A file
-that redefines or undefines those names is refused here, so the poison cannot be lifted.
+The rewrite cannot see what macros build (`a##sm` pasted into the keyword). The CPU build reads the
+file's preprocessed text too, before g++ compiles it (module.py, with labrunner/build/attributes.py),
+and any asm keyword left there is one a macro built: the file is refused at that line, so whatever
+the rewrite did not see never reaches the assembler either. A file that redefines or undefines
+those names is refused here, since the rewrite needs the keyword to mean what it reads.
 
 An `asm` in a branch the preprocessor drops (`#if 0`) is read and judged too: the file is read
 before the preprocessor runs, as the include policy reads it.

@@ -1,14 +1,16 @@
-// CUDA built-ins for compiling a kernel file as ordinary C++ (g++ -include shim.h).
+// CUDA built-ins for compiling a kernel file as ordinary C++: the runtime half of the CPU build.
 //
 // Semantics follow CUDA where a correct kernel can observe them; see README.md
 // in this directory for what is and is not supported.
+//
+// module.py preprocesses this header (with g++'s own macros and headers) apart from the student's
+// file, which sees only NVRTC's macros and cuda_macros.h, and compiles the two texts together. So
+// every macro defined here, in fiber.h and ptx.h, or in the C and C++ headers below, is gone before
+// the student's first line, and no macro of the student's reaches a line of the runtime. A standard
+// header a kernel file includes (<cmath>, <cfloat>, <cstdint>) is one NVRTC's build would see
+// too (labrunner/run/cpu/include, labrunner/include/nvrtc_std): its declarations are here already.
 #pragma once
 
-// Standard headers first, before any CUDA keyword becomes a macro: libstdc++
-// spells attributes such as __noinline__ itself. Every standard header a kernel
-// file may include is here, so it is read with g++'s own macros before
-// nvrtc_view.py's header gives the student's file NVRTC's (a later #include of
-// it is then a no-op).
 #include <assert.h>
 #include <float.h>
 #include <limits.h>
@@ -35,35 +37,11 @@
 #include "fiber.h"
 #include "ptx.h"
 
-// ------------------------------------------------------------ qualifiers
-
-#define __global__
-#define __device__
-#define __host__
-#define __constant__
-#define __managed__
-#define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
-#define __launch_bounds__(...)
-#define __align__(n) __attribute__((aligned(n)))
-#define __grid_constant__
-// module.py turns each `__shared__ T name[...];` into a static plus a
-// registration (ATTNLAB_SHARED_REG) so that it is poisoned at every block
-// start, and each `extern __shared__ T name[];` into a pointer to the
-// block's dynamic shared memory.
-#define __shared__ static
-#define ATTNLAB_CAT2(a, b) a##b
-#define ATTNLAB_CAT(a, b) ATTNLAB_CAT2(a, b)
-#define ATTNLAB_SHARED_REG(name)                                              \
-    static ::attnlab::SharedReg ATTNLAB_CAT(attnlab_shared_reg_, __COUNTER__)( \
-        (void*)&(name), sizeof(name))
-
 // ------------------------------------------------------------ built-ins
 
-#define threadIdx (static_cast<const ::uint3&>(::attnlab::rt.cur->tid))
-#define blockIdx (static_cast<const ::uint3&>(::attnlab::rt.block_idx))
-#define blockDim (static_cast<const ::dim3>(::attnlab::rt.block_dim))
-#define gridDim (static_cast<const ::dim3>(::attnlab::rt.grid_dim))
+// The CUDA keywords and the built-in variables (threadIdx, ...) are macros of cuda_macros.h, which
+// only the student's file sees: this runtime is preprocessed on its own (see module.py), so that
+// none of its macros, nor those of the C and C++ headers above, reach the student's file.
 static constexpr int warpSize = 32;
 
 // ------------------------------------------------------------ vector types
@@ -199,7 +177,7 @@ static inline unsigned __lanemask_lt() { return (1u << ::attnlab::rt.cur->lane) 
 // ------------------------------------------------------------ math
 
 // glibc declares __expf and friends as internal names, so the fast-math
-// intrinsics are macros onto functions of our own.
+// intrinsics are macros (cuda_macros.h) onto functions of our own.
 namespace attnlab {
 namespace {
 inline float fast_expf(float x) { return ::expf(x); }
@@ -217,17 +195,6 @@ inline void fast_sincosf(float x, float* s, float* c) {
 }
 }  // namespace
 }  // namespace attnlab
-#define __expf(x) ::attnlab::fast_expf(x)
-#define __logf(x) ::attnlab::fast_logf(x)
-#define __log2f(x) ::attnlab::fast_log2f(x)
-#define __log10f(x) ::attnlab::fast_log10f(x)
-#define __exp10f(x) ::attnlab::fast_exp10f(x)
-#define __sinf(x) ::attnlab::fast_sinf(x)
-#define __cosf(x) ::attnlab::fast_cosf(x)
-#define __tanf(x) ::attnlab::fast_tanf(x)
-#define __powf(x, y) ::attnlab::fast_powf(x, y)
-#define __sincosf(x, s, c) ::attnlab::fast_sincosf(x, s, c)
-
 static inline float rsqrtf(float x) { return 1.0f / ::sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / ::sqrt(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
@@ -373,19 +340,5 @@ static inline long long __globaltimer() { return clock64(); }
 
 // ------------------------------------------------------------ traps
 
-#undef assert
-#define assert(e) ((e) ? (void)0 : ::attnlab::device_assert_fail(#e, __FILE__, __LINE__))
 static inline void __trap(ATTNLAB_SITE_PARAMS) { ::attnlab::device_assert_fail("__trap()", attnlab_file, attnlab_line); }
 static inline void __brkpt() {}
-
-// ------------------------------------------------------------ inline assembly
-
-// ptx_asm.py has already turned every asm statement it could read into calls into ptx.h, or refused
-// the file. One the rewrite could not see (built by a macro, as `a##sm`) must not reach the
-// assembler either: from here on the keyword is a macro that stops the build at that line. The
-// runtime's own assembly (fiber.h) is above; the rewrite refuses a file that redefines these names.
-#define asm                                                                                              \
-    _Pragma("GCC error \"inline assembly built by a macro: the CPU backend runs only asm statements written out in the file (see the CPU backend's README)\"") \
-        attnlab_asm_refused
-#define __asm asm
-#define __asm__ asm
