@@ -1,14 +1,19 @@
 """The CPU build's object check: a module whose loading would run code, or that imports a symbol
 outside the shim's list, is refused before anything loads it; and the compiler's own limits.
 
-These build C++ straight through the CPU backend, without the NVRTC gate in front, so that the
-check is proven on its own (the gate happens to reject some of these; the check must not rely on it).
+These build C++ straight through the CPU backend, without the gate in front, and with the CPU
+build's own reading of the preprocessed text turned off (`object_check_alone`), so that the check is
+proven on its own: the gate and that reading refuse most of these files first (their attributes,
+tests/test_attributes.py), and the check must not rely on them.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +33,14 @@ SLOW_TO_PREPROCESS = "#define E0\n" + "".join(f"#define E{n} " + f"E{n - 1} " * 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("cpu-cache")
+
+
+@pytest.fixture(autouse=True)
+def object_check_alone(monkeypatch):
+    """The wall in front of the check (the preprocessed text read for attributes) taken away."""
+    import labrunner.run.cpu.module as cpu_module
+
+    monkeypatch.setattr(cpu_module, "refuse_in_preprocessed", lambda text, filename: None)
 
 
 def refusal(cache, code: str) -> str:
@@ -122,6 +135,93 @@ def test_a_cached_module_is_checked_again_before_loading(cache):
     assert build_object(code, "attention.cu", ENTRY, cache_dir=cache) == so_path  # reused, not rebuilt
     with pytest.raises(CpuCompileError, match=r"^attention\.cu: the CPU build refuses this file: `later\(\)` would run"):
         check_built_object(so_path, "attention.cu", cache)
+
+
+# ----------------------------------------------------------------- against the empty file's build
+
+# g++'s start-up code (frame_dummy, in every shared object's .init_array) calls
+# _ITM_registerTMCloneTable with the object's .tm_clone_table when the table has entries and the
+# name is defined: code that runs inside dlopen, through an .init_array entry the baseline has too.
+TM_HOOK = ('extern "C" void _ITM_registerTMCloneTable(void* table, unsigned long pairs) '
+           '{ puts("attnlab-tm-hook-ran"); }\n')
+TM_ENTRY = '__attribute__((section(".tm_clone_table"), used)) static void* attnlab_pair[2] = {0, 0};\n'
+
+
+def test_a_definition_the_start_up_code_calls_is_refused(cache):
+    assert refusal(cache, TM_HOOK + TM_ENTRY) == (
+        "attention.cu: error: the CPU build defines _ITM_registerTMCloneTable, which runs at load time; kernels may "
+        "not define it")
+
+
+def test_the_start_up_code_really_calls_it_when_nothing_checks(cache, tmp_path):
+    """The control for the test above: the same module, loaded without the check in a process of its
+    own, runs the function inside dlopen, before any kernel is launched."""
+    so_path = build_object(PRELUDE + TM_HOOK + TM_ENTRY + KERNEL, "attention.cu", ENTRY, cache_dir=cache)
+    loaded = subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(so_path)!r})"],
+                            capture_output=True, text=True, timeout=60)
+    assert (loaded.returncode, loaded.stdout) == (0, "attnlab-tm-hook-ran\n")
+
+
+def test_a_hidden_definition_of_the_hook_is_refused_too(cache):
+    """A hidden symbol is local in the built object (and absent from its dynamic symbols), yet it is
+    what the start-up code's reference binds to when the module is linked."""
+    code = ('extern "C" __attribute__((visibility("hidden"))) void _ITM_registerTMCloneTable(void*, unsigned long) {}\n'
+            + TM_ENTRY)
+    assert refusal(cache, code) == (
+        "attention.cu: error: the CPU build defines _ITM_registerTMCloneTable, which runs at load time; kernels may "
+        "not define it")
+
+
+def test_a_clone_table_with_entries_is_refused(cache):
+    assert refusal(cache, TM_ENTRY) == (
+        "attention.cu: error: the CPU build has 16 bytes in .tm_clone_table, which the C runtime's start-up code hands "
+        "to _ITM_registerTMCloneTable when the module loads; an empty file's build has none")
+
+
+def test_defining_gmon_start_is_refused(cache):
+    """_init (crti.o) calls __gmon_start__ when it is defined."""
+    assert refusal(cache, 'extern "C" void __gmon_start__() {}\n') == (
+        "attention.cu: error: the CPU build defines __gmon_start__, which runs at load time; kernels may not define it")
+
+
+def test_defining_the_shutdown_hook_is_refused(cache):
+    assert refusal(cache, 'extern "C" void _ITM_deregisterTMCloneTable(void*) {}\n') == (
+        "attention.cu: error: the CPU build defines _ITM_deregisterTMCloneTable, which runs at unload time; kernels "
+        "may not define it")
+
+
+def test_a_section_the_empty_build_lacks_is_refused(cache):
+    code = '__attribute__((section("attnlab_planted"), used)) static int attnlab_planted_data = 1;\n'
+    assert refusal(cache, code) == (
+        "attention.cu: error: the CPU build has a section attnlab_planted that an empty file's build does not (a "
+        "section attribute or assembly put it there); kernels may not add sections")
+
+
+def test_an_old_style_constructor_table_entry_is_refused(cache):
+    """The linker merges .ctors into .init_array: the entry is counted there and named."""
+    code = ('extern "C" void attnlab_old_style() {}\n'
+            '__attribute__((section(".ctors"), used)) static void (*attnlab_old_entry)() = attnlab_old_style;\n')
+    assert refusal(cache, code) == PREFIX + "`attnlab_old_style`" + AT_LOAD
+
+
+def test_every_shipped_kernel_builds_no_section_beyond_the_ordinary_ones(cache):
+    """The rule above must not refuse real kernels: the sections the shipped references build beyond
+    the empty file's are all on ORDINARY_SECTIONS (and they do build more than it: imports, constants)."""
+    from labrunner.build.nvrtc import compose_source
+    from labrunner.labs import get_lab
+    from labrunner.run.cpu.module import baseline_facts
+    from labrunner.run.cpu.object_check import ORDINARY_SECTIONS
+
+    repo = Path(__file__).resolve().parent.parent
+    empty = set(baseline_facts(cache).sections)
+    beyond = set()
+    for path in sorted(repo.glob("kernels/lab*/*.cu")):
+        lab = get_lab(path.parent.name)
+        so_path = build_object(compose_source(path.read_text(), "attention.cu"), "attention.cu",
+                               lab.entry_point_types(), cache_dir=cache)
+        check_built_object(so_path, "attention.cu", cache)
+        beyond |= set(read_elf(so_path).sections) - empty
+    assert {".rodata", ".rela.plt", ".gnu.version_r"} <= beyond <= ORDINARY_SECTIONS
 
 
 # ----------------------------------------------------------------- the compiler's limits

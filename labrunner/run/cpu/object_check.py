@@ -28,6 +28,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from labrunner.run.untrusted_text import shown
+
 # What kernels and the shim's runtime may import, and nothing more. Grouped by why.
 ALLOWED_IMPORTS = frozenset({
     # The C runtime's own weak references in every shared object g++ links.
@@ -63,6 +65,30 @@ ALLOWED_IMPORTS = frozenset({
 
 # The libraries a module may need, all loaded by the worker before it seals itself.
 ALLOWED_LIBRARIES = frozenset({"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"})
+
+# Names the start-up and shut-down code g++ links into every shared object (crti.o, crtbeginS.o)
+# calls when the object itself defines them: `frame_dummy` hands the object's .tm_clone_table to
+# _ITM_registerTMCloneTable, `_init` calls __gmon_start__, and so on. The empty file's build only
+# refers to them (weakly: each is called only if it exists), so a definition here is code that runs
+# inside dlopen. Also refused: any other name the empty file's build imports.
+LOAD_TIME_HOOKS = {
+    "_ITM_registerTMCloneTable": "load", "__gmon_start__": "load", "__register_frame_info": "load",
+    "_Jv_RegisterClasses": "load",
+    "_ITM_deregisterTMCloneTable": "unload", "__cxa_finalize": "unload", "__deregister_frame_info": "unload",
+}
+
+# Sections an ordinary kernel's build has beyond the empty file's (which imports nothing and has no
+# constants): symbol versions and the procedure linkage table for what it imports, constants, and
+# relocated read-only data (vtables, tables of pointers); with a g++ that links libstdc++ statically,
+# what the exception runtime brings (its tables, thread-local data, SystemTap notes). Anything else
+# was placed there by a `section` attribute or assembly.
+ORDINARY_SECTIONS = frozenset({
+    ".gnu.version", ".gnu.version_r", ".gnu.version_d", ".rela.plt", ".plt.sec", ".hash", ".rodata",
+    ".data.rel.ro", ".gcc_except_table", ".tdata", ".tbss", ".note.stapsdt", ".stapsdt.base",
+    ".note.gnu.property", ".note.ABI-tag",
+})
+# Sections the loader or the start-up code reads to run code: their size must be the empty file's.
+LOAD_TIME_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors", ".init", ".fini")
 
 _SHT_SYMTAB, _SHT_DYNAMIC, _SHT_RELA, _SHT_DYNSYM = 2, 6, 4, 11
 _SHT_INIT_ARRAY, _SHT_FINI_ARRAY, _SHT_PREINIT_ARRAY = 14, 15, 16
@@ -108,6 +134,8 @@ class ElfFacts:
     needed: list[str] = field(default_factory=list)
     functions: dict[int, str] = field(default_factory=dict)  # address -> name, for messages
     load_time_tags: dict[str, int] = field(default_factory=dict)  # DT_INIT_ARRAYSZ -> bytes, DT_INIT -> 1
+    sections: dict[str, int] = field(default_factory=dict)  # every section by name -> its size in bytes
+    defined: set[str] = field(default_factory=set)  # every symbol the object defines, of any binding
 
 
 def read_elf(path: Path) -> ElfFacts:
@@ -129,6 +157,7 @@ def read_elf(path: Path) -> ElfFacts:
     sections = [Section(cstr(names[4], r[0]), r[1], r[3], r[4], r[5], r[6], r[9]) for r in raw]
     facts = ElfFacts()
     facts.section_sizes = {s.name: s.size for s in sections if s.name in (".init", ".fini", ".ctors", ".dtors")}
+    facts.sections = {s.name: s.size for s in sections[1:]}  # section 0 is the null section
 
     relative: dict[int, int] = {}  # where a RELATIVE relocation writes -> the address it writes
     by_symbol: dict[int, str] = {}  # where an absolute relocation writes -> the symbol it names
@@ -155,6 +184,10 @@ def read_elf(path: Path) -> ElfFacts:
                     facts.ifuncs.append(name)
                 if s.type == _SHT_DYNSYM and st_shndx == 0 and name:
                     facts.undefined.append(name)
+                if st_shndx != 0 and name:
+                    # Local ones too: the linker turns a hidden definition local, and a hidden
+                    # definition still satisfies the start-up code's weak reference to its name.
+                    facts.defined.add(name)
                 if kind == 2 and st_shndx != 0 and name:  # STT_FUNC, defined here
                     facts.functions.setdefault(st_value, name)
         elif s.type == _SHT_DYNAMIC:
@@ -231,6 +264,7 @@ def check_object(path: Path, baseline: ElfFacts, filename: str) -> None:
         what = f"`{_demangle(facts.ifuncs[0])}`" if facts.ifuncs else "an indirect function"
         raise ObjectRefused(f"{prefix} {what} is a GNU indirect function (ifunc), whose resolver runs when "
                             "the module loads; remove the ifunc attribute")
+    _check_against_empty_build(facts, baseline, filename)
     foreign = sorted(set(facts.undefined) - ALLOWED_IMPORTS)
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
@@ -240,3 +274,33 @@ def check_object(path: Path, baseline: ElfFacts, filename: str) -> None:
     libraries = sorted(set(facts.needed) - ALLOWED_LIBRARIES)
     if libraries:
         raise ObjectRefused(f"{prefix} it needs the library {libraries[0]}, which the CPU backend does not load")
+
+
+def _check_against_empty_build(facts: ElfFacts, baseline: ElfFacts, filename: str) -> None:
+    """The rule behind the specific checks above: what the loader and the start-up code look at is
+    the empty file's build, beyond the kernels' own symbols. A load-time hook the module defines, a
+    .tm_clone_table with entries (frame_dummy passes it to _ITM_registerTMCloneTable), a load-time
+    section of another size, or a section the empty build does not have, is refused, whatever put it
+    there."""
+    hooks = (set(LOAD_TIME_HOOKS) | set(baseline.undefined)) - baseline.defined
+    defined = sorted(facts.defined & hooks)
+    if defined:
+        when = LOAD_TIME_HOOKS.get(defined[0], "load")
+        raise ObjectRefused(f"{filename}: error: the CPU build defines {defined[0]}, which runs at {when} time; "
+                            "kernels may not define it")
+    table = facts.sections.get(".tm_clone_table", 0)
+    if table > baseline.sections.get(".tm_clone_table", 0):
+        raise ObjectRefused(f"{filename}: error: the CPU build has {table} bytes in .tm_clone_table, which the C "
+                            "runtime's start-up code hands to _ITM_registerTMCloneTable when the module loads; an "
+                            "empty file's build has none")
+    for section in LOAD_TIME_SECTIONS:
+        size, empty = facts.sections.get(section, 0), baseline.sections.get(section, 0)
+        if size != empty:
+            raise ObjectRefused(f"{filename}: error: the CPU build's {section} holds {size} bytes where an empty "
+                                f"file's build holds {empty}, so code would run when the module loads or unloads; "
+                                "remove what puts it there")
+    foreign = sorted(set(facts.sections) - set(baseline.sections) - ORDINARY_SECTIONS - {".tm_clone_table"})
+    if foreign:
+        raise ObjectRefused(f"{filename}: error: the CPU build has a section {shown(foreign[0])} that an empty file's build "
+                            "does not (a section attribute or assembly put it there); kernels may not add sections")
+
