@@ -39,8 +39,9 @@ class CpuDevice:
     memory limit; the object check reads what it built and refuses anything that would run at
     load time or imports a foreign symbol; the libraries the module needs are loaded; then the
     seccomp filter goes on, the module is loaded, and a second filter takes away the loader's
-    last permission. From then on the process cannot fork, exec, open files or sockets, or signal
-    anything but itself, so one CPU worker loads exactly one module (a second `compile` is refused:
+    last permissions (its open and its fstat of the module, the only calls with a path the first
+    filter allows). From then on the process cannot fork, exec, open or stat files, make sockets,
+    or signal anything but itself, so one CPU worker loads exactly one module (a second `compile` is refused:
     the compiler could not even start). Everything the worker runs afterwards must be imported
     before this call. `sandboxed=False` (`--unsafe-cpu`: a student grading their own file) skips
     the filter, never the object check.
@@ -67,6 +68,7 @@ class CpuDevice:
             return CpuModule.load(so_path, filename, entry_types)
         for library in RUNTIME_LIBRARIES:  # loaded now, so that loading the module opens only its own file
             ctypes.CDLL(library)
+        syscall_filter.prepare_stdout()  # its buffer sized by fstat() now: sealed, fstat() is refused
         self.sealed = True
         syscall_filter.install("load")
         module = CpuModule.load(so_path, filename, entry_types)

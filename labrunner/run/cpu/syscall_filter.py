@@ -8,7 +8,7 @@ inherited by every thread. We install it (through libseccomp, which assembles th
 checks the architecture so that 32-bit system call numbers cannot slip past) after everything the
 worker needs is imported and built, and before the student's module is loaded:
 
-* allowed: read and write on descriptors already open (the request pipe, the kernel-output
+* allowed: read, write and fstat on descriptors already open (the request pipe, the kernel-output
   log), memory (mmap, munmap, mprotect, mremap, brk, madvise), futex, clocks and sleeps,
   signals within the process (the fiber runtime catches SIGSEGV on an alternate stack; abort
   signals itself), getpid and friends, exit; and, narrowed by their arguments, kill and tgkill
@@ -16,16 +16,29 @@ worker needs is imported and built, and before the student's module is loaded:
   isatty only, prctl for PR_SET_NO_NEW_PRIVS, and seccomp (adding a filter only takes away);
 * refused with EPERM, which the C library hands back as an ordinary error: everything else,
   among it fork, vfork and clone (no threads either: the runtime needs none), execve, socket and
-  connect, open, openat, creat, unlink, rename, mkdir, ptrace, and kill of any other process.
+  connect, open, openat, creat, unlink, rename, mkdir, ptrace, every call that takes a path
+  (stat, statx, access, readlink ...), and kill of any other process.
   `clone3` answers ENOSYS, so that the C library falls back to `clone`, whose flags a filter can
   read (clone3 passes them behind a pointer).
 
-Loading the module needs one `openat` (the dynamic loader opens the file), so sealing is two
-steps: `install(stage="load")` allows openat read-only, the loader opens the module, and
-`install(stage="run")` adds a second filter that refuses openat too. Filters stack and the
-strictest answer wins, so the second step can only take permissions away. Nothing of the
-student's file runs between the two steps: the object check has refused any module whose
-loading would run its code.
+Loading the module needs one `openat` (the dynamic loader opens the file) and one `newfstatat`
+(the loader's fstat of it, which current C libraries make as `newfstatat(fd, "", buf,
+AT_EMPTY_PATH)`), so sealing is two steps: `install(stage="load")` allows openat read-only and
+newfstatat with AT_EMPTY_PATH, the loader opens the module, and `install(stage="run")` adds a
+second filter that refuses both. Filters stack and the strictest answer wins, so the second step
+can only take permissions away. Nothing of the student's file runs between the two steps: the
+object check has refused any module whose loading would run its code.
+
+Seccomp sees a system call's arguments as numbers, never the strings a pointer points to, so the
+load step cannot name the one file it lets the loader open: for those few microseconds any file
+this process may read could be opened read-only, and with AT_EMPTY_PATH set and a path given,
+newfstatat looks that path up as stat() does. That is why the second step matters most: from then
+on no system call that takes a path is allowed at all (open, openat, openat2 and newfstatat are
+refused by the second filter; stat, lstat, statx, access, faccessat, readlink and every other
+call with a path argument were never allowed by the first). fstat(2) itself, which takes only a
+descriptor, stays; the C library's fstat() does not use it, so once sealed it fails, and the
+worker sets up stdout's buffer before sealing (`prepare_stdout`), when that fstat still works, so
+that a kernel's first printf needs none.
 
 libseccomp is reached through ctypes (six of its functions). Its official Python bindings are not
 published on PyPI; the ctypes package that is (pyseccomp 0.1.2) has had no release since 2021,
@@ -84,6 +97,10 @@ ALLOWED = (
 _TCGETS = 0x5401  # isatty(): the C library asks once before buffering stdout
 _AT_EMPTY_PATH = 0x1000
 _PR_SET_NO_NEW_PRIVS = 38
+
+
+# What the second filter takes away: everything of the first's that accepts a path.
+RUN_STAGE_REFUSED = ("openat", "open", "openat2", "newfstatat", "fstatat64")
 
 
 def _own_pid_rules(pid: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
@@ -168,10 +185,11 @@ def _load(stage: str) -> None:
             # filter takes even that away once the module is loaded.
             read_only = os.O_ACCMODE | os.O_CREAT | os.O_TRUNC | getattr(os, "O_TMPFILE", 0)
             _add(lib, ctx, _SCMP_ACT_ALLOW, "openat", [(2, _SCMP_CMP_MASKED_EQ, read_only, 0)])
-            # fstat() is newfstatat(fd, "", AT_EMPTY_PATH) in current C libraries.
+            # The loader's fstat(), which is newfstatat(fd, "", AT_EMPTY_PATH) in current C libraries
+            # (with a path given it is a stat of that path: the second filter refuses it too).
             _add(lib, ctx, _SCMP_ACT_ALLOW, "newfstatat", [(3, _SCMP_CMP_MASKED_EQ, _AT_EMPTY_PATH, _AT_EMPTY_PATH)])
         else:
-            for name in ("openat", "open", "openat2"):
+            for name in RUN_STAGE_REFUSED:
                 _add(lib, ctx, _errno_action(errno.EPERM), name)
         rc = lib.seccomp_load(ctx)
         if rc < 0:
@@ -181,9 +199,19 @@ def _load(stage: str) -> None:
             lib.seccomp_release(ctx)
 
 
+def prepare_stdout() -> None:
+    """Give C's stdout its buffer now, while the C library's fstat() still works (it decides the
+    buffer's size from it); after `install("run")` the first printf would otherwise find fstat
+    refused. Fully buffered, as a pipe's stdout already is by default."""
+    libc = ctypes.CDLL(None)
+    stdout = ctypes.c_void_p.in_dll(libc, "stdout")
+    libc.setvbuf.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    libc.setvbuf(stdout, None, 0, 0)  # _IOFBF with no buffer of ours: the C library allocates one now
+
+
 def install(stage: str) -> None:
-    """Seal this process, for good. stage "load": everything but the loader's read-only open is
-    refused; stage "run" (after the module is loaded): no file can be opened at all."""
+    """Seal this process, for good. stage "load": everything but the loader's read-only open and its
+    fstat is refused; stage "run" (after the module is loaded): no system call that takes a path."""
     if stage not in ("load", "run"):
         raise ValueError(f"unknown stage {stage!r}")
     _load(stage)
