@@ -73,28 +73,92 @@ def clean_tmp():
     assert pwned_files() == []
 
 
+AT_LOAD = " is not allowed in a kernel file (it runs code when the module loads or unloads, outside any kernel)"
+SECTION = " is not allowed in a kernel file (it places code or data where the loader runs it)"
+
+
 @needs_seccomp
-@pytest.mark.parametrize("lab, relative, function", [
-    ("lab1", "hostile/ctor_shell.cu", "attnlab_pwn_shell()"),
-    ("lab1", "hostile/ctor_getenv.cu", "attnlab_leak_seed()"),
-    ("lab2", "hostile/ctor_fork.cu", "attnlab_fork_survivor()"),
+@pytest.mark.parametrize("lab, relative, line", [
+    ("lab1", "hostile/ctor_shell.cu", 7),
+    ("lab1", "hostile/ctor_getenv.cu", 6),
+    ("lab2", "hostile/ctor_fork.cu", 6),
 ])
-def test_a_constructor_is_refused_before_it_can_run(lab, relative, function, tmp_path):
+def test_a_constructor_is_refused_before_any_compiler_runs(lab, relative, line, tmp_path):
+    """The gate reads the attribute (labrunner/build/attributes.py), on both backends alike; no
+    compiler, and no worker, ever sees the file."""
     completed, result = grade_hostile(lab, relative, tmp_path)
-    label = str(HOSTILE / lab / relative)
-    message = (f"{label}: the CPU build refuses this file: `{function}` would run when the module loads, outside "
-               "any kernel (a constructor or a global's initialiser); kernels run only when launched, so remove it")
+    message = f"{HOSTILE / lab / relative}({line}): error: __attribute__((constructor))" + AT_LOAD
     assert (completed.returncode, result["verdict"], result["backend"], result["error"]) == (
-        3, "compile-error", "cpu", message)
-    assert completed.stderr.endswith(f"error: {message}\n")
+        3, "compile-error", None, message)
+    assert completed.stderr.endswith(message + "\n")
     assert SECRET not in completed.stdout + completed.stderr + json.dumps(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
 @needs_seccomp
 def test_the_object_check_stands_under_unsafe_cpu_too(tmp_path):
-    completed, result = grade_hostile("lab1", "hostile/ctor_shell.cu", tmp_path, "--unsafe-cpu")
-    assert (completed.returncode, result["verdict"]) == (3, "compile-error")
+    """A load-time initialiser the gate cannot see (an object with a constructor; NVRTC takes it, the
+    constructor being empty) is refused by the object check, with or without the filter."""
+    relative = "hostile/global_initializer.cu"
+    completed, result = grade_hostile("lab2", relative, tmp_path, "--unsafe-cpu")
+    assert (completed.returncode, result["verdict"], result["backend"], result["error"]) == (
+        3, "compile-error", "cpu",
+        f"{HOSTILE / 'lab2' / relative}: the CPU build refuses this file: the dynamic initialiser of a namespace-scope "
+        "variable (like `int x = f();`) would run when the module loads, outside any kernel (a constructor or a "
+        "global's initialiser); kernels run only when launched, so remove it")
+
+
+def first_line_of(path: str) -> str:
+    try:
+        return Path(path).read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "attnlab: no such file here"
+
+
+@needs_seccomp
+@pytest.mark.parametrize("relative, line", [
+    ("hostile/tm_clone_table.cu", 75),
+    ("hostile/section_asm_injection.cu", 10),
+    ("hostile/incbin_section.cu", 8),
+])
+def test_what_a_section_attribute_would_do_is_refused_before_any_compiler_runs(relative, line, tmp_path):
+    """Load-time code through g++'s own start-up code, x86 assembly and `.incbin` through the text of a
+    section: the gate names the attribute's line, so neither compiler, nor the assembler, sees the
+    file, and the file the incbin names appears in nothing the grade prints or writes."""
+    completed, result = grade_hostile("lab2", relative, tmp_path)
+    message = f"{HOSTILE / 'lab2' / relative}({line}): error: __attribute__((section))" + SECTION
+    assert (completed.returncode, result["verdict"], result["backend"], result["error"]) == (
+        3, "compile-error", None, message)
+    assert completed.stderr.endswith(message + "\n")
+    assert first_line_of("/etc/passwd") not in completed.stdout + completed.stderr + json.dumps(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+@needs_seccomp
+def test_a_kernel_learns_nothing_of_other_files_by_stat(tmp_path):
+    """fstat() is newfstatat(fd, "", AT_EMPTY_PATH), and with a path it is a stat() of that path; the
+    run-stage filter refuses every system call that takes a path, so the probe learns nothing and
+    prints nothing, and the kernel keeps its true verdict."""
+    completed, result = grade_hostile("lab2", "hostile/fstatat_probe.cu", tmp_path)
+    assert (completed.returncode, result["verdict"], result["backend"], result["kernel_output"]) == (
+        0, "pass", "cpu", [])
+    assert "attnlab-leak" not in completed.stdout + completed.stderr + json.dumps(result)
+
+
+def test_the_stat_probe_is_real_without_the_filter(tmp_path):
+    """The control for the test above: unsealed, the same kernel learns the metadata of / (it exists
+    in every box) and says so, and its output is poisoned."""
+    completed, result = grade_hostile("lab2", "hostile/fstatat_probe.cu", tmp_path, "--unsafe-cpu")
+    assert (completed.returncode, result["verdict"]) == (1, "wrong")
+    assert result["kernel_output"][0].startswith("attnlab-leak /: stat 1 statx 1 size=")
+
+
+@needs_seccomp
+def test_the_runtimes_macros_are_invisible_to_a_kernel_file(tmp_path):
+    """A file that would poison its output on seeing any macro of the runtime, its headers or g++
+    gets the GPU's verdict: pass."""
+    completed, result = grade_hostile("lab2", "hostile/shim_macro_probe.cu", tmp_path)
+    assert (completed.returncode, result["verdict"], result["backend"]) == (0, "pass", "cpu")
 
 
 @needs_seccomp
