@@ -5,7 +5,9 @@ starts:
 
 1. reading (`source`): missing, unreadable, too large or not UTF-8 is a usage error;
 2. the include policy (`includes`): the file lexed as the compiler lexes it; only the driver's
-   headers and a few standard ones, decided before any compiler runs;
+   headers and a few standard ones, decided before any compiler runs; with the same lexer, what
+   would reach the linker, the assembler or the loader (`attributes`: section, constructor, asm
+   labels, asm outside a function, #pragma weak, ...);
 3. NVRTC with the shared prelude (`nvrtc`), in a child process under a clock and a memory
    ceiling (`compiler_process`): the compiler's own words about the student's lines only
    (`diagnostics`);
