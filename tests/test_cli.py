@@ -175,11 +175,12 @@ def test_a_long_path_in_a_heading_is_never_wrapped(runner, tmp_path):
 
 def test_check_reports_a_syntax_error_at_the_students_line(runner, tmp_path):
     source = STARTER.read_text().splitlines()
-    source[40] = source[40] + " int x = ;"
+    at = next(i for i, line in enumerate(source) if line.strip() == "const int warp = threadIdx.x / 32;")
+    source[at] = source[at] + " int x = ;"
     write(tmp_path / "broken.cu", "\n".join(source) + "\n")
     result = invoke(runner, "check", "lab2", "broken.cu")
     assert result.exit_code == 3
-    assert result.stderr == ("broken.cu(41): error: expected an expression\n"
+    assert result.stderr == (f"broken.cu({at + 1}): error: expected an expression\n"
                              '1 error detected in the compilation of "broken.cu".\n')
     assert result.stdout == ""
 
