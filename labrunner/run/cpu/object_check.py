@@ -301,6 +301,6 @@ def _check_against_empty_build(facts: ElfFacts, baseline: ElfFacts, filename: st
                                 "remove what puts it there")
     foreign = sorted(set(facts.sections) - set(baseline.sections) - ORDINARY_SECTIONS - {".tm_clone_table"})
     if foreign:
-        raise ObjectRefused(f"{filename}: error: the CPU build has a section {shown(foreign[0])} that an empty file's build "
-                            "does not (a section attribute or assembly put it there); kernels may not add sections")
+        raise ObjectRefused(f"{filename}: error: the CPU build has a section {shown(foreign[0])} that an empty file's "
+                            "build does not (a section attribute or assembly put it there); kernels may not add sections")
 
