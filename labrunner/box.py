@@ -190,8 +190,8 @@ def _root(purpose: Purpose, readable: tuple[str, ...]) -> list[str]:
         paths += compiler_paths()
     if "sanitizer" in purpose.needs:
         paths += sanitizer_paths()
-    if "profiler" in purpose.needs:
-        paths += tool_paths("ncu")
+    if "profiler" in purpose.needs:  # ncu on PATH is often a script that runs the copy NVIDIA installs in /opt
+        paths += [*tool_paths("ncu"), "/opt/nvidia"]
     line: list[str] = []
     kept: list[str] = []
     for path in sorted({os.path.normpath(p) for p in paths if p}, key=lambda p: (p.count("/"), p)):
