@@ -4,6 +4,7 @@ the README promises (a CPU-only install, a licence that matches the package's)."
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -56,7 +57,8 @@ def check_reports(out: Path) -> None:
     ana, bo = validate_file(out / "ana.json"), validate_file(out / "bo.json")
     assert (ana["verdict"], ana["exit_code"], ana["backend"], ana["seed"]) == ("pass", 0, "cpu", "secret")
     assert (bo["verdict"], bo["exit_code"]) == ("compile-error", 3)
-    assert (out / "gradebook.csv").read_text().splitlines()[1].startswith("submissions/ana.cu,")
+    rows = list(csv.reader((out / "gradebook.csv").read_text().splitlines()))
+    assert (rows[1][0], rows[1][2], rows[1][3]) == ("submissions/ana.cu", "pass", "0")  # every field quoted
     assert (out / "junit.xml").exists()
 
 

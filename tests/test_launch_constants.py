@@ -276,7 +276,10 @@ with open(report, "w") as handle:
 @pytest.mark.parametrize("path", sorted(REFUSALS), ids=lambda p: p.name)
 def test_a_hostile_constant_is_refused_in_under_a_second_and_allocates_nothing_large(path, tmp_path):
     lab = path.parent.parent.name
-    completed = subprocess.run([sys.executable, "-c", MEASURED, str(tmp_path / "usage.json"), "grade", lab, str(path),
+    # Started by a small shell, not straight from pytest: Linux carries a process's peak memory across
+    # exec, so a child of a test process grown large would report that process's peak as its own.
+    completed = subprocess.run(["/bin/sh", "-c", '"$0" "$@"; exit $?', sys.executable, "-c", MEASURED,
+                                str(tmp_path / "usage.json"), "grade", lab, str(path),
                                 "--device", "cpu", "--json", str(tmp_path / "result.json")],
                                cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                                timeout=120)
