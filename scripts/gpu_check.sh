@@ -72,8 +72,8 @@ step grade-latency 0 python3 scripts/grade_latency.py --runs 5
 step race-check-flood 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_printf_flood.cu --race-check --no-timing
 step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_slow_under_sanitizer.cu --race-check --no-timing --timeout 2
 step bench-lab1-physics 1 python3 -m labrunner bench lab1 tests/fixtures/lab1/hostile/softmax_left_to_wsum.cu --budget 0.5
-step fixtures-lab1 0 python3 tests/fixture_suite.py --device gpu --lab lab1
-step fixtures-lab2 0 python3 tests/fixture_suite.py --device gpu --lab lab2
+step fixtures-lab1 0 python3 tests/fixture_suite.py --device gpu --lab lab1 --jobs 6
+step fixtures-lab2 0 python3 tests/fixture_suite.py --device gpu --lab lab2 --jobs 6
 step gpu-tests 0 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
 step grade-lab2-timed-15s 0 timed_grade
 step fixture-v-rescaled 1 fixture_verdict tests/fixtures/lab2/hostile/v_rescaled.cu

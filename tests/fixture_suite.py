@@ -114,8 +114,14 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
     return Outcome(fixture, got, seconds, backend)
 
 
-def run_suite(backend: str, lab: str | None = None, extra: tuple[str, ...] = ()) -> list[Outcome]:
-    return [grade(f, backend, extra) for f in load_fixtures(lab) if f.runs_on(backend)]
+def run_suite(backend: str, lab: str | None = None, extra: tuple[str, ...] = (), jobs: int = 1) -> list[Outcome]:
+    """Every fixture of `lab` for `backend`, `jobs` grades at a time (each is a process of its own; on
+    the GPU their checks share the card and their timing takes turns under attnlab's per-GPU lock)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = [f for f in load_fixtures(lab) if f.runs_on(backend)]
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(lambda f: grade(f, backend, extra), chosen))
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -138,8 +144,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
     parser.add_argument("--lab", default=None)
+    parser.add_argument("--jobs", type=int, default=1, help="fixtures graded at once")
     args = parser.parse_args()
-    outcomes = run_suite(args.device, args.lab)
+    outcomes = run_suite(args.device, args.lab, jobs=args.jobs)
     for o in outcomes:
         for problem in o.mismatches:
             print(f"{o.fixture.name}: {problem}\n    {o.got['message']}")
