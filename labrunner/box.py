@@ -68,6 +68,9 @@ class Purpose:
     # Whether /job is a host folder the caller made (bound in), for a tool whose files the caller
     # reads back after the box has ended (ncu's CSV); else a tmpfs that goes with the box.
     host_private: bool = False
+    # Whether the box has a /tmp of its own (a tmpfs): NVIDIA's tools keep lock files and the pipes
+    # between their front end and the program they watch there, whatever TMPDIR says.
+    own_tmp: bool = False
 
 
 # NVRTC writes nothing of size; the CPU worker holds g++'s temporary files and the built module
@@ -75,10 +78,11 @@ class Purpose:
 COMPILE = Purpose("compile", gpu=False, private_bytes=64 * MIB)
 CPU_RUN = Purpose("cpu-run", gpu=False, private_bytes=512 * MIB, needs=("compiler",))
 GPU_RUN = Purpose("gpu-run", gpu=True, private_bytes=1024 * MIB)
-REPLAY = Purpose("replay", gpu=True, private_bytes=1024 * MIB, needs=("sanitizer",))
+REPLAY = Purpose("replay", gpu=True, private_bytes=1024 * MIB, needs=("sanitizer",), own_tmp=True)
 # Nsight Compute over the Range pass's target: its report file and the GPU's facts come back through
 # the host folder bound at /job, and ncu keeps its lock file in /tmp (a tmpfs of the box's own).
-PROFILE = Purpose("profile", gpu=True, private_bytes=64 * MIB, needs=("profiler",), host_private=True)
+PROFILE = Purpose("profile", gpu=True, private_bytes=64 * MIB, needs=("profiler",), host_private=True,
+                  own_tmp=True)
 
 
 def bwrap_path() -> str | None:
@@ -159,7 +163,7 @@ def wrap(purpose: Purpose, command: list[str], environment: dict[str, str],
         line.append("--disable-userns")  # nothing inside may make a user namespace of its own
     for name, value in sorted({**environment, INSIDE_VARIABLE: purpose.name}.items()):
         line += ["--setenv", name, value]
-    if purpose.host_private:
+    if purpose.own_tmp:
         line += ["--tmpfs", "/tmp"]  # first, so that a path the root maps below /tmp stays visible
     line += _root(purpose, readable)
     line += ["--proc", "/proc", "--dev", "/dev"]
