@@ -143,3 +143,10 @@ def test_a_race_check_without_the_sanitizer_is_inconclusive(tmp_path, monkeypatc
     monkeypatch.setenv("PATH", str(tmp_path))
     assert find_hazard({"source": ""}, case_timeout_s=10) == (
         None, "compute-sanitizer is not installed, so the GPU's race check could not run")
+
+
+def test_racechecks_own_summary_is_the_end_of_a_finished_clean_check(tmp_path, monkeypatch):
+    """compute-sanitizer 2025's racecheck ends with its own summary and no error summary (seen on the H200)."""
+    fake_sanitizer(tmp_path, monkeypatch, "printf '========= COMPUTE-SANITIZER\\n========= RACECHECK SUMMARY: 0 hazards "
+                                          "displayed (0 errors, 0 warnings)\\n' > \"$log\"\n")
+    assert find_hazard({"source": ""}, case_timeout_s=10) == (None, None)

@@ -36,8 +36,9 @@ from labrunner.run.untrusted_text import shown
 SANITIZER = "compute-sanitizer"
 REPLAY_FACTOR = 3
 REPORT_LINES = 200  # the tool's own lines kept while reading; only a few survive the filter
-# The tool's last line, printed once it has watched the whole run: a report without it is unfinished.
-SUMMARY = b"========= ERROR SUMMARY:"
+# A tool's closing line, printed once it has watched the whole run (racecheck's own summary, or the
+# error summary of the others): kept past the line cap, since a report without it is unfinished.
+SUMMARY = re.compile(rb"=========\s*[A-Z]+ SUMMARY:")
 _KEEP = re.compile(r"Invalid __\w+__ \w+|Misaligned|Out-of-range|Illegal|^\s+at |by thread|Address 0x|is out of bounds")
 
 
@@ -136,8 +137,8 @@ def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[st
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()[-4096:]
         kept += [_own(line) for line in lines if line.startswith(b"=========")
-                 and (len(kept) < REPORT_LINES or line.startswith(SUMMARY))][:REPORT_LINES + 1 - len(kept)]
-    if partial.startswith(b"=========") and (len(kept) < REPORT_LINES or partial.startswith(SUMMARY)):
+                 and (len(kept) < REPORT_LINES or SUMMARY.match(line))][:REPORT_LINES + 1 - len(kept)]
+    if partial.startswith(b"=========") and (len(kept) < REPORT_LINES or SUMMARY.match(partial)):
         kept.append(_own(partial))
     return kept, True
 

@@ -19,6 +19,10 @@ TOOLS = ("racecheck", "synccheck")
 _LOCATION = re.compile(r"in (?:\S*/)?([^/\s:]+):(\d+)(?::(\w+)\()?")
 _KERNEL_AT = re.compile(r"at (?:0x[0-9a-f]+ in )?(\w+)\+0x")
 _ACCESS = re.compile(r"(Read|Write) access")
+# The line each tool ends its report with once it has watched the whole run: racecheck's own summary
+# ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)", as the H200's 2025 tool writes it,
+# with no error summary after it), the others' "ERROR SUMMARY: 0 errors".
+_SUMMARY = re.compile(r"\s*[A-Z]+ SUMMARY:")
 
 
 def find_hazard(payload: dict, case_timeout_s: float) -> tuple[str | None, str | None]:
@@ -40,7 +44,7 @@ def find_hazard(payload: dict, case_timeout_s: float) -> tuple[str | None, str |
         hazard = parse_hazard(name, "\n".join("=========" + line for line in reported))
         if hazard:
             return hazard, None
-        if not any(line.startswith(" ERROR SUMMARY:") for line in reported):
+        if not any(_SUMMARY.match(line) for line in reported):
             return None, (f"{SANITIZER} --tool {name} ended without its error summary, so it did not watch "
                           "the whole run")
     return None, None
