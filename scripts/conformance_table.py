@@ -1,0 +1,33 @@
+"""The exploit conformance table as the README prints it, rendered from tests/fixtures/conformance.toml.
+
+    python scripts/conformance_table.py        # prints the Markdown table
+
+tests/test_conformance.py holds the README's copy to this rendering, so the table cannot drift from
+the data, and the data cannot drift from the fixtures' expected verdicts.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TABLE = REPO / "tests" / "fixtures" / "conformance.toml"
+
+
+def cell(verdict: str) -> str:
+    """A verdict as a table cell: `n/a (CPU only): why` keeps its first words (the why is in the data)."""
+    return verdict.split(":", 1)[0] if verdict.startswith("n/a") else f"`{verdict}`"
+
+
+def render() -> str:
+    rows = tomllib.loads(TABLE.read_text())["fixture"]
+    lines = ["| class | source | fixture | CPU | GPU |", "|---|---|---|---|---|"]
+    for row in rows:
+        fixture = row["fixture"].removeprefix("tests/fixtures/")
+        lines.append(f"| {row['class']} | {row['source']} | `{fixture}` | {cell(row['cpu'])} | {cell(row['gpu'])} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render())
