@@ -345,6 +345,19 @@ def test_doctor_without_a_box_says_what_is_missing_and_what_it_costs(runner, no_
             "binary): --device cpu refuses to grade, the GPU path runs unboxed (--require-box refuses)") in data["notes"]
 
 
+def test_require_box_refuses_to_compile_outside_a_box(runner, tmp_path, monkeypatch):
+    monkeypatch.setattr(boxes, "availability", lambda: "bubblewrap is not installed (apt-get install bubblewrap, "
+                                                       "or set ATTNLAB_BWRAP to a bwrap binary)")
+    write(tmp_path / "flash.cu", STARTER.read_text())
+    result = invoke(runner, "check", "lab2", "flash.cu", "--require-box")
+    assert result.exit_code == 6
+    assert result.stderr == ("error: --require-box: no box can be made here: bubblewrap is not installed "
+                             "(apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)\n")
+    assert boxes.REQUIRED is True
+    assert invoke(runner, "check", "lab2", "flash.cu").exit_code == 0  # without the flag, the next run compiles
+    assert boxes.REQUIRED is False
+
+
 # --- help ------------------------------------------------------------------------------------
 
 def context(command: click.Command, name: str) -> click.Context:

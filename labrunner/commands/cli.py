@@ -29,8 +29,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _require_box(context, parameter, value):
-    if value:
-        boxes.REQUIRED = True  # read where each process starts: one that cannot be boxed is refused
+    boxes.REQUIRED = bool(value)  # read where each process starts: one that cannot be boxed is refused
 
 
 def compile_timeout_option(command):
