@@ -459,7 +459,9 @@ def build_object(
         return so_path
     runtime = _runtime_text(cxx, cache)
     with tempfile.TemporaryDirectory(prefix="attnlab-cpu-build-") as tmp:
-        src_path = Path(tmp) / (Path(filename).name + ".cpp")
+        # A fixed name: messages name the file by its label (the `#line` the composed source carries),
+        # and a student's file name, escaped, can be longer than a file name may be.
+        src_path = Path(tmp) / "submission.cu.cpp"
         src_path.write_text(code, encoding="utf-8")
         view_path = Path(tmp) / "attnlab_nvrtc_view.h"
         view_path.write_text(view)
