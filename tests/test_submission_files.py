@@ -352,3 +352,16 @@ def test_the_reports_have_safe_file_names(hostile_batch):
 
 def test_the_batch_stays_small_in_memory(hostile_batch):
     assert hostile_batch["peak_kib"] * 1024 < 200 * 1000 * 1000, f"{hostile_batch['peak_kib']} KiB"
+
+
+def test_a_correct_kernel_under_a_long_hostile_name_is_graded_as_itself(tmp_path):
+    """A name whose escaped form is longer than a file name may be (70 control characters, each
+    written as four) builds and passes on the CPU like the same file under a plain name."""
+    name = "a" * 60 + "\x01" * 70 + ".cu"
+    (tmp_path / name).write_text((REPO / "kernels" / "lab2" / "solution.cu").read_text())
+    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", name, "--device", "cpu",
+                                "--no-timing", "--case", "C1-P31", "--json", "r.json"],
+                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert (completed.returncode, result["verdict"]) == (0, "pass"), completed.stderr[-500:]
+    assert result["file"] == "a" * 60 + "\\x01" * 70 + ".cu"
