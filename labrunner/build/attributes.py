@@ -45,9 +45,8 @@ leave nothing a macro could hide:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-from labrunner.build.includes import Token, code_tokens
+from labrunner.build.includes import ReportedLines, Token, code_tokens
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 _SECTION = "it places code or data where the loader runs it"
@@ -114,25 +113,11 @@ def _refusal(form: str, name: str) -> str:
     return f"{form} is not allowed in a kernel file ({BANNED_ATTRIBUTES[name]})"
 
 
-@dataclass
-class _Line:
-    """Physical line -> the line the compiler reports, following `#line N` and g++ -E's `# N "file"` markers."""
-
-    marks: list[tuple[int, int]]  # (first physical line it applies to, the number that line gets)
-
-    def __call__(self, physical: int) -> int:
-        number = physical
-        for first, given in self.marks:
-            if physical >= first:
-                number = given + physical - first
-        return number
-
-
 class _Reader:
     def __init__(self, tokens: list[Token], preprocessed: bool):
         self.tokens = tokens
         self.preprocessed = preprocessed
-        self.line = _Line([])
+        self.line = ReportedLines([])
         # Every name the file #defines: such a name where an attribute name stands is a macro's choice.
         self.macros = {tokens[i + 1].text for i, t in enumerate(tokens[:-1])
                        if t.kind == "directive" and t.text == "define" and tokens[i + 1].kind == "word"}

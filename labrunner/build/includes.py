@@ -402,3 +402,18 @@ def _lone_carriage_return(source: str) -> int:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+@dataclass
+class ReportedLines:
+    """Physical line -> the line a compiler reports, following `#line N` (the driver's `#line 1` after its
+    prelude) and g++ -E's `# N "file"` markers: how a rule that reads the tokens names the student's line."""
+
+    marks: list[tuple[int, int]]  # (first physical line it applies to, the number that line gets)
+
+    def __call__(self, physical: int) -> int:
+        number = physical
+        for first, given in self.marks:
+            if physical >= first:
+                number = given + physical - first
+        return number

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from labrunner.build.includes import Token, code_tokens
+from labrunner.build.includes import ReportedLines, Token, code_tokens
 from labrunner.exit_codes import AttnlabError
 
 __all__ = ["AsmRefused", "INSTRUCTIONS", "SUPPORTED", "rewrite_inline_asm"]
@@ -116,20 +116,6 @@ class AsmRefused(Exception):
     """The file holds inline assembly the CPU backend will not run: one line, naming where and why."""
 
 
-@dataclass
-class _Line:
-    """Physical line -> the line g++ reports, following `#line N` (the driver's `#line 1` after its prelude)."""
-
-    marks: list[tuple[int, int]]  # (first physical line it applies to, the number that line gets)
-
-    def __call__(self, physical: int) -> int:
-        number = physical
-        for first, given in self.marks:
-            if physical >= first:
-                number = given + physical - first
-        return number
-
-
 def rewrite_inline_asm(source: str, filename: str) -> str:
     """The source with every asm statement turned into shim calls, line numbers kept; raises AsmRefused."""
     if "asm" not in source:
@@ -157,7 +143,7 @@ class _Reader:
         self.filename = filename
         self.tokens = tokens
         self.index = {token.start: i for i, token in enumerate(tokens)}
-        self.line = _Line([])
+        self.line = ReportedLines([])
 
     def refuse(self, token: Token, what: str) -> AsmRefused:
         return AsmRefused(f"{self.filename}({self.line(token.line)}): error: {what}")
