@@ -45,7 +45,6 @@ leave nothing a macro could hide:
 
 from __future__ import annotations
 
-
 from labrunner.build.includes import ReportedLines, Token, code_tokens
 from labrunner.exit_codes import AttnlabError, ExitCode
 
