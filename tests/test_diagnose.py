@@ -11,6 +11,8 @@ import stat
 
 import numpy as np
 
+from box_paths import tmp_entries_of
+
 from labrunner.run.diagnose import replay_under_sanitizer
 from labrunner.run.racecheck import find_hazard
 
@@ -86,10 +88,10 @@ def test_the_replayed_case_travels_as_json_and_npy_files_never_pickle(tmp_path):
 def test_the_replay_runs_boxed_without_the_secret_and_leaves_no_process(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_SEED", "987654321")
     fake_sanitizer(tmp_path, monkeypatch,
-                   'sleep 3131 &\necho "=========     at seed=[$ATTNLAB_SEED] in [$PWD] sees [$(ls /tmp)]" > "$log"\n')
+                   'sleep 3131 &\necho "=========     at seed=[$ATTNLAB_SEED] in [$PWD] sees [$(echo $(ls /tmp))]" > "$log"\n')
     report = replay_under_sanitizer({"source": ""}, case_timeout_s=10)
     # the box's private folder; of the host's /tmp only the way to the stand-in tool itself
-    assert report == f"     at seed=[] in [/job] sees [{tmp_path.parts[2]}]"
+    assert report == f"     at seed=[] in [/job] sees [{' '.join(tmp_entries_of(tmp_path))}]"
     left = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == b"sleep\x003131\x00"]
     assert left == []
 

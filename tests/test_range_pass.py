@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from box_paths import tmp_entries_of
+
 from labrunner import box as boxes
 from labrunner.build.gate import load_submission
 from labrunner.commands.profile import range_pass
@@ -59,7 +61,7 @@ def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
     tool = tmp_path / "bin" / "ncu"
     tool.parent.mkdir()
     tool.write_text("#!/bin/sh\nlog=; prev=\nfor a in \"$@\"; do [ \"$prev\" = --log-file ] && log=$a; prev=$a; done\n"
-                    'echo "seen: log=$log pwd=$(pwd) home=$HOME seed=[$ATTNLAB_SEED] tmp=[$(ls /tmp)]" >&2\nexit 3\n')
+                    'echo "seen: log=$log pwd=$(pwd) home=$HOME seed=[$ATTNLAB_SEED] tmp=[$(echo $(ls /tmp))]" >&2\nexit 3\n')
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ATTNLAB_SEED", "4242")
@@ -68,7 +70,7 @@ def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
     assert report["available"] is False
     # of the host's /tmp only the way to the stand-in tool: not the driver's folder for the Range pass
     assert report["message"] == ("ncu exited with status 3 and no counters: seen: log=/job/ncu.csv pwd=/job "
-                                 f"home=/job seed=[] tmp=[{tmp_path.parts[2]}]")
+                                 f"home=/job seed=[] tmp=[{' '.join(tmp_entries_of(tmp_path))}]")
 
 
 def test_the_recorded_csv_gives_every_metric_of_both_launches_in_base_units():

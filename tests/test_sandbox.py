@@ -19,6 +19,8 @@ import pytest
 
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.run.cpu.syscall_filter import availability
+from box_paths import tmp_entries_of
+
 from labrunner.box import CPU_RUN, GPU_RUN
 from labrunner.run.sandbox import CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi
 
@@ -95,7 +97,7 @@ def test_a_box_holds_the_toolchain_its_private_folder_and_nothing_else_of_the_ho
             seen = probe(CPU_LIMITS, monkeypatch)
     assert set(seen["root_entries"]) <= {"bin", "dev", "etc", "job", "lib", "lib32", "lib64", "libx32", "proc",
                                          "sbin", "usr", *ROOT_OF_PYTHON_AND_PACKAGE}
-    assert seen["tmp_entries"] is None or seen["tmp_entries"] == []
+    assert (seen["tmp_entries"] or []) == tmp_entries_of()  # only the way to what it maps, if that lies in /tmp
     assert seen["home_exists"] is False
     assert set(seen["etc_entries"]) <= {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives"}
     assert seen["processes"] == [1, seen["pid"]]
