@@ -128,7 +128,6 @@ def grader_cupy_cache() -> str:
 # every worker seconds); the copy is private, so nothing a box writes reaches the grader's cache.
 # Bounded, so that a cache grown large costs a box start no more than this.
 CUPY_CACHE_COPY_BYTES = 256 * MIB
-BOXED_CUPY_CACHE_SOURCE = "/attnlab-cupy-cache"
 
 
 # The first thing a boxed Python runs: its limits, then the module it was started for. `-I` keeps
