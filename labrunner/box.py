@@ -49,8 +49,19 @@ MIB = 1 << 20
 # /bin, /lib and /lib64 are links into /usr and are recreated as links), and the dynamic linker's
 # cache and configuration, so that libraries resolve inside as they do outside. Nothing under /etc
 # but these: no passwd, no hosts, no keys.
-READ_ONLY_ROOTS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-                   "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
+READ_ONLY_ROOTS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+)
 # Device nodes a GPU purpose maps in (the driver's control node, the GPUs, unified memory, the
 # capability nodes of MIG): nothing else of the host's /dev.
 GPU_DEVICE_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/renderD*")
@@ -81,8 +92,7 @@ GPU_RUN = Purpose("gpu-run", gpu=True, private_bytes=1024 * MIB)
 REPLAY = Purpose("replay", gpu=True, private_bytes=1024 * MIB, needs=("sanitizer",), own_tmp=True)
 # Nsight Compute over the Range pass's target: its report file and the GPU's facts come back through
 # the host folder bound at /job, and ncu keeps its lock file in /tmp (a tmpfs of the box's own).
-PROFILE = Purpose("profile", gpu=True, private_bytes=64 * MIB, needs=("profiler",), host_private=True,
-                  own_tmp=True)
+PROFILE = Purpose("profile", gpu=True, private_bytes=64 * MIB, needs=("profiler",), host_private=True, own_tmp=True)
 
 
 def bwrap_path() -> str | None:
@@ -144,9 +154,14 @@ def describe() -> str:
     return f"{version} ({tool}): mount, PID, IPC, UTS, network and user namespaces, read-only toolchain, /job tmpfs"
 
 
-def wrap(purpose: Purpose, command: list[str], environment: dict[str, str],
-         readable: tuple[str, ...] = (), data: dict[str, int] | None = None,
-         private_source: str | None = None) -> list[str]:
+def wrap(
+    purpose: Purpose,
+    command: list[str],
+    environment: dict[str, str],
+    readable: tuple[str, ...] = (),
+    data: dict[str, int] | None = None,
+    private_source: str | None = None,
+) -> list[str]:
     """The bwrap command line that runs `command` in a box for `purpose`.
 
     environment: the whole environment inside (the box starts from an empty one).
@@ -157,8 +172,16 @@ def wrap(purpose: Purpose, command: list[str], environment: dict[str, str],
     """
     tool = bwrap_path() or "bwrap"
     options = bwrap_help()
-    line = [tool, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--clearenv"]
+    line = [
+        tool,
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     if "--disable-userns" in options:
         line.append("--disable-userns")  # nothing inside may make a user namespace of its own
     for name, value in sorted({**environment, INSIDE_VARIABLE: purpose.name}.items()):

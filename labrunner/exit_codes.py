@@ -9,15 +9,15 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    PASS = 0             # every case correct (and the speed gate met, where one applies)
-    WRONG_ANSWER = 1     # a value outside the pass rule, or an element never written
-    USAGE = 2            # unknown lab, missing or unreadable file, bad option
-    COMPILE_ERROR = 3    # the compiler rejected the file, or an entry point is missing or wrong
-    MISBEHAVED = 4       # crash, timeout, out-of-bounds write, mutated input, race
-    SPEED_GATE = 5       # correct, but slower than this GPU's calibrated gate
-    ENVIRONMENT = 6      # no GPU, driver, CuPy, NVRTC or C++ compiler for the chosen backend
-    INTERRUPTED = 130    # stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it; the cases so far are kept
-    TERMINATED = 143     # stopped by SIGTERM (a cancelled CI job): 128 + 15; the cases so far are kept
+    PASS = 0  # every case correct (and the speed gate met, where one applies)
+    WRONG_ANSWER = 1  # a value outside the pass rule, or an element never written
+    USAGE = 2  # unknown lab, missing or unreadable file, bad option
+    COMPILE_ERROR = 3  # the compiler rejected the file, or an entry point is missing or wrong
+    MISBEHAVED = 4  # crash, timeout, out-of-bounds write, mutated input, race
+    SPEED_GATE = 5  # correct, but slower than this GPU's calibrated gate
+    ENVIRONMENT = 6  # no GPU, driver, CuPy, NVRTC or C++ compiler for the chosen backend
+    INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C): 128 + 2, as shells report it; the cases so far are kept
+    TERMINATED = 143  # stopped by SIGTERM (a cancelled CI job): 128 + 15; the cases so far are kept
 
 
 class AttnlabError(Exception):

@@ -28,7 +28,9 @@ def variants() -> list[tuple[str, int, str]]:
     for lab in ("lab1", "lab2", "lab3"):
         text = (REPO / "kernels" / lab / "solution.cu").read_text()
         for match in re.finditer(r"__syncthreads\(\);", text):
-            found.append((lab, text.count("\n", 0, match.start()) + 1, text[:match.start()] + ";" + text[match.end():]))
+            found.append(
+                (lab, text.count("\n", 0, match.start()) + 1, text[: match.start()] + ";" + text[match.end() :])
+            )
     return found
 
 
@@ -47,9 +49,25 @@ def main() -> int:
             kernel = Path(scratch) / f"{lab}_without_barrier_{line}.cu"
             kernel.write_text(text)
             report = Path(scratch) / f"{lab}-{line}.json"
-            completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", lab, str(kernel), "--device", device,
-                                        "--race-check", "--no-timing", "--json", str(report)],
-                                       capture_output=True, text=True, cwd=REPO)
+            completed = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "labrunner",
+                    "grade",
+                    lab,
+                    str(kernel),
+                    "--device",
+                    device,
+                    "--race-check",
+                    "--no-timing",
+                    "--json",
+                    str(report),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+            )
             if completed.returncode not in DOCUMENTED_EXITS or not report.exists():
                 failures += 1
                 print(f"{kernel.name:34} {'NO VERDICT':14} {completed.returncode:4}  {completed.stderr.strip()[-300:]}")

@@ -26,11 +26,24 @@ from fixture_suite import load_fixtures  # noqa: E402  (the suite's own list of 
 
 
 def grade_batch(lab: str, files: list[Path], jobs: int, out: Path) -> tuple[float, int, list[dict]]:
-    command = [sys.executable, "-m", "labrunner", "grade", lab, *map(str, files), "--device", "cpu", "--jobs",
-               str(jobs), "--csv", str(out / "gradebook.csv")]
+    command = [
+        sys.executable,
+        "-m",
+        "labrunner",
+        "grade",
+        lab,
+        *map(str, files),
+        "--device",
+        "cpu",
+        "--jobs",
+        str(jobs),
+        "--csv",
+        str(out / "gradebook.csv"),
+    ]
     started = time.perf_counter()
-    completed = subprocess.run(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                               capture_output=True, text=True)
+    completed = subprocess.run(
+        command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True
+    )
     seconds = time.perf_counter() - started
     with open(out / "gradebook.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -41,8 +54,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lab", default="lab2")
     args = parser.parse_args()
-    files = [f.path for f in load_fixtures(args.lab) if f.runs_on("cpu") and "timeout" not in f.expected
-             and "args" not in f.expected]
+    files = [
+        f.path
+        for f in load_fixtures(args.lab)
+        if f.runs_on("cpu") and "timeout" not in f.expected and "args" not in f.expected
+    ]
     print(f"{args.lab}: {len(files)} submissions on the CPU backend, {os.cpu_count()} cores", flush=True)
     times, verdicts = {}, {}
     for jobs in (1, 2):

@@ -21,13 +21,23 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FILES = ["kernels/lab2/solution.cu", "kernels/lab2/starter.cu", "tests/fixtures/lab2/correct/group_per_block.cu",
-         "tests/fixtures/lab2/wrong/l_not_rescaled.cu", "tests/fixtures/lab2/hostile/foreign_include.cu"]
+FILES = [
+    "kernels/lab2/solution.cu",
+    "kernels/lab2/starter.cu",
+    "tests/fixtures/lab2/correct/group_per_block.cu",
+    "tests/fixtures/lab2/wrong/l_not_rescaled.cu",
+    "tests/fixtures/lab2/hostile/foreign_include.cu",
+]
 
 
 def attnlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "labrunner", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
 
 
 def main() -> int:

@@ -25,8 +25,10 @@ def main() -> None:
     rows, prefix = catalogue.timing["rows"], catalogue.timing["prefix"]
     case = next(c for c in catalogue.cases if c.rows == rows and c.prefix == prefix)
     inputs = make_inputs(case, DEFAULT_SEED)
-    print(f"oracle.attention at C = {rows}, P = {prefix} ({prefix + rows} keys), float64, "
-          f"{os.cpu_count()} CPU(s), {repeats} run(s)")
+    print(
+        f"oracle.attention at C = {rows}, P = {prefix} ({prefix + rows} keys), float64, "
+        f"{os.cpu_count()} CPU(s), {repeats} run(s)"
+    )
     seconds = []
     for run in range(repeats):
         start = time.perf_counter()

@@ -37,9 +37,22 @@ def bench_runs(rounds: int) -> list[RunResult]:
 def ncu_starter_ms() -> list[float] | None:
     if not shutil.which("ncu"):
         return None
-    command = ["ncu", "--clock-control", "none", "--kernel-name", "flash_prefill", "--launch-skip", "1",
-               "--launch-count", "3", "--metrics", "gpu__time_duration.sum", "--csv",
-               sys.executable, str(REPO / "scripts" / "kernel_once.py")]
+    command = [
+        "ncu",
+        "--clock-control",
+        "none",
+        "--kernel-name",
+        "flash_prefill",
+        "--launch-skip",
+        "1",
+        "--launch-count",
+        "3",
+        "--metrics",
+        "gpu__time_duration.sum",
+        "--csv",
+        sys.executable,
+        str(REPO / "scripts" / "kernel_once.py"),
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     rows = [r for r in csv.reader(io.StringIO(completed.stdout)) if len(r) > 10]
     if not rows:
@@ -59,17 +72,22 @@ def main() -> None:
     median = statistics.median(speedups)
     print("\nrun  SPEEDUP  vs median   starter ms  solution ms per input set, each round")
     for i, (result, s, t) in enumerate(zip(results, speedups, starter_ms), 1):
-        per_set = " | ".join(", ".join(f"{x:.3f}" for x in r["student_per_input_set_ms"])
-                             for r in result.timing["rounds"])
+        per_set = " | ".join(
+            ", ".join(f"{x:.3f}" for x in r["student_per_input_set_ms"]) for r in result.timing["rounds"]
+        )
         print(f"{i:>3}  {s:7.3f}  {100 * (s / median - 1):+8.2f}%  {t:10.3f}  {per_set}")
-    print(f"--rounds {rounds}: SPEEDUP median {median:.3f}, spread {100 * (max(speedups) - min(speedups)) / median:.2f}% "
-          f"(max deviation from median {100 * max(abs(s / median - 1) for s in speedups):.2f}%)")
+    print(
+        f"--rounds {rounds}: SPEEDUP median {median:.3f}, spread {100 * (max(speedups) - min(speedups)) / median:.2f}% "
+        f"(max deviation from median {100 * max(abs(s / median - 1) for s in speedups):.2f}%)"
+    )
     ncu = ncu_starter_ms()
     if ncu:
         ours = statistics.median(starter_ms)
         theirs = statistics.median(ncu)
-        print(f"starter C=P=2048: attnlab {ours:.3f} ms, ncu gpu__time_duration {theirs:.3f} ms "
-              f"(launches {', '.join(f'{x:.3f}' for x in ncu)}), difference {100 * (ours / theirs - 1):+.2f}%")
+        print(
+            f"starter C=P=2048: attnlab {ours:.3f} ms, ncu gpu__time_duration {theirs:.3f} ms "
+            f"(launches {', '.join(f'{x:.3f}' for x in ncu)}), difference {100 * (ours / theirs - 1):+.2f}%"
+        )
     else:
         print("ncu: not available here")
 

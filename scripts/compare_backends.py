@@ -26,11 +26,17 @@ def outputs(backend: str, lab, submission, cases) -> dict[str, np.ndarray]:
         worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
         for case in cases:  # as `grade` runs a case: the file's own geometry, every input buffer of the case
             inputs = make_inputs(case, DEFAULT_SEED)
-            run = worker.run_case("student", lab.plan_launches(submission.constants, case.rows, case.prefix),
-                                  inputs.buffers(),
-                                  {"out": case.rows * QUERY_HEADS * HEAD_DIM,
-                                   **lab.workspace(submission.constants, case.rows, case.prefix)},
-                                  ("out",), timeout_s=300)
+            run = worker.run_case(
+                "student",
+                lab.plan_launches(submission.constants, case.rows, case.prefix),
+                inputs.buffers(),
+                {
+                    "out": case.rows * QUERY_HEADS * HEAD_DIM,
+                    **lab.workspace(submission.constants, case.rows, case.prefix),
+                },
+                ("out",),
+                timeout_s=300,
+            )
             results[case.name] = run.outputs["out"]
     return results
 
@@ -41,7 +47,9 @@ def main(backends: tuple[str, str] = ("gpu", "cpu")) -> None:
     worst = 0.0
     print(f"{'solution':28} {'case':22} {f'max |{backends[1]} - {backends[0]}|':>16}")
     for lab in LABS.values():
-        submission = load_submission(lab, lab.solution_path, str(lab.solution_path.relative_to(lab.solution_path.parents[2])))
+        submission = load_submission(
+            lab, lab.solution_path, str(lab.solution_path.relative_to(lab.solution_path.parents[2]))
+        )
         cases = [c for c in resolved_cases(lab, load_catalogue(lab.name), submission.constants) if c.cpu]
         gpu, cpu = outputs(backends[0], lab, submission, cases), outputs(backends[1], lab, submission, cases)
         for case in cases:

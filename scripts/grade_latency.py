@@ -28,8 +28,13 @@ def one_grade(lab: str, path: str, device: str, boxed: bool, tree: Path = REPO) 
         env["ATTNLAB_BWRAP"] = "/nonexistent/bwrap"
     extra = [] if device == "gpu" else ["--unsafe-cpu"] if not boxed else []
     started = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", lab, path, "--device", device, *extra],
-                               cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    completed = subprocess.run(
+        [sys.executable, "-m", "labrunner", "grade", lab, path, "--device", device, *extra],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return time.perf_counter() - started, completed.returncode
 
 
@@ -39,8 +44,12 @@ def main() -> int:
     parser.add_argument("--file", default=None)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another checkout (an earlier commit, unpacked) timed the same way in the same run")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="another checkout (an earlier commit, unpacked) timed the same way in the same run",
+    )
     arguments = parser.parse_args()
     path = arguments.file or f"kernels/{arguments.lab}/solution.cu"
     rows = []
@@ -53,17 +62,22 @@ def main() -> int:
             took, code = one_grade(arguments.lab, path, arguments.device, boxed, tree)
             seconds.append(took)
             codes.add(code)
-        rows.append((mode, seconds[0], statistics.median(seconds[1:]), min(seconds[1:]),
-                     max(seconds[1:]), sorted(codes)))
+        rows.append(
+            (mode, seconds[0], statistics.median(seconds[1:]), min(seconds[1:]), max(seconds[1:]), sorted(codes))
+        )
     print(f"grade {arguments.lab} {path} --device {arguments.device}: {arguments.runs} warm runs after one cold")
     print(f"{'mode':12} {'first s':>8} {'median s':>9} {'min s':>6} {'max s':>6}  exit codes")
     for mode, first, median, low, high, codes in rows:
         print(f"{mode:12} {first:8.2f} {median:9.2f} {low:6.2f} {high:6.2f}  {codes}")
     boxed_median, unboxed_median = rows[0][2], rows[1][2]
-    print(f"the box costs {boxed_median - unboxed_median:+.2f} s per warm grade "
-          f"({boxed_median / unboxed_median - 1:+.1%} of the unboxed median)")
+    print(
+        f"the box costs {boxed_median - unboxed_median:+.2f} s per warm grade "
+        f"({boxed_median / unboxed_median - 1:+.1%} of the unboxed median)"
+    )
     if arguments.against:
-        print(f"this tree, boxed, against {arguments.against.name}: {boxed_median / rows[2][2] - 1:+.1%} per warm grade")
+        print(
+            f"this tree, boxed, against {arguments.against.name}: {boxed_median / rows[2][2] - 1:+.1%} per warm grade"
+        )
     return 0 if all(codes == [0] for *_, codes in rows) else 1
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-KERNELS = r'''
+KERNELS = r"""
 #define PEAK_KERNEL(NAME, SHAPE, A_FIRST, B_FIRST)                                                        \
 extern "C" __global__ void NAME(float* out, int iters) {                                                 \
     unsigned a[4], b[2];                                                                                 \
@@ -36,7 +36,7 @@ extern "C" __global__ void NAME(float* out, int iters) {                        
 }
 PEAK_KERNEL(peak_tf32, "m16n8k8.row.col.f32.tf32.tf32.f32", 0x3f800000u, 0x3f800000u)
 PEAK_KERNEL(peak_f16, "m16n8k16.row.col.f32.f16.f16.f32", 0x3c003c00u, 0x3c003c00u)
-'''
+"""
 
 SHAPES = {"peak_tf32": ("TF32 m16n8k8", 2 * 16 * 8 * 8), "peak_f16": ("FP16 m16n8k16", 2 * 16 * 8 * 16)}
 ITERATIONS = 4096
@@ -46,6 +46,7 @@ REPEATS = 5
 def main() -> int:
     try:
         import cupy as cp
+
         device = cp.cuda.Device()
         sms = device.attributes["MultiProcessorCount"]
         clock_hz = device.attributes["ClockRate"] * 1e3
@@ -53,7 +54,9 @@ def main() -> int:
         print(f"mma_peak: no GPU through CuPy ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 6
     out = cp.zeros(1024, cp.float32)
-    print(f"{'instruction':14} {'accumulators':>12} {'warps/SM':>8} {'TFLOP/s':>8} {'cycles per mma per scheduler':>29}")
+    print(
+        f"{'instruction':14} {'accumulators':>12} {'warps/SM':>8} {'TFLOP/s':>8} {'cycles per mma per scheduler':>29}"
+    )
     for accumulators in (4, 8):
         module = cp.RawModule(code=KERNELS.replace("ACCUMULATORS", str(accumulators)), options=("-arch=sm_90",))
         for name, (label, flop) in SHAPES.items():
@@ -70,8 +73,10 @@ def main() -> int:
                 seconds = cp.cuda.get_elapsed_time(start, stop) * 1e-3 / REPEATS
                 products = grid[0] * warps_per_block * ITERATIONS * accumulators
                 cycles = seconds * clock_hz / (products / (sms * 4))  # 4 schedulers (and tensor cores) per SM
-                print(f"{label:14} {accumulators:12} {warps_per_block * blocks_per_sm:8} "
-                      f"{products * flop / seconds / 1e12:8.1f} {cycles:29.2f}")
+                print(
+                    f"{label:14} {accumulators:12} {warps_per_block * blocks_per_sm:8} "
+                    f"{products * flop / seconds / 1e12:8.1f} {cycles:29.2f}"
+                )
     print(f"{sms} SMs at {clock_hz / 1e6:.0f} MHz (the driver's maximum clock; the cycles assume it)")
     return 0
 

@@ -63,8 +63,14 @@ class ClockSampler:
     def _run(self) -> None:
         n, h = self.nvml, self.handle
         while not self._stop.is_set():
-            self.readings.append((time.monotonic(), n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
-                                  n.nvmlDeviceGetPowerUsage(h) / 1000, n.nvmlDeviceGetTemperature(h, 0)))
+            self.readings.append(
+                (
+                    time.monotonic(),
+                    n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                    n.nvmlDeviceGetPowerUsage(h) / 1000,
+                    n.nvmlDeviceGetTemperature(h, 0),
+                )
+            )
             time.sleep(self.period_s)
 
     def __enter__(self):
@@ -80,8 +86,10 @@ class ClockSampler:
         if not window:
             return "no busy readings"
         clocks = [r[1] for r in window]
-        return (f"SM {statistics.median(clocks):.0f} MHz (min {min(clocks)}, max {max(clocks)}), "
-                f"{statistics.median(r[2] for r in window):.0f} W, {max(r[3] for r in window)} C")
+        return (
+            f"SM {statistics.median(clocks):.0f} MHz (min {min(clocks)}, max {max(clocks)}), "
+            f"{statistics.median(r[2] for r in window):.0f} W, {max(r[3] for r in window)} C"
+        )
 
 
 def bench_runs(sampler: ClockSampler) -> None:
@@ -91,9 +99,11 @@ def bench_runs(sampler: ClockSampler) -> None:
         result = RunResult("bench", "lab2")
         bench_submission(BenchRequest(lab="lab2", file=None), result)
         c = result.timing["comparison"]
-        print(f"run {run}: solution {c['student']['median_ms']:.4f} ms (rse {100 * c['student']['rse']:.2f}%, "
-              f"n={c['student']['count']}), starter {c['baseline']['median_ms']:.3f} ms, "
-              f"SPEEDUP {c['speedup']:.3f}; {sampler.between(start, time.monotonic())}")
+        print(
+            f"run {run}: solution {c['student']['median_ms']:.4f} ms (rse {100 * c['student']['rse']:.2f}%, "
+            f"n={c['student']['count']}), starter {c['baseline']['median_ms']:.3f} ms, "
+            f"SPEEDUP {c['speedup']:.3f}; {sampler.between(start, time.monotonic())}"
+        )
 
 
 def placement_rounds(sampler: ClockSampler) -> None:
@@ -103,8 +113,7 @@ def placement_rounds(sampler: ClockSampler) -> None:
     modules, launches = {}, {}
     for role, path in (("solution", SOLUTION), ("starter", lab.starter_path)):
         submission = load_submission(lab, path, path.name)
-        modules[role] = device.compile(compose_source(submission.source, path.name), path.name,
-                                       lab.entry_point_types())
+        modules[role] = device.compile(compose_source(submission.source, path.name), path.name, lab.entry_point_types())
         launches[role] = lab.plan_launches(submission.constants, 2048, 2048)
     timer = CupyTimer()
     rng = random.Random(1)
@@ -112,18 +121,26 @@ def placement_rounds(sampler: ClockSampler) -> None:
     for _ in range(PLACEMENTS):
         pads.append(cupy.empty(rng.randrange(1, 512) * 2 * 1024 * 1024 + rng.randrange(0, 4096) * 256, cupy.uint8))
         pool = InputPool(device, {"key": new_key(), "rows": 2048, "prefix": 2048}, INPUT_SLOTS)
-        placements.append([KernelCall(role, device, modules[role], launches[role], pool, 2048 * 32 * 64, {},
-                                      leads=role == "solution") for role in ("solution", "starter")])
+        placements.append(
+            [
+                KernelCall(
+                    role, device, modules[role], launches[role], pool, 2048 * 32 * 64, {}, leads=role == "solution"
+                )
+                for role in ("solution", "starter")
+            ]
+        )
     for round_index, placement in enumerate(list(range(PLACEMENTS)) * 2, 1):
         solution, starter = placements[placement]
         start = time.monotonic()
         comparison = compare(solution, starter, INPUT_SLOTS, timer, TimingOptions(seed=round_index))
         s, b = comparison.student, comparison.baseline
         per_set = per_input_set_medians(s.samples_ms, INPUT_SLOTS)
-        print(f"round {round_index} placement {placement + 1}: solution {s.median_ms:.4f} ms "
-              f"(rse {100 * s.rse:.2f}%, n={s.count}, per input set {', '.join(f'{v:.4f}' for v in per_set)}), "
-              f"starter {b.median_ms:.3f} ms, SPEEDUP {comparison.speedup:.3f}; "
-              f"{sampler.between(start, time.monotonic())}")
+        print(
+            f"round {round_index} placement {placement + 1}: solution {s.median_ms:.4f} ms "
+            f"(rse {100 * s.rse:.2f}%, n={s.count}, per input set {', '.join(f'{v:.4f}' for v in per_set)}), "
+            f"starter {b.median_ms:.3f} ms, SPEEDUP {comparison.speedup:.3f}; "
+            f"{sampler.between(start, time.monotonic())}"
+        )
 
 
 def ncu_solution() -> None:
@@ -133,9 +150,23 @@ def ncu_solution() -> None:
         return
     metrics = "gpu__time_duration.sum,sm__cycles_elapsed.max,gpc__cycles_elapsed.avg.per_second"
     for process in range(1, NCU_PROCESSES + 1):
-        command = ["ncu", "--clock-control", "none", "--kernel-name", "flash_prefill", "--launch-skip", "1",
-                   "--launch-count", "3", "--metrics", metrics, "--csv",
-                   sys.executable, str(REPO / "scripts/kernel_once.py"), str(SOLUTION)]
+        command = [
+            "ncu",
+            "--clock-control",
+            "none",
+            "--kernel-name",
+            "flash_prefill",
+            "--launch-skip",
+            "1",
+            "--launch-count",
+            "3",
+            "--metrics",
+            metrics,
+            "--csv",
+            sys.executable,
+            str(REPO / "scripts/kernel_once.py"),
+            str(SOLUTION),
+        ]
         completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         rows = [r for r in csv.reader(io.StringIO(completed.stdout)) if len(r) > 10]
         if not rows:

@@ -56,8 +56,9 @@ class Outcome:
                 if self.got.get(key) != want:
                     wrong.append(f"{key}: expected {want!r}, got {self.got.get(key)!r}")
         # Hints: a fixture that names one must get it first; a passing one must get none.
-        want_hint = expected.get(f"{self.backend}_hint",
-                                 expected.get("hint", "" if expected["verdict"] == "pass" else None))
+        want_hint = expected.get(
+            f"{self.backend}_hint", expected.get("hint", "" if expected["verdict"] == "pass" else None)
+        )
         if want_hint is not None and self.got.get("hint", "") != want_hint:
             wrong.append(f"hint: expected {want_hint or 'none'!r}, got {self.got.get('hint') or 'none'!r}")
         for needle in self.fixture.expected.get("gpu_diagnosis_names", []) if self.backend == "gpu" else []:
@@ -78,16 +79,29 @@ def load_fixtures(lab: str | None = None) -> list[Fixture]:
         missing = on_disk ^ {rel for rel in table if not rel.startswith("kernels/")}
         if missing:
             raise AssertionError(f"{lab_dir.name}: fixtures and expected.toml disagree about {sorted(missing)}")
-        fixtures += [Fixture(lab_dir.name, (REPO if rel.startswith("kernels/") else lab_dir) / rel, expected)
-                     for rel, expected in table.items()]
+        fixtures += [
+            Fixture(lab_dir.name, (REPO if rel.startswith("kernels/") else lab_dir) / rel, expected)
+            for rel, expected in table.items()
+        ]
     return fixtures
 
 
 def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcome:
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "labrunner", "grade", fixture.lab, str(fixture.path), "--device", backend,
-                   "--json", str(report), *extra]
+        command = [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            fixture.lab,
+            str(fixture.path),
+            "--device",
+            backend,
+            "--json",
+            str(report),
+            *extra,
+        ]
         if not fixture.expected.get("timing"):
             command.append("--no-timing")
         else:
@@ -131,8 +145,10 @@ def table(outcomes: list[Outcome]) -> str:
         want = f"{e['verdict']} {e.get('case', '')} r{e.get('row', '-')} x{e['exit_code']}"
         have = f"{g['verdict']} {g.get('case') or ''} r{'-' if g.get('row') is None else g['row']} x{g['exit_code']}"
         hints = ", ".join(g.get("hints") or []) or "-"
-        lines.append(f"{o.fixture.name:40} {want:32} {have:32} {hints:28} {o.seconds:6.1f}  "
-                     f"{'ok' if not o.mismatches else 'MISMATCH'}")
+        lines.append(
+            f"{o.fixture.name:40} {want:32} {have:32} {hints:28} {o.seconds:6.1f}  "
+            f"{'ok' if not o.mismatches else 'MISMATCH'}"
+        )
     bad = sum(1 for o in outcomes if o.mismatches)
     lines.append(f"{len(outcomes) - bad} passed, {bad} failed")
     return "\n".join(lines)

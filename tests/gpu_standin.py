@@ -61,8 +61,9 @@ class NumpyGpu:
     def compute(self, buffers):
         if "blockTable" in buffers:  # lab 3: decode through the block table
             q = buffers["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)
-            out = oracle.decode_attention(q, buffers["k"], buffers["v"], buffers["blockTable"].reshape(q.shape[0], -1),
-                                          buffers["seqLens"])
+            out = oracle.decode_attention(
+                q, buffers["k"], buffers["v"], buffers["blockTable"].reshape(q.shape[0], -1), buffers["seqLens"]
+            )
             buffers["out"][:] = out.astype(np.float32).ravel()
             return
         q = buffers["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)
@@ -98,8 +99,8 @@ class WritesPastTheEnd(NumpyGpu):
         # where the kernel's pointer points, as an element index into the allocation: out[-1] and
         # out[size] are reached from it, as a kernel reaches them, whatever the layout
         start = (out.__array_interface__["data"][0] - full.__array_interface__["data"][0]) // out.itemsize
-        full[start + out.size:start + out.size + self.past] = 0.0
-        full[start - self.before:start] = 0.0
+        full[start + out.size : start + out.size + self.past] = 0.0
+        full[start - self.before : start] = 0.0
 
 
 class InProcessWorker:
@@ -114,8 +115,8 @@ class InProcessWorker:
         self.device = device
         self.kernels: dict = {}
         self.restarts = 0
-        self.keys: list = []      # each timing request's secret key for its input sets
-        self.replies: list = []   # each timing reply, as the worker sent it
+        self.keys: list = []  # each timing request's secret key for its input sets
+        self.replies: list = []  # each timing reply, as the worker sent it
 
     def __enter__(self):
         return self
@@ -131,19 +132,30 @@ class InProcessWorker:
         from labrunner.run.worker import CaseRun
         from labrunner.run.worker_main import run_case
 
-        request = {"launches": launches, "inputs": inputs, "writable": writable, "returned": list(returned),
-                   "reverse_threads": reverse_threads}
-        reply = through_the_wire(run_case(self.device, self.kernels.get(role), through_the_wire(request)),
-                                 replies.case_reply(inputs, writable, returned))
-        return CaseRun(reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()},
-                       reply["inputs_after"])
+        request = {
+            "launches": launches,
+            "inputs": inputs,
+            "writable": writable,
+            "returned": list(returned),
+            "reverse_threads": reverse_threads,
+        }
+        reply = through_the_wire(
+            run_case(self.device, self.kernels.get(role), through_the_wire(request)),
+            replies.case_reply(inputs, writable, returned),
+        )
+        return CaseRun(
+            reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()}, reply["inputs_after"]
+        )
 
     def time(self, request, timeout_s):
         from labrunner.measure.timed_runs import run_timing
         from labrunner.run import replies
 
         self.keys.append(request["sets"]["key"] if "sets" in request else None)
-        modules = self.kernels or {"student": "student", "baseline": "baseline"}  # the stand-in's kernels are its own code
+        modules = self.kernels or {
+            "student": "student",
+            "baseline": "baseline",
+        }  # the stand-in's kernels are its own code
         reply = run_timing(self.device, modules, through_the_wire(request))
         self.replies.append(reply)
         return through_the_wire(reply, replies.timing_reply(request))
@@ -153,8 +165,9 @@ class InProcessWorker:
         from labrunner.run import replies
 
         self.keys.append(request["sets"]["key"])
-        return through_the_wire(run_peer_check(self.device, through_the_wire(request)),
-                                replies.peer_check_reply(request))
+        return through_the_wire(
+            run_peer_check(self.device, through_the_wire(request)), replies.peer_check_reply(request)
+        )
 
     def restart(self):
         self.restarts += 1

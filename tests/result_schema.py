@@ -25,8 +25,10 @@ def validate_result(data: dict) -> dict:
     """Raise with every way `data` breaks the schema; return it unchanged when it keeps it."""
     problems = sorted(validator().iter_errors(data), key=lambda e: list(e.path))
     if problems:
-        raise AssertionError("the JSON result breaks schema result-1: " + "; ".join(
-            f"{'/'.join(map(str, e.path)) or '(top)'}: {e.message}" for e in problems))
+        raise AssertionError(
+            "the JSON result breaks schema result-1: "
+            + "; ".join(f"{'/'.join(map(str, e.path)) or '(top)'}: {e.message}" for e in problems)
+        )
     return data
 
 

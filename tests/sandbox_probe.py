@@ -18,24 +18,30 @@ def reachable(address: tuple[str, int]) -> bool:
         return False
 
 
-print(json.dumps({
-    "environment": sorted(os.environ),
-    "seed": os.environ.get("ATTNLAB_SEED"),
-    "cupy_cache": os.environ.get("CUPY_CACHE_DIR"),
-    "cwd": os.getcwd(),
-    "cwd_entries": sorted(os.listdir(".")),
-    "session_leader": os.getsid(0) == os.getpid(),
-    "limits": {name: resource.getrlimit(getattr(resource, name))[0]
-               for name in ("RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE")},
-    "capabilities": int(status["CapEff"].strip(), 16),
-    "landlock": sandbox.LANDLOCK_ABI,
-    "pid_namespace": sandbox.PID_NAMESPACE,
-    "pid": os.getpid(),
-    "root_entries": sorted(os.listdir("/")),
-    "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-    "tmp_entries": sorted(os.listdir("/tmp")) if os.path.isdir("/tmp") else None,
-    "home_exists": os.path.exists("/home"),
-    "etc_entries": sorted(os.listdir("/etc")),
-    "network": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None,
-    "loopback_reachable": reachable(("127.0.0.1", int(os.environ.get("PROBE_PORT", "1")))),
-}))
+print(
+    json.dumps(
+        {
+            "environment": sorted(os.environ),
+            "seed": os.environ.get("ATTNLAB_SEED"),
+            "cupy_cache": os.environ.get("CUPY_CACHE_DIR"),
+            "cwd": os.getcwd(),
+            "cwd_entries": sorted(os.listdir(".")),
+            "session_leader": os.getsid(0) == os.getpid(),
+            "limits": {
+                name: resource.getrlimit(getattr(resource, name))[0]
+                for name in ("RLIMIT_CPU", "RLIMIT_DATA", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE")
+            },
+            "capabilities": int(status["CapEff"].strip(), 16),
+            "landlock": sandbox.LANDLOCK_ABI,
+            "pid_namespace": sandbox.PID_NAMESPACE,
+            "pid": os.getpid(),
+            "root_entries": sorted(os.listdir("/")),
+            "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+            "tmp_entries": sorted(os.listdir("/tmp")) if os.path.isdir("/tmp") else None,
+            "home_exists": os.path.exists("/home"),
+            "etc_entries": sorted(os.listdir("/etc")),
+            "network": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None,
+            "loopback_reachable": reachable(("127.0.0.1", int(os.environ.get("PROBE_PORT", "1")))),
+        }
+    )
+)

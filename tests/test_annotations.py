@@ -14,28 +14,39 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_a_compile_error_points_at_the_compilers_line():
-    data = RunResult("grade", "lab2", "subs/a.cu", error="subs/a.cu(41): error: expected an expression\n"
-                     "subs/a.cu(44): warning: unused variable\nsubs/a.cu(50): error: identifier \"y\" is undefined",
-                     error_code=ExitCode.COMPILE_ERROR).to_json()
+    data = RunResult(
+        "grade",
+        "lab2",
+        "subs/a.cu",
+        error="subs/a.cu(41): error: expected an expression\n"
+        'subs/a.cu(44): warning: unused variable\nsubs/a.cu(50): error: identifier "y" is undefined',
+        error_code=ExitCode.COMPILE_ERROR,
+    ).to_json()
     assert github_annotations(data) == [
         "::error file=subs/a.cu,line=41,title=attnlab lab2%3A compile error::expected an expression",
-        "::error file=subs/a.cu,line=50,title=attnlab lab2%3A compile error::identifier \"y\" is undefined"]
+        '::error file=subs/a.cu,line=50,title=attnlab lab2%3A compile error::identifier "y" is undefined',
+    ]
 
 
 def test_a_failing_case_points_at_the_kernels_definition(tmp_path):
     kernel = tmp_path / "flash, v2.cu"
     shutil.copy(REPO / "kernels/lab2/starter.cu", kernel)
     line = next(n for n, text in enumerate(kernel.read_text().splitlines(), 1) if "flash_prefill(" in text)
-    cases = [CaseResult("C1-P31", "pass", "ok", 1, 31), CaseResult("C17-P31", "wrong", "row 0: got 1, expected 2", 17, 31)]
+    cases = [
+        CaseResult("C1-P31", "pass", "ok", 1, 31),
+        CaseResult("C17-P31", "wrong", "row 0: got 1, expected 2", 17, 31),
+    ]
     data = RunResult("grade", "lab2", str(kernel), backend="cpu", cases=cases).to_json()
     file = str(kernel).replace(",", "%2C")
-    assert github_annotations(data) == [f"::error file={file},line={line},title=attnlab lab2 C17-P31%3A wrong::"
-                                        "row 0: got 1, expected 2"]
+    assert github_annotations(data) == [
+        f"::error file={file},line={line},title=attnlab lab2 C17-P31%3A wrong::row 0: got 1, expected 2"
+    ]
 
 
 def test_a_newline_in_a_message_cannot_start_another_command():
-    data = RunResult("grade", "lab2", "a.cu", error="a.cu: refused\n::warning::pwned 100%",
-                     error_code=ExitCode.USAGE).to_json()
+    data = RunResult(
+        "grade", "lab2", "a.cu", error="a.cu: refused\n::warning::pwned 100%", error_code=ExitCode.USAGE
+    ).to_json()
     (line,) = github_annotations(data)
     # the second line's own `::` is shown (`\x3a:`) as well, so even a log that splits at %0A reads no command
     assert line == "::error file=a.cu,title=attnlab lab2%3A usage-error::a.cu: refused%0A\\x3a:warning::pwned 100%25"
@@ -54,8 +65,9 @@ def test_a_single_file_prints_its_annotations_after_the_verdict(tmp_path, monkey
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "broken.cu").write_text("// one\nint int x;\n")
-    result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["grade", "lab2", "broken.cu", "--device", "cpu",
-                                                             "--annotations", "github"])
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        main, ["grade", "lab2", "broken.cu", "--device", "cpu", "--annotations", "github"]
+    )
     assert result.exit_code == 3
     assert result.stdout.startswith("::error file=broken.cu,line=2,title=attnlab lab2%3A compile error::")
     assert result.stderr.startswith("broken.cu(2): error: ")  # a compiler's line says error once
@@ -68,12 +80,15 @@ def test_a_hostile_file_name_stays_inside_its_property():
 
     name = os.fsdecode(b"subs/a\n::stop-commands::tok,x\x1b[2J\xff.cu")
     # as a grade makes it: the message names the file as shown (build/source.py's label)
-    data = RunResult("grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file",
-                     error_code=ExitCode.USAGE).to_json()
+    data = RunResult(
+        "grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file", error_code=ExitCode.USAGE
+    ).to_json()
     (line,) = github_annotations(data)
     shown = "subs/a\\x0a%3A%3Astop-commands%3A%3Atok%2Cx\\x1b[2J\\xff.cu"
-    assert line == (f"::error file={shown},title=attnlab lab2%3A usage-error::"
-                    "subs/a\\x0a::stop-commands::tok,x\\x1b[2J\\xff.cu: is a FIFO, not a regular file")
+    assert line == (
+        f"::error file={shown},title=attnlab lab2%3A usage-error::"
+        "subs/a\\x0a::stop-commands::tok,x\\x1b[2J\\xff.cu: is a FIFO, not a regular file"
+    )
 
 
 def test_the_kernel_line_is_never_read_through_a_link(tmp_path, monkeypatch):
@@ -84,4 +99,6 @@ def test_the_kernel_line_is_never_read_through_a_link(tmp_path, monkeypatch):
     os.symlink("real.cu", "link.cu")
     cases = [CaseResult("C17-P31", "wrong", "row 0: got 1, expected 2", 17, 31)]
     data = RunResult("grade", "lab2", "link.cu", backend="cpu", cases=cases).to_json()
-    assert github_annotations(data) == ["::error file=link.cu,title=attnlab lab2 C17-P31%3A wrong::row 0: got 1, expected 2"]
+    assert github_annotations(data) == [
+        "::error file=link.cu,title=attnlab lab2 C17-P31%3A wrong::row 0: got 1, expected 2"
+    ]

@@ -39,17 +39,25 @@ needs_cpu_backend = pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ c
 def attnlab(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     environment.pop("ATTNLAB_SEED", None)
-    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=cwd, env=environment, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "labrunner", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def plain_fixtures(lab: str) -> list:
     """The fixtures graded on the CPU with the suite's default options (no per-file timeout or flags)."""
-    return [f for f in load_fixtures(lab) if f.runs_on("cpu") and "timeout" not in f.expected
-            and "args" not in f.expected]
+    return [
+        f for f in load_fixtures(lab) if f.runs_on("cpu") and "timeout" not in f.expected and "args" not in f.expected
+    ]
 
 
 # --- twenty submissions, graded together and alone --------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def twenty(tmp_path_factory):
@@ -59,11 +67,25 @@ def twenty(tmp_path_factory):
         pytest.skip("no C++ compiler for the CPU backend")
     folder = tmp_path_factory.mktemp("batch")
     runs = {}
-    for lab, fixtures in (("lab2", plain_fixtures("lab2")[:18]),
-                          ("lab1", [f for f in load_fixtures("lab1") if f.path.is_relative_to(REPO / "kernels")])):
+    for lab, fixtures in (
+        ("lab2", plain_fixtures("lab2")[:18]),
+        ("lab1", [f for f in load_fixtures("lab1") if f.path.is_relative_to(REPO / "kernels")]),
+    ):
         out = folder / lab / "reports" / "nested"  # created, parents too
-        completed = attnlab("grade", lab, *(str(f.path) for f in fixtures), "--jobs", "2", "--device", "cpu",
-                            "--out-dir", str(out), "--csv", str(folder / f"{lab}.csv"), cwd=folder)
+        completed = attnlab(
+            "grade",
+            lab,
+            *(str(f.path) for f in fixtures),
+            "--jobs",
+            "2",
+            "--device",
+            "cpu",
+            "--out-dir",
+            str(out),
+            "--csv",
+            str(folder / f"{lab}.csv"),
+            cwd=folder,
+        )
         runs[lab] = (fixtures, completed, out, folder / f"{lab}.csv")
     return runs
 
@@ -76,7 +98,9 @@ def test_twenty_submissions_get_the_verdicts_they_get_alone(twenty):
         for fixture in fixtures:  # the expectations test_fixtures_cpu holds each file to when graded alone
             got = results[str(fixture.path)]
             decisive = next((c for c in got["cases"] if c["name"] == got["decisive_case"]), None)
-            assert (got["verdict"], got["exit_code"]) == (fixture.expected["verdict"], fixture.expected["exit_code"]), fixture.name
+            assert (got["verdict"], got["exit_code"]) == (fixture.expected["verdict"], fixture.expected["exit_code"]), (
+                fixture.name
+            )
             assert got["decisive_case"] == fixture.expected.get("case"), fixture.name
             if "row" in fixture.expected:
                 assert decisive["first_bad"]["row"] == fixture.expected["row"], fixture.name
@@ -96,8 +120,10 @@ def test_the_batch_exits_with_the_worst_code_and_counts_each(twenty):
     lines = completed.stdout.splitlines()
     counted = [line for line in lines if line.startswith("exit ")]
     meaning = {0: "pass", 1: "wrong answer", 3: "compile error", 4: "misbehaving kernel"}
-    assert counted == [f"exit {code} ({meaning[code]}): {codes.count(code)} submission{'s' if codes.count(code) != 1 else ''}"
-                       for code in sorted(set(codes))] + ["exit 3: the worst submission's"]
+    assert counted == [
+        f"exit {code} ({meaning[code]}): {codes.count(code)} submission{'s' if codes.count(code) != 1 else ''}"
+        for code in sorted(set(codes))
+    ] + ["exit 3: the worst submission's"]
     fixtures, completed, _, _ = twenty["lab1"]
     assert completed.returncode == 1  # the unfilled starter
 
@@ -109,7 +135,10 @@ def test_the_gradebook_has_a_row_per_submission_matching_its_json(twenty):
         assert [r["file"] for r in rows] == [str(f.path) for f in fixtures]
         results = {r["file"]: r for r in (validate_file(p) for p in out.glob("*.json"))}
         for entry, fixture in zip(rows, fixtures):
-            assert (entry["verdict"], int(entry["exit_code"])) == (fixture.expected["verdict"], fixture.expected["exit_code"])
+            assert (entry["verdict"], int(entry["exit_code"])) == (
+                fixture.expected["verdict"],
+                fixture.expected["exit_code"],
+            )
             assert entry["sha256"] == batch_sha(fixture.path)
             assert entry["speedup"] == entry["gate_met"] == ""
             # the hints the grade gave (a passing file gets none), one cell
@@ -131,37 +160,62 @@ def test_the_junit_reports_parse_and_add_up(twenty):
         assert (suite.name, suite.tests, suite.failures) == (alone.name, alone.tests, alone.failures)
         assert all(case.classname == f"attnlab.lab2.{fixture.path.stem}" for case in suite)
         assert (suite.failures + suite.errors == 0) == (fixture.expected["exit_code"] == 0), fixture.name
-    assert (out / "solution.log").read_text().rstrip().endswith(
-        "PASS (3 cases skipped on the CPU backend; --full runs them) (exit 0)")
+    assert (
+        (out / "solution.log")
+        .read_text()
+        .rstrip()
+        .endswith("PASS (3 cases skipped on the CPU backend; --full runs them) (exit 0)")
+    )
 
 
 # --- the submitit path, as on a Slurm cluster ---------------------------------------------------
 
+
 @needs_cpu_backend
 def test_the_submitit_path_grades_like_the_local_one(tmp_path):
-    completed = attnlab("grade", "lab2", str(SOLUTION), str(COMPILE_ERROR), "--executor", "submitit-local",
-                        "--device", "cpu", *QUICK, "--out-dir", "out", cwd=tmp_path)
+    completed = attnlab(
+        "grade",
+        "lab2",
+        str(SOLUTION),
+        str(COMPILE_ERROR),
+        "--executor",
+        "submitit-local",
+        "--device",
+        "cpu",
+        *QUICK,
+        "--out-dir",
+        "out",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 3, completed.stderr[-2000:]
     solution, failed = (validate_file(tmp_path / "out" / f"{name}.json") for name in ("solution", "foreign_include"))
-    assert (solution["verdict"], solution["exit_code"], [c["name"] for c in solution["cases"] if c["status"] == "pass"]) == \
-        ("pass", 0, ["C1-P31"])
+    assert (
+        solution["verdict"],
+        solution["exit_code"],
+        [c["name"] for c in solution["cases"] if c["status"] == "pass"],
+    ) == ("pass", 0, ["C1-P31"])
     assert (failed["verdict"], failed["exit_code"]) == ("compile-error", 3)
     assert (tmp_path / "out" / "submitit").is_dir()  # submitit's own job files, where a TA can read them
 
 
 @needs_cpu_backend
 def test_a_job_that_dies_costs_its_submission_only(tmp_path, monkeypatch):
+    import batch_jobs
     import cloudpickle
     import submitit
-
-    import batch_jobs
 
     cloudpickle.register_pickle_by_value(batch_jobs)
     monkeypatch.chdir(tmp_path)
     options = batch.BatchOptions(executor="submitit-local", out_dir=tmp_path / "out")
-    code = batch.grade_batch("lab2", (SOLUTION, COMPILE_ERROR), "cpu", ("--device", "cpu", *QUICK), options,
-                             job=batch_jobs.dies_on_foreign_include,
-                             executor=submitit.LocalExecutor(folder=tmp_path / "jobs"))
+    code = batch.grade_batch(
+        "lab2",
+        (SOLUTION, COMPILE_ERROR),
+        "cpu",
+        ("--device", "cpu", *QUICK),
+        options,
+        job=batch_jobs.dies_on_foreign_include,
+        executor=submitit.LocalExecutor(folder=tmp_path / "jobs"),
+    )
     assert code == ExitCode.ENVIRONMENT
     died = validate_file(tmp_path / "out" / "foreign_include.json")
     assert (died["verdict"], died["exit_code"], died["file"]) == ("environment-missing", 6, str(COMPILE_ERROR))
@@ -169,7 +223,10 @@ def test_a_job_that_dies_costs_its_submission_only(tmp_path, monkeypatch):
     graded = validate_file(tmp_path / "out" / "solution.json")
     assert (graded["verdict"], graded["exit_code"]) == ("pass", 0)
     with open(tmp_path / "out" / "gradebook.csv", newline="") as handle:
-        assert [(r["verdict"], r["exit_code"]) for r in csv.DictReader(handle)] == [("pass", "0"), ("environment-missing", "6")]
+        assert [(r["verdict"], r["exit_code"]) for r in csv.DictReader(handle)] == [
+            ("pass", "0"),
+            ("environment-missing", "6"),
+        ]
 
 
 @needs_cpu_backend
@@ -178,8 +235,14 @@ def test_a_local_job_that_fails_costs_its_submission_only(tmp_path, monkeypatch)
 
     monkeypatch.chdir(tmp_path)
     options = batch.BatchOptions(jobs=2, out_dir=tmp_path / "out")
-    code = batch.grade_batch("lab2", (SOLUTION, COMPILE_ERROR), "cpu", ("--device", "cpu", *QUICK), options,
-                             job=batch_jobs.raises_on_foreign_include)
+    code = batch.grade_batch(
+        "lab2",
+        (SOLUTION, COMPILE_ERROR),
+        "cpu",
+        ("--device", "cpu", *QUICK),
+        options,
+        job=batch_jobs.raises_on_foreign_include,
+    )
     assert code == ExitCode.ENVIRONMENT
     rows = list(csv.DictReader(open(tmp_path / "out" / "gradebook.csv", newline="")))
     assert [(r["verdict"], r["exit_code"]) for r in rows] == [("pass", "0"), ("environment-missing", "6")]
@@ -196,35 +259,82 @@ def test_a_grader_killed_by_a_signal_is_said_plainly():
 def test_slurm_without_a_cluster_is_exit_6_and_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("a.cu").write_text(SOLUTION.read_text())
-    result = CliRunner().invoke(main, ["grade", "lab2", "a.cu", "--executor", "slurm", "--partition", "gpu"],
-                                env={"PATH": "/usr/bin:/bin"})
+    result = CliRunner().invoke(
+        main, ["grade", "lab2", "a.cu", "--executor", "slurm", "--partition", "gpu"], env={"PATH": "/usr/bin:/bin"}
+    )
     assert result.exit_code == 6
-    assert result.stderr == ('error: --executor slurm: Could not detect "srun", are you indeed on a slurm cluster? '
-                             "(submitit found no Slurm here); submit from a Slurm login node, or grade on this machine "
-                             "with --executor local\n")
+    assert result.stderr == (
+        'error: --executor slurm: Could not detect "srun", are you indeed on a slurm cluster? '
+        "(submitit found no Slurm here); submit from a Slurm login node, or grade on this machine "
+        "with --executor local\n"
+    )
 
 
 def test_slurm_options_become_submitit_parameters():
-    options = batch.BatchOptions(executor="slurm", jobs=8, partition="h200", gpus_per_job=1, time_limit_min=30,
-                                 account="cs249")
+    options = batch.BatchOptions(
+        executor="slurm", jobs=8, partition="h200", gpus_per_job=1, time_limit_min=30, account="cs249"
+    )
     assert batch.slurm_parameters(options, 120) == {
-        "time": 30, "gpus_per_node": 1, "ntasks_per_node": 1, "array_parallelism": 8, "job_name": "attnlab-grade",
-        "partition": "h200", "account": "cs249"}
+        "time": 30,
+        "gpus_per_node": 1,
+        "ntasks_per_node": 1,
+        "array_parallelism": 8,
+        "job_name": "attnlab-grade",
+        "partition": "h200",
+        "account": "cs249",
+    }
     assert batch.slurm_parameters(batch.BatchOptions(executor="slurm"), 120)["array_parallelism"] == 120
 
 
 # --- what a batch is made of -------------------------------------------------------------------
 
+
 def test_the_grade_options_are_passed_on_and_a_secret_seed_never_is(monkeypatch):
     monkeypatch.setenv("ATTNLAB_SEED", "424242")
     grade = main.commands["grade"]
-    context = grade.make_context("grade", ["lab2", "a.cu", "b.cu", "--device", "cpu", "--jobs", "2", "--case", "C1-P31",
-                                           "--case", "C17-P31", "--no-diagnose", "--timeout", "5", "--race-check",
-                                           "--gates", "gates.json", "--out-dir", "out", "--annotations", "github"])
-    forwarded = batch.passed_options(grade, context.params, {"json_path", "junit_path", "annotations", "jobs",
-                                                             "executor", "out_dir", "csv_path"})
-    assert forwarded == ("--device", "cpu", "--timeout", "5.0", "--race-check", "--case", "C1-P31", "--case", "C17-P31",
-                         "--no-diagnose", "--gates", "gates.json")
+    context = grade.make_context(
+        "grade",
+        [
+            "lab2",
+            "a.cu",
+            "b.cu",
+            "--device",
+            "cpu",
+            "--jobs",
+            "2",
+            "--case",
+            "C1-P31",
+            "--case",
+            "C17-P31",
+            "--no-diagnose",
+            "--timeout",
+            "5",
+            "--race-check",
+            "--gates",
+            "gates.json",
+            "--out-dir",
+            "out",
+            "--annotations",
+            "github",
+        ],
+    )
+    forwarded = batch.passed_options(
+        grade, context.params, {"json_path", "junit_path", "annotations", "jobs", "executor", "out_dir", "csv_path"}
+    )
+    assert forwarded == (
+        "--device",
+        "cpu",
+        "--timeout",
+        "5.0",
+        "--race-check",
+        "--case",
+        "C1-P31",
+        "--case",
+        "C17-P31",
+        "--no-diagnose",
+        "--gates",
+        "gates.json",
+    )
 
 
 def test_report_names_are_unique_and_never_the_batchs_own():
@@ -243,14 +353,18 @@ def test_a_folder_without_cu_files_is_a_usage_error(tmp_path):
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(main, ["grade", "lab2", str(tmp_path / "empty"), "--device", "cpu"])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {tmp_path / 'empty'}: a folder with no .cu files; name the submissions or their folder\n"
+    assert (
+        result.stderr
+        == f"error: {tmp_path / 'empty'}: a folder with no .cu files; name the submissions or their folder\n"
+    )
 
 
 def test_json_for_a_batch_is_a_usage_error_that_names_out_dir(tmp_path):
     result = CliRunner().invoke(main, ["grade", "lab2", "a.cu", "b.cu", "--json", "r.json"])
     assert result.exit_code == 2
-    assert result.stderr == ("error: --json r.json: one result per file; for a batch, --out-dir writes a JSON per "
-                             "submission\n")
+    assert result.stderr == (
+        "error: --json r.json: one result per file; for a batch, --out-dir writes a JSON per submission\n"
+    )
 
 
 def test_the_worst_code_puts_the_grader_before_the_students():
@@ -263,8 +377,21 @@ def test_the_worst_code_puts_the_grader_before_the_students():
 
 def test_a_submission_named_like_an_option_is_still_a_file():
     task = batch.SubmissionTask("lab2", "-rf.cu", ("--device", "cpu"), "/o/a.json", "/o/a.xml", None, "/w", python="py")
-    assert task.argv() == ["py", "-m", "labrunner", "grade", "--json", "/o/a.json", "--junit", "/o/a.xml",
-                           "--device", "cpu", "--", "lab2", "-rf.cu"]
+    assert task.argv() == [
+        "py",
+        "-m",
+        "labrunner",
+        "grade",
+        "--json",
+        "/o/a.json",
+        "--junit",
+        "/o/a.xml",
+        "--device",
+        "cpu",
+        "--",
+        "lab2",
+        "-rf.cu",
+    ]
 
 
 def test_a_folder_lists_links_fifos_and_odd_names_without_following_any(tmp_path):
@@ -279,12 +406,33 @@ def test_a_folder_lists_links_fifos_and_odd_names_without_following_any(tmp_path
     (folder / "real_folder.cu").mkdir()  # a folder is not a submission, and is not descended into
     not_utf8 = os.fsdecode(b"\xff.cu")
     (folder / not_utf8).write_text("")
-    assert batch.expand_submissions((folder,)) == [folder / n for n in
-                                                  ("a.cu", "folder_link.cu", "link.cu", "pipe.cu", not_utf8)]
+    assert batch.expand_submissions((folder,)) == [
+        folder / n for n in ("a.cu", "folder_link.cu", "link.cu", "pipe.cu", not_utf8)
+    ]
 
 
 def test_report_names_are_safe_file_names():
-    files = [Path("evil\n::error::x.cu"), Path("\x1b[2J.cu"), Path(os.fsdecode(b"\xff.cu")), Path("y;=1+1;.cu"),
-             Path(".hidden.cu"), Path("-rf.cu"), Path("A.cu"), Path("a.cu"), Path("Junit.cu"), Path("a" * 300 + ".cu")]
-    assert batch.report_names(files) == ["evil___error__x", "__2J", "_", "y__1_1_", "_hidden", "_rf", "A", "a-2",
-                                         "Junit-2", "a" * 100]
+    files = [
+        Path("evil\n::error::x.cu"),
+        Path("\x1b[2J.cu"),
+        Path(os.fsdecode(b"\xff.cu")),
+        Path("y;=1+1;.cu"),
+        Path(".hidden.cu"),
+        Path("-rf.cu"),
+        Path("A.cu"),
+        Path("a.cu"),
+        Path("Junit.cu"),
+        Path("a" * 300 + ".cu"),
+    ]
+    assert batch.report_names(files) == [
+        "evil___error__x",
+        "__2J",
+        "_",
+        "y__1_1_",
+        "_hidden",
+        "_rf",
+        "A",
+        "a-2",
+        "Junit-2",
+        "a" * 100,
+    ]

@@ -36,9 +36,19 @@ KEY = [12345, 67890]
 
 
 def stats(samples: list[float]) -> dict:
-    return Stats(median_ms=float(np.median(samples)), min_ms=min(samples), max_ms=max(samples),
-                 mean_ms=float(np.mean(samples)), count=len(samples), rse=0.001, noise_met=True, warning=None,
-                 samples_ms=samples, verified_count=1, stopped_by="noise").to_json(include_samples=True)
+    return Stats(
+        median_ms=float(np.median(samples)),
+        min_ms=min(samples),
+        max_ms=max(samples),
+        mean_ms=float(np.mean(samples)),
+        count=len(samples),
+        rse=0.001,
+        noise_met=True,
+        warning=None,
+        samples_ms=samples,
+        verified_count=1,
+        stopped_by="noise",
+    ).to_json(include_samples=True)
 
 
 def right_answer(key, number: int, rows: int = ROWS, prefix: int = PREFIX) -> np.ndarray:
@@ -76,12 +86,25 @@ class ScriptedWorker:
         student, baseline = self.student_ms[k], self.baseline_ms[k]
         ratio = float(np.median(baseline) / np.median(student))
         state = {"sm_clock_mhz": 1980}
-        return {"comparison": {"student": stats(student), "baseline": stats(baseline), "speedup": ratio,
-                               "ci_low": ratio, "ci_high": ratio, "level": 0.95},
-                "checked": {"student": {"sets": np.array([1]), "outputs": student_out[None, :]},
-                            "baseline": {"sets": np.array([1]), "outputs": right_answer(sets["key"], 1)[None, :]}},
-                "sets_drawn": 10, "overhead": {"median_ms": 0.003}, "l2_flush_bytes": 1 << 27,
-                "state_before": state, "state_after": state}
+        return {
+            "comparison": {
+                "student": stats(student),
+                "baseline": stats(baseline),
+                "speedup": ratio,
+                "ci_low": ratio,
+                "ci_high": ratio,
+                "level": 0.95,
+            },
+            "checked": {
+                "student": {"sets": np.array([1]), "outputs": student_out[None, :]},
+                "baseline": {"sets": np.array([1]), "outputs": right_answer(sets["key"], 1)[None, :]},
+            },
+            "sets_drawn": 10,
+            "overhead": {"median_ms": 0.003},
+            "l2_flush_bytes": 1 << 27,
+            "state_before": state,
+            "state_after": state,
+        }
 
 
 @pytest.fixture
@@ -92,9 +115,19 @@ def fixed_key(monkeypatch):
 
 def run(worker: ScriptedWorker, rounds: int):
     constants = LAB.constants({})
-    return time_speedup(LAB, worker, constants, constants, ROWS, PREFIX, seed=7,
-                        options=TimingOptions(rounds=rounds, seed=7, min_verified=1), student_label="flash.cu",
-                        baseline_label="starter.cu", references=CpuReferences())
+    return time_speedup(
+        LAB,
+        worker,
+        constants,
+        constants,
+        ROWS,
+        PREFIX,
+        seed=7,
+        options=TimingOptions(rounds=rounds, seed=7, min_verified=1),
+        student_label="flash.cu",
+        baseline_label="starter.cu",
+        references=CpuReferences(),
+    )
 
 
 def test_one_round_is_one_request_and_its_own_figures():
@@ -134,10 +167,12 @@ def test_a_wrong_verified_call_in_a_later_round_means_no_time(fixed_key):
     assert timing is None
     assert worker.events == ["time", "restart", "time"]  # nothing more is timed after a failed check
     assert failure.status == "wrong"
-    assert failure.message == ("flash.cu: a timed call on fresh input set 1 (output re-poisoned) failed: "
-                               "row 0, head 0, col 5: got 0.398287, expected -0.601713 "
-                               "(|err| > 1e-4 + 1e-3*|ref|); "
-                               "1 of 6144 elements wrong; a kernel must compute every call, so no time is reported")
+    assert failure.message == (
+        "flash.cu: a timed call on fresh input set 1 (output re-poisoned) failed: "
+        "row 0, head 0, col 5: got 0.398287, expected -0.601713 "
+        "(|err| > 1e-4 + 1e-3*|ref|); "
+        "1 of 6144 elements wrong; a kernel must compute every call, so no time is reported"
+    )
 
 
 def test_an_answer_for_another_set_is_wrong(fixed_key):
@@ -146,8 +181,9 @@ def test_an_answer_for_another_set_is_wrong(fixed_key):
     timing, failure = run(worker, rounds=1)
     assert timing is None
     assert failure.status == "wrong"
-    assert failure.message.startswith("flash.cu: a timed call on fresh input set 1 (output re-poisoned) failed: "
-                                      "row 0, head 0, col 0: got ")
+    assert failure.message.startswith(
+        "flash.cu: a timed call on fresh input set 1 (output re-poisoned) failed: row 0, head 0, col 0: got "
+    )
 
 
 def test_each_checked_set_is_referenced_once_and_by_its_own_number():
@@ -159,24 +195,36 @@ def test_each_checked_set_is_referenced_once_and_by_its_own_number():
             return super().reference(key, number, rows, prefix)
 
     checked = {"sets": np.array([2, 4]), "outputs": np.stack([right_answer(KEY, 2), right_answer(KEY, 4)])}
-    failure = verify_timed_outputs("timed", {"student": ("flash.cu", checked), "baseline": ("starter.cu", checked)},
-                                   KEY, 5, ROWS, PREFIX, Recording())
+    failure = verify_timed_outputs(
+        "timed",
+        {"student": ("flash.cu", checked), "baseline": ("starter.cu", checked)},
+        KEY,
+        5,
+        ROWS,
+        PREFIX,
+        Recording(),
+    )
     assert failure is None
     assert asked == [(tuple(KEY), 2, ROWS, PREFIX), (tuple(KEY), 4, ROWS, PREFIX)]
 
 
-@pytest.mark.parametrize("numbers, minimum, cut", [([5], 0, 0), ([2, 2], 0, 0), ([3, 1], 0, 0), ([1], 2, 0),
-                                                   ([1], 0, 64)],
-                         ids=["never drawn", "a set twice", "out of order", "too few", "an output cut short"])
+@pytest.mark.parametrize(
+    "numbers, minimum, cut",
+    [([5], 0, 0), ([2, 2], 0, 0), ([3, 1], 0, 0), ([1], 2, 0), ([1], 0, 64)],
+    ids=["never drawn", "a set twice", "out of order", "too few", "an output cut short"],
+)
 def test_a_record_of_checked_calls_the_loop_cannot_make_is_refused(numbers, minimum, cut):
     outputs = np.stack([right_answer(KEY, n) for n in numbers])
-    checked = {"sets": np.array(numbers), "outputs": outputs[:, :outputs.shape[1] - cut]}
-    with pytest.raises(benchmark.WorkerFailure,
-                       match=rf"the worker's record of student's checked calls is not one the timing loop makes "
-                             rf"\({len(numbers)} calls, at least {minimum}, each on its own set of the 5 drawn, "
-                             rf"each output 3 x 32 x 64\)"):
-        verify_timed_outputs("timed", {"student": ("flash.cu", checked)}, KEY, 5, ROWS, PREFIX, CpuReferences(),
-                             minimum)
+    checked = {"sets": np.array(numbers), "outputs": outputs[:, : outputs.shape[1] - cut]}
+    with pytest.raises(
+        benchmark.WorkerFailure,
+        match=rf"the worker's record of student's checked calls is not one the timing loop makes "
+        rf"\({len(numbers)} calls, at least {minimum}, each on its own set of the 5 drawn, "
+        rf"each output 3 x 32 x 64\)",
+    ):
+        verify_timed_outputs(
+            "timed", {"student": ("flash.cu", checked)}, KEY, 5, ROWS, PREFIX, CpuReferences(), minimum
+        )
 
 
 def test_per_input_set_medians_follow_the_rotation():
@@ -186,6 +234,7 @@ def test_per_input_set_medians_follow_the_rotation():
 
 
 # --- the worker's real timing code, in process, on a numpy stand-in for the GPU ---------------
+
 
 @pytest.fixture
 def in_process(monkeypatch):
@@ -199,9 +248,19 @@ def in_process(monkeypatch):
 
 def timed(worker, rounds):
     constants = LAB.constants({})
-    return time_speedup(LAB, worker, constants, constants, ROWS, PREFIX, seed=3,
-                        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
-                        student_label="flash.cu", baseline_label="starter.cu", references=CpuReferences())
+    return time_speedup(
+        LAB,
+        worker,
+        constants,
+        constants,
+        ROWS,
+        PREFIX,
+        seed=3,
+        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+        student_label="flash.cu",
+        baseline_label="starter.cu",
+        references=CpuReferences(),
+    )
 
 
 def test_the_worker_side_and_the_driver_side_agree_on_the_reply(in_process):
@@ -256,9 +315,19 @@ def test_each_checked_call_is_judged_against_the_reference_of_its_own_set(in_pro
     device = NumpyGpu(PREFIX)
     worker = InProcessWorker(device)
     constants = LAB.constants({})
-    timing, failure = time_speedup(LAB, worker, constants, constants, ROWS, PREFIX, seed=3,
-                                   options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-                                   student_label="flash.cu", baseline_label="starter.cu", references=Recording())
+    timing, failure = time_speedup(
+        LAB,
+        worker,
+        constants,
+        constants,
+        ROWS,
+        PREFIX,
+        seed=3,
+        options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
+        student_label="flash.cu",
+        baseline_label="starter.cu",
+        references=Recording(),
+    )
     assert failure is None
     checked = worker.replies[0]["checked"]["student"]
     assert asked == sorted(checked["sets"].tolist())
@@ -280,9 +349,15 @@ def test_lab_1s_pipeline_timing_goes_through_the_same_worker_code(in_process):
     lab1 = get_lab("lab1")
     device = NumpyGpu(prefix=0)
     worker = InProcessWorker(device)
-    timing, failure = time_pipeline(lab1, worker, lab1.constants({}), [16, 32], seed=3,
-                                    options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-                                    references=CpuReferences())
+    timing, failure = time_pipeline(
+        lab1,
+        worker,
+        lab1.constants({}),
+        [16, 32],
+        seed=3,
+        options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
+        references=CpuReferences(),
+    )
     assert failure is None
     assert [row["T"] for row in timing["rows"]] == [16, 32]
     assert list(timing["rows"][0]["kernels"]) == ["attn_scores", "attn_softmax", "attn_weighted_sum"]
@@ -410,6 +485,7 @@ def test_no_timed_call_sees_inputs_it_has_seen_before(in_process):
 
 # --- the driver's GPU oracle, its logic run with numpy as the array module ----------------------
 
+
 def numpy_gpu_oracle(sets=None):
     from labrunner.measure.input_pool import NumpySets
     from labrunner.run.gpu_oracle import GpuOracle
@@ -443,9 +519,11 @@ def test_a_gpu_whose_sets_differ_from_the_definition_refuses_to_time():
             super().fill(buffers, number)
             buffers["k"].reshape(-1).view(np.uint32)[17] ^= 1
 
-    with pytest.raises(AttnlabError, match=r"^the GPU made 1 elements of a timing input set differently from its "
-                                           r"numpy definition: refusing to time; check the GPU and the CuPy install$"
-                       ) as refused:
+    with pytest.raises(
+        AttnlabError,
+        match=r"^the GPU made 1 elements of a timing input set differently from its "
+        r"numpy definition: refusing to time; check the GPU and the CuPy install$",
+    ) as refused:
         numpy_gpu_oracle(OneBitOff)
     assert refused.value.exit_code == 6
 
@@ -453,11 +531,33 @@ def test_a_gpu_whose_sets_differ_from_the_definition_refuses_to_time():
 def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_cheat(in_process):
     constants = LAB.constants({})
     options = TimingOptions(seed=3, min_samples=6, budget_s=0.05)
-    honest, failure = time_speedup(LAB, InProcessWorker(NumpyGpu(PREFIX)), constants, constants, ROWS, PREFIX, 3,
-                                   options, "flash.cu", "starter.cu", references=numpy_gpu_oracle())
+    honest, failure = time_speedup(
+        LAB,
+        InProcessWorker(NumpyGpu(PREFIX)),
+        constants,
+        constants,
+        ROWS,
+        PREFIX,
+        3,
+        options,
+        "flash.cu",
+        "starter.cu",
+        references=numpy_gpu_oracle(),
+    )
     assert failure is None and honest["oracle_proof"]["golden_max_error"] <= 1e-12
-    cheat, failure = time_speedup(LAB, InProcessWorker(RescalesKept(PREFIX, by="slot")), constants, constants, ROWS,
-                                  PREFIX, 3, options, "flash.cu", "starter.cu", references=numpy_gpu_oracle())
+    cheat, failure = time_speedup(
+        LAB,
+        InProcessWorker(RescalesKept(PREFIX, by="slot")),
+        constants,
+        constants,
+        ROWS,
+        PREFIX,
+        3,
+        options,
+        "flash.cu",
+        "starter.cu",
+        references=numpy_gpu_oracle(),
+    )
     assert cheat is None and failure.status == "wrong"
 
 
@@ -469,9 +569,12 @@ def test_a_gpu_the_driver_cannot_use_is_an_environment_error(monkeypatch):
         raise RuntimeError("cudaErrorDevicesUnavailable: CUDA-capable device(s) is/are busy or unavailable")
 
     monkeypatch.setattr(gpu_oracle, "_cupy", busy)
-    with pytest.raises(AttnlabError, match=r"^the driver checks timed calls with the oracle on the GPU and could not "
-                                           r"use it \(RuntimeError: cudaErrorDevicesUnavailable: .*\); a GPU in "
-                                           r"exclusive-process compute mode cannot serve the driver and the worker at "
-                                           r"once: `nvidia-smi -c DEFAULT` allows both$") as refused:
+    with pytest.raises(
+        AttnlabError,
+        match=r"^the driver checks timed calls with the oracle on the GPU and could not "
+        r"use it \(RuntimeError: cudaErrorDevicesUnavailable: .*\); a GPU in "
+        r"exclusive-process compute mode cannot serve the driver and the worker at "
+        r"once: `nvidia-smi -c DEFAULT` allows both$",
+    ) as refused:
         benchmark.gpu_references()
     assert refused.value.exit_code == 6

@@ -26,9 +26,26 @@ def start_grade(tmp_path: Path) -> subprocess.Popen:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "ATTNLAB_SEED": SECRET, "TMPDIR": str(scratch)}
-    return subprocess.Popen([sys.executable, "-m", "labrunner", "grade", "lab2", str(HANG), "--device", "cpu",
-                             "--no-timing", "--timeout", "60"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            "lab2",
+            str(HANG),
+            "--device",
+            "cpu",
+            "--no-timing",
+            "--timeout",
+            "60",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def wait_for_box(driver: subprocess.Popen, timeout_s: float = 60) -> list[int]:

@@ -76,13 +76,15 @@ def test_lastkey_cases_plant_only_the_last_key():
 
 def test_a_planted_position_outside_the_sequence_is_refused(tmp_path):
     (tmp_path / "labx.toml").write_text(
-        'lab = "labx"\n[[case]]\nname = "bad"\nrows = 33\nprefix = 31\nplanted = [3, 64, -1]\n')
+        'lab = "labx"\n[[case]]\nname = "bad"\nrows = 33\nprefix = 31\nplanted = [3, 64, -1]\n'
+    )
     with pytest.raises(ValueError, match=r"^labx case bad: planted positions") as caught:
         load_catalogue("labx", tmp_path)
     assert str(caught.value) == "labx case bad: planted positions [64, -1] are outside 0..63"
 
 
 # --- seeds -----------------------------------------------------------------------------------
+
 
 def test_seed_option_wins_over_the_environment(monkeypatch):
     monkeypatch.setenv("ATTNLAB_SEED", "99")
@@ -145,6 +147,7 @@ def test_a_negative_environment_seed_never_crashes(monkeypatch):
 
 # --- inputs ----------------------------------------------------------------------------------
 
+
 def test_inputs_have_the_contract_shapes_and_dtype():
     inputs = make_inputs(Case("C17-P31", 17, 31), DEFAULT_SEED)
     assert inputs.q.shape == (17, 32, 64) and inputs.q.dtype == np.float32
@@ -184,6 +187,7 @@ def test_inputs_follow_the_seeding_recipe():
 
 
 # --- planted hazards -------------------------------------------------------------------------
+
 
 def planted_and_plain(case: Case, seed: int = 3):
     plain = Case(case.name, case.rows, case.prefix)  # same name, same random draw, nothing planted

@@ -42,13 +42,14 @@ def test_a_wrong_value_message_names_row_head_col_got_expected_rule_and_count():
     ref = np.zeros((17, 2, 64))
     ref[16, 0, 3] = 0.2519
     out = exact(ref)
-    out[16, 0, 3] = np.nan           # the first bad element, in flat order
-    out[16, 0, 4:] = 1.0             # 60 more
-    out[16, 1, :3] = -1.0            # 3 more: 64 wrong of 17 * 2 * 64 = 2176
+    out[16, 0, 3] = np.nan  # the first bad element, in flat order
+    out[16, 0, 4:] = 1.0  # 60 more
+    out[16, 1, :3] = -1.0  # 3 more: 64 wrong of 17 * 2 * 64 = 2176
     checked = check_output(out, ref)
     assert checked.status == WRONG
-    assert checked.message == ("row 16, head 0, col 3: got nan, expected 0.2519 (|err| > 1e-4 + 1e-3*|ref|); "
-                               "64 of 2176 elements wrong")
+    assert checked.message == (
+        "row 16, head 0, col 3: got nan, expected 0.2519 (|err| > 1e-4 + 1e-3*|ref|); 64 of 2176 elements wrong"
+    )
     assert checked.bad_elements == 64 and checked.total_elements == 2176
     assert checked.first_bad == {"row": 16, "head": 0, "col": 3, "got": "nan", "expected": 0.2519}
     assert checked.failing_rows == [16]
@@ -62,8 +63,9 @@ def test_a_finite_wrong_value_prints_six_significant_digits():
     out = exact(ref)
     out[1, 5, 7] = 0.5
     checked = check_output(out, ref)
-    assert checked.message == ("row 1, head 5, col 7: got 0.5, expected 0.123457 (|err| > 1e-4 + 1e-3*|ref|); "
-                               "1 of 4096 elements wrong")
+    assert checked.message == (
+        "row 1, head 5, col 7: got 0.5, expected 0.123457 (|err| > 1e-4 + 1e-3*|ref|); 1 of 4096 elements wrong"
+    )
     assert checked.first_bad == {"row": 1, "head": 5, "col": 7, "got": 0.5, "expected": 0.123456789}
     assert checked.max_abs_err == pytest.approx(0.5 - 0.123456789, abs=1e-15)
 
@@ -86,8 +88,10 @@ def test_the_untouched_poison_is_never_written():
     checked = check_output(out, ref)
     assert checked.status == NEVER_WRITTEN
     unwritten = 32 * 54 + 2048
-    assert checked.message == (f"row 2, head 0, col 10: never written, or computed from a value never written (an output or shared buffer read before it was set?); "
-                               f"{unwritten} of 8192 elements never written")
+    assert checked.message == (
+        f"row 2, head 0, col 10: never written, or computed from a value never written (an output or shared buffer read before it was set?); "
+        f"{unwritten} of 8192 elements never written"
+    )
     assert checked.bad_elements == unwritten
     assert checked.first_bad == {"row": 2, "head": 0, "col": 10, "got": None, "expected": float(ref[2, 0, 10])}
     assert checked.failing_rows == [2, 3]
@@ -101,8 +105,10 @@ def test_never_written_wins_and_counts_the_other_wrong_elements():
     out[0, 0, 1] = np.nan
     checked = check_output(out, ref)
     assert checked.status == NEVER_WRITTEN
-    assert checked.message == ("row 1, head 3, col 0: never written, or computed from a value never written (an output or shared buffer read before it was set?); "
-                               "64 of 4096 elements never written, 2 more wrong")
+    assert checked.message == (
+        "row 1, head 3, col 0: never written, or computed from a value never written (an output or shared buffer read before it was set?); "
+        "64 of 4096 elements never written, 2 more wrong"
+    )
     assert checked.failing_rows == [0, 1]
 
 
@@ -150,18 +156,22 @@ def test_just_past_tolerance_fails():
     ref[0, 0, 0] = past
     checked = check_output(np.zeros((1, 32, 64), np.float32), ref)
     assert checked.status == WRONG
-    assert checked.message == ("row 0, head 0, col 0: got 0, expected -0.0001001 (|err| > 1e-4 + 1e-3*|ref|); "
-                               "1 of 2048 elements wrong")
+    assert checked.message == (
+        "row 0, head 0, col 0: got 0, expected -0.0001001 (|err| > 1e-4 + 1e-3*|ref|); 1 of 2048 elements wrong"
+    )
 
 
-@pytest.mark.parametrize("ref_value, out_value, passes", [
-    (100.0, 100.1, True),     # 0.1 <= 1e-4 + 0.1: the relative term carries large values
-    (100.0, 100.1002, False),
-    (0.0, 0.0000999, True),
-    (0.0, 0.0001001, False),
-    (-2.0, -2.0020, True),    # 0.0020 <= 0.0021
-    (-2.0, -2.0022, False),
-])
+@pytest.mark.parametrize(
+    "ref_value, out_value, passes",
+    [
+        (100.0, 100.1, True),  # 0.1 <= 1e-4 + 0.1: the relative term carries large values
+        (100.0, 100.1002, False),
+        (0.0, 0.0000999, True),
+        (0.0, 0.0001001, False),
+        (-2.0, -2.0020, True),  # 0.0020 <= 0.0021
+        (-2.0, -2.0022, False),
+    ],
+)
 def test_the_rule_is_absolute_plus_relative(ref_value, out_value, passes):
     ref = np.full((1, 1, 1), ref_value)
     out = np.full((1, 1, 1), out_value, np.float32)
@@ -176,6 +186,7 @@ def test_shape_mismatch_is_refused():
 
 # --- failing rows ----------------------------------------------------------------------------
 
+
 def test_failing_rows_lists_every_row_with_a_bad_element():
     ref = reference((40, 32, 64), seed=6)
     out = exact(ref)
@@ -186,12 +197,15 @@ def test_failing_rows_lists_every_row_with_a_bad_element():
     assert describe_rows(checked.failing_rows, 40) == "rows 0-15, 17 fail (17 of 40)"
 
 
-@pytest.mark.parametrize("rows, total, words", [
-    ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17], 40, "rows 0-15, 17 fail (17 of 40)"),
-    ([2, 3], 4, "rows 2-3 fail (2 of 4)"),
-    ([1, 3, 5], 6, "rows 1, 3, 5 fail (3 of 6)"),
-    ([0, 1, 5, 6, 7, 9], 10, "rows 0-1, 5-7, 9 fail (6 of 10)"),
-])
+@pytest.mark.parametrize(
+    "rows, total, words",
+    [
+        ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17], 40, "rows 0-15, 17 fail (17 of 40)"),
+        ([2, 3], 4, "rows 2-3 fail (2 of 4)"),
+        ([1, 3, 5], 6, "rows 1, 3, 5 fail (3 of 6)"),
+        ([0, 1, 5, 6, 7, 9], 10, "rows 0-1, 5-7, 9 fail (6 of 10)"),
+    ],
+)
 def test_describe_rows_folds_runs(rows, total, words):
     assert describe_rows(rows, total) == words
 
@@ -201,6 +215,7 @@ def test_describe_rows_with_one_row_is_grammatical():
 
 
 # --- guard bands -----------------------------------------------------------------------------
+
 
 def bands():
     return filled(GUARD_ELEMENTS, CANARY_BITS), filled(GUARD_ELEMENTS, CANARY_BITS)
@@ -212,14 +227,16 @@ def test_intact_guards_report_nothing():
 
 def test_guard_damage_counts_and_distances():
     before, after = bands()
-    after[0] = 1.0        # the element just past the end
-    after[9] = 0.0        # 10 past the end
-    before[-1] = 2.0      # the element just before element 0
+    after[0] = 1.0  # the element just past the end
+    after[9] = 0.0  # 10 past the end
+    before[-1] = 2.0  # the element just before element 0
     damage = inspect_guards("out", before, after)
     assert (damage.buffer, damage.before, damage.after) == ("out", 1, 2)
     assert (damage.farthest_before, damage.farthest_after) == (1, 10)
-    assert damage.describe(2048) == ("out-of-bounds write to out: 2 element(s) past its end (up to 10 past "
-                                     "element 2047) and 1 element(s) before its start (up to 1 before element 0)")
+    assert damage.describe(2048) == (
+        "out-of-bounds write to out: 2 element(s) past its end (up to 10 past "
+        "element 2047) and 1 element(s) before its start (up to 1 before element 0)"
+    )
 
 
 def test_guard_damage_at_the_far_ends_of_the_bands():
@@ -235,28 +252,38 @@ def test_guard_damage_on_one_side_only():
     before[4000] = filled(1, POISON_BITS)[0]  # even a NaN is damage if it is not the canary
     damage = inspect_guards("out", before, after)
     assert (damage.before, damage.after, damage.farthest_before, damage.farthest_after) == (1, 0, 96, 0)
-    assert damage.describe(64) == "out-of-bounds write to out: 1 element(s) before its start (up to 96 before element 0)"
+    assert (
+        damage.describe(64) == "out-of-bounds write to out: 1 element(s) before its start (up to 96 before element 0)"
+    )
 
 
 def test_an_exact_case_refuses_what_the_tolerance_would_pass():
     ref = np.ones((1, 32, 64))
-    out = np.full((1, 32, 64), np.float32(1.0) - np.float32(2 ** -23))
+    out = np.full((1, 32, 64), np.float32(1.0) - np.float32(2**-23))
     assert check_output(out, ref).passed
     checked = check_output(out, ref, exact=True)
     assert checked.status == WRONG
-    assert checked.message == ("row 0, head 0, col 0: got 0.999999881, expected 1 (this case must reproduce the reference "
-                               "exactly); 2048 of 2048 elements wrong")
+    assert checked.message == (
+        "row 0, head 0, col 0: got 0.999999881, expected 1 (this case must reproduce the reference "
+        "exactly); 2048 of 2048 elements wrong"
+    )
 
 
 def test_an_exact_case_passes_bit_for_bit_and_shows_nine_digits_of_both_numbers():
     ref = np.full((1, 32, 64), float(np.float32(0.1)))  # V's row, as the float32 it was
     out = ref.astype(np.float32)
     checked = check_output(out, ref, exact=True)
-    assert (checked.status, checked.message, checked.bad_elements) == (PASS, "all 2048 elements within the pass rule", 0)
+    assert (checked.status, checked.message, checked.bad_elements) == (
+        PASS,
+        "all 2048 elements within the pass rule",
+        0,
+    )
     out[0, 3, 5] = np.nextafter(np.float32(0.1), np.float32(1))
     checked = check_output(out, ref, exact=True)
-    assert checked.message == ("row 0, head 3, col 5: got 0.100000009, expected 0.100000001 (this case must "
-                               "reproduce the reference exactly); 1 of 2048 elements wrong")
+    assert checked.message == (
+        "row 0, head 3, col 5: got 0.100000009, expected 0.100000001 (this case must "
+        "reproduce the reference exactly); 1 of 2048 elements wrong"
+    )
 
 
 def test_guard_damage_after_the_end_only_says_nothing_of_before():
@@ -264,7 +291,9 @@ def test_guard_damage_after_the_end_only_says_nothing_of_before():
     after[0] = 0.0
     damage = inspect_guards("workspace", before, after)
     assert (damage.before, damage.after, damage.farthest_before, damage.farthest_after) == (0, 1, 0, 1)
-    assert damage.describe(64) == "out-of-bounds write to workspace: 1 element(s) past its end (up to 1 past element 63)"
+    assert (
+        damage.describe(64) == "out-of-bounds write to workspace: 1 element(s) past its end (up to 1 past element 63)"
+    )
 
 
 def test_the_output_and_a_workspace_have_poisons_of_their_own():

@@ -37,15 +37,15 @@ def course(tmp_path):
     (tmp_path / "submissions").mkdir()
     shutil.copy(SOLUTION, tmp_path / "submissions" / "ana.cu")
     shutil.copy(COMPILE_ERROR, tmp_path / "submissions" / "bo.cu")
-    (tmp_path / "gates.json").write_text(json.dumps({"schema": "attnlab.gates/1", "lab2": {
-        "NVIDIA H200": {"solution_speedup": 13.0, "fraction": 0.5}}}))
+    (tmp_path / "gates.json").write_text(
+        json.dumps({"schema": "attnlab.gates/1", "lab2": {"NVIDIA H200": {"solution_speedup": 13.0, "fraction": 0.5}}})
+    )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "attnlab").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m labrunner "$@"\n')
     (bin_dir / "attnlab").chmod(0o755)
     environment = {k: v for k, v in os.environ.items() if k not in ("ATTNLAB_SEED", "COLUMNS")}
-    environment.update({"PATH": f"{bin_dir}:{environment['PATH']}", "PYTHONPATH": str(REPO),
-                        "GRADING_SECRET": "31337"})
+    environment.update({"PATH": f"{bin_dir}:{environment['PATH']}", "PYTHONPATH": str(REPO), "GRADING_SECRET": "31337"})
     return tmp_path, environment
 
 
@@ -64,9 +64,9 @@ def check_reports(out: Path) -> None:
 
 def readme_block(heading: str) -> str:
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index(heading):]
+    section = readme[readme.index(heading) :]
     start = section.index("```bash\n") + len("```bash\n")
-    return section[start:section.index("```", start)]
+    return section[start : section.index("```", start)]
 
 
 @needs_cpu_backend
@@ -113,8 +113,10 @@ def test_the_readme_shows_a_cpu_only_install_that_pulls_no_cupy():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert not [d for d in project["dependencies"] if "cupy" in d.lower()]
     block = readme_block("Without a GPU, the base install")
-    assert block == ("python3 -m venv .venv && .venv/bin/pip install -e . && "
-                     ".venv/bin/attnlab grade lab2 kernels/lab2/solution.cu --device cpu\n")
+    assert block == (
+        "python3 -m venv .venv && .venv/bin/pip install -e . && "
+        ".venv/bin/attnlab grade lab2 kernels/lab2/solution.cu --device cpu\n"
+    )
 
 
 def test_the_licence_file_matches_the_package():
@@ -122,4 +124,4 @@ def test_the_licence_file_matches_the_package():
     assert project["license"] == {"text": "MIT"}
     text = (REPO / "LICENSE").read_text()
     assert text.startswith("MIT License\n")
-    assert "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND" in text
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text

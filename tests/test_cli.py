@@ -26,8 +26,10 @@ from labrunner.commands.cli import main
 REPO = Path(__file__).resolve().parent.parent
 STARTER = REPO / "kernels/lab2/starter.cu"
 UNKNOWN_LAB = "error: unknown lab 'lab9': choose one of lab1, lab2, lab3 (`attnlab labs` lists them)\n"
-NO_GPU = ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
-          "or --device auto to fall back to it automatically\n")
+NO_GPU = (
+    "error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
+    "or --device auto to fall back to it automatically\n"
+)
 
 
 @pytest.fixture
@@ -61,8 +63,14 @@ def invoke(runner: CliRunner, *args: str):
 
 def attnlab(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "labrunner", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def write(path: Path, text: str) -> Path:
@@ -71,6 +79,7 @@ def write(path: Path, text: str) -> Path:
 
 
 # --- labs and starter ------------------------------------------------------------------------
+
 
 def test_labs_lists_both_labs(runner):
     result = invoke(runner, "labs")
@@ -112,18 +121,23 @@ def test_starter_overwrites_with_force(runner, tmp_path):
 def test_starter_into_a_missing_folder_is_a_usage_error(runner):
     result = invoke(runner, "starter", "lab2", "-o", "no/such/folder/attention.cu")
     assert result.exit_code == 2
-    assert result.stderr == ("error: no/such/folder/attention.cu: cannot be written (No such file or directory); "
-                             "check the folder exists\n")
+    assert result.stderr == (
+        "error: no/such/folder/attention.cu: cannot be written (No such file or directory); check the folder exists\n"
+    )
     assert result.stdout == ""
 
 
 # --- usage errors ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", [
-    ["starter", "lab9"],
-    ["check", "lab9", str(STARTER)],
-    ["grade", "lab9", str(STARTER), "--device", "cpu"],
-])
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["starter", "lab9"],
+        ["check", "lab9", str(STARTER)],
+        ["grade", "lab9", str(STARTER), "--device", "cpu"],
+    ],
+)
 def test_an_unknown_lab_is_one_line_and_exit_2(runner, args):
     result = invoke(runner, *args)
     assert result.exit_code == 2
@@ -134,8 +148,9 @@ def test_an_unknown_lab_is_one_line_and_exit_2(runner, args):
 def test_a_missing_file_is_one_line_and_exit_2(runner):
     result = invoke(runner, "check", "lab2", "nope.cu")
     assert result.exit_code == 2
-    assert result.stderr == ("error: nope.cu: no such file; pass the path of your .cu file "
-                             "(`attnlab starter LAB` writes one)\n")
+    assert result.stderr == (
+        "error: nope.cu: no such file; pass the path of your .cu file (`attnlab starter LAB` writes one)\n"
+    )
     assert result.stdout == ""
 
 
@@ -154,6 +169,7 @@ def test_a_file_that_is_not_utf8_is_a_usage_error(runner, tmp_path):
 
 
 # --- check -----------------------------------------------------------------------------------
+
 
 def test_check_passes_the_starter(runner):
     result = invoke(runner, "check", "lab2", str(STARTER))
@@ -180,8 +196,9 @@ def test_check_reports_a_syntax_error_at_the_students_line(runner, tmp_path):
     write(tmp_path / "broken.cu", "\n".join(source) + "\n")
     result = invoke(runner, "check", "lab2", "broken.cu")
     assert result.exit_code == 3
-    assert result.stderr == (f"broken.cu({at + 1}): error: expected an expression\n"
-                             '1 error detected in the compilation of "broken.cu".\n')
+    assert result.stderr == (
+        f'broken.cu({at + 1}): error: expected an expression\n1 error detected in the compilation of "broken.cu".\n'
+    )
     assert result.stdout == ""
 
 
@@ -192,7 +209,8 @@ def test_check_names_a_missing_entry_point(runner, tmp_path):
     assert result.stderr == (
         'empty.cu: error: missing entry point flash_prefill; lab2 needs: extern "C" __global__ void '
         "flash_prefill(const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, "
-        "int prefixLen)\n")
+        "int prefixLen)\n"
+    )
 
 
 def test_check_json(runner, tmp_path):
@@ -204,8 +222,12 @@ def test_check_json(runner, tmp_path):
     assert (data["backend"], data["verdict"], data["exit_code"], data["error"]) == (None, "pass", 0, None)
     assert data["oracle_proof"] is None and data["cases"] == []
     assert data["compile"]["entry_points"] == {"flash_prefill": ["u64", "u64", "u64", "u64", "u32", "u32"]}
-    assert data["compile"]["constants"] == {"attnlab_threads": 256, "attnlab_rows_per_block": 64,
-                                            "attnlab_heads_per_block": 1, "attnlab_smem_bytes": 0}
+    assert data["compile"]["constants"] == {
+        "attnlab_threads": 256,
+        "attnlab_rows_per_block": 64,
+        "attnlab_heads_per_block": 1,
+        "attnlab_smem_bytes": 0,
+    }
     assert data["compile"]["resources"]["flash_prefill"]["registers"] > 0
 
 
@@ -225,6 +247,7 @@ def test_json_to_an_unwritable_path_is_a_usage_error(runner):
 
 
 # --- grade -----------------------------------------------------------------------------------
+
 
 def test_an_unwritable_report_path_is_refused_before_grading(runner):
     result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--junit", "no/such/folder/j.xml")
@@ -254,8 +277,7 @@ def test_grade_compiles_before_it_looks_for_a_gpu(runner, no_gpu, tmp_path):
 
 @pytest.mark.parametrize("command", ["grade", "bench"])
 def test_rounds_for_lab1_is_a_usage_error(runner, command):
-    result = invoke(runner, command, "lab1", str(REPO / "kernels/lab1/solution.cu"), "--rounds", "3",
-                    "--device", "cpu")
+    result = invoke(runner, command, "lab1", str(REPO / "kernels/lab1/solution.cu"), "--rounds", "3", "--device", "cpu")
     assert result.exit_code == 2
     assert result.stderr == "error: --rounds applies to lab2's SPEEDUP; lab1 times its pipeline at fixed sizes\n"
 
@@ -263,8 +285,10 @@ def test_rounds_for_lab1_is_a_usage_error(runner, command):
 def test_bench_lab1_names_every_speedup_option_given(runner):
     result = invoke(runner, "bench", "lab1", "--chunk", "64", "--vs", "solution", "--device", "cpu")
     assert result.exit_code == 2
-    assert result.stderr == ("error: --chunk and --vs apply to lab2's SPEEDUP; lab1 times its pipeline "
-                             "at fixed sizes (its --vs takes torch only: PyTorch beside the whole call)\n")
+    assert result.stderr == (
+        "error: --chunk and --vs apply to lab2's SPEEDUP; lab1 times its pipeline "
+        "at fixed sizes (its --vs takes torch only: PyTorch beside the whole call)\n"
+    )
 
 
 def test_grade_with_an_unknown_case_is_a_usage_error(runner):
@@ -272,9 +296,11 @@ def test_grade_with_an_unknown_case_is_a_usage_error(runner):
         pytest.skip("no C++ compiler for the CPU backend")
     result = invoke(runner, "grade", "lab2", str(STARTER), "--device", "cpu", "--case", "C5")
     assert result.exit_code == 2
-    assert result.stderr.endswith("error: --case C5: lab2 has no such case (it has C1-P31, C17-P31, C33-P31, "
-                                  "C1-P1000, C17-P1000, C33-P1000, planted-C33-P31, planted-C33-P1000, "
-                                  "lastkey-C33-P1000, lastkey-C17-P31, C2048-P2048, geometry-C129-P31)\n")
+    assert result.stderr.endswith(
+        "error: --case C5: lab2 has no such case (it has C1-P31, C17-P31, C33-P31, "
+        "C1-P1000, C17-P1000, C33-P1000, planted-C33-P31, planted-C33-P1000, "
+        "lastkey-C33-P1000, lastkey-C17-P31, C2048-P2048, geometry-C129-P31)\n"
+    )
 
 
 def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch):
@@ -286,7 +312,8 @@ def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch
     data = json.loads((tmp_path / "g.json").read_text())
     assert (data["backend"], data["verdict"], data["exit_code"], data["seed"]) == ("cpu", "pass", 0, "20261129")
     assert [(c["name"], c["status"], c["rows"], c["prefix"], c["bad_elements"]) for c in data["cases"]] == [
-        ("C1-P31", "pass", 1, 31, 0)]
+        ("C1-P31", "pass", 1, 31, 0)
+    ]
     assert data["cases"][0]["message"] == "all 2048 elements within the pass rule"
     assert data["cases"][0]["max_abs_err"] < 1e-5
     assert result.stdout.rstrip().endswith("PASS on the CPU backend (exit 0)")
@@ -313,11 +340,13 @@ def test_a_negative_seed_is_a_usage_error(runner):
 
 # --- doctor ----------------------------------------------------------------------------------
 
+
 def test_doctor_without_a_gpu_exits_0_and_shows_the_golden_proof(runner, no_gpu, tmp_path):
     result = invoke(runner, "doctor", "--json", "d.json")
     assert result.exit_code == 0
-    assert re.search(r"│ GPU and driver +│ missing │ no GPU found: grade with --device cpu \(correctness only\)",
-                     result.stdout)
+    assert re.search(
+        r"│ GPU and driver +│ missing │ no GPU found: grade with --device cpu \(correctness only\)", result.stdout
+    )
     assert re.search(r"│ oracle golden proof +│ ok +│ max error \d\.\de-\d\d \(must be <= 1e-12\)", result.stdout)
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["schema"] == "attnlab.result/1"
@@ -332,33 +361,45 @@ def test_doctor_names_the_box_and_the_tool_that_made_it(runner, no_gpu, tmp_path
     if boxes.availability() is not None:
         pytest.skip(f"no box here: {boxes.availability()}")
     result = invoke(runner, "doctor")
-    assert re.search(r"│ box +│ ok +│ bubblewrap \d+\.\d+\.\d+ \(\S*bwrap\): mount, PID, IPC, UTS, network and user",
-                     result.stdout), result.stdout
+    assert re.search(
+        r"│ box +│ ok +│ bubblewrap \d+\.\d+\.\d+ \(\S*bwrap\): mount, PID, IPC, UTS, network and user", result.stdout
+    ), result.stdout
 
 
 def test_doctor_without_a_box_says_what_is_missing_and_what_it_costs(runner, no_gpu, tmp_path, monkeypatch):
-    monkeypatch.setattr(boxes, "availability", lambda: "bubblewrap is not installed (apt-get install bubblewrap, or "
-                                                       "set ATTNLAB_BWRAP to a bwrap binary)")
+    monkeypatch.setattr(
+        boxes,
+        "availability",
+        lambda: "bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)",
+    )
     result = invoke(runner, "doctor", "--json", "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
-    assert ("box: missing: bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap "
-            "binary): --device cpu refuses to grade, the GPU path runs unboxed (--require-box refuses)") in data["notes"]
+    assert (
+        "box: missing: bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap "
+        "binary): --device cpu refuses to grade, the GPU path runs unboxed (--require-box refuses)"
+    ) in data["notes"]
 
 
 def test_require_box_refuses_to_compile_outside_a_box(runner, tmp_path, monkeypatch):
-    monkeypatch.setattr(boxes, "availability", lambda: "bubblewrap is not installed (apt-get install bubblewrap, "
-                                                       "or set ATTNLAB_BWRAP to a bwrap binary)")
+    monkeypatch.setattr(
+        boxes,
+        "availability",
+        lambda: "bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)",
+    )
     write(tmp_path / "flash.cu", STARTER.read_text())
     result = invoke(runner, "check", "lab2", "flash.cu", "--require-box")
     assert result.exit_code == 6
-    assert result.stderr == ("error: --require-box: no box can be made here: bubblewrap is not installed "
-                             "(apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)\n")
+    assert result.stderr == (
+        "error: --require-box: no box can be made here: bubblewrap is not installed "
+        "(apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)\n"
+    )
     assert boxes.REQUIRED is True
     assert invoke(runner, "check", "lab2", "flash.cu").exit_code == 0  # without the flag, the next run compiles
     assert boxes.REQUIRED is False
 
 
 # --- help ------------------------------------------------------------------------------------
+
 
 def context(command: click.Command, name: str) -> click.Context:
     """The context click itself would build, so the help option is the real -h/--help."""
@@ -380,12 +421,22 @@ def test_the_group_and_every_command_and_option_have_help():
 
 
 def test_the_command_set():
-    assert sorted(main.commands) == ["bench", "calibrate", "check", "doctor", "grade", "labs", "profile", "starter",
-                                     "traffic"]
+    assert sorted(main.commands) == [
+        "bench",
+        "calibrate",
+        "check",
+        "doctor",
+        "grade",
+        "labs",
+        "profile",
+        "starter",
+        "traffic",
+    ]
 
 
-@pytest.mark.parametrize("name", ["labs", "starter", "check", "doctor", "grade", "bench", "calibrate", "profile",
-                                  "traffic"])
+@pytest.mark.parametrize(
+    "name", ["labs", "starter", "check", "doctor", "grade", "bench", "calibrate", "profile", "traffic"]
+)
 def test_dash_h_shows_each_commands_help(runner, name):
     result = invoke(runner, name, "-h")
     assert result.exit_code == 0
@@ -394,6 +445,7 @@ def test_dash_h_shows_each_commands_help(runner, name):
 
 
 # --- as a user runs it -----------------------------------------------------------------------
+
 
 def test_python_m_labrunner_labs():
     completed = attnlab("labs")
@@ -422,8 +474,10 @@ def test_python_m_labrunner_grade_without_a_gpu_exits_6():
     completed = attnlab("grade", "lab2", str(STARTER))
     assert completed.returncode == 6
     assert completed.stderr.startswith("error: ")
-    assert completed.stderr.endswith(". Grade on the CPU instead with --device cpu (correctness only), "
-                                     "or --device auto to fall back to it automatically\n")
+    assert completed.stderr.endswith(
+        ". Grade on the CPU instead with --device cpu (correctness only), "
+        "or --device auto to fall back to it automatically\n"
+    )
 
 
 def test_device_gpu_requires_a_gpu_and_says_so_with_exit_6(tmp_path):
@@ -434,8 +488,10 @@ def test_device_gpu_requires_a_gpu_and_says_so_with_exit_6(tmp_path):
     completed = attnlab("grade", "lab2", str(STARTER), "--device", "gpu", "--json", str(tmp_path / "g.json"))
     words = grade_module.gpu_status()[1]
     assert completed.returncode == 6
-    assert completed.stderr == (f"error: {words}. Grade on the CPU instead with --device cpu (correctness only), "
-                                "or --device auto to fall back to it automatically\n")
+    assert completed.stderr == (
+        f"error: {words}. Grade on the CPU instead with --device cpu (correctness only), "
+        "or --device auto to fall back to it automatically\n"
+    )
     data = json.loads((tmp_path / "g.json").read_text())
     assert (data["verdict"], data["backend"], data["cases"]) == ("environment-missing", None, [])
 
@@ -464,25 +520,43 @@ def test_the_built_package_runs_outside_the_source_tree(tmp_path):
     for name in ("labrunner", "cases", "kernels"):
         shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    build = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
-                           capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("attnlab-*.whl")
-    install = subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "lib"), str(wheel)],
-                             capture_output=True, text=True, timeout=300)
+    install = subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(tmp_path / "lib"), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert install.returncode == 0, install.stderr[-2000:]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "starter", "lab2"], cwd=elsewhere,
-                               env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
-                               capture_output=True, text=True, timeout=60)
+    completed = subprocess.run(
+        [sys.executable, "-m", "labrunner", "starter", "lab2"],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert completed.returncode == 0, completed.stderr[-500:]
     assert completed.stdout == STARTER.read_text()
     # the compile gate finds the bundled headers (prelude, signature check) from the built package
     (elsewhere / "attention.cu").write_text(completed.stdout)
-    checked = subprocess.run([sys.executable, "-m", "labrunner", "check", "lab2", "attention.cu"], cwd=elsewhere,
-                             env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
-                             capture_output=True, text=True, timeout=60)
+    checked = subprocess.run(
+        [sys.executable, "-m", "labrunner", "check", "lab2", "attention.cu"],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert checked.returncode == 0, checked.stderr[-500:]
     assert checked.stdout.rstrip().endswith("PASS (exit 0)")
 
@@ -493,8 +567,20 @@ def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_pat
     from xml.etree import ElementTree
 
     wrong = REPO / "tests" / "fixtures" / "lab2" / "wrong" / "causal_off_by_one.cu"
-    result = invoke(runner, "grade", "lab2", str(wrong), "--device", "cpu", "--case", "C1-P31", "--case", "C17-P31",
-                    "--junit", "report.xml")
+    result = invoke(
+        runner,
+        "grade",
+        "lab2",
+        str(wrong),
+        "--device",
+        "cpu",
+        "--case",
+        "C1-P31",
+        "--case",
+        "C17-P31",
+        "--junit",
+        "report.xml",
+    )
     assert result.exit_code == 1
     suite = ElementTree.parse(tmp_path / "report.xml").getroot()
     assert (suite.get("tests"), suite.get("failures")) == ("2", "2")
@@ -508,7 +594,7 @@ def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_pat
 
 def test_ci_runs_the_two_commands_at_the_top_of_the_readme():
     readme = (REPO / "README.md").read_text()
-    top = readme[readme.index("```bash"):readme.index("```", readme.index("```bash") + 7)]
+    top = readme[readme.index("```bash") : readme.index("```", readme.index("```bash") + 7)]
     commands = [line for line in top.splitlines() if line and not line.startswith(("#", "```"))]
     setup_and_grade, tests = commands
     ci = (REPO / ".ci/run").read_text()

@@ -21,8 +21,13 @@ CPU = cpu_compiler_available() is None
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 def test_the_backend_comparison_runs_every_shipped_solution_on_every_default_cpu_case():
-    completed = subprocess.run([sys.executable, "scripts/compare_backends.py", "cpu", "cpu"], cwd=REPO,
-                               capture_output=True, text=True, timeout=900)
+    completed = subprocess.run(
+        [sys.executable, "scripts/compare_backends.py", "cpu", "cpu"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     lines = completed.stdout.splitlines()
     assert lines[0].split() == ["solution", "case", "max", "|cpu", "-", "cpu|"]
@@ -30,8 +35,11 @@ def test_the_backend_comparison_runs_every_shipped_solution_on_every_default_cpu
     for lab in LABS.values():
         submission = load_submission(lab, lab.solution_path)
         constants = submission.constants
-        expected += [(f"kernels/{lab.name}/solution.cu", case.name)
-                     for case in resolved_cases(lab, load_catalogue(lab.name), constants) if case.cpu]
+        expected += [
+            (f"kernels/{lab.name}/solution.cu", case.name)
+            for case in resolved_cases(lab, load_catalogue(lab.name), constants)
+            if case.cpu
+        ]
     assert [tuple(line.split()[:2]) for line in lines[1:-1]] == expected
     assert all(line.split()[2] == "0.000e+00" for line in lines[1:-1])
     assert lines[-1] == "cpu and cpu outputs agree: largest difference 0.000e+00 (bound 1e-05)"

@@ -18,12 +18,13 @@ from labrunner.labs import LABS
 
 REPO = Path(__file__).resolve().parent.parent
 LAB2 = LABS["lab2"]
-FLASH_SIGNATURE = ('extern "C" __global__ void flash_prefill(const float* q, const float* kCache, '
-                   'const float* vCache, float* out, int chunkLen, int prefixLen)')
+FLASH_SIGNATURE = (
+    'extern "C" __global__ void flash_prefill(const float* q, const float* kCache, '
+    "const float* vCache, float* out, int chunkLen, int prefixLen)"
+)
 FLASH_PARAMS = "const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, int prefixLen"
 NEEDS = f"lab2 needs: {FLASH_SIGNATURE}"
-ALLOWED = ("the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, "
-           "<math_constants.h>")
+ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"
 REFUSED = f"is refused: a submission may include only {ALLOWED}; paste what you need into the file itself"
 
 
@@ -47,16 +48,27 @@ def refusal(tmp_path: Path, source: str) -> AttnlabError:
 @pytest.fixture
 def no_nvrtc(monkeypatch):
     """Any attempt to reach NVRTC fails loudly: proves a refusal came before the compiler."""
+
     def unreachable(*args, **kwargs):
         raise RuntimeError("NVRTC was reached")
+
     monkeypatch.setattr(nvrtc, "run_compiler", unreachable)
 
 
 # --- the shipped kernels ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("lab, file", [("lab2", "starter.cu"), ("lab2", "solution.cu"),
-                                       ("lab1", "starter.cu"), ("lab1", "solution.cu"),
-                                       ("lab3", "starter.cu"), ("lab3", "solution.cu")])
+
+@pytest.mark.parametrize(
+    "lab, file",
+    [
+        ("lab2", "starter.cu"),
+        ("lab2", "solution.cu"),
+        ("lab1", "starter.cu"),
+        ("lab1", "solution.cu"),
+        ("lab3", "starter.cu"),
+        ("lab3", "solution.cu"),
+    ],
+)
 def test_shipped_kernels_pass_the_gate(lab, file):
     path = REPO / "kernels" / lab / file
     submission = load_submission(LABS[lab], path, f"{lab}/{file}")
@@ -72,18 +84,26 @@ def test_lab2_entry_point_types_from_ptx():
 def test_solution_launch_constants_are_read_from_the_module():
     submission = load_submission(LAB2, REPO / "kernels/lab2/solution.cu", "solution.cu")
     assert submission.module.launch_constants == {
-        "attnlab_threads": 128, "attnlab_rows_per_block": 64, "attnlab_heads_per_block": 1,
+        "attnlab_threads": 128,
+        "attnlab_rows_per_block": 64,
+        "attnlab_heads_per_block": 1,
         "attnlab_smem_bytes": 52224,
     }
     assert submission.constants["attnlab_smem_bytes"] == 52224
 
 
 def test_exported_constants_override_the_defaults(tmp_path):
-    source = ('extern "C" __constant__ int attnlab_rows_per_block = 32;\n'
-              'extern "C" __constant__ int attnlab_heads_per_block = 4;\n' + flash())
+    source = (
+        'extern "C" __constant__ int attnlab_rows_per_block = 32;\n'
+        'extern "C" __constant__ int attnlab_heads_per_block = 4;\n' + flash()
+    )
     submission = submit(tmp_path, source)
-    assert submission.constants == {"attnlab_threads": 256, "attnlab_rows_per_block": 32,
-                                    "attnlab_heads_per_block": 4, "attnlab_smem_bytes": 0}
+    assert submission.constants == {
+        "attnlab_threads": 256,
+        "attnlab_rows_per_block": 32,
+        "attnlab_heads_per_block": 4,
+        "attnlab_smem_bytes": 0,
+    }
 
 
 def test_negative_constants_are_read_with_their_sign():
@@ -125,11 +145,17 @@ def test_ptxas_report_is_parsed_exactly():
     resources = parse_resources(PTXAS_LOG)
     wsum, f = resources["attn_weighted_sum"], resources["f"]
     assert (wsum.registers, wsum.shared_bytes, wsum.stack_bytes, wsum.spill_stores, wsum.spill_loads) == (
-        30, 2176, 0, 0, 0)
+        30,
+        2176,
+        0,
+        0,
+        0,
+    )
     assert (f.registers, f.shared_bytes, f.stack_bytes, f.spill_stores, f.spill_loads) == (40, 0, 1200, 8, 12)
 
 
 # --- compiler errors with the student's line numbers -----------------------------------------
+
 
 def test_a_syntax_error_is_reported_at_the_students_line():
     source = "// line 1\n// line 2\n// line 3\n" + flash(body=" int x = ; ")  # the error is on line 4
@@ -149,7 +175,7 @@ def test_an_error_on_line_one_is_line_one():
 
 
 def test_the_prelude_defines_infinity_and_the_contract_constants():
-    body = " static_assert(HQ == 32 && HKV == 8 && DH == 64 && GROUP == 4, \"\"); out[0] = -INFINITY; "
+    body = ' static_assert(HQ == 32 && HKV == 8 && DH == 64 && GROUP == 4, ""); out[0] = -INFINITY; '
     module = compile_gate(flash(body=body), "a.cu")
     assert "flash_prefill" in module.entry_points
 
@@ -166,6 +192,7 @@ def test_compiler_warnings_are_kept_with_the_students_line():
 
 
 # --- entry points ----------------------------------------------------------------------------
+
 
 def test_a_file_without_flash_prefill_is_missing_the_entry_point(tmp_path):
     error = refusal(tmp_path, 'extern "C" __global__ void other(float* out) {}\n')
@@ -189,14 +216,17 @@ def test_a_wrong_parameter_count_is_named(tmp_path):
 
 def test_a_pointer_where_an_int_belongs_is_named(tmp_path):
     error = refusal(tmp_path, flash(FLASH_PARAMS.replace("int prefixLen", "float* prefixLen")))
-    assert error.message == (f"attention.cu: error: parameter 6 of flash_prefill is a pointer, but "
-                             f"`int prefixLen` is expected; {NEEDS}")
+    assert error.message == (
+        f"attention.cu: error: parameter 6 of flash_prefill is a pointer, but `int prefixLen` is expected; {NEEDS}"
+    )
 
 
 def test_an_int_where_a_pointer_belongs_is_named(tmp_path):
     error = refusal(tmp_path, flash(FLASH_PARAMS.replace("const float* q", "int q")))
-    assert error.message == (f"attention.cu: error: parameter 1 of flash_prefill is a 32-bit integer, but "
-                             f"`const float* q` is expected; {NEEDS}")
+    assert error.message == (
+        f"attention.cu: error: parameter 1 of flash_prefill is a 32-bit integer, but "
+        f"`const float* q` is expected; {NEEDS}"
+    )
 
 
 def test_a_float_where_an_int_belongs_is_named_as_a_float(tmp_path):
@@ -204,48 +234,71 @@ def test_a_float_where_an_int_belongs_is_named_as_a_float(tmp_path):
     assert "parameter 5 of flash_prefill is a float" in error.message
 
 
-@pytest.mark.parametrize("old, new, message", [
-    ("const float* kCache", "const double* kCache", "parameter 2 of flash_prefill is `const double*`, but "
-                                                    "`const float* kCache` is expected"),
-    ("float* out", "int* out", "parameter 4 of flash_prefill is `int*`, but `float* out` is expected"),
-    ("float* out", "const float* out", "parameter 4 of flash_prefill is `const float*`, but `float* out` is expected"),
-    ("const float* q", "const __half* q", "parameter 1 of flash_prefill is `const __half*`, but "
-                                          "`const float* q` is expected"),
-])
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (
+            "const float* kCache",
+            "const double* kCache",
+            "parameter 2 of flash_prefill is `const double*`, but `const float* kCache` is expected",
+        ),
+        ("float* out", "int* out", "parameter 4 of flash_prefill is `int*`, but `float* out` is expected"),
+        (
+            "float* out",
+            "const float* out",
+            "parameter 4 of flash_prefill is `const float*`, but `float* out` is expected",
+        ),
+        (
+            "const float* q",
+            "const __half* q",
+            "parameter 1 of flash_prefill is `const __half*`, but `const float* q` is expected",
+        ),
+    ],
+)
 def test_a_pointer_to_the_wrong_type_is_named_with_the_type_written(tmp_path, old, new, message):
     before = "struct __half { unsigned short bits; };\n" if "__half" in new else ""
     error = refusal(tmp_path, flash(FLASH_PARAMS.replace(old, new), before=before))
     assert error.message == f"attention.cu: error: {message}; {NEEDS}"
 
 
-@pytest.mark.parametrize("old, new", [
-    ("const float* q", "float* q"),                   # an input without its const
-    ("const float* kCache", "const float4* kCache"),  # a vector view of the same float data
-    ("float* out", "float2* __restrict__ out"),
-    ("int chunkLen", "unsigned int chunkLen"),
-    ("int prefixLen", "const int prefixLen"),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("const float* q", "float* q"),  # an input without its const
+        ("const float* kCache", "const float4* kCache"),  # a vector view of the same float data
+        ("float* out", "float2* __restrict__ out"),
+        ("int chunkLen", "unsigned int chunkLen"),
+        ("int prefixLen", "const int prefixLen"),
+    ],
+)
 def test_parameter_types_that_read_the_same_data_are_accepted(tmp_path, old, new):
     assert submit(tmp_path, flash(FLASH_PARAMS.replace(old, new))).module.entry_points["flash_prefill"]
 
 
 # --- includes --------------------------------------------------------------------------------
 
-DOTDOT = ("is refused: a header name may not contain `..`; include the driver's headers by their own names, "
-          "as <attnlab/prelude.cuh>")
-BY_MACRO = f"is refused: an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED}"
+DOTDOT = (
+    "is refused: a header name may not contain `..`; include the driver's headers by their own names, "
+    "as <attnlab/prelude.cuh>"
+)
+BY_MACRO = (
+    f"is refused: an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED}"
+)
 
 
-@pytest.mark.parametrize("head, line, directive, why", [
-    ('#include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
-    ('// a comment\n#include "../x.h"\n', 2, '#include "../x.h"', DOTDOT),
-    ('#define HEADER "/etc/passwd"\n#include HEADER\n', 2, "#include HEADER", BY_MACRO),
-    ('#include \\\n"/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
-    ('#inc\\\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
-    ('  #  include <stdio.h>\n', 1, "#include <stdio.h>", REFUSED),
-    ('#include_next <x.h>\n', 1, "#include_next <x.h>", f"is refused: a submission may include only {ALLOWED}"),
-    ('#/* hidden */include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
-])
+@pytest.mark.parametrize(
+    "head, line, directive, why",
+    [
+        ('#include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+        ('// a comment\n#include "../x.h"\n', 2, '#include "../x.h"', DOTDOT),
+        ('#define HEADER "/etc/passwd"\n#include HEADER\n', 2, "#include HEADER", BY_MACRO),
+        ('#include \\\n"/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+        ('#inc\\\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+        ("  #  include <stdio.h>\n", 1, "#include <stdio.h>", REFUSED),
+        ("#include_next <x.h>\n", 1, "#include_next <x.h>", f"is refused: a submission may include only {ALLOWED}"),
+        ('#/* hidden */include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
+    ],
+)
 def test_foreign_includes_are_refused_before_nvrtc(tmp_path, no_nvrtc, head, line, directive, why):
     error = refusal(tmp_path, head + flash())
     assert error.message == f"attention.cu({line}): error: `{directive}` {why}"
@@ -264,9 +317,11 @@ def test_an_include_in_a_comment_is_not_a_directive():
 
 def test_a_dotdot_escape_from_the_drivers_headers_is_refused(tmp_path, no_nvrtc):
     error = refusal(tmp_path, "#include <attnlab/../../../../../../etc/passwd>\n" + flash())
-    assert error.message == ("attention.cu(1): error: `#include <attnlab/../../../../../../etc/passwd>` is refused: "
-                             "a header name may not contain `..`; include the driver's headers by their own names, "
-                             "as <attnlab/prelude.cuh>")
+    assert error.message == (
+        "attention.cu(1): error: `#include <attnlab/../../../../../../etc/passwd>` is refused: "
+        "a header name may not contain `..`; include the driver's headers by their own names, "
+        "as <attnlab/prelude.cuh>"
+    )
 
 
 def test_an_include_split_by_a_multiline_comment_is_refused(tmp_path, no_nvrtc):
@@ -281,10 +336,13 @@ def test_a_digraph_include_is_refused(tmp_path, no_nvrtc):
 
 # --- launch constants ------------------------------------------------------------------------
 
+
 def test_an_unknown_launch_constant_is_refused(tmp_path):
     error = refusal(tmp_path, 'extern "C" __constant__ int attnlab_tile = 64;\n' + flash())
-    assert error.message == ("attention.cu: error: unknown launch constant attnlab_tile (lab2 reads "
-                             "attnlab_threads, attnlab_rows_per_block, attnlab_heads_per_block, attnlab_smem_bytes)")
+    assert error.message == (
+        "attention.cu: error: unknown launch constant attnlab_tile (lab2 reads "
+        "attnlab_threads, attnlab_rows_per_block, attnlab_heads_per_block, attnlab_smem_bytes)"
+    )
 
 
 def test_heads_per_block_must_divide_32(tmp_path):
@@ -295,29 +353,45 @@ def test_heads_per_block_must_divide_32(tmp_path):
 def test_every_invalid_constant_is_listed_once(tmp_path):
     # the bounds first, then the lab's own rules about the constants within them: 2048 threads is not
     # said twice (above its bound, and more than a block holds)
-    source = ('extern "C" __constant__ int attnlab_threads = 2048;\n'
-              'extern "C" __constant__ int attnlab_heads_per_block = 3;\n'
-              'extern "C" __constant__ int attnlab_smem_bytes = 300000;\n' + flash())
+    source = (
+        'extern "C" __constant__ int attnlab_threads = 2048;\n'
+        'extern "C" __constant__ int attnlab_heads_per_block = 3;\n'
+        'extern "C" __constant__ int attnlab_smem_bytes = 300000;\n' + flash()
+    )
     error = refusal(tmp_path, source)
-    assert error.message == ("attention.cu: error: launch constants: attnlab_threads = 2048 is above its bound 1024; "
-                             "attnlab_smem_bytes = 300000 is above its bound 232448; "
-                             "attnlab_heads_per_block = 3 must divide 32")
+    assert error.message == (
+        "attention.cu: error: launch constants: attnlab_threads = 2048 is above its bound 1024; "
+        "attnlab_smem_bytes = 300000 is above its bound 232448; "
+        "attnlab_heads_per_block = 3 must divide 32"
+    )
 
 
 def test_a_negative_rows_per_block_is_refused(tmp_path):
     error = refusal(tmp_path, 'extern "C" __constant__ int attnlab_rows_per_block = -1;\n' + flash())
-    assert error.message == ("attention.cu: error: launch constants: attnlab_rows_per_block = -1 must be positive, "
-                             "or 0 for one block over all rows")
+    assert error.message == (
+        "attention.cu: error: launch constants: attnlab_rows_per_block = -1 must be positive, "
+        "or 0 for one block over all rows"
+    )
 
 
 # --- lab 3's int32 inputs ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("old, new, message", [
-    ("const int* blockTable", "const float* blockTable",
-     "parameter 4 of decode_partial is `const float*`, but `const int* blockTable` is expected"),
-    ("const int* seqLens, float* partOut", "const unsigned* seqLens, float* partOut",
-     "parameter 5 of decode_partial is `const unsigned int*`, but `const int* seqLens` is expected"),
-])
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        (
+            "const int* blockTable",
+            "const float* blockTable",
+            "parameter 4 of decode_partial is `const float*`, but `const int* blockTable` is expected",
+        ),
+        (
+            "const int* seqLens, float* partOut",
+            "const unsigned* seqLens, float* partOut",
+            "parameter 5 of decode_partial is `const unsigned int*`, but `const int* seqLens` is expected",
+        ),
+    ],
+)
 def test_lab3s_block_table_and_lengths_are_int32_pointers(tmp_path, old, new, message):
     source = (REPO / "kernels/lab3/starter.cu").read_text().replace(old, new, 1)
     path = tmp_path / "decode.cu"

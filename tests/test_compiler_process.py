@@ -47,11 +47,13 @@ def started(monkeypatch):
         process = original(*args, **kwargs)
         processes.append(process)
         return process
+
     monkeypatch.setattr(compiler_process.subprocess, "Popen", recording)
     return processes
 
 
 # --- the clock and the memory ceiling ----------------------------------------------------------
+
 
 def test_the_macro_bomb_is_a_compile_error_when_the_clock_runs_out(started):
     began = time.monotonic()
@@ -74,12 +76,14 @@ def test_the_default_limits_are_20_s_and_1024_mib():
 
 
 def test_the_shipped_solution_compiles_well_inside_the_memory_ceiling():
-    module = compile_gate((REPO / "kernels/lab2/solution.cu").read_text(), "solution.cu",
-                          limits=CompileLimits(memory_mib=400))
+    module = compile_gate(
+        (REPO / "kernels/lab2/solution.cu").read_text(), "solution.cu", limits=CompileLimits(memory_mib=400)
+    )
     assert "flash_prefill" in module.entry_points
 
 
 # --- what the child gets, and what it leaves -------------------------------------------------
+
 
 def test_the_childs_environment_holds_nothing_of_the_graders(monkeypatch):
     monkeypatch.setenv("ATTNLAB_SEED", MARKER)
@@ -97,7 +101,7 @@ def test_the_child_runs_in_an_empty_folder_that_is_removed_afterwards(monkeypatc
     assert not compiled
     assert list(tmp_path.iterdir()) == []
     python = started[0].args.index(sys.executable)
-    assert started[0].args[python + 1:python + 3] == ["-I", "-S"]  # a fresh, isolated interpreter, no site-packages
+    assert started[0].args[python + 1 : python + 3] == ["-I", "-S"]  # a fresh, isolated interpreter, no site-packages
 
 
 @pytest.mark.skipif(boxes.availability() is not None, reason=f"no box here: {boxes.availability()}")
@@ -116,7 +120,9 @@ def test_a_reply_that_is_not_the_protocols_json_is_a_compile_error(monkeypatch, 
     child.write_text("import sys\nsys.stdout.buffer.write(b'\\x80\\x04\\x95 not json')\n")
     monkeypatch.setattr(compiler_process, "CHILD", child)
     message = compile_error("int x;\n", "a.cu")
-    assert message == "a.cu: error: the compiler stopped without an answer (exit status 0); the file could not be compiled"
+    assert (
+        message == "a.cu: error: the compiler stopped without an answer (exit status 0); the file could not be compiled"
+    )
 
 
 # --- the diagnostics filter ------------------------------------------------------------------
@@ -190,7 +196,8 @@ def test_an_error_inside_a_header_is_reported_without_the_headers_lines(tmp_path
         compile_module(f'#include "{secret}"\n', "attention.cu")
     assert caught.value.message == (
         "attention.cu: error: NVRTC rejected the file, but every message was about one of the driver's headers "
-        "(not shown); check the macros defined before each #include")
+        "(not shown); check the macros defined before each #include"
+    )
     assert MARKER.replace("-", "_") not in caught.value.message
 
 
@@ -205,13 +212,28 @@ def test_a_compiler_message_names_the_students_line_once():
 
 # --- the option, through the command line --------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["check", "bench"])
 def test_compile_timeout_is_an_option_of_each_command_that_compiles(tmp_path, command):
     report = tmp_path / "result.json"
     completed = subprocess.run(
-        [sys.executable, "-m", "labrunner", command, "lab2", "macro_bomb.cu", "--compile-timeout", "2",
-         "--json", str(report)],
-        cwd=REPO / "tests/fixtures/lab2/hostile", capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            command,
+            "lab2",
+            "macro_bomb.cu",
+            "--compile-timeout",
+            "2",
+            "--json",
+            str(report),
+        ],
+        cwd=REPO / "tests/fixtures/lab2/hostile",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode == 3
     assert completed.stderr == "macro_bomb.cu: error: the compiler did not finish in 2 s (--compile-timeout)\n"
     assert json.loads(report.read_text())["verdict"] == "compile-error"

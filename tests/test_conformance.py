@@ -96,6 +96,10 @@ def test_the_readme_prints_the_table_as_rendered_from_the_data():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     readme = (REPO / "README.md").read_text()
-    printed = re.search(r"<!-- conformance table: rendered by scripts/conformance_table.py -->\n(.*?)\n"
-                        r"<!-- end of conformance table -->", readme, re.DOTALL)
+    printed = re.search(
+        r"<!-- conformance table: rendered by scripts/conformance_table.py -->\n(.*?)\n"
+        r"<!-- end of conformance table -->",
+        readme,
+        re.DOTALL,
+    )
     assert printed is not None and printed.group(1) == script.render()

@@ -28,22 +28,34 @@ def refusal(cache, code: str) -> str:
 
 
 PASTED = {
-    "attribute-name-pasted": ('#define CAT(a, b) a##b\n__attribute__((CAT(sec, tion)(".x"))) int v;\n',
-                              f"attention.cu(2): error: {SECTION}"),
-    "keyword-and-name-pasted": ('#define CAT(a, b) a##b\n\nCAT(__attri, bute__)((CAT(sec, tion)(".x"))) int v;\n',
-                                f"attention.cu(3): error: {SECTION}"),
-    "standard-form-pasted": ('#define CAT(a, b) a##b\n[[gnu::CAT(constr, uctor)]] void f() {}\n',
-                             "attention.cu(2): error: [[gnu::constructor]] is not allowed in a kernel file (it runs code "
-                             "when the module loads or unloads, outside any kernel)"),
-    "pragma-built-by-a-macro": ("#define PRAGMA(x) _Pragma(#x)\nint attnlab_x;\nPRAGMA(weak attnlab_x)\n",
-                                "attention.cu(3): error: #pragma weak is not allowed in a kernel file (it binds a "
-                                "symbol's name to another definition, which the loader resolves)"),
-    "pch-pragma-built-by-a-macro": ('#define PRAGMA(x) _Pragma(#x)\nPRAGMA(GCC pch_preprocess "/etc/passwd")\n',
-                                    "attention.cu(2): error: #pragma GCC pch_preprocess is not allowed in a kernel file "
-                                    "(it makes the compiler read another file)"),
-    "asm-label-pasted": ('#define CAT(a, b) a##b\nint attnlab_v CAT(__as, m__)("attnlab_w");\n',
-                         "attention.cu(2): error: inline assembly built by a macro: the CPU backend runs only asm "
-                         "statements written out in the file (see the CPU backend's README)"),
+    "attribute-name-pasted": (
+        '#define CAT(a, b) a##b\n__attribute__((CAT(sec, tion)(".x"))) int v;\n',
+        f"attention.cu(2): error: {SECTION}",
+    ),
+    "keyword-and-name-pasted": (
+        '#define CAT(a, b) a##b\n\nCAT(__attri, bute__)((CAT(sec, tion)(".x"))) int v;\n',
+        f"attention.cu(3): error: {SECTION}",
+    ),
+    "standard-form-pasted": (
+        "#define CAT(a, b) a##b\n[[gnu::CAT(constr, uctor)]] void f() {}\n",
+        "attention.cu(2): error: [[gnu::constructor]] is not allowed in a kernel file (it runs code "
+        "when the module loads or unloads, outside any kernel)",
+    ),
+    "pragma-built-by-a-macro": (
+        "#define PRAGMA(x) _Pragma(#x)\nint attnlab_x;\nPRAGMA(weak attnlab_x)\n",
+        "attention.cu(3): error: #pragma weak is not allowed in a kernel file (it binds a "
+        "symbol's name to another definition, which the loader resolves)",
+    ),
+    "pch-pragma-built-by-a-macro": (
+        '#define PRAGMA(x) _Pragma(#x)\nPRAGMA(GCC pch_preprocess "/etc/passwd")\n',
+        "attention.cu(2): error: #pragma GCC pch_preprocess is not allowed in a kernel file "
+        "(it makes the compiler read another file)",
+    ),
+    "asm-label-pasted": (
+        '#define CAT(a, b) a##b\nint attnlab_v CAT(__as, m__)("attnlab_w");\n',
+        "attention.cu(2): error: inline assembly built by a macro: the CPU backend runs only asm "
+        "statements written out in the file (see the CPU backend's README)",
+    ),
 }
 
 
@@ -55,8 +67,10 @@ def test_what_macros_build_is_refused_in_the_preprocessed_text(cache, code, mess
 def incbin(secret) -> str:
     """A byte whose section's text copies `secret` in after it, and a function that keeps the byte
     (the compiler drops a constant nobody uses, section and all)."""
-    return (f'__attribute__((section(".rodata\\n.incbin \\"{secret}\\"\\n#"))) const char attnlab_before = 1;\n'
-            '__device__ const char* attnlab_where() { return &attnlab_before; }\n')
+    return (
+        f'__attribute__((section(".rodata\\n.incbin \\"{secret}\\"\\n#"))) const char attnlab_before = 1;\n'
+        "__device__ const char* attnlab_where() { return &attnlab_before; }\n"
+    )
 
 
 def test_incbin_in_a_section_never_reaches_the_assembler(tmp_path):

@@ -53,10 +53,29 @@ def grade_hostile(lab: str, relative: str, tmp_path: Path, *extra: str) -> tuple
     name, value = marker.split("=")
     env = {**os.environ, "ATTNLAB_SEED": SECRET, name: value}
     report = tmp_path / "result.json"
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", lab, str(HOSTILE / lab / relative),
-                                "--device", "cpu", "--no-timing", "--case", "C1-P31" if lab == "lab2" else "T1",
-                                "--json", str(report), *extra],
-                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            lab,
+            str(HOSTILE / lab / relative),
+            "--device",
+            "cpu",
+            "--no-timing",
+            "--case",
+            "C1-P31" if lab == "lab2" else "T1",
+            "--json",
+            str(report),
+            *extra,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert survivors(marker) == []
     return completed, json.loads(report.read_text())
 
@@ -78,18 +97,25 @@ SECTION = " is not allowed in a kernel file (it places code or data where the lo
 
 
 @needs_seccomp
-@pytest.mark.parametrize("lab, relative, line", [
-    ("lab1", "hostile/ctor_shell.cu", 7),
-    ("lab1", "hostile/ctor_getenv.cu", 6),
-    ("lab2", "hostile/ctor_fork.cu", 6),
-])
+@pytest.mark.parametrize(
+    "lab, relative, line",
+    [
+        ("lab1", "hostile/ctor_shell.cu", 7),
+        ("lab1", "hostile/ctor_getenv.cu", 6),
+        ("lab2", "hostile/ctor_fork.cu", 6),
+    ],
+)
 def test_a_constructor_is_refused_before_any_compiler_runs(lab, relative, line, tmp_path):
     """The gate reads the attribute (labrunner/build/attributes.py), on both backends alike; no
     compiler, and no worker, ever sees the file."""
     completed, result = grade_hostile(lab, relative, tmp_path)
     message = f"{HOSTILE / lab / relative}({line}): error: __attribute__((constructor))" + AT_LOAD
     assert (completed.returncode, result["verdict"], result["backend"], result["error"]) == (
-        3, "compile-error", None, message)
+        3,
+        "compile-error",
+        None,
+        message,
+    )
     assert completed.stderr.endswith(message + "\n")
     assert SECRET not in completed.stdout + completed.stderr + json.dumps(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
@@ -102,10 +128,13 @@ def test_the_object_check_stands_under_unsafe_cpu_too(tmp_path):
     relative = "hostile/global_initializer.cu"
     completed, result = grade_hostile("lab2", relative, tmp_path, "--unsafe-cpu")
     assert (completed.returncode, result["verdict"], result["backend"], result["error"]) == (
-        3, "compile-error", "cpu",
+        3,
+        "compile-error",
+        "cpu",
         f"{HOSTILE / 'lab2' / relative}: the CPU build refuses this file: the dynamic initialiser of a namespace-scope "
         "variable (like `int x = f();`) would run when the module loads, outside any kernel (a constructor or a "
-        "global's initialiser); kernels run only when launched, so remove it")
+        "global's initialiser); kernels run only when launched, so remove it",
+    )
 
 
 def first_line_of(path: str) -> str:
@@ -116,11 +145,14 @@ def first_line_of(path: str) -> str:
 
 
 @needs_seccomp
-@pytest.mark.parametrize("relative, line", [
-    ("hostile/tm_clone_table.cu", 75),
-    ("hostile/section_asm_injection.cu", 10),
-    ("hostile/incbin_section.cu", 8),
-])
+@pytest.mark.parametrize(
+    "relative, line",
+    [
+        ("hostile/tm_clone_table.cu", 75),
+        ("hostile/section_asm_injection.cu", 10),
+        ("hostile/incbin_section.cu", 8),
+    ],
+)
 def test_what_a_section_attribute_would_do_is_refused_before_any_compiler_runs(relative, line, tmp_path):
     """Load-time code through g++'s own start-up code, x86 assembly and `.incbin` through the text of a
     section: the gate names the attribute's line, so neither compiler, nor the assembler, sees the
@@ -128,7 +160,11 @@ def test_what_a_section_attribute_would_do_is_refused_before_any_compiler_runs(r
     completed, result = grade_hostile("lab2", relative, tmp_path)
     message = f"{HOSTILE / 'lab2' / relative}({line}): error: __attribute__((section))" + SECTION
     assert (completed.returncode, result["verdict"], result["backend"], result["error"]) == (
-        3, "compile-error", None, message)
+        3,
+        "compile-error",
+        None,
+        message,
+    )
     assert completed.stderr.endswith(message + "\n")
     assert first_line_of("/etc/passwd") not in completed.stdout + completed.stderr + json.dumps(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
@@ -141,7 +177,11 @@ def test_a_kernel_learns_nothing_of_other_files_by_stat(tmp_path):
     prints nothing, and the kernel keeps its true verdict."""
     completed, result = grade_hostile("lab2", "hostile/fstatat_probe.cu", tmp_path)
     assert (completed.returncode, result["verdict"], result["backend"], result["kernel_output"]) == (
-        0, "pass", "cpu", [])
+        0,
+        "pass",
+        "cpu",
+        [],
+    )
     assert "attnlab-leak" not in completed.stdout + completed.stderr + json.dumps(result)
 
 
@@ -186,19 +226,24 @@ def test_the_libc_attack_is_real_without_the_filter(tmp_path):
 
 # ----------------------------------------------------------------- where seccomp is missing
 
+
 @pytest.fixture
 def no_seccomp(monkeypatch, tmp_path):
     import labrunner.run.cpu_device as cpu_device
 
-    monkeypatch.setattr(cpu_device, "cpu_sandbox_status", lambda: "libseccomp is not installed (apt-get install libseccomp2)")
+    monkeypatch.setattr(
+        cpu_device, "cpu_sandbox_status", lambda: "libseccomp is not installed (apt-get install libseccomp2)"
+    )
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
     monkeypatch.chdir(tmp_path)
     return CliRunner(env={"COLUMNS": "200"})
 
 
-NO_SECCOMP = ("error: the CPU backend cannot seal its worker here: libseccomp is not installed (apt-get install "
-              "libseccomp2). It runs the file as native code, so it does not grade; use a GPU, or --unsafe-cpu for "
-              "a file you wrote yourself\n")
+NO_SECCOMP = (
+    "error: the CPU backend cannot seal its worker here: libseccomp is not installed (apt-get install "
+    "libseccomp2). It runs the file as native code, so it does not grade; use a GPU, or --unsafe-cpu for "
+    "a file you wrote yourself\n"
+)
 
 
 @pytest.mark.parametrize("device", ["cpu", "auto"])
@@ -211,10 +256,13 @@ def test_without_seccomp_the_cpu_backend_refuses_to_grade(no_seccomp, device):
 
 
 def test_unsafe_cpu_grades_without_seccomp_and_says_so(no_seccomp):
-    result = no_seccomp.invoke(main, ["grade", "lab2", str(STARTER), "--device", "cpu", "--unsafe-cpu",
-                                      "--case", "C1-P31", "--json", "out.json"])
+    result = no_seccomp.invoke(
+        main,
+        ["grade", "lab2", str(STARTER), "--device", "cpu", "--unsafe-cpu", "--case", "C1-P31", "--json", "out.json"],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(Path("out.json").read_text())
-    assert data["notes"][0] == ("--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; "
-                                "grade only files you trust")
+    assert data["notes"][0] == (
+        "--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"
+    )
     assert result.stdout.rstrip().endswith("PASS on the CPU backend (exit 0)")

@@ -24,8 +24,13 @@ def cache(tmp_path_factory):
 
 def runtime_macros() -> set[str]:
     """Every macro defined once the runtime is preprocessed: the shim's, its headers', g++'s."""
-    out = subprocess.run([_cxx(), *CXXFLAGS, "-dM", "-E", "-include", str(_SHIM), "-x", "c++", "/dev/null"],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [_cxx(), *CXXFLAGS, "-dM", "-E", "-include", str(_SHIM), "-x", "c++", "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return {m.group(1) for m in re.finditer(r"^#define (\w+)", out, re.M)}
 
 
@@ -41,13 +46,26 @@ def test_no_macro_of_the_runtime_is_visible_to_a_kernel_file(cache):
     """Each of the ~3,000 macros of the runtime's preprocessing is tested with #ifdef inside a kernel
     built for the CPU; the ones defined there are exactly those the file is meant to see."""
     names = sorted(name for name in runtime_macros() if not name.startswith("__has_"))
-    assert {"ATTNLAB_FAIL", "ATTNLAB_SITE_PARAMS", "ATTNLAB_HAVE_ASM_FIBERS", "__GLIBC__", "_GLIBCXX_RELEASE",
-            "MAP_ANONYMOUS", "SIGSEGV", "EOF", "__GNUC__", "__OPTIMIZE__", "NULL", "__cplusplus"} <= set(names)
+    assert {
+        "ATTNLAB_FAIL",
+        "ATTNLAB_SITE_PARAMS",
+        "ATTNLAB_HAVE_ASM_FIBERS",
+        "__GLIBC__",
+        "_GLIBCXX_RELEASE",
+        "MAP_ANONYMOUS",
+        "SIGSEGV",
+        "EOF",
+        "__GNUC__",
+        "__OPTIMIZE__",
+        "NULL",
+        "__cplusplus",
+    } <= set(names)
     body = "".join(f"#ifdef {name}\n  o[{i}] = 1;\n#endif\n" for i, name in enumerate(names))
     src = PRELUDE + f'extern "C" __global__ void probe(float* o) {{\n{body}}}\n'
     out = np.zeros(len(names), np.float32)
     CpuModule.build(src, "attention.cu", {"probe": ["float*"]}, cache_dir=cache).launch(
-        "probe", (1, 1, 1), (1, 1, 1), 0, [out])
+        "probe", (1, 1, 1), (1, 1, 1), 0, [out]
+    )
     seen = {name for name, flag in zip(names, out) if flag == 1}
     assert seen == set(names) & meant_to_be_seen()
     assert {"NULL", "__cplusplus", "INFINITY"} <= seen  # names both sides define are seen, with NVRTC's meaning
@@ -56,9 +74,11 @@ def test_no_macro_of_the_runtime_is_visible_to_a_kernel_file(cache):
 def test_a_kernel_files_macros_reach_neither_the_runtime_nor_the_wrappers(cache):
     """Macros named like the identifiers of the runtime and of the launch wrappers change nothing but
     the file's own text: those are preprocessed apart from it."""
-    src = PRELUDE + ("#define attnlab_gen broken\n#define AnyPtr broken\n#define launch broken\n"
-                     "#define attnlab_launch_0 broken\n#define register_shared broken\n#define memcpy broken\n"
-                     'extern "C" __global__ void k(float* o) { o[threadIdx.x] = 2.0f * threadIdx.x; }\n')
+    src = PRELUDE + (
+        "#define attnlab_gen broken\n#define AnyPtr broken\n#define launch broken\n"
+        "#define attnlab_launch_0 broken\n#define register_shared broken\n#define memcpy broken\n"
+        'extern "C" __global__ void k(float* o) { o[threadIdx.x] = 2.0f * threadIdx.x; }\n'
+    )
     out = np.zeros(4, np.float32)
     CpuModule.build(src, "attention.cu", {"k": ["float*"]}, cache_dir=cache).launch("k", (1, 1, 1), (4, 1, 1), 0, [out])
     assert out.tolist() == [0.0, 2.0, 4.0, 6.0]

@@ -26,7 +26,8 @@ def test_the_cpu_build_defines_exactly_the_macros_nvrtc_defines(cache):
     src = PRELUDE + f'extern "C" __global__ void probe(float* o) {{\n{body}}}\n'
     out = np.zeros(len(names), np.float32)
     CpuModule.build(src, "attention.cu", {"probe": ["float*"]}, cache_dir=cache).launch(
-        "probe", (1, 1, 1), (1, 1, 1), 0, [out])
+        "probe", (1, 1, 1), (1, 1, 1), 0, [out]
+    )
     cpu_defined = {name for name, flag in zip(names, out) if flag == 1}
     assert cpu_defined == set(nvrtc)
     assert {"__CUDA_ARCH__", "__CUDACC__", "__CUDACC_RTC__", "CUDART_VERSION"} <= set(nvrtc)
@@ -35,7 +36,9 @@ def test_the_cpu_build_defines_exactly_the_macros_nvrtc_defines(cache):
 
 @pytest.mark.parametrize("arch, expected", [("sm_90", 900), ("sm_80", 800)])
 def test_cuda_arch_is_the_arch_the_gate_compiled_for(cache, arch, expected):
-    src = PRELUDE + """
+    src = (
+        PRELUDE
+        + """
 extern "C" __global__ void probe(float* o) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
     o[0] = __CUDA_ARCH__;
@@ -50,11 +53,13 @@ extern "C" __global__ void probe(float* o) {
 #endif
 }
 """
+    )
     from labrunner.build.nvrtc import nvrtc_version
 
     out = np.zeros(6, np.float32)
     CpuModule.build(src, "attention.cu", {"probe": ["float*"]}, cache_dir=cache, arch=arch).launch(
-        "probe", (1, 1, 1), (32, 1, 1), 0, [out])
+        "probe", (1, 1, 1), (32, 1, 1), 0, [out]
+    )
     major, minor = map(int, nvrtc_version().split("."))
     assert out.tolist() == [expected, 1, 1, major * 1000 + minor * 10, major * 1000 + minor * 10, 0]
 
@@ -63,7 +68,9 @@ def test_the_headers_limit_macros_still_work_in_a_kernel(cache):
     """The standard headers a kernel may include (NVRTC's own, labrunner/include/nvrtc_std, and the
     CPU build's <cmath> and <climits>) still compile and give FLT_MAX, INT_MAX and INFINITY, though
     none of g++'s own macros is left for them to expand into."""
-    src = PRELUDE + """
+    src = (
+        PRELUDE
+        + """
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -77,8 +84,9 @@ extern "C" __global__ void probe(float* o) {
     o[2] = -INFINITY;
 }
 """
+    )
     out = np.zeros(3, np.float32)
     CpuModule.build(src, "attention.cu", {"probe": ["float*"]}, cache_dir=cache).launch(
-        "probe", (1, 1, 1), (1, 1, 1), 0, [out])
+        "probe", (1, 1, 1), (1, 1, 1), 0, [out]
+    )
     assert out.tolist() == [np.finfo(np.float32).max, 2.0**31, -np.inf]
-

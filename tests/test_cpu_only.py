@@ -31,15 +31,18 @@ print("\\n".join(failed) or "all imported")
 
 
 def test_every_module_imports_without_cupy():
-    completed = subprocess.run([sys.executable, "-c", IMPORT_EVERYTHING_WITHOUT_CUPY], cwd=REPO,
-                               capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [sys.executable, "-c", IMPORT_EVERYTHING_WITHOUT_CUPY], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert completed.stdout == "all imported\n"
 
 
 def test_the_gpu_timer_imports_cupy_only_when_a_timer_is_made():
-    script = ("import sys; sys.modules['cupy'] = None\n"
-              "from labrunner.measure.gpu_timer import CupyTimer\n"
-              "try:\n    CupyTimer()\nexcept ImportError as exc:\n    print('ImportError:', exc)\n")
+    script = (
+        "import sys; sys.modules['cupy'] = None\n"
+        "from labrunner.measure.gpu_timer import CupyTimer\n"
+        "try:\n    CupyTimer()\nexcept ImportError as exc:\n    print('ImportError:', exc)\n"
+    )
     completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert completed.stdout == "ImportError: import of cupy halted; None in sys.modules\n", completed.stderr[-2000:]

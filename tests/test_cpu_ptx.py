@@ -30,15 +30,25 @@ REPO = Path(__file__).resolve().parent.parent
 PROBES_SOURCE = REPO / "tests" / "cpu_kernels" / "ptx.cu"
 RUNTIME = Path(cpu_module.__file__).parent
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "ptx.cu"\n'
-ENTRY_POINTS = {"mma_raw": ["float*", "float*", "float*", "float*", "int"], "mma_3xtf32": ["float*"] * 3,
-                "cvt_each": ["float*", "unsigned*", "int"], "mma_half_warp": ["float*"],
-                "mma_two_sites": ["float*"], "mma_against_barrier": ["float*"],
-                "mma_f16_raw": ["unsigned*", "unsigned*", "float*", "float*", "int"], "mma_3xf16": ["float*"] * 3,
-                "cvt_f16x2_each": ["unsigned*", "unsigned*", "unsigned*", "int"], "mma_f16_against_tf32": ["float*"],
-                "mma_shapes_on_one_line": ["float*"], "cp_async_copies": ["float*", "float*"],
-                "cp_async_sizes": ["unsigned char*", "unsigned char*"], "cp_async_groups": ["float*", "float*"],
-                "cp_async_threads": ["float*", "float*", "int"], "cp_async_fault": ["float*", "float*", "int"],
-                "cp_async_source_late": ["float*", "float*"]}
+ENTRY_POINTS = {
+    "mma_raw": ["float*", "float*", "float*", "float*", "int"],
+    "mma_3xtf32": ["float*"] * 3,
+    "cvt_each": ["float*", "unsigned*", "int"],
+    "mma_half_warp": ["float*"],
+    "mma_two_sites": ["float*"],
+    "mma_against_barrier": ["float*"],
+    "mma_f16_raw": ["unsigned*", "unsigned*", "float*", "float*", "int"],
+    "mma_3xf16": ["float*"] * 3,
+    "cvt_f16x2_each": ["unsigned*", "unsigned*", "unsigned*", "int"],
+    "mma_f16_against_tf32": ["float*"],
+    "mma_shapes_on_one_line": ["float*"],
+    "cp_async_copies": ["float*", "float*"],
+    "cp_async_sizes": ["unsigned char*", "unsigned char*"],
+    "cp_async_groups": ["float*", "float*"],
+    "cp_async_threads": ["float*", "float*", "int"],
+    "cp_async_fault": ["float*", "float*", "int"],
+    "cp_async_source_late": ["float*", "float*"],
+}
 MMA = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 MMA16 = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 SHARED_POISON = 0x7FF00BAD  # what unwritten shared memory holds on the CPU backend
@@ -46,8 +56,9 @@ SHARED_POISON = 0x7FF00BAD  # what unwritten shared memory holds on the CPU back
 
 @pytest.fixture(scope="module")
 def probes(tmp_path_factory) -> CpuModule:
-    return CpuModule.build(PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS,
-                           cache_dir=tmp_path_factory.mktemp("cpu-cache"))
+    return CpuModule.build(
+        PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS, cache_dir=tmp_path_factory.mktemp("cpu-cache")
+    )
 
 
 def line_of(needle: str) -> int:
@@ -78,11 +89,12 @@ def mma_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     a, b = as_tf32_operand(a), as_tf32_operand(b)
     d = c.astype(np.float32).copy()
     for k in range(8):
-        d = d + a[:, k:k + 1] * b[k:k + 1, :]
+        d = d + a[:, k : k + 1] * b[k : k + 1, :]
     return d
 
 
 # --- what each probe must answer ----------------------------------------------------------------
+
 
 def check_mma_tile(module: CpuModule) -> None:
     """Random tiles through both mma statements (D in place, C apart), under every kind of schedule:
@@ -142,27 +154,31 @@ def launch_failure(module: CpuModule, kernel: str, threads: int = 32, args: list
 def check_half_warp(module: CpuModule) -> None:
     assert launch_failure(module, "mma_half_warp") == (
         f"shuffle cannot complete in kernel mma_half_warp, block (0,0,0): thread 0 (warp 0, lane 0) waits at {MMA} "
-        f"(ptx.cu:{MMA_LINE}) with mask 0xffffffff, but lane 16 (thread 16) has exited")
+        f"(ptx.cu:{MMA_LINE}) with mask 0xffffffff, but lane 16 (thread 16) has exited"
+    )
 
 
 def check_two_sites(module: CpuModule) -> None:
     assert launch_failure(module, "mma_two_sites") == (
         f"mma divergence in kernel mma_two_sites, block (0,0,0): lane 0 (thread 0) runs {MMA} (ptx.cu:{MMA_LINE}) "
         f"while lane 16 (thread 16) runs {MMA} (ptx.cu:{MMA_CD_LINE}); all 32 lanes of a warp must run the same "
-        "mma.sync together")
+        "mma.sync together"
+    )
 
 
 def check_against_barrier(module: CpuModule) -> None:
     assert launch_failure(module, "mma_against_barrier") == (
         f"barrier divergence in kernel mma_against_barrier, block (0,0,0): thread 16 waits at __syncthreads "
-        f"(ptx.cu:{line_of('__syncthreads();')}) while thread 0 waits at {MMA} (ptx.cu:{MMA_LINE})")
+        f"(ptx.cu:{line_of('__syncthreads();')}) while thread 0 waits at {MMA} (ptx.cu:{MMA_LINE})"
+    )
 
 
 def check_partial_warp(module: CpuModule) -> None:
     args = [np.zeros(n, np.float32) for n in (128, 64, 128, 128)] + [0]
     assert launch_failure(module, "mma_raw", 48, args) == (
         f"{MMA} needs a whole warp in kernel mma_raw, block (0,0,0): thread 32 (ptx.cu:{MMA_LINE}) is in warp 1, "
-        "which has only 16 lanes (the block has 48 threads; make it a multiple of 32)")
+        "which has only 16 lanes (the block has 48 threads; make it a multiple of 32)"
+    )
 
 
 CVT_CASES = [
@@ -212,6 +228,7 @@ def check_cvt_random(module: CpuModule) -> None:
 
 # --- f16: cvt.rn.f16x2.f32 and mma.m16n8k16 --------------------------------------------------------
 
+
 def half_bits(x: np.ndarray) -> np.ndarray:
     """Each element's IEEE half pattern, as uint32 (numpy's float32 -> float16 rounds to nearest, ties to even,
     and gives +-Inf past the range, which is the rule being checked, not a mishap to warn of)."""
@@ -231,7 +248,7 @@ def mma_f16_reference(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray
     a, b = a.astype(np.float32), b.astype(np.float32)
     d = c.astype(np.float32).copy()
     for k in range(16):
-        d = d + a[:, k:k + 1] * b[k:k + 1, :]
+        d = d + a[:, k : k + 1] * b[k : k + 1, :]
     return d
 
 
@@ -243,11 +260,18 @@ def random_halves(rng, shape) -> np.ndarray:
     return h
 
 
-def launch_mma_f16(module: CpuModule, a: np.ndarray, b: np.ndarray, c: np.ndarray, separate: int,
-                   schedule: int = 0) -> np.ndarray:
+def launch_mma_f16(
+    module: CpuModule, a: np.ndarray, b: np.ndarray, c: np.ndarray, separate: int, schedule: int = 0
+) -> np.ndarray:
     d = np.zeros((16, 8), np.float32)
-    module.launch("mma_f16_raw", (1, 1, 1), (32, 1, 1), 0, [f16_words(a), f16_words(b.T), c, d, separate],
-                  reverse_threads=schedule)
+    module.launch(
+        "mma_f16_raw",
+        (1, 1, 1),
+        (32, 1, 1),
+        0,
+        [f16_words(a), f16_words(b.T), c, d, separate],
+        reverse_threads=schedule,
+    )
     return d
 
 
@@ -259,8 +283,9 @@ def check_mma_f16_tile(module: CpuModule) -> None:
             rng = np.random.default_rng(160 + separate + 10 * schedule)
             a, b = random_halves(rng, (16, 16)), random_halves(rng, (16, 8))
             c = rng.standard_normal((16, 8)).astype(np.float32)
-            np.testing.assert_array_equal(launch_mma_f16(module, a, b, c, separate, schedule),
-                                          mma_f16_reference(a, b, c))
+            np.testing.assert_array_equal(
+                launch_mma_f16(module, a, b, c, separate, schedule), mma_f16_reference(a, b, c)
+            )
 
 
 def split_3xf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -309,8 +334,7 @@ def check_poison_through_f16_mma(module: CpuModule) -> None:
     words = f16_words(a)
     words[11, 2] = SHARED_POISON  # A[11][4] = 0x0BAD, A[11][5] = 0x7FF0
     d = np.zeros((16, 8), np.float32)
-    module.launch("mma_f16_raw", (1, 1, 1), (32, 1, 1), 0, [words, f16_words(b.T), np.zeros((16, 8), np.float32),
-                                                             d, 0])
+    module.launch("mma_f16_raw", (1, 1, 1), (32, 1, 1), 0, [words, f16_words(b.T), np.zeros((16, 8), np.float32), d, 0])
     assert [hex(v) for v in d.view(np.uint32)[11]] == [hex(SHARED_POISON)] * 8
     assert np.isfinite(np.delete(d, 11, axis=0)).all()
     a32, b32 = normal_range(rng, (16, 16)), normal_range(rng, (16, 8))
@@ -324,7 +348,8 @@ def check_f16_against_tf32(module: CpuModule) -> None:
     assert launch_failure(module, "mma_f16_against_tf32") == (
         f"mma divergence in kernel mma_f16_against_tf32, block (0,0,0): lane 0 (thread 0) runs {MMA16} "
         f"(ptx.cu:{MMA16_LINE}) while lane 16 (thread 16) runs {MMA} (ptx.cu:{MMA_LINE}); all 32 lanes of a warp "
-        "must run the same mma.sync together")
+        "must run the same mma.sync together"
+    )
 
 
 def check_shapes_on_one_line(module: CpuModule) -> None:
@@ -332,14 +357,16 @@ def check_shapes_on_one_line(module: CpuModule) -> None:
     assert launch_failure(module, "mma_shapes_on_one_line") == (
         f"mma divergence in kernel mma_shapes_on_one_line, block (0,0,0): lane 0 (thread 0) runs {MMA16} "
         f"(ptx.cu:{ONE_LINE}) while lane 16 (thread 16) runs {MMA} (ptx.cu:{ONE_LINE}); all 32 lanes of a warp "
-        "must run the same mma.sync together")
+        "must run the same mma.sync together"
+    )
 
 
 def check_f16_partial_warp(module: CpuModule) -> None:
     args = [np.zeros(n, np.uint32) for n in (256, 128)] + [np.zeros(256, np.float32)] * 2 + [0]
     assert launch_failure(module, "mma_f16_raw", 48, args) == (
         f"{MMA16} needs a whole warp in kernel mma_f16_raw, block (0,0,0): thread 32 (ptx.cu:{MMA16_LINE}) is in "
-        "warp 1, which has only 16 lanes (the block has 48 threads; make it a multiple of 32)")
+        "warp 1, which has only 16 lanes (the block has 48 threads; make it a multiple of 32)"
+    )
 
 
 CVT16_CASES = [
@@ -416,6 +443,7 @@ def check_cvt_f16_random(module: CpuModule) -> None:
 # wait, or without the issuer's wait and a barrier; copies pending at exit) only on the CPU backend,
 # where the emulation makes it the shared poison, bit for bit, so that the bug is named as a race.
 
+
 def on_cpu(module) -> bool:
     return isinstance(module, CpuModule)
 
@@ -425,7 +453,7 @@ def aligned(values: np.ndarray) -> np.ndarray:
     values = np.ascontiguousarray(values)
     buffer = np.zeros(values.nbytes + 64, np.uint8)
     start = -buffer.ctypes.data % 64
-    out = buffer[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    out = buffer[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
     out[...] = values
     return out
 
@@ -462,7 +490,7 @@ def sizes_expected(src: np.ndarray) -> np.ndarray:
     out[20] = src[20]  # no src-size: all 16 bytes
     out[21, 8:] = src[21, :8]  # 8 bytes through a 64-bit ("l") destination
     for t in range(22, 32):
-        out[t, 4 * (t % 4):4 * (t % 4) + 4] = src[t, :4] if t & 1 else 0
+        out[t, 4 * (t % 4) : 4 * (t % 4) + 4] = src[t, :4] if t & 1 else 0
     return out
 
 
@@ -530,33 +558,49 @@ def check_cp_async_faults(module: CpuModule) -> None:
     zero_line, size_line = line_of('"r"(0u)'), line_of('"r"(17)')
     expected = {
         0: f"misaligned {CG} {where} (ptx.cu:{CP16_LINE}): the destination, shared address 0x00040004, is 4 bytes "
-           f"past a multiple of 16, {aligned_note}",
+        f"past a multiple of 16, {aligned_note}",
         1: f"{CG} {outside} (ptx.cu:{CP16_LINE}): the 16 bytes at shared address 0x00040040 run past the end of "
-           "the block's 64 bytes of dynamic shared memory",
+        "the block's 64 bytes of dynamic shared memory",
         2: f"{CA} {outside} (ptx.cu:{zero_line}): 0x00000000 is no shared address (take one from "
-           "__cvta_generic_to_shared)",
+        "__cvta_generic_to_shared)",
         3: f"__cvta_generic_to_shared of a pointer outside shared memory {where} (ptx.cu:"
-           f"{line_of('(float)__cvta_generic_to_shared(g)')}): {hex(g.ctypes.data)} is in no __shared__ array "
-           "declared in a function, nor in the block's 64 bytes of dynamic shared memory",
-        4: f"{CG} {where} (ptx.cu:{size_line}): src-size 17 is not in 0 to 16, its cp-size (undefined "
-           "on the GPU)",
+        f"{line_of('(float)__cvta_generic_to_shared(g)')}): {hex(g.ctypes.data)} is in no __shared__ array "
+        "declared in a function, nor in the block's 64 bytes of dynamic shared memory",
+        4: f"{CG} {where} (ptx.cu:{size_line}): src-size 17 is not in 0 to 16, its cp-size (undefined on the GPU)",
         5: f"misaligned {CG} {where} (ptx.cu:{CP16_LINE}): the source, global address {hex(g.ctypes.data + 4)}, is "
-           f"4 bytes past a multiple of 16, {aligned_note}",
+        f"4 bytes past a multiple of 16, {aligned_note}",
         6: f"{CA} from shared memory {where} (ptx.cu:{CP4_LINE}): the source is shared address 0x00040010; "
-           "cp.async copies from global memory",
+        "cp.async copies from global memory",
         7: f"too many cp.async copies in flight {where} (ptx.cu:{CP4_LINE}): the block has 1048576 copies that no "
-           "cp.async.wait_group or cp.async.wait_all has completed; wait for them",
+        "cp.async.wait_group or cp.async.wait_all has completed; wait for them",
     }
     assert {mode: fault(module, mode, g) for mode in expected} == expected
 
 
 CP_ASYNC_PROBES = [check_cp_async_copies, check_cp_async_sizes, check_cp_async_groups, check_cp_async_threads]
 
-PROBES = [check_mma_tile, check_3xtf32, check_poison_through_mma, check_half_warp, check_two_sites,
-          check_against_barrier, check_partial_warp, check_cvt_cases, check_cvt_random,
-          check_mma_f16_tile, check_3xf16, check_poison_through_f16_mma, check_f16_against_tf32,
-          check_shapes_on_one_line, check_f16_partial_warp, check_cvt_f16_cases, check_cvt_f16_random,
-          *CP_ASYNC_PROBES, check_cp_async_source_late, check_cp_async_faults]
+PROBES = [
+    check_mma_tile,
+    check_3xtf32,
+    check_poison_through_mma,
+    check_half_warp,
+    check_two_sites,
+    check_against_barrier,
+    check_partial_warp,
+    check_cvt_cases,
+    check_cvt_random,
+    check_mma_f16_tile,
+    check_3xf16,
+    check_poison_through_f16_mma,
+    check_f16_against_tf32,
+    check_shapes_on_one_line,
+    check_f16_partial_warp,
+    check_cvt_f16_cases,
+    check_cvt_f16_random,
+    *CP_ASYNC_PROBES,
+    check_cp_async_source_late,
+    check_cp_async_faults,
+]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: p.__name__)
@@ -569,66 +613,125 @@ def test_the_backend_answers_every_probe_exactly(probes, probe):
 
 # (name, the real code, the wrong rule): each a bug a plausible edit could introduce.
 MUTANTS = [
-    ("cvt rounds ties to even", "r[d] = (x + 0x1000u) & 0xFFFFE000u;",
-     "r[d] = (x + 0x0FFFu + ((x >> 13) & 1u)) & 0xFFFFE000u;"),
+    (
+        "cvt rounds ties to even",
+        "r[d] = (x + 0x1000u) & 0xFFFFE000u;",
+        "r[d] = (x + 0x0FFFu + ((x >> 13) & 1u)) & 0xFFFFE000u;",
+    ),
     ("cvt truncates", "r[d] = (x + 0x1000u) & 0xFFFFE000u;", "r[d] = x & 0xFFFFE000u;"),
-    ("cvt rounds a NaN like a number", "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
-     "if ((x & 0x7FFFFFFFu) == 0x7F800000u)\n        r[d] = x;"),
-    ("cvt clears a NaN's low bits", "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
-     "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x & 0xFFFFE000u;"),
-    ("mma rounds its operands", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
-     "as_float(is_nan(bits) ? bits : (bits + 0x1000u) & 0xFFFFE000u)"),
-    ("mma masks a NaN operand", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
-     "as_float(bits & 0xFFFFE000u)"),
-    ("mma swaps a1 and a2", "A[g + 8][t] = tf32_value(l.a[1]);\n        A[g][t + 4] = tf32_value(l.a[2]);",
-     "A[g + 8][t] = tf32_value(l.a[2]);\n        A[g][t + 4] = tf32_value(l.a[1]);"),
+    (
+        "cvt rounds a NaN like a number",
+        "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
+        "if ((x & 0x7FFFFFFFu) == 0x7F800000u)\n        r[d] = x;",
+    ),
+    (
+        "cvt clears a NaN's low bits",
+        "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x;",
+        "if ((x & 0x7F800000u) == 0x7F800000u)\n        r[d] = x & 0xFFFFE000u;",
+    ),
+    (
+        "mma rounds its operands",
+        "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)",
+        "as_float(is_nan(bits) ? bits : (bits + 0x1000u) & 0xFFFFE000u)",
+    ),
+    ("mma masks a NaN operand", "as_float(is_nan(bits) ? bits : bits & 0xFFFFE000u)", "as_float(bits & 0xFFFFE000u)"),
+    (
+        "mma swaps a1 and a2",
+        "A[g + 8][t] = tf32_value(l.a[1]);\n        A[g][t + 4] = tf32_value(l.a[2]);",
+        "A[g + 8][t] = tf32_value(l.a[2]);\n        A[g][t + 4] = tf32_value(l.a[1]);",
+    ),
     ("mma reads b0 as B[g][t]", "B[t][g] = tf32_value(l.b[0]);", "B[g % 8][t] = tf32_value(l.b[0]);"),
-    ("mma swaps c0 and c1", "C[g][2 * t] = as_float(l.c[0]);\n        C[g][2 * t + 1] = as_float(l.c[1]);",
-     "C[g][2 * t] = as_float(l.c[1]);\n        C[g][2 * t + 1] = as_float(l.c[0]);"),
-    ("mma adds C last (both shapes share the sum)", "float acc = C[m][n];\n            for (int k = 0; k < K; ++k) "
-     "acc += A[m][k] * B[k][n];\n            D[m][n] = acc;",
-     "float acc = 0.0f;\n            for (int k = 0; k < K; ++k) acc += A[m][k] * B[k][n];\n"
-     "            D[m][n] = acc + C[m][n];"),
+    (
+        "mma swaps c0 and c1",
+        "C[g][2 * t] = as_float(l.c[0]);\n        C[g][2 * t + 1] = as_float(l.c[1]);",
+        "C[g][2 * t] = as_float(l.c[1]);\n        C[g][2 * t + 1] = as_float(l.c[0]);",
+    ),
+    (
+        "mma adds C last (both shapes share the sum)",
+        "float acc = C[m][n];\n            for (int k = 0; k < K; ++k) "
+        "acc += A[m][k] * B[k][n];\n            D[m][n] = acc;",
+        "float acc = 0.0f;\n            for (int k = 0; k < K; ++k) acc += A[m][k] * B[k][n];\n"
+        "            D[m][n] = acc + C[m][n];",
+    ),
     ("two mma statements meet", "if (!same_site(f.site, first.site)) {", "if (false) {"),
-    ("cvt f16 rounds ties away from zero", "if (dropped > half || (dropped == half && (h & 1u))) ++h;",
-     "if (dropped >= half) ++h;"),
-    ("cvt f16 rounds ties down", "if (dropped > half || (dropped == half && (h & 1u))) ++h;",
-     "if (dropped > half) ++h;"),
-    ("cvt f16 puts a in the lower half", "r[d] = (f16_rn(r[a]) << 16) | f16_rn(r[b]);",
-     "r[d] = (f16_rn(r[b]) << 16) | f16_rn(r[a]);"),
-    ("cvt f16 saturates at 65504", "if (mag >= 0x47800000u) return sign | 0x7C00u;",
-     "if (mag >= 0x477FF000u) return sign | 0x7BFFu;"),
+    (
+        "cvt f16 rounds ties away from zero",
+        "if (dropped > half || (dropped == half && (h & 1u))) ++h;",
+        "if (dropped >= half) ++h;",
+    ),
+    (
+        "cvt f16 rounds ties down",
+        "if (dropped > half || (dropped == half && (h & 1u))) ++h;",
+        "if (dropped > half) ++h;",
+    ),
+    (
+        "cvt f16 puts a in the lower half",
+        "r[d] = (f16_rn(r[a]) << 16) | f16_rn(r[b]);",
+        "r[d] = (f16_rn(r[b]) << 16) | f16_rn(r[a]);",
+    ),
+    (
+        "cvt f16 saturates at 65504",
+        "if (mag >= 0x47800000u) return sign | 0x7C00u;",
+        "if (mag >= 0x477FF000u) return sign | 0x7BFFu;",
+    ),
     ("cvt f16 flushes subnormal results", "if (e < 102) return sign;", "if (e < 113) return sign;"),
-    ("cvt f16 turns a NaN into Inf", "if (mag > 0x7F800000u) return x >> 16;",
-     "if (mag > 0x7F800000u) return (x >> 16) & 0xFC00u;"),
-    ("mma f16 swaps a register's halves", "A[rows[i]][cols[i]] = f16_value(l.a[i] & 0xFFFFu);\n"
-     "            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] >> 16);",
-     "A[rows[i]][cols[i]] = f16_value(l.a[i] >> 16);\n"
-     "            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] & 0xFFFFu);"),
-    ("mma f16 swaps a1 and a2", "rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};",
-     "rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 8, 2 * t, 2 * t + 8};"),
-    ("mma f16 reads b1 at k + 4", "B[2 * t + 8 * i][g] = f16_value(l.b[i] & 0xFFFFu);\n"
-     "            B[2 * t + 8 * i + 1][g] = f16_value(l.b[i] >> 16);",
-     "B[2 * t + 4 * i][g] = f16_value(l.b[i] & 0xFFFFu);\n"
-     "            B[2 * t + 4 * i + 1][g] = f16_value(l.b[i] >> 16);"),
-    ("mma f16 flushes subnormal operands", "return as_float(sign | f_input((float)mantissa * 0x1p-24f));",
-     "return as_float(sign);"),
+    (
+        "cvt f16 turns a NaN into Inf",
+        "if (mag > 0x7F800000u) return x >> 16;",
+        "if (mag > 0x7F800000u) return (x >> 16) & 0xFC00u;",
+    ),
+    (
+        "mma f16 swaps a register's halves",
+        "A[rows[i]][cols[i]] = f16_value(l.a[i] & 0xFFFFu);\n"
+        "            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] >> 16);",
+        "A[rows[i]][cols[i]] = f16_value(l.a[i] >> 16);\n"
+        "            A[rows[i]][cols[i] + 1] = f16_value(l.a[i] & 0xFFFFu);",
+    ),
+    (
+        "mma f16 swaps a1 and a2",
+        "rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};",
+        "rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 8, 2 * t, 2 * t + 8};",
+    ),
+    (
+        "mma f16 reads b1 at k + 4",
+        "B[2 * t + 8 * i][g] = f16_value(l.b[i] & 0xFFFFu);\n"
+        "            B[2 * t + 8 * i + 1][g] = f16_value(l.b[i] >> 16);",
+        "B[2 * t + 4 * i][g] = f16_value(l.b[i] & 0xFFFFu);\n"
+        "            B[2 * t + 4 * i + 1][g] = f16_value(l.b[i] >> 16);",
+    ),
+    (
+        "mma f16 flushes subnormal operands",
+        "return as_float(sign | f_input((float)mantissa * 0x1p-24f));",
+        "return as_float(sign);",
+    ),
     ("mma f16 loses the poison", "if (h == (kPoison32 >> 16)) return as_float(kPoison32);", ""),
-    ("mma f16 multiplies by the tf32 rule", f'constexpr MmaShape kMmaF16 = {{"{MMA16}", multiply_f16}};',
-     f'constexpr MmaShape kMmaF16 = {{"{MMA16}", multiply_tf32}};'),
+    (
+        "mma f16 multiplies by the tf32 rule",
+        f'constexpr MmaShape kMmaF16 = {{"{MMA16}", multiply_f16}};',
+        f'constexpr MmaShape kMmaF16 = {{"{MMA16}", multiply_tf32}};',
+    ),
     ("cp.async copies at issue, not at the wait", "push_copy(me, CpCopy{", "land(CpCopy{"),
-    ("cp.async does not zero-fill past src-size", "    memset(c.dst + c.src_size, 0, c.cp_size - c.src_size);\n",
-     ""),
-    ("wait_group completes the newest groups too",
-     "complete_groups(me, me->cp_committed > (unsigned long long)n ? me->cp_committed - (uint32_t)n : 0u);",
-     "complete_groups(me, me->cp_committed);"),
-    ("wait_group completes the open group",
-     "complete_groups(me, me->cp_committed > (unsigned long long)n ? me->cp_committed - (uint32_t)n : 0u);",
-     "complete_groups(me, 0xFFFFFFFFu);"),
-    ("an exiting thread's copies land", "rt.cp_pending -= f->cp_count - f->cp_head;\n    f->cp_head = f->cp_count = 0;",
-     "ptx::complete_groups(f, 0xFFFFFFFFu);"),
-    ("the window ignores the region", "window_region((uint32_t)dst >> kWindowOffsetBits)",
-     "window_region(kWindowDynamic)"),
+    ("cp.async does not zero-fill past src-size", "    memset(c.dst + c.src_size, 0, c.cp_size - c.src_size);\n", ""),
+    (
+        "wait_group completes the newest groups too",
+        "complete_groups(me, me->cp_committed > (unsigned long long)n ? me->cp_committed - (uint32_t)n : 0u);",
+        "complete_groups(me, me->cp_committed);",
+    ),
+    (
+        "wait_group completes the open group",
+        "complete_groups(me, me->cp_committed > (unsigned long long)n ? me->cp_committed - (uint32_t)n : 0u);",
+        "complete_groups(me, 0xFFFFFFFFu);",
+    ),
+    (
+        "an exiting thread's copies land",
+        "rt.cp_pending -= f->cp_count - f->cp_head;\n    f->cp_head = f->cp_count = 0;",
+        "ptx::complete_groups(f, 0xFFFFFFFFu);",
+    ),
+    (
+        "the window ignores the region",
+        "window_region((uint32_t)dst >> kWindowOffsetBits)",
+        "window_region(kWindowDynamic)",
+    ),
     # (Letting a partial warp through is not planted: its missing lanes' operands would be read from
     # memory no fiber owns, in the test's own process.)
 ]
@@ -637,6 +740,7 @@ MUTANTS = [
 @pytest.fixture
 def planted(tmp_path, monkeypatch):
     """A copy of the backend's runtime with one rule of ptx.h replaced, compiled in place of the real one."""
+
     def plant(real: str, wrong: str) -> CpuModule:
         copy = tmp_path / "runtime"
         copy.mkdir()
@@ -649,6 +753,7 @@ def planted(tmp_path, monkeypatch):
         monkeypatch.setattr(cpu_module, "_SHIM", copy / "shim.h")
         monkeypatch.setattr(cpu_module, "_RUNTIME_FILES", tuple(copy / p.name for p in cpu_module._RUNTIME_FILES))
         return CpuModule.build(PRELUDE + PROBES_SOURCE.read_text(), "ptx.cu", ENTRY_POINTS, cache_dir=tmp_path / "c")
+
     return plant
 
 
@@ -709,8 +814,7 @@ extern "C" __global__ void spellings(const float* x, unsigned* out) {
 
 
 def test_every_way_of_writing_the_statement_runs_the_same_instruction(tmp_path):
-    module = CpuModule.build(PRELUDE + SPELLINGS, "ptx.cu", {"spellings": ["float*", "unsigned*"]},
-                             cache_dir=tmp_path)
+    module = CpuModule.build(PRELUDE + SPELLINGS, "ptx.cu", {"spellings": ["float*", "unsigned*"]}, cache_dir=tmp_path)
     x = np.array([1.0 + 2.0**-11, -(1.0 + 2.0**-11), 0.1, np.inf], np.float32)  # ties, 0.1f, Inf
     out = np.zeros((4, 9), np.uint32)
     module.launch("spellings", (1, 1, 1), (4, 1, 1), 0, [x, out])
@@ -722,137 +826,210 @@ def test_every_way_of_writing_the_statement_runs_the_same_instruction(tmp_path):
 
 KERNEL = 'extern "C" __global__ void k(float* o) { o[threadIdx.x] = 1.0f; }\n'
 RUNS_ONLY = f"which the CPU backend cannot run: it runs only the PTX instructions {SUPPORTED}"
-CANNOT = f"is inline assembly the CPU backend cannot run: it runs only the PTX instructions {SUPPORTED}; " \
-         "write the rest in CUDA C++"
+CANNOT = (
+    f"is inline assembly the CPU backend cannot run: it runs only the PTX instructions {SUPPORTED}; "
+    "write the rest in CUDA C++"
+)
 # A cp.async statement `code` (template and operands) in a function with a shared address s, a global
 # pointer g and a float x at hand, on line 3.
-CP_ASYNC = ('__device__ void f(const float* g, unsigned s, float x) {{\n  (void)g, (void)s, (void)x;\n'
-            '  asm volatile({code});\n}}\n')
-MMA_D_IN_PLACE = ('"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, '
-                  '{%0,%1,%2,%3};"')
+CP_ASYNC = (
+    "__device__ void f(const float* g, unsigned s, float x) {{\n  (void)g, (void)s, (void)x;\n"
+    "  asm volatile({code});\n}}\n"
+)
+MMA_D_IN_PLACE = (
+    '"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"'
+)
 REFUSED = {
-    "x86-syscall": ('__device__ void f() {\n  asm volatile("syscall" ::: "memory");\n}\n',
-                    f"attention.cu(2): error: `syscall` {CANNOT}"),
-    "x86-basic-asm": ('__device__ void f() {\n  __asm__("movq $60, %rax\\n\\tsyscall");\n}\n',
-                      f"attention.cu(2): error: `movq $60, %rax syscall` is inline assembly without operands, "
-                      f"{RUNS_ONLY}"),
-    "unknown-ptx": ('__device__ unsigned lane() {\n  unsigned r;\n  asm("mov.u32 %0, %%laneid;" : "=r"(r));\n'
-                    "  return r;\n}\n", f"attention.cu(3): error: `mov.u32 %0, %%laneid` {CANNOT}"),
-    "second-instruction-unknown": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
-                                   '  asm("cvt.rna.tf32.f32 %0, %1;\\n\\tbar.sync 0;" : "=r"(r) : "f"(x));\n'
-                                   "  return r;\n}\n", f"attention.cu(3): error: `bar.sync 0` {CANNOT}"),
-    "operand-count": ('__device__ void f(float (&d)[4], unsigned a) {\n  asm volatile(\n    "' + MMA +
-                      ' {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%4,%4};"\n'
-                      '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a));\n}\n',
-                      f"attention.cu(2): error: `{MMA}` takes 4 operands (D, A, B, C), this one has 3"),
-    "vector-size": ('__device__ void f(float (&d)[4], unsigned a) {\n  asm volatile("' + MMA +
-                    ' {%0,%1,%2,%3}, {%4,%4,%4}, {%4,%4}, {%0,%1,%2,%3};"\n'
-                    '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a));\n}\n',
-                    f"attention.cu(2): error: `{MMA}`'s A is a vector of 4 registers, got {{%4, %4, %4}}"),
-    "no-such-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
-                        '  asm("cvt.rna.tf32.f32 %0, %2;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
-                        "attention.cu(3): error: `%2` in `cvt.rna.tf32.f32` names no operand: the statement has 2 "
-                        "(%0 to %1)"),
-    "float-destination": ('__device__ float f(float x) {\n  float r;\n'
-                          '  asm("cvt.rna.tf32.f32 %0, %1;" : "=f"(r) : "f"(x));\n  return r;\n}\n',
-                          'attention.cu(3): error: `cvt.rna.tf32.f32` takes d in "r" registers, but %0 is "f"'),
-    "write-only-accumulator": ('__device__ void f(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {\n'
-                               f'  asm volatile({MMA_D_IN_PLACE}\n'
-                               '    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])\n'
-                               '    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n',
-                               f'attention.cu(2): error: `{MMA}` reads its C from %0, which is write-only ("=f"), so '
-                               'its value is undefined; make it "+f"'),
-    "64-bit-operand": ('__device__ unsigned f(double x) {\n  unsigned r;\n'
-                       '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "l"(x));\n  return r;\n}\n',
-                       'attention.cu(3): error: `cvt.rna.tf32.f32` takes a in "f" or "r" registers, but %1 is "l"'),
-    "16-bit-operand": ('__device__ unsigned f(unsigned short x) {\n  unsigned r;\n'
-                       '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "h"(x));\n  return r;\n}\n',
-                       'attention.cu(3): error: the input constraint "h" is not one the CPU backend runs: use "r", "f", '
-                       '"l" or "n" (r: a 32-bit integer, f: a float, l: a 64-bit integer or a pointer, n: an integer '
-                       'constant)'),
-    "64-bit-output": ('__device__ unsigned long long f(const float* g) {\n  unsigned long long r;\n'
-                      '  asm("cvt.rna.tf32.f32 %0, %1;" : "=l"(r) : "l"(g));\n  return r;\n}\n',
-                      'attention.cu(3): error: the output constraint "=l" is not one the CPU backend runs: use "=r", '
-                      '"=f", "+r" or "+f" (r: a 32-bit integer, f: a float)'),
-    "f16x2-cvt-missing-b": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
-                            '  asm("cvt.rn.f16x2.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
-                            "attention.cu(3): error: `cvt.rn.f16x2.f32` takes 3 operands (d, a, b), this one has 2"),
-    "f16-mma-float-a": ('__device__ void f(float (&d)[4], float a, unsigned b) {\n  asm volatile("' + MMA16 +
-                        ' {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%5,%5}, {%0,%1,%2,%3};"\n'
-                        '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "f"(a), "r"(b));\n}\n',
-                        f'attention.cu(2): error: `{MMA16}` takes A in "r" registers, but %4 is "f"'),
-    "asm-label": ('int renamed asm("memcpy");\n',
-                  f"attention.cu(1): error: `memcpy` is inline assembly without operands, {RUNS_ONLY}"),
-    "in-a-branch-the-preprocessor-drops": ('#if 0\n__device__ void f() { asm volatile("exit;" ::: "memory"); }\n#endif\n',
-                                           f"attention.cu(2): error: `exit` {CANNOT}"),
-    "ptx-block-with-its-own-registers": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
-                                         '  asm("{ .reg .b32 t; cvt.rna.tf32.f32 t, %1; mov.b32 %0, t; }" : "=r"(r) : "f"(x));\n'
-                                         "  return r;\n}\n",
-                                         f"attention.cu(3): error: `{{ .reg .b32 t` {CANNOT}"),
-    "named-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
-                      '  asm("cvt.rna.tf32.f32 %[r], %[x];" : [r] "=r"(r) : [x] "f"(x));\n  return r;\n}\n',
-                      "attention.cu(3): error: named operands (`[name] \"r\"(x)`) are not read by the CPU backend; "
-                      "number them (%0, %1, ...) instead"),
-    "asm-inside-an-operand": ('__device__ unsigned f(float x) {\n  unsigned r;\n'
-                              '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(({ asm("syscall"); x; })));\n'
-                              "  return r;\n}\n",
-                              "attention.cu(3): error: `asm` inside an operand of another asm statement"),
-    "template-from-a-macro": ('#define TEMPLATE "syscall"\n__device__ void f() {\n  asm volatile(TEMPLATE ::: "memory");\n}\n',
-                              "attention.cu(3): error: the template of `asm` must be plain string literals, got TEMPLATE"),
-    "undef-the-keyword": ("#undef asm\n",
-                          "attention.cu(1): error: `#undef asm` is refused: the CPU backend reads inline assembly "
-                          "itself and needs the keyword kept as it is; give the macro another name"),
-    "redefine-the-keyword": ("#define __asm__(...)\n",
-                             "attention.cu(1): error: `#define __asm__` is refused: the CPU backend reads inline "
-                             "assembly itself and needs the keyword kept as it is; give the macro another name"),
+    "x86-syscall": (
+        '__device__ void f() {\n  asm volatile("syscall" ::: "memory");\n}\n',
+        f"attention.cu(2): error: `syscall` {CANNOT}",
+    ),
+    "x86-basic-asm": (
+        '__device__ void f() {\n  __asm__("movq $60, %rax\\n\\tsyscall");\n}\n',
+        f"attention.cu(2): error: `movq $60, %rax syscall` is inline assembly without operands, {RUNS_ONLY}",
+    ),
+    "unknown-ptx": (
+        '__device__ unsigned lane() {\n  unsigned r;\n  asm("mov.u32 %0, %%laneid;" : "=r"(r));\n  return r;\n}\n',
+        f"attention.cu(3): error: `mov.u32 %0, %%laneid` {CANNOT}",
+    ),
+    "second-instruction-unknown": (
+        "__device__ unsigned f(float x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;\\n\\tbar.sync 0;" : "=r"(r) : "f"(x));\n'
+        "  return r;\n}\n",
+        f"attention.cu(3): error: `bar.sync 0` {CANNOT}",
+    ),
+    "operand-count": (
+        '__device__ void f(float (&d)[4], unsigned a) {\n  asm volatile(\n    "'
+        + MMA
+        + ' {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%4,%4};"\n'
+        '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a));\n}\n',
+        f"attention.cu(2): error: `{MMA}` takes 4 operands (D, A, B, C), this one has 3",
+    ),
+    "vector-size": (
+        '__device__ void f(float (&d)[4], unsigned a) {\n  asm volatile("'
+        + MMA
+        + ' {%0,%1,%2,%3}, {%4,%4,%4}, {%4,%4}, {%0,%1,%2,%3};"\n'
+        '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a));\n}\n',
+        f"attention.cu(2): error: `{MMA}`'s A is a vector of 4 registers, got {{%4, %4, %4}}",
+    ),
+    "no-such-operand": (
+        "__device__ unsigned f(float x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %2;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
+        "attention.cu(3): error: `%2` in `cvt.rna.tf32.f32` names no operand: the statement has 2 (%0 to %1)",
+    ),
+    "float-destination": (
+        "__device__ float f(float x) {\n  float r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=f"(r) : "f"(x));\n  return r;\n}\n',
+        'attention.cu(3): error: `cvt.rna.tf32.f32` takes d in "r" registers, but %0 is "f"',
+    ),
+    "write-only-accumulator": (
+        "__device__ void f(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {\n"
+        f"  asm volatile({MMA_D_IN_PLACE}\n"
+        '    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])\n'
+        '    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));\n}\n',
+        f'attention.cu(2): error: `{MMA}` reads its C from %0, which is write-only ("=f"), so '
+        'its value is undefined; make it "+f"',
+    ),
+    "64-bit-operand": (
+        "__device__ unsigned f(double x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "l"(x));\n  return r;\n}\n',
+        'attention.cu(3): error: `cvt.rna.tf32.f32` takes a in "f" or "r" registers, but %1 is "l"',
+    ),
+    "16-bit-operand": (
+        "__device__ unsigned f(unsigned short x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "h"(x));\n  return r;\n}\n',
+        'attention.cu(3): error: the input constraint "h" is not one the CPU backend runs: use "r", "f", '
+        '"l" or "n" (r: a 32-bit integer, f: a float, l: a 64-bit integer or a pointer, n: an integer '
+        "constant)",
+    ),
+    "64-bit-output": (
+        "__device__ unsigned long long f(const float* g) {\n  unsigned long long r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=l"(r) : "l"(g));\n  return r;\n}\n',
+        'attention.cu(3): error: the output constraint "=l" is not one the CPU backend runs: use "=r", '
+        '"=f", "+r" or "+f" (r: a 32-bit integer, f: a float)',
+    ),
+    "f16x2-cvt-missing-b": (
+        "__device__ unsigned f(float x) {\n  unsigned r;\n"
+        '  asm("cvt.rn.f16x2.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
+        "attention.cu(3): error: `cvt.rn.f16x2.f32` takes 3 operands (d, a, b), this one has 2",
+    ),
+    "f16-mma-float-a": (
+        '__device__ void f(float (&d)[4], float a, unsigned b) {\n  asm volatile("'
+        + MMA16
+        + ' {%0,%1,%2,%3}, {%4,%4,%4,%4}, {%5,%5}, {%0,%1,%2,%3};"\n'
+        '    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "f"(a), "r"(b));\n}\n',
+        f'attention.cu(2): error: `{MMA16}` takes A in "r" registers, but %4 is "f"',
+    ),
+    "asm-label": (
+        'int renamed asm("memcpy");\n',
+        f"attention.cu(1): error: `memcpy` is inline assembly without operands, {RUNS_ONLY}",
+    ),
+    "in-a-branch-the-preprocessor-drops": (
+        '#if 0\n__device__ void f() { asm volatile("exit;" ::: "memory"); }\n#endif\n',
+        f"attention.cu(2): error: `exit` {CANNOT}",
+    ),
+    "ptx-block-with-its-own-registers": (
+        "__device__ unsigned f(float x) {\n  unsigned r;\n"
+        '  asm("{ .reg .b32 t; cvt.rna.tf32.f32 t, %1; mov.b32 %0, t; }" : "=r"(r) : "f"(x));\n'
+        "  return r;\n}\n",
+        f"attention.cu(3): error: `{{ .reg .b32 t` {CANNOT}",
+    ),
+    "named-operand": (
+        "__device__ unsigned f(float x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %[r], %[x];" : [r] "=r"(r) : [x] "f"(x));\n  return r;\n}\n',
+        'attention.cu(3): error: named operands (`[name] "r"(x)`) are not read by the CPU backend; '
+        "number them (%0, %1, ...) instead",
+    ),
+    "asm-inside-an-operand": (
+        "__device__ unsigned f(float x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(({ asm("syscall"); x; })));\n'
+        "  return r;\n}\n",
+        "attention.cu(3): error: `asm` inside an operand of another asm statement",
+    ),
+    "template-from-a-macro": (
+        '#define TEMPLATE "syscall"\n__device__ void f() {\n  asm volatile(TEMPLATE ::: "memory");\n}\n',
+        "attention.cu(3): error: the template of `asm` must be plain string literals, got TEMPLATE",
+    ),
+    "undef-the-keyword": (
+        "#undef asm\n",
+        "attention.cu(1): error: `#undef asm` is refused: the CPU backend reads inline assembly "
+        "itself and needs the keyword kept as it is; give the macro another name",
+    ),
+    "redefine-the-keyword": (
+        "#define __asm__(...)\n",
+        "attention.cu(1): error: `#define __asm__` is refused: the CPU backend reads inline "
+        "assembly itself and needs the keyword kept as it is; give the macro another name",
+    ),
     # cp.async: each form ptxas refuses, and each it takes that the emulation does not run.
-    "cp-async-missing-operand": (CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1];" :: "r"(s), "l"(g)'),
-                                 f"attention.cu(3): error: `{CG}` takes 3 or 4 operands (dst, src, cp-size, "
-                                 "src-size), this one has 2"),
-    "cp-async-float-address": (CP_ASYNC.format(code='"cp.async.ca.shared.global [%0], [%1], 4;" :: "f"(x), "l"(g)'),
-                               f'attention.cu(3): error: `{CA}` takes dst in "r" or "l" registers, but %0 is "f"'),
+    "cp-async-missing-operand": (
+        CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1];" :: "r"(s), "l"(g)'),
+        f"attention.cu(3): error: `{CG}` takes 3 or 4 operands (dst, src, cp-size, src-size), this one has 2",
+    ),
+    "cp-async-float-address": (
+        CP_ASYNC.format(code='"cp.async.ca.shared.global [%0], [%1], 4;" :: "f"(x), "l"(g)'),
+        f'attention.cu(3): error: `{CA}` takes dst in "r" or "l" registers, but %0 is "f"',
+    ),
     "cp-async-global-address-in-32-bits": (
         CP_ASYNC.format(code='"cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(s), "r"(s)'),
-        f'attention.cu(3): error: `{CA}` takes src in "l" registers, but %1 is "r"'),
-    "cp-async-size-12": (CP_ASYNC.format(code='"cp.async.ca.shared.global [%0], [%1], 12;" :: "r"(s), "l"(g)'),
-                         f"attention.cu(3): error: `{CA}`'s cp-size is 4, 8 or 16, got 12"),
-    "cp-async-cg-size-4": (CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1], 4;" :: "r"(s), "l"(g)'),
-                           f"attention.cu(3): error: `{CG}`'s cp-size is 16, got 4"),
+        f'attention.cu(3): error: `{CA}` takes src in "l" registers, but %1 is "r"',
+    ),
+    "cp-async-size-12": (
+        CP_ASYNC.format(code='"cp.async.ca.shared.global [%0], [%1], 12;" :: "r"(s), "l"(g)'),
+        f"attention.cu(3): error: `{CA}`'s cp-size is 4, 8 or 16, got 12",
+    ),
+    "cp-async-cg-size-4": (
+        CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1], 4;" :: "r"(s), "l"(g)'),
+        f"attention.cu(3): error: `{CG}`'s cp-size is 16, got 4",
+    ),
     "cp-async-size-from-a-register": (
         CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1], %0;" :: "r"(s), "l"(g)'),
-        f"attention.cu(3): error: `{CG}`'s cp-size is an integer written in the template (16), got %0"),
+        f"attention.cu(3): error: `{CG}`'s cp-size is an integer written in the template (16), got %0",
+    ),
     "cp-async-src-size-past-cp-size": (
         CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1], 16, 20;" :: "r"(s), "l"(g)'),
-        f"attention.cu(3): error: `{CG}`'s src-size is at most its cp-size, 16, got 20"),
+        f"attention.cu(3): error: `{CG}`'s src-size is at most its cp-size, 16, got 20",
+    ),
     "cp-async-prefetch-size": (
         CP_ASYNC.format(code='"cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(s), "l"(g)'),
         f"attention.cu(3): error: `{CG}.L2::128B` is a form of cp.async the CPU backend cannot run: it runs only "
-        f"{CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers"),
+        f"{CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers",
+    ),
     "cp-async-cache-hint": (
-        CP_ASYNC.format(code='"cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, 4, %2;" '
-                             ':: "r"(s), "l"(g), "l"(0ull)'),
+        CP_ASYNC.format(
+            code='"cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, 4, %2;" :: "r"(s), "l"(g), "l"(0ull)'
+        ),
         f"attention.cu(3): error: `{CA}.L2::cache_hint` is a form of cp.async the CPU backend cannot run: it runs "
-        f"only {CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers"),
+        f"only {CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers",
+    ),
     "cp-async-address-not-in-brackets": (
         CP_ASYNC.format(code='"cp.async.ca.shared.global %0, [%1], 4;" :: "r"(s), "l"(g)'),
-        f"attention.cu(3): error: `{CA}`'s dst is an address, [%N], got %0"),
+        f"attention.cu(3): error: `{CA}`'s dst is an address, [%N], got %0",
+    ),
     "cp-async-address-with-an-offset": (
         CP_ASYNC.format(code='"cp.async.ca.shared.global [%0+4], [%1], 4;" :: "r"(s), "l"(g)'),
         f"attention.cu(3): error: `{CA} [%0+4], [%1], 4`: the CPU backend reads operands only as %N, {{%N, ...}}, "
-        "[%N] or an integer (no registers by name, predicates or labels)"),
-    "wait-group-from-a-register": (CP_ASYNC.format(code='"cp.async.wait_group %0;" :: "r"(s)'),
-                                   'attention.cu(3): error: `cp.async.wait_group` takes N in "n" operands (an integer '
-                                   'constant), but %0 is "r"'),
-    "commit-group-with-an-operand": (CP_ASYNC.format(code='"cp.async.commit_group %0;" :: "r"(s)'),
-                                     "attention.cu(3): error: `cp.async.commit_group` takes 0 operands, this one has 1"),
+        "[%N] or an integer (no registers by name, predicates or labels)",
+    ),
+    "wait-group-from-a-register": (
+        CP_ASYNC.format(code='"cp.async.wait_group %0;" :: "r"(s)'),
+        'attention.cu(3): error: `cp.async.wait_group` takes N in "n" operands (an integer constant), but %0 is "r"',
+    ),
+    "commit-group-with-an-operand": (
+        CP_ASYNC.format(code='"cp.async.commit_group %0;" :: "r"(s)'),
+        "attention.cu(3): error: `cp.async.commit_group` takes 0 operands, this one has 1",
+    ),
 }
 
 
 def refusal(code: str, cache_dir) -> str:
     """What the CPU build says of `code` as a student's attention.cu with a kernel after it."""
     with pytest.raises(CpuCompileError) as refused:
-        CpuModule.build('#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
-                        "attention.cu", {"k": ["float*"]}, cache_dir=cache_dir)
+        CpuModule.build(
+            '#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
+            "attention.cu",
+            {"k": ["float*"]},
+            cache_dir=cache_dir,
+        )
     return str(refused.value)
 
 
@@ -866,20 +1043,26 @@ def test_a_keyword_pasted_by_a_macro_is_refused_in_the_preprocessed_text(tmp_pat
     """The rewrite reads the file as written; an asm keyword a macro pastes together is plain in the
     preprocessed text, which the CPU build reads before g++ compiles it."""
     code = '#define CAT(a, b) a##b\n__device__ void f() {\n  CAT(as, m)("syscall");\n}\n'
-    assert refusal(code, tmp_path) == ("attention.cu(3): error: inline assembly built by a macro: the CPU backend "
-                                       "runs only asm statements written out in the file (see the CPU backend's "
-                                       "README)")
+    assert refusal(code, tmp_path) == (
+        "attention.cu(3): error: inline assembly built by a macro: the CPU backend "
+        "runs only asm statements written out in the file (see the CPU backend's "
+        "README)"
+    )
     assert not list(tmp_path.glob("*.so"))  # nothing was built
 
 
 # What the rewrite cannot see or judge, g++ stops at the student's line.
 COMPILER_REFUSED = {
-    "n-operand-not-a-constant": ('__device__ void f(int n) {\n  asm volatile("cp.async.wait_group %0;" :: "n"(n));\n'
-                                 '}\n', "attention.cu(2): error: ‘n’ is not a constant expression"),
-    "f-operand-from-a-double": ('__device__ unsigned f(double x) {\n  unsigned r;\n'
-                                '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
-                                "attention.cu(3): error: use of deleted function ‘uint32_t "
-                                "attnlab::{anonymous}::ptx::f_input(T) [with T = double; uint32_t = unsigned int]’"),
+    "n-operand-not-a-constant": (
+        '__device__ void f(int n) {\n  asm volatile("cp.async.wait_group %0;" :: "n"(n));\n}\n',
+        "attention.cu(2): error: ‘n’ is not a constant expression",
+    ),
+    "f-operand-from-a-double": (
+        "__device__ unsigned f(double x) {\n  unsigned r;\n"
+        '  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));\n  return r;\n}\n',
+        "attention.cu(3): error: use of deleted function ‘uint32_t "
+        "attnlab::{anonymous}::ptx::f_input(T) [with T = double; uint32_t = unsigned int]’",
+    ),
 }
 
 
@@ -889,22 +1072,45 @@ def test_what_the_rewrite_leaves_to_g_plus_plus_fails_at_the_students_line(tmp_p
 
 
 def test_a_rewritten_statement_keeps_every_later_line_number(tmp_path):
-    code = ('__device__ unsigned f(float x) {\n  unsigned r;\n  asm("cvt.rna.tf32.f32 %0, %1;"\n'
-            '      : "=r"(r)\n      : "f"(x));\n  return undeclared_name;\n}\n')
+    code = (
+        '__device__ unsigned f(float x) {\n  unsigned r;\n  asm("cvt.rna.tf32.f32 %0, %1;"\n'
+        '      : "=r"(r)\n      : "f"(x));\n  return undeclared_name;\n}\n'
+    )
     with pytest.raises(CpuCompileError) as refused:
-        CpuModule.build('#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
-                        "attention.cu", {"k": ["float*"]}, cache_dir=tmp_path)
-    assert str(refused.value) == ("C++ compile failed:\n"
-                                  "attention.cu(6): error: ‘undeclared_name’ was not declared in this scope")
+        CpuModule.build(
+            '#include <attnlab/prelude.cuh>\n#line 1 "attention.cu"\n' + code + KERNEL,
+            "attention.cu",
+            {"k": ["float*"]},
+            cache_dir=tmp_path,
+        )
+    assert str(refused.value) == (
+        "C++ compile failed:\nattention.cu(6): error: ‘undeclared_name’ was not declared in this scope"
+    )
 
 
 def test_grade_refuses_ptx_the_cpu_backend_cannot_run_with_a_compile_error(tmp_path):
     """Through the command line: NVRTC accepts `ret;`, the CPU build refuses it (exit 3, the line named)."""
     fixture = "tests/fixtures/lab2/hostile/ptx_also_x86.cu"
     report = tmp_path / "result.json"
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", fixture, "--device", "cpu",
-                                "--no-timing", "--json", str(report)], cwd=REPO, capture_output=True, text=True,
-                               timeout=300)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            "lab2",
+            fixture,
+            "--device",
+            "cpu",
+            "--no-timing",
+            "--json",
+            str(report),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     result = json.loads(report.read_text())
     line = next(i + 1 for i, text in enumerate((REPO / fixture).read_text().splitlines()) if "asm volatile" in text)
     assert (completed.returncode, result["verdict"], result["exit_code"]) == (3, "compile-error", 3)
@@ -912,6 +1118,7 @@ def test_grade_refuses_ptx_the_cpu_backend_cannot_run_with_a_compile_error(tmp_p
 
 
 # --- NVRTC: the same helpers compile for sm_90, and the register classes are the ones it accepts ---
+
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_the_compile_gate_passes_the_probe_kernels(arch):
@@ -923,34 +1130,44 @@ def test_the_compile_gate_passes_the_probe_kernels(arch):
     # mma_3xtf32 (8 through the helper, 4 through the macro), once in cvt_each. The f16 mma in mma_f16_raw 2,
     # mma_3xf16 3 and 1 in each f16 divergence probe; the f16 cvt 12 times in mma_3xf16 (2 per split, 6
     # splits), once in cvt_f16x2_each.
-    counts = [module.ptx.count(f"\t{instruction} ")
-              for instruction in (MMA, "cvt.rna.tf32.f32", MMA16, "cvt.rn.f16x2.f32")]
+    counts = [
+        module.ptx.count(f"\t{instruction} ") for instruction in (MMA, "cvt.rna.tf32.f32", MMA16, "cvt.rn.f16x2.f32")
+    ]
     assert counts == [11, 13, 7, 13]
     # Every way the probes write a cp.async reaches the PTX as written (register numbers aside; how
     # often each appears is the optimiser's business: it unrolls some loops).
     forms = {re.sub(r"%(r|rd)\d+", r"%\1", line.strip()) for line in module.ptx.splitlines() if "cp.async" in line}
-    assert forms == {f"{CG} [%r], [%rd], 16, %r;", f"{CA} [%r], [%rd], 4, %r;", f"{CA} [%r], [%rd], 8, 5;",
-                     f"{CA} [%r], [%rd], 4, 3;", f"{CG} [%r], [%rd], 16;", f"{CA} [%rd], [%rd], 8, 8;",
-                     f"{CA} [%r], [%rd], 4;", "cp.async.commit_group;", "cp.async.wait_group 0;",
-                     "cp.async.wait_group 1;", "cp.async.wait_all;"}
+    assert forms == {
+        f"{CG} [%r], [%rd], 16, %r;",
+        f"{CA} [%r], [%rd], 4, %r;",
+        f"{CA} [%r], [%rd], 8, 5;",
+        f"{CA} [%r], [%rd], 4, 3;",
+        f"{CG} [%r], [%rd], 16;",
+        f"{CA} [%rd], [%rd], 8, 8;",
+        f"{CA} [%r], [%rd], 4;",
+        "cp.async.commit_group;",
+        "cp.async.wait_group 0;",
+        "cp.async.wait_group 1;",
+        "cp.async.wait_all;",
+    }
     assert set(module.entry_points) == set(ENTRY_POINTS)
 
 
-CVT_TEMPLATE = '''__device__ unsigned to_tf32(float x) {{
+CVT_TEMPLATE = """__device__ unsigned to_tf32(float x) {{
     {dtype} r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "={d}"(r) : "{a}"({x}));
     return {ret};
 }}
 extern "C" __global__ void k(float* o) {{ o[threadIdx.x] = __uint_as_float(to_tf32(o[threadIdx.x])); }}
-'''
-CVT16_TEMPLATE = '''__device__ unsigned to_f16x2(float x, float y) {{
+"""
+CVT16_TEMPLATE = """__device__ unsigned to_f16x2(float x, float y) {{
     {dtype} r;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "={d}"(r) : "{a}"({x}), "{b}"({y}));
     return {ret};
 }}
 extern "C" __global__ void k(float* o) {{ o[threadIdx.x] = __uint_as_float(to_f16x2(o[threadIdx.x], o[0])); }}
-'''
-MMA_TEMPLATE = '''__device__ void mma(float* o, {D} (&d)[4], const {A} (&a)[4], const {B} (&b)[2], const {C} (&c)[4]) {{
+"""
+MMA_TEMPLATE = """__device__ void mma(float* o, {D} (&d)[4], const {A} (&a)[4], const {B} (&b)[2], const {C} (&c)[4]) {{
     asm volatile("{name} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%10,%11,%12,%13}};"
         : "={Dc}"(d[0]), "={Dc}"(d[1]), "={Dc}"(d[2]), "={Dc}"(d[3])
         : "{Ac}"(a[0]), "{Ac}"(a[1]), "{Ac}"(a[2]), "{Ac}"(a[3]), "{Bc}"(b[0]), "{Bc}"(b[1]),
@@ -961,21 +1178,24 @@ extern "C" __global__ void k(float* o) {{
     mma(o, d, a, b, c);
     o[threadIdx.x] = (float)d[0];
 }}
-'''
+"""
 TYPES = {"r": "unsigned", "f": "float"}
 # cp.async with each operand given in one class, the others in a class ptxas takes: the value each
 # class carries (a shared address, a global address, a src-size of 16, a wait for 0 groups).
-CP_ASYNC_CLASS_TEMPLATE = '''extern "C" __global__ void k(const float* g, float* o) {{
+CP_ASYNC_CLASS_TEMPLATE = """extern "C" __global__ void k(const float* g, float* o) {{
     __shared__ __align__(16) float s[64];
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "{dst}"({dst_value}), "{src}"({src_value}),
                  "{size}"({size_value}));
     asm volatile("cp.async.wait_group %0;" :: "{N}"({N_value}));
     o[threadIdx.x] = s[threadIdx.x];
 }}
-'''
+"""
 CP_ASYNC_VALUES = {
-    "dst": {"r": "(unsigned)__cvta_generic_to_shared(s)", "f": "__uint_as_float((unsigned)__cvta_generic_to_shared(s))",
-            "l": "(unsigned long long)__cvta_generic_to_shared(s)"},
+    "dst": {
+        "r": "(unsigned)__cvta_generic_to_shared(s)",
+        "f": "__uint_as_float((unsigned)__cvta_generic_to_shared(s))",
+        "l": "(unsigned long long)__cvta_generic_to_shared(s)",
+    },
     "src": {"r": "(unsigned)(size_t)g", "f": "0.0f", "l": "g"},
     "size": {"r": "16u", "f": "16.0f", "l": "16ull", "n": "16"},
     "N": {"r": "0u", "n": "0"},
@@ -993,49 +1213,77 @@ def nvrtc_accepts(source: str) -> bool:
 def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90():
     """For each operand of each instruction, every class letter: the CPU backend allows it exactly when
     NVRTC (and ptxas behind it) compiles it, with the operand declared in that class's C++ type."""
-    assert set(INSTRUCTIONS) == {"cvt.rna.tf32.f32", "cvt.rn.f16x2.f32", MMA, MMA16, CA, CG, "cp.async.commit_group",
-                                 "cp.async.wait_group", "cp.async.wait_all"}  # each one with operands asked below
+    assert set(INSTRUCTIONS) == {
+        "cvt.rna.tf32.f32",
+        "cvt.rn.f16x2.f32",
+        MMA,
+        MMA16,
+        CA,
+        CG,
+        "cp.async.commit_group",
+        "cp.async.wait_group",
+        "cp.async.wait_all",
+    }  # each one with operands asked below
     allowed, accepted = {}, {}
     cvt = INSTRUCTIONS["cvt.rna.tf32.f32"]
     for operand in cvt.operands:
         for c in "rf":
             allowed[("cvt.rna.tf32.f32", operand.name, c)] = c in operand.classes
     for c in "rf":
-        accepted[("cvt.rna.tf32.f32", "d", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
-            dtype=TYPES[c], d=c, a="f", x="x", ret="r" if c == "r" else "__float_as_uint(r)"))
-        accepted[("cvt.rna.tf32.f32", "a", c)] = nvrtc_accepts(CVT_TEMPLATE.format(
-            dtype="unsigned", d="r", a=c, x="x" if c == "f" else "__float_as_uint(x)", ret="r"))
+        accepted[("cvt.rna.tf32.f32", "d", c)] = nvrtc_accepts(
+            CVT_TEMPLATE.format(dtype=TYPES[c], d=c, a="f", x="x", ret="r" if c == "r" else "__float_as_uint(r)")
+        )
+        accepted[("cvt.rna.tf32.f32", "a", c)] = nvrtc_accepts(
+            CVT_TEMPLATE.format(dtype="unsigned", d="r", a=c, x="x" if c == "f" else "__float_as_uint(x)", ret="r")
+        )
     cvt16 = INSTRUCTIONS["cvt.rn.f16x2.f32"]
     source = {"f": "{}", "r": "__float_as_uint({})"}  # a float source as its own type or as its bits
     for operand in cvt16.operands:
         for c in "rf":
             classes = {"d": "r", "a": "f", "b": "f"} | {operand.name: c}
             allowed[("cvt.rn.f16x2.f32", operand.name, c)] = c in operand.classes
-            accepted[("cvt.rn.f16x2.f32", operand.name, c)] = nvrtc_accepts(CVT16_TEMPLATE.format(
-                dtype=TYPES[classes["d"]], **classes, x=source[classes["a"]].format("x"),
-                y=source[classes["b"]].format("y"), ret="r" if classes["d"] == "r" else "__float_as_uint(r)"))
+            accepted[("cvt.rn.f16x2.f32", operand.name, c)] = nvrtc_accepts(
+                CVT16_TEMPLATE.format(
+                    dtype=TYPES[classes["d"]],
+                    **classes,
+                    x=source[classes["a"]].format("x"),
+                    y=source[classes["b"]].format("y"),
+                    ret="r" if classes["d"] == "r" else "__float_as_uint(r)",
+                )
+            )
     for name in (MMA, MMA16):
         base = {"Dc": "f", "Ac": "r", "Bc": "r", "Cc": "f"}
         for operand in INSTRUCTIONS[name].operands:
             for c in "rf":
                 classes = base | {f"{operand.name}c": c}
                 allowed[(name, operand.name, c)] = c in operand.classes
-                accepted[(name, operand.name, c)] = nvrtc_accepts(MMA_TEMPLATE.format(
-                    name=name, **classes, **{key[0]: TYPES[letter] for key, letter in classes.items()}))
+                accepted[(name, operand.name, c)] = nvrtc_accepts(
+                    MMA_TEMPLATE.format(
+                        name=name, **classes, **{key[0]: TYPES[letter] for key, letter in classes.items()}
+                    )
+                )
     # cp.async (.ca and .cg take the same classes: one instruction asked for both) and wait_group.
-    specs = {"dst": INSTRUCTIONS[CG].operands[0], "src": INSTRUCTIONS[CG].operands[1],
-             "size": INSTRUCTIONS[CG].operands[3], "N": INSTRUCTIONS["cp.async.wait_group"].operands[0]}
+    specs = {
+        "dst": INSTRUCTIONS[CG].operands[0],
+        "src": INSTRUCTIONS[CG].operands[1],
+        "size": INSTRUCTIONS[CG].operands[3],
+        "N": INSTRUCTIONS["cp.async.wait_group"].operands[0],
+    }
     assert INSTRUCTIONS[CA].operands[:2] + INSTRUCTIONS[CA].operands[3:] == (specs["dst"], specs["src"], specs["size"])
     for key, spec in specs.items():
         for c in CP_ASYNC_VALUES[key]:
             classes = {"dst": "r", "src": "l", "size": "r", "N": "n"} | {key: c}
             allowed[("cp.async", spec.name, c)] = c in spec.classes
-            accepted[("cp.async", spec.name, c)] = nvrtc_accepts(CP_ASYNC_CLASS_TEMPLATE.format(
-                **classes, **{f"{k}_value": CP_ASYNC_VALUES[k][letter] for k, letter in classes.items()}))
+            accepted[("cp.async", spec.name, c)] = nvrtc_accepts(
+                CP_ASYNC_CLASS_TEMPLATE.format(
+                    **classes, **{f"{k}_value": CP_ASYNC_VALUES[k][letter] for k, letter in classes.items()}
+                )
+            )
     assert accepted == allowed
 
 
 # --- the emulation against the hardware -----------------------------------------------------------
+
 
 class CupyProbes:
     """The probe kernels on the GPU, launched like a CpuModule: numpy arrays in, written back after."""
@@ -1044,8 +1292,10 @@ class CupyProbes:
         import cupy
 
         self.cupy = cupy
-        self.module = cupy.RawModule(code=compose_source(PROBES_SOURCE.read_text(), "ptx.cu"),
-                                     options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include"))
+        self.module = cupy.RawModule(
+            code=compose_source(PROBES_SOURCE.read_text(), "ptx.cu"),
+            options=("--std=c++17", *NVRTC_INCLUDE_OPTIONS, "--no-source-include"),
+        )
 
     def launch(self, name, grid, block, shared_bytes, args, reverse_threads=0):
         cp = self.cupy
@@ -1063,8 +1313,13 @@ def check_agreement(device, cpu: CpuModule) -> None:
     instead, or another fragment layout, is off by about 2^-11). Then the same for f16 (below)."""
     rng = np.random.default_rng(11)
     x = (rng.standard_normal(8192) * np.exp2(rng.integers(-140, 127, 8192))).astype(np.float32)
-    x = np.concatenate([x, np.array([c[0] for c in CVT_CASES], np.uint32).view(np.float32),
-                        np.array([0x7FFFFFFF], np.uint32).view(np.float32)])
+    x = np.concatenate(
+        [
+            x,
+            np.array([c[0] for c in CVT_CASES], np.uint32).view(np.float32),
+            np.array([0x7FFFFFFF], np.uint32).view(np.float32),
+        ]
+    )
     outs = []
     for module in (device, cpu):
         out = np.zeros(len(x), np.uint32)
@@ -1117,8 +1372,7 @@ def check_f16_agreement(device, cpu: CpuModule) -> None:
     outs = []
     for module in (device, cpu):
         out = np.zeros(len(x), np.uint32)
-        module.launch("cvt_f16x2_each", ((len(x) + 127) // 128, 1, 1), (128, 1, 1), 0,
-                      [bits(x), bits(lo), out, len(x)])
+        module.launch("cvt_f16x2_each", ((len(x) + 127) // 128, 1, 1), (128, 1, 1), 0, [bits(x), bits(lo), out, len(x)])
         outs.append(out)
     for half, source in ((16, x), (0, lo)):
         got = [(out >> np.uint32(half)) & np.uint32(0xFFFF) for out in outs]
@@ -1127,8 +1381,11 @@ def check_f16_agreement(device, cpu: CpuModule) -> None:
         # A NaN: the GPU gives the canonical half NaN 0x7FFF; the emulation the float's top 16 bits,
         # so that the shim's poison comes back whole out of the f16 mma (see check_poison_through_f16_mma).
         for module, g in zip((device, cpu), got):
-            expected = (bits(source[~number]) >> np.uint32(16) if isinstance(module, CpuModule)
-                        else np.full((~number).sum(), 0x7FFF, np.uint32))
+            expected = (
+                bits(source[~number]) >> np.uint32(16)
+                if isinstance(module, CpuModule)
+                else np.full((~number).sum(), 0x7FFF, np.uint32)
+            )
             np.testing.assert_array_equal(g[~number], expected)
     for seed in range(8):
         rng = np.random.default_rng(200 + seed)

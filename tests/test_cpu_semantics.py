@@ -19,8 +19,14 @@ from labrunner.run.cpu.module import CpuModule
 
 KERNELS = Path(__file__).parent / "cpu_kernels"
 RUNTIME = Path(cpu_module.__file__).parent
-ENTRY_POINTS = {"block_votes": ["int*"], "warp_votes": ["unsigned*"], "shuffles": ["float*"],
-                "race_at_start": ["float*"], "race_after_barrier": ["float*"], "race_after_syncwarp": ["float*"]}
+ENTRY_POINTS = {
+    "block_votes": ["int*"],
+    "warp_votes": ["unsigned*"],
+    "shuffles": ["float*"],
+    "race_at_start": ["float*"],
+    "race_after_barrier": ["float*"],
+    "race_after_syncwarp": ["float*"],
+}
 NAN = float("nan")
 
 
@@ -30,6 +36,7 @@ def build(cache: Path) -> CpuModule:
 
 
 # --- what each probe must answer --------------------------------------------------------------
+
 
 def check_block_votes(module: CpuModule) -> None:
     out = np.zeros((64, 6), np.int32)
@@ -101,8 +108,14 @@ def check_race_after_syncwarp(module: CpuModule) -> None:
     check_race_after_barrier(module, "race_after_syncwarp", 32)
 
 
-PROBES = [check_block_votes, check_warp_votes, check_shuffles, check_race_at_start, check_race_after_barrier,
-          check_race_after_syncwarp]
+PROBES = [
+    check_block_votes,
+    check_warp_votes,
+    check_shuffles,
+    check_race_at_start,
+    check_race_after_barrier,
+    check_race_after_syncwarp,
+]
 
 
 @pytest.fixture(scope="module")
@@ -122,31 +135,70 @@ def test_the_backend_answers_every_probe_exactly(real_backend, probe):
 MUTANTS = [
     ("syncthreads_and is any", "fiber.h", "case BK_AND: f.result = count == n;", "case BK_AND: f.result = count > 0;"),
     ("syncthreads_or is all", "fiber.h", "case BK_OR: f.result = count > 0;", "case BK_OR: f.result = count == n;"),
-    ("syncthreads_count counts arrivals", "fiber.h", "case BK_COUNT: f.result = (uint64_t)count;",
-     "case BK_COUNT: f.result = (uint64_t)n;"),
+    (
+        "syncthreads_count counts arrivals",
+        "fiber.h",
+        "case BK_COUNT: f.result = (uint64_t)count;",
+        "case BK_COUNT: f.result = (uint64_t)n;",
+    ),
     # (`count += f.pred` in place of `f.pred != 0` would be an equivalent mutant: the shim hands the
     # barrier `pred != 0` already, which `block_votes`' `t * 2` predicate shows.)
-    ("syncthreads_and calls the or barrier", "shim.h", "barrier(::attnlab::BK_AND, pred != 0",
-     "barrier(::attnlab::BK_OR, pred != 0"),
-    ("release after a barrier ignores the reverse order", "fiber.h",
-     "int i = rt.reverse ? rt.nthreads - 1 - k : k;", "int i = k;"),
-    ("a block starts in launch order when reversed", "fiber.h",
-     "push(rt.reverse ? rt.nthreads - 1 - k : k);", "push(k);"),
-    ("release after a warp sync ignores the reverse order", "fiber.h", "int j = rt.reverse ? 31 - k : k;",
-     "int j = k;"),
-    ("ballot ignores the predicate", "fiber.h", "if (lane_fiber(w, j).pred) ballot |= 1u << j;",
-     "ballot |= 1u << j;"),
-    ("all_sync is any", "shim.h", "{\"__all_sync\", attnlab_file, attnlab_line}) ==\n           m;",
-     "{\"__all_sync\", attnlab_file, attnlab_line}) !=\n           0;"),
-    ("any_sync is all", "shim.h", "{\"__any_sync\", attnlab_file, attnlab_line}) !=\n           0;",
-     "{\"__any_sync\", attnlab_file, attnlab_line}) ==\n           0xffffffffu;"),
+    (
+        "syncthreads_and calls the or barrier",
+        "shim.h",
+        "barrier(::attnlab::BK_AND, pred != 0",
+        "barrier(::attnlab::BK_OR, pred != 0",
+    ),
+    (
+        "release after a barrier ignores the reverse order",
+        "fiber.h",
+        "int i = rt.reverse ? rt.nthreads - 1 - k : k;",
+        "int i = k;",
+    ),
+    (
+        "a block starts in launch order when reversed",
+        "fiber.h",
+        "push(rt.reverse ? rt.nthreads - 1 - k : k);",
+        "push(k);",
+    ),
+    (
+        "release after a warp sync ignores the reverse order",
+        "fiber.h",
+        "int j = rt.reverse ? 31 - k : k;",
+        "int j = k;",
+    ),
+    ("ballot ignores the predicate", "fiber.h", "if (lane_fiber(w, j).pred) ballot |= 1u << j;", "ballot |= 1u << j;"),
+    (
+        "all_sync is any",
+        "shim.h",
+        '{"__all_sync", attnlab_file, attnlab_line}) ==\n           m;',
+        '{"__all_sync", attnlab_file, attnlab_line}) !=\n           0;',
+    ),
+    (
+        "any_sync is all",
+        "shim.h",
+        '{"__any_sync", attnlab_file, attnlab_line}) !=\n           0;',
+        '{"__any_sync", attnlab_file, attnlab_line}) ==\n           0xffffffffu;',
+    ),
     ("shfl ignores width", "shim.h", "default: j = min_lane | (bval & ~segmask);", "default: j = bval;"),
-    ("shfl_up crosses into the group before", "shim.h", "case SHFL_UP: j = lane - bval; ok = j >= max_lane;",
-     "case SHFL_UP: j = lane - bval; ok = j >= 0;"),
-    ("shfl_down stops one lane short", "shim.h", "case SHFL_DOWN: j = lane + bval; ok = j <= max_lane;",
-     "case SHFL_DOWN: j = lane + bval; ok = j < max_lane;"),
-    ("shfl_xor reaches a later group", "shim.h", "case SHFL_BFLY: j = lane ^ bval; ok = j <= max_lane;",
-     "case SHFL_BFLY: j = lane ^ bval; ok = j < 32;"),
+    (
+        "shfl_up crosses into the group before",
+        "shim.h",
+        "case SHFL_UP: j = lane - bval; ok = j >= max_lane;",
+        "case SHFL_UP: j = lane - bval; ok = j >= 0;",
+    ),
+    (
+        "shfl_down stops one lane short",
+        "shim.h",
+        "case SHFL_DOWN: j = lane + bval; ok = j <= max_lane;",
+        "case SHFL_DOWN: j = lane + bval; ok = j < max_lane;",
+    ),
+    (
+        "shfl_xor reaches a later group",
+        "shim.h",
+        "case SHFL_BFLY: j = lane ^ bval; ok = j <= max_lane;",
+        "case SHFL_BFLY: j = lane ^ bval; ok = j < 32;",
+    ),
     ("shfl source lane not wrapped", "shim.h", "const int bval = b & 31;", "const int bval = b;"),
 ]
 
@@ -154,6 +206,7 @@ MUTANTS = [
 @pytest.fixture
 def planted(tmp_path, monkeypatch):
     """A copy of the backend's runtime with one rule replaced, compiled in place of the real one."""
+
     def plant(file: str, real: str, wrong: str) -> CpuModule:
         copy = tmp_path / "runtime"
         copy.mkdir()
@@ -166,6 +219,7 @@ def planted(tmp_path, monkeypatch):
         monkeypatch.setattr(cpu_module, "_SHIM", copy / "shim.h")
         monkeypatch.setattr(cpu_module, "_RUNTIME_FILES", (copy / "shim.h", copy / "fiber.h"))
         return build(tmp_path / "cache")
+
     return plant
 
 

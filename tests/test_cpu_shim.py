@@ -232,7 +232,9 @@ def test_math_intrinsics(cache):
     np.testing.assert_array_equal(out[:, 4], np.clip(x, 0, 1))
     np.testing.assert_array_equal(out[:, 5], 1)
     np.testing.assert_array_equal(out[:, 6], np.maximum(x, 0.5) + np.minimum(x, -0.5))
-    np.testing.assert_array_equal(out[:, 7], (np.maximum(i, 40) + np.minimum(i, 3)).astype(np.float32) + np.maximum(x, np.float32(1)))
+    np.testing.assert_array_equal(
+        out[:, 7], (np.maximum(i, 40) + np.minimum(i, 3)).astype(np.float32) + np.maximum(x, np.float32(1))
+    )
     np.testing.assert_array_equal(out[:, 8], 1)
     np.testing.assert_array_equal(out[:, 9], 1)
     np.testing.assert_allclose(out[:, 10], (2 * xd + 1) + (xd + 1) + 2 * xd + 0.25, rtol=1e-6, atol=1e-6)
@@ -345,7 +347,9 @@ def test_unwritten_shared_reads_nan_in_every_block(cache):
 
 def test_fault_and_assert_are_errors(cache):
     mod = build(cache, "bugs.cu", {"null_write": ["float*"], "asserts": ["float*", "int"]})
-    with pytest.raises(CpuKernelError, match=r"illegal memory access \(SIGSEGV\) in kernel null_write, block \(0,0,0\)"):
+    with pytest.raises(
+        CpuKernelError, match=r"illegal memory access \(SIGSEGV\) in kernel null_write, block \(0,0,0\)"
+    ):
         mod.launch("null_write", (1, 1, 1), (32, 1, 1), 0, [None])
     out = np.zeros(32, np.float32)
     mod.launch("asserts", (1, 1, 1), (32, 1, 1), 0, [out, 32])
@@ -369,7 +373,7 @@ def test_bad_launch_configs(cache):
 
 
 def test_compile_error_points_at_student_line(cache):
-    src = PRELUDE + "// header\n\nextern \"C\" __global__ void k(float* o) {\n  o[0] = undefined_name;\n}\n"
+    src = PRELUDE + '// header\n\nextern "C" __global__ void k(float* o) {\n  o[0] = undefined_name;\n}\n'
     with pytest.raises(CpuKernelError, match=r"^C\+\+ compile failed:\n") as e:
         CpuModule.build(src, "attention.cu", {"k": ["float*"]}, cache_dir=cache)
     msg = str(e.value)
@@ -399,8 +403,9 @@ def _run_starter(mod, C, P, seed=0, reverse=False, shared=0):
     v = rng.standard_normal((P + C, 8, 64), dtype=np.float32)
     out = np.full((C, 32, 64), np.nan, np.float32)
     t0 = time.perf_counter()
-    mod.launch("flash_prefill", ((C + 63) // 64, 32, 1), (256, 1, 1), shared, [q, k, v, out, C, P],
-               reverse_threads=reverse)
+    mod.launch(
+        "flash_prefill", ((C + 63) // 64, 32, 1), (256, 1, 1), shared, [q, k, v, out, C, P], reverse_threads=reverse
+    )
     return q, k, v, out, time.perf_counter() - t0
 
 

@@ -88,8 +88,9 @@ CHILD = textwrap.dedent("""
 
 def run_child(tmp_path: Path, mode: str) -> dict:
     (tmp_path / "keep").write_text("still here")
-    completed = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), mode], cwd=REPO, capture_output=True,
-                               text=True, timeout=300)
+    completed = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path), mode], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     # The kernel's printf reached stdout, sealed or not (C's stdout got its buffer before the seal).
     assert completed.stdout.splitlines()[:-1] == ["printed by a kernel after the seal"]
@@ -101,10 +102,21 @@ def test_a_sealed_worker_runs_kernels_and_nothing_else(tmp_path):
     refused = "Operation not permitted"
     assert seen == {
         "launch": [0.0, 2.0, 4.0, 6.0],
-        "create a file": refused, "read a file": refused, "fork": refused, "socket": refused, "exec": refused,
-        "signal the parent": refused, "unlink": refused, "mkdir": refused, "aim SIGIO at the parent": refused,
+        "create a file": refused,
+        "read a file": refused,
+        "fork": refused,
+        "socket": refused,
+        "exec": refused,
+        "signal the parent": refused,
+        "unlink": refused,
+        "mkdir": refused,
+        "aim SIGIO at the parent": refused,
         "read the fd flags": "allowed",
-        "stat a path": refused, "newfstatat": refused, "statx": refused, "readlinkat": refused, "faccessat": refused,
+        "stat a path": refused,
+        "newfstatat": refused,
+        "statx": refused,
+        "readlinkat": refused,
+        "faccessat": refused,
         "fstat": "allowed",
         "second compile": "this CPU worker already loaded a module and sealed itself; each module needs a fresh worker",
     }
@@ -114,19 +126,82 @@ def test_a_sealed_worker_runs_kernels_and_nothing_else(tmp_path):
 def test_unsafe_cpu_skips_the_filter(tmp_path):
     seen = run_child(tmp_path, "unsealed")
     assert (seen["launch"], seen["create a file"], seen["mkdir"], seen["second compile"], seen["newfstatat"]) == (
-        [0.0, 2.0, 4.0, 6.0], "allowed", "allowed", "allowed", "allowed")
+        [0.0, 2.0, 4.0, 6.0],
+        "allowed",
+        "allowed",
+        "allowed",
+        "allowed",
+    )
 
 
 # System calls whose arguments include a path (x86-64 and AArch64 names): none may be on the list
 # the first filter allows, and the one it allows for the loader must be taken away by the second.
-PATH_CALLS = ("open", "openat", "openat2", "creat", "stat", "lstat", "newfstatat", "fstatat64", "statx", "statfs",
-              "access", "faccessat", "faccessat2", "readlink", "readlinkat", "chdir", "chroot", "execve", "execveat",
-              "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "rename", "renameat", "renameat2", "link", "linkat",
-              "symlink", "symlinkat", "chmod", "fchmodat", "chown", "lchown", "fchownat", "truncate", "utime",
-              "utimes", "utimensat", "futimesat", "mknod", "mknodat", "getxattr", "lgetxattr", "listxattr",
-              "llistxattr", "setxattr", "removexattr", "name_to_handle_at", "inotify_add_watch", "fanotify_mark",
-              "mount", "umount2", "pivot_root", "swapon", "acct", "uselib", "quotactl", "open_tree", "move_mount",
-              "fsopen", "fspick", "mount_setattr")
+PATH_CALLS = (
+    "open",
+    "openat",
+    "openat2",
+    "creat",
+    "stat",
+    "lstat",
+    "newfstatat",
+    "fstatat64",
+    "statx",
+    "statfs",
+    "access",
+    "faccessat",
+    "faccessat2",
+    "readlink",
+    "readlinkat",
+    "chdir",
+    "chroot",
+    "execve",
+    "execveat",
+    "mkdir",
+    "mkdirat",
+    "rmdir",
+    "unlink",
+    "unlinkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "chmod",
+    "fchmodat",
+    "chown",
+    "lchown",
+    "fchownat",
+    "truncate",
+    "utime",
+    "utimes",
+    "utimensat",
+    "futimesat",
+    "mknod",
+    "mknodat",
+    "getxattr",
+    "lgetxattr",
+    "listxattr",
+    "llistxattr",
+    "setxattr",
+    "removexattr",
+    "name_to_handle_at",
+    "inotify_add_watch",
+    "fanotify_mark",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "swapon",
+    "acct",
+    "uselib",
+    "quotactl",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fspick",
+    "mount_setattr",
+)
 
 
 def test_no_system_call_that_takes_a_path_survives_the_seal():

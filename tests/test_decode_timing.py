@@ -17,8 +17,7 @@ from labrunner.truth.paged_cache import bytes_to_move, timing_batch
 
 LAB = get_lab("lab3")
 ROWS, LONGEST = 3, 40
-SOLUTION = LAB.constants({"attnlab_partition_tokens": 16, "attnlab_heads_per_block": 4,
-                          "attnlab_partial_threads": 128})
+SOLUTION = LAB.constants({"attnlab_partition_tokens": 16, "attnlab_heads_per_block": 4, "attnlab_partial_threads": 128})
 STARTER = LAB.constants({})
 COPY_BYTES = 1 << 20  # past half of what the test shape moves, so the copy is this size
 
@@ -34,9 +33,19 @@ def in_process(monkeypatch):
 
 
 def timed(worker, rounds=1):
-    return time_speedup(LAB, worker, SOLUTION, STARTER, ROWS, LONGEST, seed=3,
-                        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
-                        student_label="solution.cu", baseline_label="starter.cu", references=CpuReferences())
+    return time_speedup(
+        LAB,
+        worker,
+        SOLUTION,
+        STARTER,
+        ROWS,
+        LONGEST,
+        seed=3,
+        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+        student_label="solution.cu",
+        baseline_label="starter.cu",
+        references=CpuReferences(),
+    )
 
 
 def test_the_timing_layout_is_seeded_with_one_sequence_of_the_longest_length():
@@ -65,9 +74,13 @@ def test_a_decode_round_reports_bandwidth_against_the_same_runs_copy(in_process)
     moved = bytes_to_move(layout["fixed"]["seqLens"].tolist(), 32, 8, 64)
     # every call, the copy's too, takes the counting timer's 1 ms
     assert timing["bandwidth"] == {
-        "bytes": moved, "student_tb_s": moved / 1e-3 / 1e12, "baseline_tb_s": moved / 1e-3 / 1e12,
-        "copy_tb_s": 2 * COPY_BYTES / 1e-3 / 1e12, "copy_fraction": moved / (2 * COPY_BYTES),
-        "copy": [{"bytes": COPY_BYTES, "median_ms": 1.0}]}
+        "bytes": moved,
+        "student_tb_s": moved / 1e-3 / 1e12,
+        "baseline_tb_s": moved / 1e-3 / 1e12,
+        "copy_tb_s": 2 * COPY_BYTES / 1e-3 / 1e12,
+        "copy_fraction": moved / (2 * COPY_BYTES),
+        "copy": [{"bytes": COPY_BYTES, "median_ms": 1.0}],
+    }
     assert timing["gflop"] == 4 * 64 * 32 * sum(layout["fixed"]["seqLens"].tolist()) / 1e9
     assert timing["verified_calls"]["student"] >= 2 and timing["speedup"] == 1.0
 
@@ -80,8 +93,11 @@ def test_each_contender_gets_a_workspace_of_its_own_geometry_and_the_sets_carry_
     timed(worker)
     request = requests[0]
     parts = -(-LONGEST // 16)
-    assert request["student_workspace"] == {"partOut": ROWS * 32 * parts * 64, "partMax": ROWS * 32 * parts,
-                                            "partSum": ROWS * 32 * parts}
+    assert request["student_workspace"] == {
+        "partOut": ROWS * 32 * parts * 64,
+        "partMax": ROWS * 32 * parts,
+        "partSum": ROWS * 32 * parts,
+    }
     assert request["baseline_workspace"] == {"partOut": ROWS * 32 * 64, "partMax": ROWS * 32, "partSum": ROWS * 32}
     sets = request["sets"]
     assert sets["pages"] == sum(-(-n // 16) for n in sets["fixed"]["seqLens"].tolist())
@@ -99,25 +115,42 @@ def test_a_decode_kernel_that_stops_computing_gets_no_time(in_process):
     assert "a timed call on fresh input set" in failure.message and "no time is reported" in failure.message
 
 
-@pytest.mark.parametrize("reached, status, words", [
-    (0.93, "met", "met: 0.93 of the device copy's bandwidth (3.72 of 4.00 TB/s, timed in the same run on NVIDIA "
-                  "H200) against the 0.8 required"),
-    (0.5, "missed", "missed: 0.50 of the device copy's bandwidth (2.00 of 4.00 TB/s, timed in the same run on "
-                    "NVIDIA H200) against the 0.8 required"),
-])
+@pytest.mark.parametrize(
+    "reached, status, words",
+    [
+        (
+            0.93,
+            "met",
+            "met: 0.93 of the device copy's bandwidth (3.72 of 4.00 TB/s, timed in the same run on NVIDIA "
+            "H200) against the 0.8 required",
+        ),
+        (
+            0.5,
+            "missed",
+            "missed: 0.50 of the device copy's bandwidth (2.00 of 4.00 TB/s, timed in the same run on "
+            "NVIDIA H200) against the 0.8 required",
+        ),
+    ],
+)
 def test_the_bandwidth_gate_is_a_fraction_of_the_same_runs_copy(reached, status, words):
-    gate = apply_bandwidth_gate({"copy_fraction": reached, "required_fraction": 0.8, "student_tb_s": 4.0 * reached,
-                                 "copy_tb_s": 4.0}, "NVIDIA H200")
+    gate = apply_bandwidth_gate(
+        {"copy_fraction": reached, "required_fraction": 0.8, "student_tb_s": 4.0 * reached, "copy_tb_s": 4.0},
+        "NVIDIA H200",
+    )
     assert (gate["status"], gate["passed"], gate["message"]) == (status, status == "met", words)
 
 
 # --- `attnlab grade lab3` end to end on the stand-in GPU ------------------------------------------
 
+
 def small_catalogue(copy_fraction: float):
     from labrunner.truth.cases import Case, Catalogue
 
-    return Catalogue(lab="lab3", cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
-                     timing={"rows": ROWS, "prefix": LONGEST, "copy_fraction": copy_fraction})
+    return Catalogue(
+        lab="lab3",
+        cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
+        timing={"rows": ROWS, "prefix": LONGEST, "copy_fraction": copy_fraction},
+    )
 
 
 @pytest.fixture
@@ -130,8 +163,9 @@ def standin_gpu(monkeypatch, tmp_path, in_process):
     device = NumpyGpu()
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, "NVIDIA H200"))
     monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(device))
-    monkeypatch.setattr(device_state, "read_device_state",
-                        lambda index=0: DeviceState(name="NVIDIA H200", sm_clock_mhz=1980))
+    monkeypatch.setattr(
+        device_state, "read_device_state", lambda index=0: DeviceState(name="NVIDIA H200", sm_clock_mhz=1980)
+    )
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
     monkeypatch.chdir(tmp_path)
 
@@ -146,7 +180,8 @@ def standin_gpu(monkeypatch, tmp_path, in_process):
         monkeypatch.setattr(grade_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
         monkeypatch.setattr(runs_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
         result = CliRunner(env={"COLUMNS": "200"}).invoke(
-            main, ["grade", "lab3", str(LAB.solution_path), "--device", "gpu", "--budget", "0.05", "--json", "r.json"])
+            main, ["grade", "lab3", str(LAB.solution_path), "--device", "gpu", "--budget", "0.05", "--json", "r.json"]
+        )
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
         return result, json.loads(Path("r.json").read_text())
 
@@ -164,8 +199,10 @@ def test_grade_lab3_prints_bandwidth_and_gates_on_the_copy_fraction(standin_gpu,
     assert data["gate"]["required_fraction"] == copy_fraction
     assert fraction == bandwidth["bytes"] / (2 * COPY_BYTES)
     assert f"B = 3 sequences, the longest 40 keys ({bandwidth['bytes'] / 1e9:.2f} GB must move)" in result.stdout
-    assert (f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {data['timing']['student_label']} reaches "
-            f"{fraction:.2f} of it ({bandwidth['student_tb_s']:.2f} TB/s)") in result.stdout
+    assert (
+        f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {data['timing']['student_label']} reaches "
+        f"{fraction:.2f} of it ({bandwidth['student_tb_s']:.2f} TB/s)"
+    ) in result.stdout
     assert "SPEEDUP 1.00x" in result.stdout
     assert f"timing {data['timing']['student_label']} against" in result.stderr
     assert "at B = 3, longest 40, interleaved" in result.stderr
@@ -183,10 +220,13 @@ def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_
     standin_gpu(0.1)  # the catalogue patched in; this grade's own report is not read
     monkeypatch.setattr(runs_module, "refuse_bench_without_gpu", lambda device: None)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(
-        main, ["bench", "lab3", "--device", "gpu", "--budget", "0.05", "--json", "b.json"])
+        main, ["bench", "lab3", "--device", "gpu", "--budget", "0.05", "--json", "b.json"]
+    )
     data = json.loads(Path("b.json").read_text())
     assert result.exit_code == 0, result.stdout
-    assert [(c["name"], c["rows"], c["prefix"], c["status"]) for c in data["cases"]] == [("small", 3, 1027, "pass")]  # p + 3 at the solution's p = 1024
+    assert [(c["name"], c["rows"], c["prefix"], c["status"]) for c in data["cases"]] == [
+        ("small", 3, 1027, "pass")
+    ]  # p + 3 at the solution's p = 1024
     assert data["timing"]["bandwidth"]["bytes"] > 0 and "device copy in the same run" in result.stdout
 
 
@@ -199,5 +239,7 @@ def test_profile_lab3_no_longer_refuses_it_compiles_the_file_then_asks_for_the_g
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
     result = CliRunner().invoke(main, ["profile", "lab3", str(LAB.solution_path)])
     assert result.exit_code == 6
-    assert result.stderr == ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
-                             "or --device auto to fall back to it automatically\n")
+    assert result.stderr == (
+        "error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
+        "or --device auto to fall back to it automatically\n"
+    )

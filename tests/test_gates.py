@@ -33,22 +33,27 @@ def test_a_gate_is_met_at_exactly_the_required_speedup():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
     met = apply_gate(gates, "lab2", "NVIDIA H200", 6.55)
     assert (met["status"], met["passed"], met["required_speedup"]) == ("met", True, 6.55)
-    assert met["message"] == ("met: SPEEDUP 6.55x against the 6.55x required on NVIDIA H200 "
-                              "(0.5 of the solution's calibrated 13.10x)")
+    assert met["message"] == (
+        "met: SPEEDUP 6.55x against the 6.55x required on NVIDIA H200 (0.5 of the solution's calibrated 13.10x)"
+    )
 
 
 def test_a_missed_gate_gives_both_numbers():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
     missed = apply_gate(gates, "lab2", "NVIDIA H200", 1.0)
     assert (missed["status"], missed["passed"]) == ("missed", False)
-    assert missed["message"] == ("missed: SPEEDUP 1.00x against the 6.55x required on NVIDIA H200 "
-                                 "(0.5 of the solution's calibrated 13.10x)")
+    assert missed["message"] == (
+        "missed: SPEEDUP 1.00x against the 6.55x required on NVIDIA H200 (0.5 of the solution's calibrated 13.10x)"
+    )
 
 
 def test_another_gpu_has_no_gate_and_passes():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
     assert apply_gate(gates, "lab2", "NVIDIA A100-SXM4-80GB", 1.0) == {
-        "status": "none", "passed": True, "message": "no speed gate for NVIDIA A100-SXM4-80GB"}
+        "status": "none",
+        "passed": True,
+        "message": "no speed gate for NVIDIA A100-SXM4-80GB",
+    }
     assert apply_gate(None, "lab2", None, 1.0)["message"] == "no speed gate for this device"
 
 
@@ -59,9 +64,11 @@ def test_a_missing_file_says_how_to_make_one(tmp_path):
 
 def test_a_file_of_another_kind_is_refused_by_its_schema(tmp_path):
     assert refusal(gates_file(tmp_path, [1, 2])) == (
-        f"--gates {tmp_path / 'gates.json'}: schema is None, expected 'attnlab.gates/1'")
+        f"--gates {tmp_path / 'gates.json'}: schema is None, expected 'attnlab.gates/1'"
+    )
     assert refusal(gates_file(tmp_path, {"schema": "attnlab.result/1"})) == (
-        f"--gates {tmp_path / 'gates.json'}: schema is 'attnlab.result/1', expected 'attnlab.gates/1'")
+        f"--gates {tmp_path / 'gates.json'}: schema is 'attnlab.result/1', expected 'attnlab.gates/1'"
+    )
 
 
 def test_broken_json_is_refused(tmp_path):
@@ -69,31 +76,45 @@ def test_broken_json_is_refused(tmp_path):
     assert message.startswith(f"--gates {tmp_path / 'gates.json'}: not a gates file (Expecting property name")
 
 
-@pytest.mark.parametrize("gate", [{"fraction": 0.5}, {"fraction": "half", "solution_speedup": 13.1},
-                                  {"fraction": 0, "solution_speedup": 13.1}, {"fraction": True, "solution_speedup": 1},
-                                  "13.1"])
+@pytest.mark.parametrize(
+    "gate",
+    [
+        {"fraction": 0.5},
+        {"fraction": "half", "solution_speedup": 13.1},
+        {"fraction": 0, "solution_speedup": 13.1},
+        {"fraction": True, "solution_speedup": 1},
+        "13.1",
+    ],
+)
 def test_a_hand_edited_gate_without_its_numbers_is_refused(tmp_path, gate):
     path = gates_file(tmp_path, {"schema": SCHEMA, "lab2": {"NVIDIA H200": gate}})
-    assert refusal(path, "-o") == (f"-o {path}: the lab2 gate for NVIDIA H200 needs a positive fraction and "
-                                   f"solution_speedup; recalibrate it with `attnlab calibrate lab2 -o {path}`")
+    assert refusal(path, "-o") == (
+        f"-o {path}: the lab2 gate for NVIDIA H200 needs a positive fraction and "
+        f"solution_speedup; recalibrate it with `attnlab calibrate lab2 -o {path}`"
+    )
 
 
 def test_a_lab_entry_that_is_not_a_table_of_gpus_is_refused(tmp_path):
     path = gates_file(tmp_path, {"schema": SCHEMA, "lab2": 13.1})
-    assert refusal(path) == (f"--gates {path}: 'lab2' must map GPU names to gates; recalibrate with "
-                             f"`attnlab calibrate lab2 -o {path}`")
+    assert refusal(path) == (
+        f"--gates {path}: 'lab2' must map GPU names to gates; recalibrate with `attnlab calibrate lab2 -o {path}`"
+    )
 
 
 def test_writing_a_gate_keeps_the_other_gpus_and_replaces_its_own(tmp_path):
-    path = gates_file(tmp_path, {"schema": SCHEMA, "lab2": {"NVIDIA H100 80GB HBM3": {"solution_speedup": 11.0,
-                                                                                    "fraction": 0.6}}})
+    path = gates_file(
+        tmp_path, {"schema": SCHEMA, "lab2": {"NVIDIA H100 80GB HBM3": {"solution_speedup": 11.0, "fraction": 0.6}}}
+    )
     write_gate(path, "lab2", "NVIDIA H200", 12.0, 0.5, {"starter_ms": 28.4})
     entry = write_gate(path, "lab2", "NVIDIA H200", 13.1234, 0.5, {"starter_ms": 28.5})
-    assert entry == {"solution_speedup": 13.123, "fraction": 0.5, "calibrated": datetime.date.today().isoformat(),
-                     "starter_ms": 28.5}
+    assert entry == {
+        "solution_speedup": 13.123,
+        "fraction": 0.5,
+        "calibrated": datetime.date.today().isoformat(),
+        "starter_ms": 28.5,
+    }
     data = load_gates(path)
-    assert data["lab2"] == {"NVIDIA H100 80GB HBM3": {"solution_speedup": 11.0, "fraction": 0.6},
-                            "NVIDIA H200": entry}
+    assert data["lab2"] == {"NVIDIA H100 80GB HBM3": {"solution_speedup": 11.0, "fraction": 0.6}, "NVIDIA H200": entry}
 
 
 def test_calibrate_into_a_missing_folder_is_refused_before_any_work(tmp_path, monkeypatch):
@@ -114,7 +135,10 @@ def test_calibrate_over_a_broken_gates_file_is_refused_before_any_work(tmp_path,
 def test_a_gate_is_looked_up_by_lab_and_gpu_name_and_missing_pieces_mean_no_gate():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
     assert apply_gate(None, "lab2", "NVIDIA H200", 1.0) == {
-        "status": "none", "passed": True, "message": "no speed gate for NVIDIA H200"}
+        "status": "none",
+        "passed": True,
+        "message": "no speed gate for NVIDIA H200",
+    }
     assert apply_gate(gates, "lab2", None, 1.0)["message"] == "no speed gate for this device"
     assert apply_gate(gates, "lab1", "NVIDIA H200", 1.0)["status"] == "none"  # no lab1 entry at all
     assert apply_gate({"schema": SCHEMA}, "lab2", "NVIDIA H200", 1.0)["status"] == "none"
@@ -123,7 +147,11 @@ def test_a_gate_is_looked_up_by_lab_and_gpu_name_and_missing_pieces_mean_no_gate
 def test_a_missed_gate_records_both_speedups():
     missed = apply_gate({"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}, "lab2", "NVIDIA H200", 6.549)
     assert {k: v for k, v in missed.items() if k != "message"} == {
-        "status": "missed", "passed": False, "required_speedup": 6.55, "speedup": 6.549}
+        "status": "missed",
+        "passed": False,
+        "required_speedup": 6.55,
+        "speedup": 6.549,
+    }
 
 
 def test_the_gates_option_is_named_in_a_refusal_by_default(tmp_path):
@@ -140,7 +168,8 @@ def test_writing_a_gate_creates_the_file_with_its_schema(tmp_path):
     assert entry == {"solution_speedup": 13.0, "fraction": 0.5, "calibrated": today, "ci_low": 12.8}
     assert path.read_text() == (
         '{\n  "schema": "attnlab.gates/1",\n  "lab2": {\n    "NVIDIA H200": {\n      "solution_speedup": 13.0,\n'
-        f'      "fraction": 0.5,\n      "calibrated": "{today}",\n      "ci_low": 12.8\n    }}\n  }}\n}}\n')
+        f'      "fraction": 0.5,\n      "calibrated": "{today}",\n      "ci_low": 12.8\n    }}\n  }}\n}}\n'
+    )
 
 
 def test_writing_a_gate_where_it_cannot_be_written_is_a_usage_error(tmp_path):
@@ -148,7 +177,9 @@ def test_writing_a_gate_where_it_cannot_be_written_is_a_usage_error(tmp_path):
     with pytest.raises(AttnlabError, match=r"^-o .*gates\.json: cannot write \(No such file or directory\)$") as caught:
         write_gate(path, "lab2", "NVIDIA H200", 13.0, 0.5, {})
     assert (caught.value.exit_code, caught.value.message) == (
-        ExitCode.USAGE, f"-o {path}: cannot write (No such file or directory)")
+        ExitCode.USAGE,
+        f"-o {path}: cannot write (No such file or directory)",
+    )
 
 
 def test_writing_over_a_broken_gates_file_is_refused_and_leaves_it_alone(tmp_path):

@@ -76,12 +76,15 @@ def test_golden_case_is_the_documented_shape():
         assert score == 128.0
 
 
-@pytest.mark.parametrize("defect", [
-    pytest.param(dict(edge=-1), id="causal-edge-excludes-the-diagonal"),
-    pytest.param(dict(edge=1), id="causal-edge-one-key-late"),
-    pytest.param(dict(kv_head=lambda h: h % KV_HEADS), id="kv-head-h-mod-8"),
-    pytest.param(dict(subtract_max=False, dtype=np.float32), id="float32-without-max-subtraction"),
-])
+@pytest.mark.parametrize(
+    "defect",
+    [
+        pytest.param(dict(edge=-1), id="causal-edge-excludes-the-diagonal"),
+        pytest.param(dict(edge=1), id="causal-edge-one-key-late"),
+        pytest.param(dict(kv_head=lambda h: h % KV_HEADS), id="kv-head-h-mod-8"),
+        pytest.param(dict(subtract_max=False, dtype=np.float32), id="float32-without-max-subtraction"),
+    ],
+)
 def test_a_broken_oracle_fails_the_proof(defect):
     proof = prove_oracle(attention=lambda q, k, v, prefix: variant(q, k, v, prefix, **defect))
     assert proof.passed is False
@@ -89,7 +92,7 @@ def test_a_broken_oracle_fails_the_proof(defect):
 
 
 def test_a_wrong_scale_fails_the_proof():
-    proof = prove_oracle(attention=lambda q, k, v, prefix: variant(q, k, v, prefix, scale=1 / 65 ** 0.5))
+    proof = prove_oracle(attention=lambda q, k, v, prefix: variant(q, k, v, prefix, scale=1 / 65**0.5))
     assert proof.passed is False
 
 
@@ -100,7 +103,8 @@ def test_require_proven_oracle_refuses_with_exit_6_and_the_exact_message():
     assert caught.value.exit_code == ExitCode.ENVIRONMENT == 6
     assert caught.value.message == (
         "the oracle failed its golden proof (max error 0.5 > 1e-12 on golden.npz): refusing to grade; "
-        "reinstall attnlab or regenerate the case with cases/make_golden.py")
+        "reinstall attnlab or regenerate the case with cases/make_golden.py"
+    )
 
 
 def test_an_oracle_that_overflows_to_nan_is_refused():
@@ -174,5 +178,7 @@ def test_a_broken_decode_oracle_fails_the_proof_and_names_the_decode_file(decode
     proof = prove_oracle(decode=decode)
     assert proof.passed is False
     assert proof.file == "golden_decode.npz"
-    with pytest.raises(AttnlabError, match=r"^the oracle failed its golden proof \(max error .* on golden_decode\.npz\)"):
+    with pytest.raises(
+        AttnlabError, match=r"^the oracle failed its golden proof \(max error .* on golden_decode\.npz\)"
+    ):
         require_proven_oracle(decode=decode)

@@ -31,8 +31,9 @@ def lock_dir(tmp_path, monkeypatch):
 
 def probe(mode: str) -> str:
     """What another process finds when it asks for the lock without waiting."""
-    return subprocess.run([sys.executable, "-c", PROBE, "bus-0000_01_00.0", mode], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, "bus-0000_01_00.0", mode], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_checking_shares_the_gpu_with_other_checks_but_not_with_a_timer(lock_dir):

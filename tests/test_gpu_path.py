@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu, WritesPastTheEnd
+
 from labrunner.commands import grade as grade_module
 from labrunner.commands import runs as runs_module
 from labrunner.commands.cli import main
@@ -53,9 +53,8 @@ def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
     monkeypatch.setattr(grade_module, "load_catalogue", lambda lab: SMALL)
     monkeypatch.setattr(runs_module, "load_catalogue", lambda lab: SMALL)
     monkeypatch.setattr(device_state, "read_device_state", lambda index=0: DeviceState(name=GPU, sm_clock_mhz=1980))
-    import labrunner.measure.gpu_timer
-
     import labrunner.commands.benchmark as benchmark
+    import labrunner.measure.gpu_timer
     import labrunner.measure.input_pool as input_pool
 
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
@@ -68,14 +67,18 @@ def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
 
 def gates(tmp_path: Path, fraction: float, solution_speedup: float = 13.0) -> Path:
     path = tmp_path / "gates.json"
-    path.write_text(json.dumps({"schema": "attnlab.gates/1",
-                                "lab2": {GPU: {"fraction": fraction, "solution_speedup": solution_speedup}}}))
+    path.write_text(
+        json.dumps(
+            {"schema": "attnlab.gates/1", "lab2": {GPU: {"fraction": fraction, "solution_speedup": solution_speedup}}}
+        )
+    )
     return path
 
 
 def grade(*extra: str):
     result = CliRunner(env={"COLUMNS": "200"}).invoke(
-        main, ["grade", "lab2", str(SOLUTION), "--device", "gpu", "--budget", "0.05", "--json", "result.json", *extra])
+        main, ["grade", "lab2", str(SOLUTION), "--device", "gpu", "--budget", "0.05", "--json", "result.json", *extra]
+    )
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     return result, json.loads(Path("result.json").read_text())
 
@@ -87,9 +90,13 @@ def test_a_missed_speed_gate_is_exit_5_with_both_numbers(standin_gpu, tmp_path):
     assert [c["status"] for c in report["cases"]] == ["pass"]
     assert report["timing"]["speedup"] == 1.0
     assert report["gate"] == {
-        "status": "missed", "passed": False, "required_speedup": 6.5, "speedup": 1.0,
+        "status": "missed",
+        "passed": False,
+        "required_speedup": 6.5,
+        "speedup": 1.0,
         "message": "missed: SPEEDUP 1.00x against the 6.50x required on NVIDIA H200 "
-                   "(0.5 of the solution's calibrated 13.00x)"}
+        "(0.5 of the solution's calibrated 13.00x)",
+    }
     assert "speed gate: missed: SPEEDUP 1.00x against the 6.50x required on NVIDIA H200" in result.output
     assert result.output.rstrip().endswith("SPEED-GATE on the GPU (exit 5)")
 
@@ -100,15 +107,22 @@ def test_a_gate_met_exactly_is_a_pass(standin_gpu, tmp_path):
     assert result.exit_code == 0
     assert (report["verdict"], report["exit_code"]) == ("pass", 0)
     assert report["gate"]["status"] == "met"
-    assert report["gate"]["message"] == ("met: SPEEDUP 1.00x against the 1.00x required on NVIDIA H200 "
-                                         "(0.125 of the solution's calibrated 8.00x)")
+    assert report["gate"]["message"] == (
+        "met: SPEEDUP 1.00x against the 1.00x required on NVIDIA H200 (0.125 of the solution's calibrated 8.00x)"
+    )
     assert result.output.rstrip().endswith("PASS on the GPU (exit 0)")
 
 
 def test_a_gate_for_another_gpu_says_so_and_passes(standin_gpu, tmp_path):
     path = tmp_path / "gates.json"
-    path.write_text(json.dumps({"schema": "attnlab.gates/1",
-                                "lab2": {"NVIDIA A100-SXM4-80GB": {"fraction": 0.5, "solution_speedup": 13.0}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": "attnlab.gates/1",
+                "lab2": {"NVIDIA A100-SXM4-80GB": {"fraction": 0.5, "solution_speedup": 13.0}},
+            }
+        )
+    )
     result, report = grade("--gates", str(path))
     assert result.exit_code == 0
     assert report["gate"] == {"status": "none", "passed": True, "message": "no speed gate for NVIDIA H200"}
@@ -118,7 +132,12 @@ def test_a_wrong_answer_outranks_a_missed_gate_and_is_never_timed(standin_gpu, t
     standin_gpu.device = WrongInLastColumn()
     result, report = grade("--gates", str(gates(tmp_path, fraction=0.5)))
     assert result.exit_code == ExitCode.WRONG_ANSWER
-    assert (report["verdict"], report["decisive_case"], report["timing"], report["gate"]) == ("wrong", "C3-P31", None, None)
+    assert (report["verdict"], report["decisive_case"], report["timing"], report["gate"]) == (
+        "wrong",
+        "C3-P31",
+        None,
+        None,
+    )
     assert report["cases"][0]["message"].startswith("row 0, head 0, col 63: got ")
 
 
@@ -135,8 +154,8 @@ def test_a_guarded_buffer_is_canaries_then_poison_then_canaries():
     buffer = GuardedBuffer(np, 10, POISON_BITS)
     bits = buffer.full.view(np.uint32)
     assert buffer.full.size == GUARD_ELEMENTS + 10 + GUARD_ELEMENTS
-    assert (bits[:GUARD_ELEMENTS] == CANARY_BITS).all() and (bits[GUARD_ELEMENTS + 10:] == CANARY_BITS).all()
-    assert (bits[GUARD_ELEMENTS:GUARD_ELEMENTS + 10] == POISON_BITS).all()
+    assert (bits[:GUARD_ELEMENTS] == CANARY_BITS).all() and (bits[GUARD_ELEMENTS + 10 :] == CANARY_BITS).all()
+    assert (bits[GUARD_ELEMENTS : GUARD_ELEMENTS + 10] == POISON_BITS).all()
     assert buffer.inner.size == 10
     assert buffer.inner.__array_interface__["data"][0] == buffer.full[GUARD_ELEMENTS:].__array_interface__["data"][0]
     before, after = buffer.bands(np.copy)
@@ -149,16 +168,25 @@ def test_repoisoning_touches_the_buffer_and_never_its_bands():
     buffer.inner[:] = 1.0
     buffer.repoison()
     bits = buffer.full.view(np.uint32)
-    assert (bits[GUARD_ELEMENTS:GUARD_ELEMENTS + 10] == 0x7FEDF00D).all()
+    assert (bits[GUARD_ELEMENTS : GUARD_ELEMENTS + 10] == 0x7FEDF00D).all()
     assert (bits[GUARD_ELEMENTS - 1], bits[GUARD_ELEMENTS + 10]) == (CANARY_BITS, CANARY_BITS)
 
 
-@pytest.mark.parametrize(("index", "expected"), [
-    (10, "out-of-bounds write to out: 1 element(s) past its end (up to 1 past element 9)"),
-    (-1, "out-of-bounds write to out: 1 element(s) before its start (up to 1 before element 0)"),
-    (10 + GUARD_ELEMENTS - 1, f"out-of-bounds write to out: 1 element(s) past its end (up to {GUARD_ELEMENTS} past element 9)"),
-    (-GUARD_ELEMENTS, f"out-of-bounds write to out: 1 element(s) before its start (up to {GUARD_ELEMENTS} before element 0)"),
-])
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [
+        (10, "out-of-bounds write to out: 1 element(s) past its end (up to 1 past element 9)"),
+        (-1, "out-of-bounds write to out: 1 element(s) before its start (up to 1 before element 0)"),
+        (
+            10 + GUARD_ELEMENTS - 1,
+            f"out-of-bounds write to out: 1 element(s) past its end (up to {GUARD_ELEMENTS} past element 9)",
+        ),
+        (
+            -GUARD_ELEMENTS,
+            f"out-of-bounds write to out: 1 element(s) before its start (up to {GUARD_ELEMENTS} before element 0)",
+        ),
+    ],
+)
 def test_one_element_either_side_is_caught_and_measured(index, expected):
     buffer = GuardedBuffer(np, 10, POISON_BITS)
     buffer.full[GUARD_ELEMENTS + index] = 0.0  # where out[index] lies, as a kernel's pointer reaches it
@@ -172,12 +200,19 @@ def test_writing_every_element_and_no_more_is_clean():
     assert inspect_guards("out", *buffer.bands(np.copy)) is None
 
 
-@pytest.mark.parametrize(("past", "before", "expected"), [
-    (1, 0, "out-of-bounds write to out: 1 element(s) past its end (up to 1 past element 6143)"),
-    (0, 1, "out-of-bounds write to out: 1 element(s) before its start (up to 1 before element 0)"),
-    (3, 2, "out-of-bounds write to out: 3 element(s) past its end (up to 3 past element 6143) and "
-           "2 element(s) before its start (up to 2 before element 0)"),
-])
+@pytest.mark.parametrize(
+    ("past", "before", "expected"),
+    [
+        (1, 0, "out-of-bounds write to out: 1 element(s) past its end (up to 1 past element 6143)"),
+        (0, 1, "out-of-bounds write to out: 1 element(s) before its start (up to 1 before element 0)"),
+        (
+            3,
+            2,
+            "out-of-bounds write to out: 3 element(s) past its end (up to 3 past element 6143) and "
+            "2 element(s) before its start (up to 2 before element 0)",
+        ),
+    ],
+)
 def test_grading_on_the_gpu_path_names_an_out_of_bounds_write(standin_gpu, past, before, expected):
     standin_gpu.device = WritesPastTheEnd(past=past, before=before)
     result, report = grade("--no-timing")

@@ -12,53 +12,87 @@ SHA = "ab" * 32
 
 
 def test_a_timed_gated_pass_fills_every_column():
-    result = RunResult("grade", "lab2", "subs/ana.cu", backend="gpu", sha256=SHA, seconds=41.0,
-                       cases=[CaseResult("C1-P31", "pass", "ok", 1, 31)],
-                       timing={"kind": "speedup", "speedup": 12.9871},
-                       gate={"status": "met", "passed": True, "message": "met"})
+    result = RunResult(
+        "grade",
+        "lab2",
+        "subs/ana.cu",
+        backend="gpu",
+        sha256=SHA,
+        seconds=41.0,
+        cases=[CaseResult("C1-P31", "pass", "ok", 1, 31)],
+        timing={"kind": "speedup", "speedup": 12.9871},
+        gate={"status": "met", "passed": True, "message": "met"},
+    )
     assert row(result.to_json(), seconds=43.26) == {
-        "file": "subs/ana.cu", "sha256": SHA, "verdict": "pass", "exit_code": 0, "speedup": "12.987",
-        "gate_met": "yes", "first_failing_case": "", "hints": "", "seconds": "43.3"}
+        "file": "subs/ana.cu",
+        "sha256": SHA,
+        "verdict": "pass",
+        "exit_code": 0,
+        "speedup": "12.987",
+        "gate_met": "yes",
+        "first_failing_case": "",
+        "hints": "",
+        "seconds": "43.3",
+    }
 
 
 def test_the_first_failing_case_is_the_first_in_catalogue_order():
-    cases = [CaseResult("C1-P31", "pass", "ok", 1, 31), CaseResult("C17-P31", "wrong", "bad", 17, 31),
-             CaseResult("C33-P31", "crash", "boom", 33, 31)]
+    cases = [
+        CaseResult("C1-P31", "pass", "ok", 1, 31),
+        CaseResult("C17-P31", "wrong", "bad", 17, 31),
+        CaseResult("C33-P31", "crash", "boom", 33, 31),
+    ]
     data = RunResult("grade", "lab2", "b.cu", backend="cpu", cases=cases, seconds=2.0).to_json()
     entry = row(data)
-    assert (entry["verdict"], entry["exit_code"], entry["first_failing_case"], entry["seconds"]) == ("crash", 4, "C17-P31", "2.0")
+    assert (entry["verdict"], entry["exit_code"], entry["first_failing_case"], entry["seconds"]) == (
+        "crash",
+        4,
+        "C17-P31",
+        "2.0",
+    )
     assert (entry["speedup"], entry["gate_met"]) == ("", "")
 
 
 def test_a_compile_error_names_compile_as_the_failing_step():
     data = RunResult("grade", "lab2", "c.cu", error="c.cu(1): error: x", error_code=ExitCode.COMPILE_ERROR).to_json()
-    assert (row(data)["verdict"], row(data)["exit_code"], row(data)["first_failing_case"]) == ("compile-error", 3, "compile")
+    assert (row(data)["verdict"], row(data)["exit_code"], row(data)["first_failing_case"]) == (
+        "compile-error",
+        3,
+        "compile",
+    )
 
 
 def test_hints_are_read_from_the_result_where_present():
     assert hints_text(None) == ""
-    assert hints_text(["rescale l when the max grows", "  use one\nKV head per group "]) == \
-        "rescale l when the max grows | use one KV head per group"
+    assert (
+        hints_text(["rescale l when the max grows", "  use one\nKV head per group "])
+        == "rescale l when the max grows | use one KV head per group"
+    )
     assert hints_text([{"case": "C1-P1000", "text": "rescale the accumulator"}]) == "rescale the accumulator"
     data = {**RunResult("grade", "lab2", "d.cu").to_json(), "hints": ["check the causal bound"]}
     assert row(data)["hints"] == "check the causal bound"
 
 
 def test_the_hints_a_grade_gives_fill_the_column_in_their_order():
-    hints = [{"hazard": "scale", "text": "every score is off by one factor: multiply Q.K by\n1/sqrt(64)"},
-             {"hazard": "bounds", "text": "rows past the first block are wrong"}]
+    hints = [
+        {"hazard": "scale", "text": "every score is off by one factor: multiply Q.K by\n1/sqrt(64)"},
+        {"hazard": "bounds", "text": "rows past the first block are wrong"},
+    ]
     cases = [CaseResult("C1-P31", "wrong", "bad", 1, 31)]
     data = RunResult("grade", "lab2", "e.cu", backend="cpu", cases=cases, hints=hints).to_json()
-    assert row(data)["hints"] == "every score is off by one factor: multiply Q.K by 1/sqrt(64) | rows past the first block are wrong"
+    assert (
+        row(data)["hints"]
+        == "every score is off by one factor: multiply Q.K by 1/sqrt(64) | rows past the first block are wrong"
+    )
 
 
 def test_cells_a_spreadsheet_would_run_as_formulas_are_written_as_text(tmp_path):
-    data = RunResult("grade", "lab2", "=HYPERLINK(\"http://x\").cu", sha256=SHA).to_json()
+    data = RunResult("grade", "lab2", '=HYPERLINK("http://x").cu', sha256=SHA).to_json()
     write_gradebook([row(data, seconds=1.0)], tmp_path / "g.csv")
     with open(tmp_path / "g.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == list(COLUMNS)
-    assert rows[0]["file"] == "'=HYPERLINK(\"http://x\").cu"
+    assert rows[0]["file"] == '\'=HYPERLINK("http://x").cu'
     assert (rows[0]["sha256"], rows[0]["verdict"], rows[0]["exit_code"]) == (SHA, "pass", "0")
 
 
@@ -72,8 +106,10 @@ def written(tmp_path, file: str, **fields) -> tuple[dict, str]:
 
 def test_every_field_is_quoted_and_the_grader_s_numbers_stay_numbers(tmp_path):
     entry, raw = written(tmp_path, "a.cu")
-    assert raw.splitlines() == ['"file","sha256","verdict","exit_code","speedup","gate_met","first_failing_case","hints","seconds"',
-                                f'"a.cu","{SHA}","pass","0","","","","","1.2"']
+    assert raw.splitlines() == [
+        '"file","sha256","verdict","exit_code","speedup","gate_met","first_failing_case","hints","seconds"',
+        f'"a.cu","{SHA}","pass","0","","","","","1.2"',
+    ]
 
 
 def test_a_formula_after_a_separator_a_spreadsheet_splits_on_is_text_too(tmp_path):

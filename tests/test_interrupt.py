@@ -21,11 +21,13 @@ STARTER = REPO / "kernels" / "lab2" / "starter.cu"
 
 # The starter, right on every case but the third (C33-P31), where it spins forever: the run is
 # interrupted while the worker is busy in a kernel, after two cases have finished.
-SPIN = ("    if (chunkLen == 33) {  // the third case never returns\n"
-        "        volatile float* watched = out;\n"
-        "        while (watched[0] != 12345.0f) {\n"
-        "        }\n"
-        "    }\n")
+SPIN = (
+    "    if (chunkLen == 33) {  // the third case never returns\n"
+    "        volatile float* watched = out;\n"
+    "        while (watched[0] != 12345.0f) {\n"
+    "        }\n"
+    "    }\n"
+)
 
 
 def spinning_starter(folder: Path) -> Path:
@@ -80,10 +82,27 @@ def test_an_interrupted_grade_keeps_its_finished_cases_and_leaves_nothing_behind
     environment = {**os.environ, "TMPDIR": str(temp)}
     environment.pop("ATTNLAB_SEED", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "labrunner", "grade", "lab2", str(kernel), "--device", "cpu", "--json", str(report),
-         "--junit", str(junit)],
-        cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=as_at_a_terminal)
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            "lab2",
+            str(kernel),
+            "--device",
+            "cpu",
+            "--json",
+            str(report),
+            "--junit",
+            str(junit),
+        ],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_at_a_terminal,
+    )
     # Progress goes to stderr one line per case as it starts: wait for the third.
     seen = ""
     deadline = time.monotonic() + 300

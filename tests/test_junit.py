@@ -26,8 +26,14 @@ def parse(path) -> junitparser.TestSuite:
 
 
 def test_a_compile_error_is_one_test_case_with_one_failure_and_its_text_in_the_body(tmp_path):
-    result = RunResult("grade", "lab2", "subs/alice.v2.cu", error="subs/alice.v2.cu(41): error: expected an expression\n"
-                       "  int x = ;", error_code=ExitCode.COMPILE_ERROR, seconds=1.25)
+    result = RunResult(
+        "grade",
+        "lab2",
+        "subs/alice.v2.cu",
+        error="subs/alice.v2.cu(41): error: expected an expression\n  int x = ;",
+        error_code=ExitCode.COMPILE_ERROR,
+        seconds=1.25,
+    )
     write_junit(result, tmp_path / "r.xml")
     suite = parse(tmp_path / "r.xml")
     assert (suite.tests, suite.failures, suite.errors, suite.skipped, suite.time) == (1, 1, 0, 0, 1.25)
@@ -41,10 +47,21 @@ def test_a_compile_error_is_one_test_case_with_one_failure_and_its_text_in_the_b
 
 
 def test_cases_failures_and_skips_are_counted_as_written(tmp_path):
-    cases = [CaseResult("C1-P31", "pass", "all 2048 elements within the pass rule", 1, 31), wrong_case("C17-P31"),
-             CaseResult("C33-P31", "crash", "cudaErrorIllegalAddress in flash_prefill", 33, 31,
-                        diagnosis="Invalid __global__ write of size 4\n  at flash_prefill+0x90 in attention.cu:57"),
-             CaseResult("C2048-P2048", "skipped", "skipped: outside the CPU backend's time budget; --full runs it", 2048, 2048)]
+    cases = [
+        CaseResult("C1-P31", "pass", "all 2048 elements within the pass rule", 1, 31),
+        wrong_case("C17-P31"),
+        CaseResult(
+            "C33-P31",
+            "crash",
+            "cudaErrorIllegalAddress in flash_prefill",
+            33,
+            31,
+            diagnosis="Invalid __global__ write of size 4\n  at flash_prefill+0x90 in attention.cu:57",
+        ),
+        CaseResult(
+            "C2048-P2048", "skipped", "skipped: outside the CPU backend's time budget; --full runs it", 2048, 2048
+        ),
+    ]
     write_junit(RunResult("grade", "lab2", "attention.cu", backend="cpu", cases=cases, seconds=3.5), tmp_path / "r.xml")
     suite = parse(tmp_path / "r.xml")
     assert (suite.tests, suite.failures, suite.errors, suite.skipped, suite.time) == (4, 2, 0, 1, 3.5)
@@ -54,14 +71,21 @@ def test_cases_failures_and_skips_are_counted_as_written(tmp_path):
     assert written["C17-P31"].result[0].text == wrong_case("C17-P31").message
     crash = written["C33-P31"].result[0]
     assert (crash.type, crash.message) == ("crash", "cudaErrorIllegalAddress in flash_prefill")
-    assert crash.text == ("cudaErrorIllegalAddress in flash_prefill\n\ncompute-sanitizer:\n"
-                          "Invalid __global__ write of size 4\n  at flash_prefill+0x90 in attention.cu:57")
+    assert crash.text == (
+        "cudaErrorIllegalAddress in flash_prefill\n\ncompute-sanitizer:\n"
+        "Invalid __global__ write of size 4\n  at flash_prefill+0x90 in attention.cu:57"
+    )
     assert written["C2048-P2048"].is_skipped
 
 
 def test_an_environment_that_could_not_grade_is_an_error_not_a_failure(tmp_path):
-    result = RunResult("grade", "lab2", "attention.cu", error="no GPU found. Grade on the CPU instead with --device cpu",
-                       error_code=ExitCode.ENVIRONMENT)
+    result = RunResult(
+        "grade",
+        "lab2",
+        "attention.cu",
+        error="no GPU found. Grade on the CPU instead with --device cpu",
+        error_code=ExitCode.ENVIRONMENT,
+    )
     write_junit(result, tmp_path / "r.xml")
     suite = parse(tmp_path / "r.xml")
     assert (suite.tests, suite.failures, suite.errors) == (1, 0, 1)
@@ -71,9 +95,19 @@ def test_an_environment_that_could_not_grade_is_an_error_not_a_failure(tmp_path)
 
 
 def test_a_missed_speed_gate_is_a_failing_test_case(tmp_path):
-    gate = {"status": "missed", "passed": False, "message": "missed: SPEEDUP 3.10x against the 6.50x required on NVIDIA H200"}
-    result = RunResult("grade", "lab2", "attention.cu", backend="gpu",
-                       cases=[CaseResult("C1-P31", "pass", "all 2048 elements within the pass rule", 1, 31)], gate=gate)
+    gate = {
+        "status": "missed",
+        "passed": False,
+        "message": "missed: SPEEDUP 3.10x against the 6.50x required on NVIDIA H200",
+    }
+    result = RunResult(
+        "grade",
+        "lab2",
+        "attention.cu",
+        backend="gpu",
+        cases=[CaseResult("C1-P31", "pass", "all 2048 elements within the pass rule", 1, 31)],
+        gate=gate,
+    )
     write_junit(result, tmp_path / "r.xml")
     suite = parse(tmp_path / "r.xml")
     assert (suite.tests, suite.failures) == (2, 1)
@@ -82,18 +116,26 @@ def test_a_missed_speed_gate_is_a_failing_test_case(tmp_path):
 
 
 def test_control_characters_from_a_compiler_message_still_make_valid_xml(tmp_path):
-    result = RunResult("grade", "lab2", "attention.cu", error="attention.cu(3): error: bad token \x01\x1b[31m",
-                       error_code=ExitCode.COMPILE_ERROR)
+    result = RunResult(
+        "grade",
+        "lab2",
+        "attention.cu",
+        error="attention.cu(3): error: bad token \x01\x1b[31m",
+        error_code=ExitCode.COMPILE_ERROR,
+    )
     write_junit(result, tmp_path / "r.xml")
     (case,) = list(parse(tmp_path / "r.xml"))
     assert case.result[0].text == "attention.cu(3): error: bad token \\x01\\x1b[31m"
 
 
-@pytest.mark.parametrize("file, expected", [
-    ("submissions/bob.cu", "attnlab.lab1.bob"),
-    ("a.b/c.final.v3.cu", "attnlab.lab1.c_final_v3"),
-    (None, "attnlab.lab1.grade"),
-])
+@pytest.mark.parametrize(
+    "file, expected",
+    [
+        ("submissions/bob.cu", "attnlab.lab1.bob"),
+        ("a.b/c.final.v3.cu", "attnlab.lab1.c_final_v3"),
+        (None, "attnlab.lab1.grade"),
+    ],
+)
 def test_classname_is_attnlab_lab_and_the_stem_without_dots(file, expected):
     assert classname("lab1", file, "grade") == expected
 
@@ -114,8 +156,9 @@ def test_a_hostile_file_name_is_shown_in_the_suite_and_its_classname(tmp_path):
     from labrunner.run.untrusted_text import shown_path
 
     name = os.fsdecode(b"subs/a\n::error::b\x1b[2J\xff.v2.cu")
-    result = RunResult("grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file",
-                       error_code=ExitCode.USAGE)
+    result = RunResult(
+        "grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file", error_code=ExitCode.USAGE
+    )
     write_junit(result, tmp_path / "r.xml")
     raw = (tmp_path / "r.xml").read_text(encoding="utf-8")
     assert "\x1b" not in raw and "\n::" not in raw

@@ -55,6 +55,7 @@ def refused(lab: Lab, exported: dict[str, int], label: str = "k.cu") -> str:
 
 # --- every constant has a bound, and the bounds come from the hardware and the lab's sizes ----------
 
+
 def test_every_launch_constant_of_every_lab_has_a_bound():
     for lab in LABS.values():
         assert list(lab.bounds) == list(lab.launch_defaults), lab.name
@@ -62,9 +63,18 @@ def test_every_launch_constant_of_every_lab_has_a_bound():
 
 def test_a_lab_with_a_constant_and_no_bound_is_refused_when_it_is_defined():
     lab = LABS["lab2"]
-    with pytest.raises(ValueError, match=r"^lab2: every launch constant needs a bound .*unbounded: \['attnlab_smem_bytes'\]"):
-        Lab(name="lab2", title="", teaches="", entry_points=(), launch_defaults=lab.launch_defaults,
-            bounds={k: v for k, v in lab.bounds.items() if k != "attnlab_smem_bytes"}, plan_launches=lab.plan_launches)
+    with pytest.raises(
+        ValueError, match=r"^lab2: every launch constant needs a bound .*unbounded: \['attnlab_smem_bytes'\]"
+    ):
+        Lab(
+            name="lab2",
+            title="",
+            teaches="",
+            entry_points=(),
+            launch_defaults=lab.launch_defaults,
+            bounds={k: v for k, v in lab.bounds.items() if k != "attnlab_smem_bytes"},
+            plan_launches=lab.plan_launches,
+        )
 
 
 def test_threads_and_shared_memory_are_bounded_by_the_hardware():
@@ -80,8 +90,12 @@ def test_threads_and_shared_memory_are_bounded_by_the_hardware():
 def test_tiles_and_partitions_are_bounded_by_the_labs_own_sizes():
     lab1, lab2, lab3 = (load_catalogue(name) for name in ("lab1", "lab2", "lab3"))
     # lab 1: a tile over rows or keys is at most half of the longest T timed (2,048), so it spans two blocks
-    for name in ("attnlab_scores_tile_keys", "attnlab_scores_tile_rows", "attnlab_softmax_rows_per_block",
-                 "attnlab_wsum_tile_rows"):
+    for name in (
+        "attnlab_scores_tile_keys",
+        "attnlab_scores_tile_rows",
+        "attnlab_softmax_rows_per_block",
+        "attnlab_wsum_tile_rows",
+    ):
         assert LABS["lab1"].bounds[name] == max(lab1.timing["sizes"]) // 2 == 1024
     assert LABS["lab1"].bounds["attnlab_wsum_tile_dims"] == 64  # a head's dims
     # lab 2: rows per block is at most half of the longest chunk graded or timed (2,048 rows)
@@ -108,6 +122,7 @@ def test_each_starter_states_the_bound_where_each_constant_is_declared():
 
 # --- past a bound: one line naming the constant, its value and its bound ---------------------------
 
+
 @pytest.mark.parametrize("lab, name", EVERY_CONSTANT, ids=lambda x: getattr(x, "name", x))
 @pytest.mark.parametrize("past", ["one", "int32-max"])
 def test_a_constant_past_its_bound_is_a_compile_error_that_names_it(lab, name, past):
@@ -126,13 +141,29 @@ def test_a_constant_at_its_bound_is_no_bound_problem(lab, name):
 def test_the_bounds_admit_the_extremes_of_every_lab_together():
     # each lab's largest grids and buffers: the smallest tiles and partitions, and the largest
     extremes = {
-        "lab1": [{n: 1 for n in LABS["lab1"].bounds if "tile" in n or "rows" in n},
-                 {n: b for n, b in LABS["lab1"].bounds.items() if "tile" in n or "rows" in n or "smem" in n}],
-        "lab2": [{"attnlab_rows_per_block": 1}, {"attnlab_rows_per_block": 1024, "attnlab_threads": 1024,
-                                                "attnlab_heads_per_block": 32, "attnlab_smem_bytes": 232448}],
-        "lab3": [{"attnlab_partition_tokens": 16}, {"attnlab_partition_tokens": 32768, "attnlab_heads_per_block": 4,
-                                                   "attnlab_partial_threads": 1024, "attnlab_combine_threads": 1024,
-                                                   "attnlab_partial_smem_bytes": 232448}],
+        "lab1": [
+            {n: 1 for n in LABS["lab1"].bounds if "tile" in n or "rows" in n},
+            {n: b for n, b in LABS["lab1"].bounds.items() if "tile" in n or "rows" in n or "smem" in n},
+        ],
+        "lab2": [
+            {"attnlab_rows_per_block": 1},
+            {
+                "attnlab_rows_per_block": 1024,
+                "attnlab_threads": 1024,
+                "attnlab_heads_per_block": 32,
+                "attnlab_smem_bytes": 232448,
+            },
+        ],
+        "lab3": [
+            {"attnlab_partition_tokens": 16},
+            {
+                "attnlab_partition_tokens": 32768,
+                "attnlab_heads_per_block": 4,
+                "attnlab_partial_threads": 1024,
+                "attnlab_combine_threads": 1024,
+                "attnlab_partial_smem_bytes": 232448,
+            },
+        ],
     }
     for name, sets in extremes.items():
         lab = LABS[name]
@@ -141,7 +172,9 @@ def test_the_bounds_admit_the_extremes_of_every_lab_together():
             for rows, prefix in planned_shapes(lab, constants):
                 for launch in lab.plan_launches(constants, rows, prefix):
                     # CUDA's grid limits; a block's threads and shared memory as the hardware has them
-                    assert 1 <= launch.grid[0] <= 2**31 - 1 and 1 <= min(launch.grid[1:]) <= max(launch.grid[1:]) <= 65535
+                    assert (
+                        1 <= launch.grid[0] <= 2**31 - 1 and 1 <= min(launch.grid[1:]) <= max(launch.grid[1:]) <= 65535
+                    )
                     assert launch.block[0] * launch.block[1] * launch.block[2] <= 1024
                     assert 0 <= launch.shared_bytes <= 232448
 
@@ -177,11 +210,16 @@ def test_shipped_kernels_and_correct_fixtures_are_within_every_bound(path):
 
 # --- the memory bound: every buffer sized from a file's constants, at every shape the driver runs --
 
+
 def test_the_gate_plans_every_shape_grade_and_bench_run():
     seed = Seed(1, "--seed")
-    for lab, exported in ((LABS["lab1"], {"attnlab_scores_tile_keys": 1024}), (LABS["lab2"], {}),
-                          (LABS["lab2"], {"attnlab_rows_per_block": 1024}), (LABS["lab3"], {}),
-                          (LABS["lab3"], {"attnlab_partition_tokens": 16})):
+    for lab, exported in (
+        (LABS["lab1"], {"attnlab_scores_tile_keys": 1024}),
+        (LABS["lab2"], {}),
+        (LABS["lab2"], {"attnlab_rows_per_block": 1024}),
+        (LABS["lab3"], {}),
+        (LABS["lab3"], {"attnlab_partition_tokens": 16}),
+    ):
         constants = lab.constants(exported)
         planned = set(planned_shapes(lab, constants))
         for backend in ("gpu", "cpu"):
@@ -195,7 +233,8 @@ def test_a_buffer_past_the_memory_bound_is_a_compile_error_naming_the_constant_t
     assert refused(LABS["lab3"], {"attnlab_partition_tokens": 16, "attnlab_partial_threads": 128}, "decode.cu") == (
         "decode.cu: error: launch constants: the partial buffers at B = 64, longest 32768: buffer partOut would "
         "hold 1,073,741,824 bytes (1.0 GiB), above the 268,435,456-byte (256.0 MiB) bound on any buffer a file's "
-        "launch constants size; it is sized by attnlab_partition_tokens = 16")
+        "launch constants size; it is sized by attnlab_partition_tokens = 16"
+    )
     gate(LABS["lab3"], {"attnlab_partition_tokens": 64})  # 256 MiB exactly: within the bound
 
 
@@ -204,27 +243,36 @@ def test_a_case_past_the_memory_bound_names_its_case_and_buffer(monkeypatch):
     assert refused(LABS["lab2"], {"attnlab_rows_per_block": 1024}, "flash.cu") == (
         "flash.cu: error: launch constants: case geometry-C2049-P31: buffer q would hold 16,785,408 bytes "
         "(16.0 MiB), above the 8,388,608-byte (8.0 MiB) bound on any buffer a file's launch constants size; "
-        "it is sized by attnlab_rows_per_block = 1024")
+        "it is sized by attnlab_rows_per_block = 1024"
+    )
 
 
 def test_two_tiles_that_each_size_the_buffer_are_both_named(monkeypatch):
     # 512 MiB: lab 1's timed T = 2,048 workspace (512 MiB exactly) fits, the geometry case's T = 2,049 does not
     monkeypatch.setattr(memory_bound, "MAX_BUFFER_BYTES", 32 * 2048 * 2048 * 4)
     lab = LABS["lab1"]
-    tail = ("the scores workspace at T = 2049: buffer scores would hold 537,395,328 bytes (512.5 MiB), above the "
-            "536,870,912-byte (512.0 MiB) bound on any buffer a file's launch constants size; it is sized by ")
+    tail = (
+        "the scores workspace at T = 2049: buffer scores would hold 537,395,328 bytes (512.5 MiB), above the "
+        "536,870,912-byte (512.0 MiB) bound on any buffer a file's launch constants size; it is sized by "
+    )
     # the softmax threads changed too, but its default does not bring the workspace within the bound: not named
-    assert refused(lab, {"attnlab_scores_tile_keys": 1024, "attnlab_softmax_threads": 128}) == \
-        f"k.cu: error: launch constants: {tail}attnlab_scores_tile_keys = 1024"
-    assert refused(lab, {"attnlab_scores_tile_keys": 1024, "attnlab_wsum_tile_rows": 1024}) == \
-        f"k.cu: error: launch constants: {tail}attnlab_scores_tile_keys = 1024, attnlab_wsum_tile_rows = 1024"
+    assert (
+        refused(lab, {"attnlab_scores_tile_keys": 1024, "attnlab_softmax_threads": 128})
+        == f"k.cu: error: launch constants: {tail}attnlab_scores_tile_keys = 1024"
+    )
+    assert (
+        refused(lab, {"attnlab_scores_tile_keys": 1024, "attnlab_wsum_tile_rows": 1024})
+        == f"k.cu: error: launch constants: {tail}attnlab_scores_tile_keys = 1024, attnlab_wsum_tile_rows = 1024"
+    )
 
 
 def test_every_allocation_sized_from_a_constant_is_checked_where_it_is_sized():
     """Behind the gate: the places a file's numbers become sizes refuse them too, before any array exists."""
     with pytest.raises(OverBound, match=r"^case t at p = 2147483632: buffer k would hold [\d,]+ bytes \(32\.0 TiB\)"):
         Case("t", rows=0, lengths=("8p+3",)).resolved(2147483632)
-    with pytest.raises(OverBound, match=r"^case geometry-C4294967295-P31: buffer q would hold [\d,]+ bytes \(32\.0 TiB\)"):
+    with pytest.raises(
+        OverBound, match=r"^case geometry-C4294967295-P31: buffer q would hold [\d,]+ bytes \(32\.0 TiB\)"
+    ):
         geometry_case(load_catalogue("lab2"), [2**31 - 1])
     with pytest.raises(OverBound, match=r"^the partial buffers at B = 64, longest 32768: buffer partOut would hold"):
         LABS["lab3"].workspace(LABS["lab3"].constants({"attnlab_partition_tokens": 1}), 64, 32768)
@@ -241,11 +289,18 @@ def test_the_defaults_of_every_lab_fit():
 
 # --- the hostile files, through the real command line ---------------------------------------------
 
+
 def attnlab(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     environment.pop("ATTNLAB_SEED", None)
-    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=cwd, env=environment, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "labrunner", *args],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def test_the_hostile_fixtures_expect_a_compile_error():
@@ -278,11 +333,29 @@ def test_a_hostile_constant_is_refused_in_under_a_second_and_allocates_nothing_l
     lab = path.parent.parent.name
     # Started by a small shell, not straight from pytest: Linux carries a process's peak memory across
     # exec, so a child of a test process grown large would report that process's peak as its own.
-    completed = subprocess.run(["/bin/sh", "-c", '"$0" "$@"; exit $?', sys.executable, "-c", MEASURED,
-                                str(tmp_path / "usage.json"), "grade", lab, str(path),
-                                "--device", "cpu", "--json", str(tmp_path / "result.json")],
-                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                               timeout=120)
+    completed = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            '"$0" "$@"; exit $?',
+            sys.executable,
+            "-c",
+            MEASURED,
+            str(tmp_path / "usage.json"),
+            "grade",
+            lab,
+            str(path),
+            "--device",
+            "cpu",
+            "--json",
+            str(tmp_path / "result.json"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     usage = json.loads((tmp_path / "usage.json").read_text())
     result = validate_file(tmp_path / "result.json")
     message = f"{path}: error: launch constants: {REFUSALS[path]}"
@@ -300,17 +373,41 @@ def cpu_backend_ready() -> bool:
 
 
 @pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
-@pytest.mark.parametrize("lab, hostile, case", [("lab3", HUGE_PARTITION, "single-token"), ("lab2", HUGE_ROWS, "C1-P31")])
+@pytest.mark.parametrize(
+    "lab, hostile, case", [("lab3", HUGE_PARTITION, "single-token"), ("lab2", HUGE_ROWS, "C1-P31")]
+)
 def test_a_batch_with_a_hostile_constant_grades_every_other_file(lab, hostile, case, tmp_path):
     solution = REPO / "kernels" / lab / "solution.cu"
-    completed = attnlab("grade", lab, str(solution), str(hostile), "--jobs", "2", "--device", "cpu",
-                        "--case", case, "--out-dir", "out", cwd=tmp_path)
+    completed = attnlab(
+        "grade",
+        lab,
+        str(solution),
+        str(hostile),
+        "--jobs",
+        "2",
+        "--device",
+        "cpu",
+        "--case",
+        case,
+        "--out-dir",
+        "out",
+        cwd=tmp_path,
+    )
     assert completed.returncode == 3, completed.stderr[-2000:]  # the worst submission's code, not 6
     graded = validate_file(tmp_path / "out" / "solution.json")
-    assert (graded["verdict"], graded["exit_code"], [(c["name"], c["status"]) for c in graded["cases"]]) == \
-        ("pass", 0, [(case, "pass")])
+    assert (graded["verdict"], graded["exit_code"], [(c["name"], c["status"]) for c in graded["cases"]]) == (
+        "pass",
+        0,
+        [(case, "pass")],
+    )
     failed = validate_file(tmp_path / "out" / f"{hostile.stem}.json")
-    assert (failed["verdict"], failed["exit_code"], failed["error"]) == \
-        ("compile-error", 3, f"{hostile}: error: launch constants: {REFUSALS[hostile]}")
+    assert (failed["verdict"], failed["exit_code"], failed["error"]) == (
+        "compile-error",
+        3,
+        f"{hostile}: error: launch constants: {REFUSALS[hostile]}",
+    )
     with open(tmp_path / "out" / "gradebook.csv", newline="") as handle:
-        assert [(r["verdict"], r["exit_code"]) for r in csv.DictReader(handle)] == [("pass", "0"), ("compile-error", "3")]
+        assert [(r["verdict"], r["exit_code"]) for r in csv.DictReader(handle)] == [
+            ("pass", "0"),
+            ("compile-error", "3"),
+        ]

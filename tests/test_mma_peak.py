@@ -45,8 +45,9 @@ def test_each_kernel_issues_its_own_mma_shape_once_per_accumulator(accumulators)
 def test_without_a_gpu_it_says_so_and_exits_6():
     if gpu_reason() is None:
         pytest.skip("a GPU is here: the script measures instead")
-    completed = subprocess.run([sys.executable, "scripts/mma_peak.py"], cwd=REPO, capture_output=True, text=True,
-                               timeout=120, check=False)
+    completed = subprocess.run(
+        [sys.executable, "scripts/mma_peak.py"], cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
     assert completed.returncode == 6
     assert completed.stdout == ""
     assert completed.stderr.startswith("mma_peak: no GPU through CuPy (")

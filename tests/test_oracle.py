@@ -121,8 +121,8 @@ def test_causal_edge_hides_the_keys_after_the_row():
     expected = slow_attention(q, k, v, prefix)
     for i in range(rows):
         hidden_k, hidden_v = k.copy(), v.copy()
-        hidden_k[prefix + i + 1:] = 50.0
-        hidden_v[prefix + i + 1:] = 1e6
+        hidden_k[prefix + i + 1 :] = 50.0
+        hidden_v[prefix + i + 1 :] = 1e6
         got = oracle.attention(q, hidden_k, hidden_v, prefix=prefix)
         assert np.max(np.abs(got[i] - expected[i])) <= 1e-12, i
 
@@ -147,19 +147,22 @@ def test_every_score_128_gives_the_uniform_mean():
     v = random_case(rows, prefix, 13)[2]
     got = oracle.attention(q, k, v, prefix=prefix)
     for i in range(rows):
-        mean = v[:prefix + i + 1].astype(np.float64).mean(axis=0)  # [8][64]
+        mean = v[: prefix + i + 1].astype(np.float64).mean(axis=0)  # [8][64]
         for h in range(HEADS):
             assert np.max(np.abs(got[i, h] - mean[h // 4])) <= 1e-13
 
 
-@pytest.mark.parametrize("q_shape, k_shape, v_shape, message", [
-    ((5, 32, 63), (12, 8, 64), (12, 8, 64), "q must be [rows][32][64], got [5, 32, 63]"),
-    ((5, 8, 64), (12, 8, 64), (12, 8, 64), "q must be [rows][32][64], got [5, 8, 64]"),
-    ((5, 32, 64), (11, 8, 64), (12, 8, 64), "k must be [12][8][64], got [11, 8, 64]"),
-    ((5, 32, 64), (12, 32, 64), (12, 8, 64), "k must be [12][8][64], got [12, 32, 64]"),
-    ((5, 32, 64), (12, 8, 64), (13, 8, 64), "v must be [12][8][64], got [13, 8, 64]"),
-    ((5, 32, 64), (12, 8, 64), (12, 8, 64, 1), "v must be [12][8][64], got [12, 8, 64, 1]"),
-])
+@pytest.mark.parametrize(
+    "q_shape, k_shape, v_shape, message",
+    [
+        ((5, 32, 63), (12, 8, 64), (12, 8, 64), "q must be [rows][32][64], got [5, 32, 63]"),
+        ((5, 8, 64), (12, 8, 64), (12, 8, 64), "q must be [rows][32][64], got [5, 8, 64]"),
+        ((5, 32, 64), (11, 8, 64), (12, 8, 64), "k must be [12][8][64], got [11, 8, 64]"),
+        ((5, 32, 64), (12, 32, 64), (12, 8, 64), "k must be [12][8][64], got [12, 32, 64]"),
+        ((5, 32, 64), (12, 8, 64), (13, 8, 64), "v must be [12][8][64], got [13, 8, 64]"),
+        ((5, 32, 64), (12, 8, 64), (12, 8, 64, 1), "v must be [12][8][64], got [12, 8, 64, 1]"),
+    ],
+)
 def test_shape_errors_name_the_tensor_and_both_shapes(q_shape, k_shape, v_shape, message):
     q, k, v = (np.zeros(s, np.float32) for s in (q_shape, k_shape, v_shape))
     with pytest.raises(ValueError, match=r"^[qkv] must be \[") as caught:
@@ -170,16 +173,15 @@ def test_shape_errors_name_the_tensor_and_both_shapes(q_shape, k_shape, v_shape,
 def test_the_contracts_mapping_and_mask_helpers():
     assert [kv_head_of(h) for h in (0, 3, 4, 7, 31)] == [0, 0, 1, 1, 7]
     assert kv_head_of(np.arange(32)).tolist() == [h // 4 for h in range(32)]
-    assert visible_mask(2, 3).tolist() == [[True, True, True, True, False],
-                                           [True, True, True, True, True]]
+    assert visible_mask(2, 3).tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
     assert visible_mask(1, 0).tolist() == [[True]]
 
 
 def test_scores_far_past_exps_range_stay_exact():
     # scores of +-392: exp(392) overflows float64 unless every row's own maximum is subtracted first
     q = np.zeros((2, 32, 64), np.float32)
-    q[:, 0, :] = 7.0      # head 0 scores +392 against every key
-    q[:, 1, :] = -7.0     # head 1 scores -392 against every key
+    q[:, 0, :] = 7.0  # head 0 scores +392 against every key
+    q[:, 1, :] = -7.0  # head 1 scores -392 against every key
     k = np.full((2, 8, 64), 7.0, np.float32)
     v = np.arange(2 * 8 * 64, dtype=np.float32).reshape(2, 8, 64)
     out = oracle.attention(q, k, v)

@@ -19,8 +19,10 @@ from labrunner.commands.cli import main
 REPO = Path(__file__).resolve().parent.parent
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 PREFIX_IGNORED = REPO / "tests/fixtures/lab2/wrong/prefix_ignored.cu"
-BENCH_REFUSED = ("error: bench times kernels, which needs a GPU ({why}); check correctness on the CPU with "
-                 "`attnlab grade LAB FILE --device cpu`\n")
+BENCH_REFUSED = (
+    "error: bench times kernels, which needs a GPU ({why}); check correctness on the CPU with "
+    "`attnlab grade LAB FILE --device cpu`\n"
+)
 
 
 def cpu_backend_ready() -> bool:
@@ -36,8 +38,9 @@ def piped(*args: str, **env: str) -> subprocess.CompletedProcess:
     """attnlab as a CI job runs it: stdout and stderr are pipes, and only the given variables are changed."""
     environment = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LC_ALL", "LANG", "ATTNLAB_SEED")}
     environment.update({"PYTHONPATH": str(REPO), **env})
-    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=REPO, env=environment, capture_output=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "labrunner", *args], cwd=REPO, env=environment, capture_output=True, timeout=300
+    )
 
 
 @pytest.fixture
@@ -69,8 +72,19 @@ def test_piped_case_rows_never_wrap_even_at_80_columns():
     assert completed.returncode == 1
     rows = [line for line in completed.stdout.decode().splitlines() if re.match(r"│ \S", line)]
     assert [row.split("│")[1].strip() for row in rows] == [
-        "C1-P31", "C17-P31", "C33-P31", "C1-P1000", "C17-P1000", "C33-P1000", "planted-C33-P31", "lastkey-C17-P31",
-        "geometry-C129-P31", "planted-C33-P1000", "lastkey-C33-P1000", "C2048-P2048"]
+        "C1-P31",
+        "C17-P31",
+        "C33-P31",
+        "C1-P1000",
+        "C17-P1000",
+        "C33-P1000",
+        "planted-C33-P31",
+        "lastkey-C17-P31",
+        "geometry-C129-P31",
+        "planted-C33-P1000",
+        "lastkey-C33-P1000",
+        "C2048-P2048",
+    ]
     # each message whole, on its own row
     assert all(re.search(r"; rows? [-0-9, ]+ fails? \(\d+ of \d+\) +│$", row) for row in rows[:9]), rows
     assert all(re.search(r"outside the CPU backend's time budget; --full runs it +│$", row) for row in rows[9:])
@@ -90,8 +104,10 @@ def test_a_message_with_brackets_keeps_them(runner_no_gpu):
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, message))
     result = runner.invoke(main, ["grade", "lab2", str(SOLUTION)])
     assert result.exit_code == 6
-    assert result.stderr == (f"error: {message}. Grade on the CPU instead with --device cpu (correctness only), "
-                             "or --device auto to fall back to it automatically\n")
+    assert result.stderr == (
+        f"error: {message}. Grade on the CPU instead with --device cpu (correctness only), "
+        "or --device auto to fall back to it automatically\n"
+    )
 
 
 @pytest.fixture
@@ -104,8 +120,9 @@ def test_doctor_exits_6_when_the_gpu_is_asked_for_and_names_what_works(runner_no
     runner, _ = runner_no_gpu
     result = runner.invoke(main, ["doctor", "--device", "gpu"])
     assert result.exit_code == 6
-    assert result.stderr == ("error: --device gpu: the gpu backend is unusable on this machine; usable here: cpu "
-                             "(grade with --device cpu)\n")
+    assert result.stderr == (
+        "error: --device gpu: the gpu backend is unusable on this machine; usable here: cpu (grade with --device cpu)\n"
+    )
     assert re.search(r"│ GPU and driver +│ missing │ no GPU found", result.stdout)
 
 

@@ -16,16 +16,28 @@ from labrunner.truth.paged_cache import PAGE_TOKENS, bytes_to_move, decode_flops
 LAB3 = get_lab("lab3")
 
 
-@pytest.mark.parametrize("expression, value", [
-    (17, 17), ("1", 1), ("p", 512), ("p-1", 511), ("2p+1", 1025), ("8p+3", 4099), ("L-1", 16), ("p+L", 529),
-])
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        (17, 17),
+        ("1", 1),
+        ("p", 512),
+        ("p-1", 511),
+        ("2p+1", 1025),
+        ("8p+3", 4099),
+        ("L-1", 16),
+        ("p+L", 529),
+    ],
+)
 def test_lengths_are_expressions_of_p_and_L(expression, value):
     assert evaluate(expression, 512, length=17) == value
 
 
 @pytest.mark.parametrize("expression", ["2*p", "p p", "", "q+1", "+"])
 def test_an_expression_it_cannot_read_is_named(expression):
-    with pytest.raises(ValueError, match=rf"^cannot read {re.escape(repr(expression))}: terms are integers, p, L or n\*p"):
+    with pytest.raises(
+        ValueError, match=rf"^cannot read {re.escape(repr(expression))}: terms are integers, p, L or n\*p"
+    ):
         evaluate(expression, 512)
 
 
@@ -91,7 +103,7 @@ def test_decode_is_one_row_of_attention_at_its_own_prefix():
     got = inputs.reference()
     for b, n in enumerate(inputs.lengths):
         rows = [inputs.block_table[b, j // 16] * 16 + j % 16 for j in range(n)]
-        want = oracle.attention(inputs.q[b:b + 1], inputs.k[rows], inputs.v[rows], prefix=n - 1)
+        want = oracle.attention(inputs.q[b : b + 1], inputs.k[rows], inputs.v[rows], prefix=n - 1)
         assert np.array_equal(got[b], want[0])
 
 
@@ -110,27 +122,49 @@ def test_lab3_plans_its_partitions_from_the_files_constants():
     partial, combine = LAB3.plan_launches(c, 10, 1025)
     assert (partial.grid, partial.block) == ((3, 8, 10), (128, 1, 1))
     assert partial.args == ("q", "k", "v", "blockTable", "seqLens", "partOut", "partMax", "partSum", 66, 3)
-    assert (combine.grid, combine.block, combine.args) == ((32, 10, 1), (64, 1, 1),
-                                                           ("partOut", "partMax", "partSum", "seqLens", "out", 3))
+    assert (combine.grid, combine.block, combine.args) == (
+        (32, 10, 1),
+        (64, 1, 1),
+        ("partOut", "partMax", "partSum", "seqLens", "out", 3),
+    )
     assert LAB3.workspace(c, 10, 1025) == {"partOut": 10 * 32 * 3 * 64, "partMax": 10 * 32 * 3, "partSum": 10 * 32 * 3}
     assert max_parts(1025, 0) == 1 and LAB3.workspace(LAB3.constants({}), 2, 1025)["partMax"] == 64
 
 
-@pytest.mark.parametrize("constants, problem", [
-    ({"attnlab_partition_tokens": 100}, "attnlab_partition_tokens = 100 must be 0 (one partition per sequence) "
-                                         "or a positive multiple of 16 (whole pages)"),
-    ({"attnlab_partition_tokens": -16}, "attnlab_partition_tokens = -16 must be 0 (one partition per sequence) "
-                                         "or a positive multiple of 16 (whole pages)"),
-    ({"attnlab_heads_per_block": 8}, "attnlab_heads_per_block = 8 must be 1, 2 or 4 (query heads of one KV group)"),
-    ({"attnlab_partial_threads": 2048}, "attnlab_partial_threads = 2048 threads: a block holds at most 1024"),
-])
+@pytest.mark.parametrize(
+    "constants, problem",
+    [
+        (
+            {"attnlab_partition_tokens": 100},
+            "attnlab_partition_tokens = 100 must be 0 (one partition per sequence) "
+            "or a positive multiple of 16 (whole pages)",
+        ),
+        (
+            {"attnlab_partition_tokens": -16},
+            "attnlab_partition_tokens = -16 must be 0 (one partition per sequence) "
+            "or a positive multiple of 16 (whole pages)",
+        ),
+        ({"attnlab_heads_per_block": 8}, "attnlab_heads_per_block = 8 must be 1, 2 or 4 (query heads of one KV group)"),
+        ({"attnlab_partial_threads": 2048}, "attnlab_partial_threads = 2048 threads: a block holds at most 1024"),
+    ],
+)
 def test_lab3_refuses_a_geometry_it_cannot_launch(constants, problem):
     assert LAB3.validate(LAB3.constants(constants)) == [problem]
 
 
 def test_the_cpu_backend_passes_the_table_and_lengths_as_int_pointers():
-    assert LAB3.entry_point_types()["decode_partial"] == ["float*", "float*", "float*", "int*", "int*", "float*",
-                                                          "float*", "float*", "int", "int"]
+    assert LAB3.entry_point_types()["decode_partial"] == [
+        "float*",
+        "float*",
+        "float*",
+        "int*",
+        "int*",
+        "float*",
+        "float*",
+        "float*",
+        "int",
+        "int",
+    ]
 
 
 def test_decode_flops_count_256_per_visible_key_and_query_head_and_the_intensity_is_about_two():

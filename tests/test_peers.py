@@ -60,12 +60,24 @@ def torch_on_the_cpu(monkeypatch):
 
 def speedup_vs_peer(worker, rows=ROWS, prefix=PREFIX):
     constants = LAB2.constants({})
-    return time_speedup(LAB2, worker, constants, None, rows, prefix, seed=3, options=OPTIONS,
-                        student_label="flash.cu", baseline_label=SDPA.label, references=CpuReferences(),
-                        baseline_peer="sdpa")
+    return time_speedup(
+        LAB2,
+        worker,
+        constants,
+        None,
+        rows,
+        prefix,
+        seed=3,
+        options=OPTIONS,
+        student_label="flash.cu",
+        baseline_label=SDPA.label,
+        references=CpuReferences(),
+        baseline_peer="sdpa",
+    )
 
 
 # --- lab 2: the peer in the baseline's place ------------------------------------------------------
+
 
 def test_lab2_vs_sdpa_times_the_peer_as_the_baseline_on_the_students_sets(in_process, monkeypatch):
     device = NumpyGpu(PREFIX)
@@ -75,8 +87,16 @@ def test_lab2_vs_sdpa_times_the_peer_as_the_baseline_on_the_students_sets(in_pro
     assert timing["baseline_label"] == "PyTorch SDPA fp32"
     enqueue = timing["peer"].pop("enqueue")
     assert enqueue["head_start_ms"] == 0.0  # the stand-in timer has no GPU to hold
-    assert timing["peer"] == {"name": "sdpa", "label": "PyTorch SDPA fp32", "includes": SDPA.includes,
-                              "status": "timed", "median_ms": 1.0, "speedup": 1.0, "ci_low": 1.0, "ci_high": 1.0}
+    assert timing["peer"] == {
+        "name": "sdpa",
+        "label": "PyTorch SDPA fp32",
+        "includes": SDPA.includes,
+        "status": "timed",
+        "median_ms": 1.0,
+        "speedup": 1.0,
+        "ci_low": 1.0,
+        "ci_high": 1.0,
+    }
     # interleaved and paired: the peer ran once per student call, on the very same sets, in order
     assert peer.seen == device.seen
     assert timing["verified_calls"]["baseline"] == timing["verified_calls"]["student"] >= 2
@@ -106,12 +126,15 @@ def test_every_peer_call_gets_its_head_start_and_the_host_time_is_kept(in_proces
 
 
 def test_a_head_start_too_short_for_the_host_is_warned_about_with_its_numbers():
-    assert benchmark.head_start_warning("PyTorch SDPA fp32", {"median_ms": 0.9, "max_ms": 3.0,
-                                                              "head_start_ms": 1.0}) == []
-    assert benchmark.head_start_warning("PyTorch eager fp32", {"median_ms": 1.25, "max_ms": 3.0, "head_start_ms": 1.0},
-                                        "T=512 ") == [
+    assert (
+        benchmark.head_start_warning("PyTorch SDPA fp32", {"median_ms": 0.9, "max_ms": 3.0, "head_start_ms": 1.0}) == []
+    )
+    assert benchmark.head_start_warning(
+        "PyTorch eager fp32", {"median_ms": 1.25, "max_ms": 3.0, "head_start_ms": 1.0}, "T=512 "
+    ) == [
         "T=512 PyTorch eager fp32: PyTorch took 1.250 ms (median) to queue a call, more than the 1.000 ms head "
-        "start the GPU gave it: its time includes host overhead"]
+        "start the GPU gave it: its time includes host overhead"
+    ]
 
 
 def test_the_peer_is_checked_against_the_oracle_before_it_is_timed(in_process, monkeypatch, fixed_key):
@@ -126,9 +149,11 @@ def test_a_peer_that_fails_the_check_is_reported_and_not_timed(in_process, monke
     standin_peer(monkeypatch, NumpyPeer(wrong_after=0))  # one element off by one
     checked = check_peer("sdpa", InProcessWorker(NumpyGpu(PREFIX)), ROWS, PREFIX, CpuReferences())
     assert checked["status"] == "wrong"
-    assert checked["message"] == ("PyTorch SDPA fp32 failed the oracle's check on a fresh input set: row 0, head 0, "
-                                  "col 0: got 0.995733, expected -0.00426671 (|err| > 1e-4 + 1e-3*|ref|); 1 of "
-                                  "6144 elements wrong; it is not timed")
+    assert checked["message"] == (
+        "PyTorch SDPA fp32 failed the oracle's check on a fresh input set: row 0, head 0, "
+        "col 0: got 0.995733, expected -0.00426671 (|err| > 1e-4 + 1e-3*|ref|); 1 of "
+        "6144 elements wrong; it is not timed"
+    )
 
 
 def test_a_peer_wrong_on_a_timed_call_gets_no_time(in_process, monkeypatch, fixed_key):
@@ -142,48 +167,76 @@ def test_a_peer_wrong_on_a_timed_call_gets_no_time(in_process, monkeypatch, fixe
 def test_where_pytorch_is_missing_the_check_says_so_in_one_line(in_process, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # an import of torch now fails, as where it is not installed
     checked = check_peer("sdpa", InProcessWorker(NumpyGpu(PREFIX)), ROWS, PREFIX, CpuReferences())
-    assert checked == {"name": "sdpa", "label": "PyTorch SDPA fp32", "includes": SDPA.includes, "status": "missing",
-                       "message": "--vs sdpa: PyTorch is not installed (pip install 'attnlab[peers]'); the bench "
-                                  "goes on without the peer"}
+    assert checked == {
+        "name": "sdpa",
+        "label": "PyTorch SDPA fp32",
+        "includes": SDPA.includes,
+        "status": "missing",
+        "message": "--vs sdpa: PyTorch is not installed (pip install 'attnlab[peers]'); the bench "
+        "goes on without the peer",
+    }
 
 
 def test_a_pytorch_without_cuda_is_missing_on_the_gpu():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'attnlab[peers]')")
     if torch.cuda.is_available():
         pytest.skip("this PyTorch has CUDA")
-    with pytest.raises(peers.PeerMissing, match=rf"^PyTorch {re.escape(torch.__version__)} here has no CUDA \(a CPU-only build, "
-                                                r"or no GPU it can use\): install a CUDA build \(pip install "
-                                                r"'attnlab\[peers\]' from PyTorch's CUDA index\)$"):
+    with pytest.raises(
+        peers.PeerMissing,
+        match=rf"^PyTorch {re.escape(torch.__version__)} here has no CUDA \(a CPU-only build, "
+        r"or no GPU it can use\): install a CUDA build \(pip install "
+        r"'attnlab\[peers\]' from PyTorch's CUDA index\)$",
+    ):
         peers.load("sdpa", on_gpu=True)
 
 
 # --- lab 1: the peer interleaved with the whole call ----------------------------------------------
 
+
 def test_lab1_vs_torch_interleaves_the_peer_with_the_whole_call(in_process, monkeypatch):
     device = NumpyGpu(prefix=0)
     peer = standin_peer(monkeypatch, NumpyPeer())
-    timing, failure = time_pipeline(LAB1, InProcessWorker(device), LAB1.constants({}), [16, 32], seed=3,
-                                    options=OPTIONS, references=CpuReferences(), peer="torch")
+    timing, failure = time_pipeline(
+        LAB1,
+        InProcessWorker(device),
+        LAB1.constants({}),
+        [16, 32],
+        seed=3,
+        options=OPTIONS,
+        references=CpuReferences(),
+        peer="torch",
+    )
     assert failure is None
-    assert timing["peer"] == {"name": "torch", "label": "PyTorch eager fp32", "includes": EAGER.includes,
-                              "status": "timed"}
+    assert timing["peer"] == {
+        "name": "torch",
+        "label": "PyTorch eager fp32",
+        "includes": EAGER.includes,
+        "status": "timed",
+    }
     for row in timing["rows"]:
         versus = row["peer"]
         assert (versus["median_ms"], versus["speedup"], versus["ci_low"], versus["ci_high"]) == (1.0, 1.0, 1.0, 1.0)
         assert versus["count"] == row["total"]["count"]  # one peer call per whole call
     # each whole call launches three kernels on one set; the peer ran once on each of those sets
     whole_calls = [device.seen[i] for i in range(len(device.seen)) if i % 3 == 2]
-    assert set(peer.seen) <= set(whole_calls) and len(peer.seen) == sum(r["total"]["count"] + 3
-                                                                       for r in timing["rows"])
+    assert set(peer.seen) <= set(whole_calls) and len(peer.seen) == sum(r["total"]["count"] + 3 for r in timing["rows"])
 
 
 def test_lab1_without_a_peer_has_no_peer_columns(in_process):
-    timing, failure = time_pipeline(LAB1, InProcessWorker(NumpyGpu(prefix=0)), LAB1.constants({}), [16], seed=3,
-                                    options=OPTIONS, references=CpuReferences())
+    timing, failure = time_pipeline(
+        LAB1,
+        InProcessWorker(NumpyGpu(prefix=0)),
+        LAB1.constants({}),
+        [16],
+        seed=3,
+        options=OPTIONS,
+        references=CpuReferences(),
+    )
     assert failure is None and "peer" not in timing and "peer" not in timing["rows"][0]
 
 
 # --- the real PyTorch code, on the CPU -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name, rows, prefix", [("sdpa", 17, 31), ("torch", 33, 0)])
 def test_the_pytorch_peers_pass_the_oracles_check(in_process, monkeypatch, name, rows, prefix):
@@ -201,8 +254,16 @@ def test_the_real_sdpa_peer_times_through_the_worker_code(in_process, monkeypatc
 
 def test_the_real_eager_peer_times_through_the_worker_code(in_process, monkeypatch):
     torch_on_the_cpu(monkeypatch)
-    timing, failure = time_pipeline(LAB1, InProcessWorker(NumpyGpu(prefix=0)), LAB1.constants({}), [17], seed=3,
-                                    options=OPTIONS, references=CpuReferences(), peer="torch")
+    timing, failure = time_pipeline(
+        LAB1,
+        InProcessWorker(NumpyGpu(prefix=0)),
+        LAB1.constants({}),
+        [17],
+        seed=3,
+        options=OPTIONS,
+        references=CpuReferences(),
+        peer="torch",
+    )
     assert failure is None
     assert timing["rows"][0]["peer"]["count"] == timing["rows"][0]["total"]["count"] >= 2
 
@@ -216,28 +277,55 @@ def test_the_sdpa_peer_with_the_mask_aligned_top_left_fails_the_check(in_process
     checked = check_peer("sdpa", InProcessWorker(NumpyGpu(PREFIX)), ROWS, PREFIX, CpuReferences())
     assert checked["status"] == "wrong"
     # row 0 saw key 0 alone, so its output is V's first row (-1.93341 in set 0 of KEY), not keys 0 .. 31's mean
-    assert checked["message"].startswith("PyTorch SDPA fp32 failed the oracle's check on a fresh input set: row 0, "
-                                         "head 0, col 0: got -1.93341, expected -0.00426671")
+    assert checked["message"].startswith(
+        "PyTorch SDPA fp32 failed the oracle's check on a fresh input set: row 0, "
+        "head 0, col 0: got -1.93341, expected -0.00426671"
+    )
 
 
 # --- the report and the JSON ----------------------------------------------------------------------
 
+
 def test_a_timed_peer_and_a_missing_one_keep_the_json_schema():
-    comparison = {"student": {"median_ms": 1.0}, "baseline": {"median_ms": 1.9}, "speedup": 1.9, "ci_low": 1.85,
-                  "ci_high": 1.95}
-    timed = {"kind": "speedup", "rows": 2048, "prefix": 2048, "speedup": 1.9, "comparison": comparison,
-             "peer": {**benchmark.peer_record("sdpa"), "status": "timed", "median_ms": 1.9, "speedup": 1.9,
-                      "ci_low": 1.85, "ci_high": 1.95}}
+    comparison = {
+        "student": {"median_ms": 1.0},
+        "baseline": {"median_ms": 1.9},
+        "speedup": 1.9,
+        "ci_low": 1.85,
+        "ci_high": 1.95,
+    }
+    timed = {
+        "kind": "speedup",
+        "rows": 2048,
+        "prefix": 2048,
+        "speedup": 1.9,
+        "comparison": comparison,
+        "peer": {
+            **benchmark.peer_record("sdpa"),
+            "status": "timed",
+            "median_ms": 1.9,
+            "speedup": 1.9,
+            "ci_low": 1.85,
+            "ci_high": 1.95,
+        },
+    }
     validate_result(RunResult("bench", "lab2", timing=timed).to_json())
-    missing = {"kind": "pipeline", "rows": [{"T": 512}],
-               "peer": {**benchmark.peer_record("torch"), "status": "missing", "message": "--vs torch: ..."}}
+    missing = {
+        "kind": "pipeline",
+        "rows": [{"T": 512}],
+        "peer": {**benchmark.peer_record("torch"), "status": "missing", "message": "--vs torch: ..."},
+    }
     validate_result(RunResult("bench", "lab1", timing=missing).to_json())
     with pytest.raises(AssertionError, match=r"timing/peer: 'message' is a required property"):
-        validate_result(RunResult("bench", "lab1", timing={**missing, "peer": benchmark.peer_record("torch") | {
-            "status": "wrong"}}).to_json())
+        validate_result(
+            RunResult(
+                "bench", "lab1", timing={**missing, "peer": benchmark.peer_record("torch") | {"status": "wrong"}}
+            ).to_json()
+        )
 
 
 # --- bench: where the peer stands in, and where it cannot ------------------------------------------
+
 
 @pytest.fixture
 def printed(monkeypatch):
@@ -259,8 +347,11 @@ def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=RO
     from labrunner.commands import runs
 
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
-    monkeypatch.setattr(runs, "load_catalogue", lambda name: type("Catalogue", (), {"timing": {
-        "rows": rows, "prefix": prefix, "sizes": [16]}}))
+    monkeypatch.setattr(
+        runs,
+        "load_catalogue",
+        lambda name: type("Catalogue", (), {"timing": {"rows": rows, "prefix": prefix, "sizes": [16]}}),
+    )
     submission = load_submission(lab, lab.solution_path, "solution.cu", "sm_90")
     result = RunResult("bench", lab.name)
     worker = InProcessWorker(NumpyGpu(None))
@@ -272,8 +363,7 @@ def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=RO
 def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process, monkeypatch, printed):
     monkeypatch.setitem(sys.modules, "torch", None)
     result = bench_timing(monkeypatch, "sdpa")
-    words = ("--vs sdpa: PyTorch is not installed (pip install 'attnlab[peers]'); the bench goes on without the "
-             "peer")
+    words = "--vs sdpa: PyTorch is not installed (pip install 'attnlab[peers]'); the bench goes on without the peer"
     assert result.notes == [words]
     assert printed[1].getvalue().startswith(f"note: {words}\nnote: timing solution.cu against ")
     assert result.timing["baseline_label"].endswith("kernels/lab2/starter.cu")
@@ -308,8 +398,10 @@ def test_bench_lab1_vs_torch_adds_the_peers_columns(in_process, monkeypatch, pri
     cells = [cell.strip() for cell in row.strip("│").split("│")]
     # T, MiB, tensors, ratio, three kernels, total, then the peer's ms and the whole call's SPEEDUP vs it
     assert cells[7:10] == ["1.000", "1.000", "1.00x"]
-    assert ("SPEEDUP vs peer = PyTorch eager fp32's time / the whole call's time, each pair interleaved on the same "
-            "fresh input sets (95% CI in --json)\n") in text
+    assert (
+        "SPEEDUP vs peer = PyTorch eager fp32's time / the whole call's time, each pair interleaved on the same "
+        "fresh input sets (95% CI in --json)\n"
+    ) in text
     assert f"the peer's time (PyTorch eager fp32) includes: {EAGER.includes}\n" in text
     validate_result(result.to_json())
 
@@ -318,13 +410,19 @@ def test_bench_lab1_with_a_peer_that_fails_its_check_times_the_pipeline_alone(in
     standin_peer(monkeypatch, NumpyPeer(wrong_after=0))
     result = bench_timing(monkeypatch, "torch", lab=LAB1)
     assert result.timing["peer"]["status"] == "wrong" and "peer" not in result.timing["rows"][0]
-    assert printed[1].getvalue().startswith("error: PyTorch eager fp32 failed the oracle's check on a fresh input "
-                                            "set: row 0, head 0, col 0: got ")
+    assert (
+        printed[1]
+        .getvalue()
+        .startswith(
+            "error: PyTorch eager fp32 failed the oracle's check on a fresh input set: row 0, head 0, col 0: got "
+        )
+    )
     assert result.notes == [result.timing["peer"]["message"]]
     assert result.decisive_case is None  # the student's kernel is not blamed for the peer
 
 
 # --- the command line -------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def cli(tmp_path, monkeypatch):
@@ -339,6 +437,7 @@ def cli(tmp_path, monkeypatch):
         result = runner.invoke(main, list(args))
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
         return result
+
     return invoke
 
 
@@ -358,8 +457,10 @@ def kernels_without_expert(tmp_path, monkeypatch):
 def test_bench_vs_expert_without_the_file_is_a_usage_error(cli, kernels_without_expert):
     result = cli("bench", "lab2", "--vs", "expert", "--device", "cpu")
     assert result.exit_code == 2
-    assert result.stderr == ("error: --vs expert: lab2's expert reference (kernels/lab2/expert.cu) is not in this copy "
-                             "of attnlab; choose starter, solution, or a .cu file\n")
+    assert result.stderr == (
+        "error: --vs expert: lab2's expert reference (kernels/lab2/expert.cu) is not in this copy "
+        "of attnlab; choose starter, solution, or a .cu file\n"
+    )
 
 
 def test_bench_vs_expert_resolves_to_the_labs_expert_file(kernels_without_expert):
@@ -374,22 +475,27 @@ def test_bench_vs_expert_resolves_to_the_labs_expert_file(kernels_without_expert
 def test_bench_lab2_vs_an_unknown_word_names_every_choice(cli):
     result = cli("bench", "lab2", "--vs", "torch", "--device", "cpu")
     assert result.exit_code == 2
-    assert result.stderr == ("error: --vs torch: choose starter, solution, expert, sdpa, or the path of an existing "
-                             ".cu file\n")
+    assert result.stderr == (
+        "error: --vs torch: choose starter, solution, expert, sdpa, or the path of an existing .cu file\n"
+    )
 
 
 def test_bench_lab1_takes_its_peer_and_then_needs_a_gpu(cli):
     result = cli("bench", "lab1", "--vs", "torch", "--device", "cpu")
     assert result.exit_code == 6
-    assert result.stderr == ("error: bench times kernels, which needs a GPU (--device cpu); check correctness on the "
-                             "CPU with `attnlab grade LAB FILE --device cpu`\n")
+    assert result.stderr == (
+        "error: bench times kernels, which needs a GPU (--device cpu); check correctness on the "
+        "CPU with `attnlab grade LAB FILE --device cpu`\n"
+    )
 
 
 def test_bench_lab1_vs_lab2s_peer_is_a_usage_error(cli):
     result = cli("bench", "lab1", "--vs", "sdpa", "--device", "cpu")
     assert result.exit_code == 2
-    assert result.stderr == ("error: --vs applies to lab2's SPEEDUP; lab1 times its pipeline at fixed sizes (its "
-                             "--vs takes torch only: PyTorch beside the whole call)\n")
+    assert result.stderr == (
+        "error: --vs applies to lab2's SPEEDUP; lab1 times its pipeline at fixed sizes (its "
+        "--vs takes torch only: PyTorch beside the whole call)\n"
+    )
 
 
 def test_the_hold_kernel_compiles_for_every_gpu_the_labs_target():
@@ -404,6 +510,7 @@ def test_the_hold_kernel_compiles_for_every_gpu_the_labs_target():
 
 
 # --- on the GPU: the real peers, the real worker, the driver's GPU oracle --------------------------
+
 
 def cuda_torch():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'attnlab[peers]')")
@@ -421,9 +528,26 @@ def test_bench_vs_the_peer_on_the_gpu(tmp_path, lab, word):
 
     cuda_torch()
     repo = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-m", "labrunner", "bench", lab, "--vs", word, "--budget", "0.3",
-                           "--json", str(tmp_path / "r.json")], cwd=repo, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "250"}, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "bench",
+            lab,
+            "--vs",
+            word,
+            "--budget",
+            "0.3",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "250"},
+        timeout=600,
+    )
     print(done.stdout, done.stderr)
     assert done.returncode == 0
     timing = json.loads((tmp_path / "r.json").read_text())["timing"]
@@ -444,24 +568,32 @@ class AnsweringWorker:
 
 
 def test_a_peers_missing_reason_is_shown_never_interpreted():
-    checked = check_peer("sdpa", AnsweringWorker({"available": False, "why": "\x1b[32mPASS\x1b[0m\rno torch"}),
-                         ROWS, PREFIX, CpuReferences())
-    assert checked["message"] == ("--vs sdpa: \\x1b[32mPASS\\x1b[0m\\x0dno torch; the bench goes on without the "
-                                  "peer")
+    checked = check_peer(
+        "sdpa",
+        AnsweringWorker({"available": False, "why": "\x1b[32mPASS\x1b[0m\rno torch"}),
+        ROWS,
+        PREFIX,
+        CpuReferences(),
+    )
+    assert checked["message"] == ("--vs sdpa: \\x1b[32mPASS\\x1b[0m\\x0dno torch; the bench goes on without the peer")
 
 
-@pytest.mark.parametrize("checked", [None, {"sets": np.array([3]), "outputs": np.zeros((1, ROWS * 32 * 64),
-                                                                                        dtype=np.float32)}],
-                         ids=["no output", "another set than the one drawn"])
+@pytest.mark.parametrize(
+    "checked",
+    [None, {"sets": np.array([3]), "outputs": np.zeros((1, ROWS * 32 * 64), dtype=np.float32)}],
+    ids=["no output", "another set than the one drawn"],
+)
 def test_a_peer_check_reply_the_check_cannot_make_is_refused(checked):
     reply = {"available": True} if checked is None else {"available": True, "checked": checked}
     result = check_peer("torch", AnsweringWorker(reply), ROWS, 0, CpuReferences())
     assert (result["status"], result["message"]) == (
-        "failed", "PyTorch eager fp32: the worker's reply to its check is not one the check makes; the bench goes "
-                  "on without it")
+        "failed",
+        "PyTorch eager fp32: the worker's reply to its check is not one the check makes; the bench goes on without it",
+    )
 
 
 # --- `attnlab bench ... --vs <peer>` end to end, on the stand-in GPU ---------------------------------
+
 
 @pytest.fixture
 def standin_bench(monkeypatch, tmp_path):
@@ -473,15 +605,22 @@ def standin_bench(monkeypatch, tmp_path):
     from labrunner.measure import device_state
     from labrunner.truth.cases import Case, Catalogue
 
-    catalogues = {"lab2": Catalogue(lab="lab2", cases=(), timing={"rows": ROWS, "prefix": PREFIX}),
-                  "lab1": Catalogue(lab="lab1", cases=(), timing={"sizes": [16, 32]})}
+    catalogues = {
+        "lab2": Catalogue(lab="lab2", cases=(), timing={"rows": ROWS, "prefix": PREFIX}),
+        "lab1": Catalogue(lab="lab1", cases=(), timing={"sizes": [16, 32]}),
+    }
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, "NVIDIA H200"))
     monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
     monkeypatch.setattr(runs_module, "load_catalogue", catalogues.get)
     checks = {"lab2": Case("C3-P31", ROWS, PREFIX), "lab1": Case("T16", 16, 0)}  # small: the stand-in is the oracle
-    monkeypatch.setattr(runs_module, "bench_check_case", lambda lab, catalogue, request, constants=None: checks[lab.name])
-    monkeypatch.setattr(device_state, "read_device_state",
-                        lambda index=0: device_state.DeviceState(name="NVIDIA H200", sm_clock_mhz=1980))
+    monkeypatch.setattr(
+        runs_module, "bench_check_case", lambda lab, catalogue, request, constants=None: checks[lab.name]
+    )
+    monkeypatch.setattr(
+        device_state,
+        "read_device_state",
+        lambda index=0: device_state.DeviceState(name="NVIDIA H200", sm_clock_mhz=1980),
+    )
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
@@ -497,7 +636,8 @@ def bench(*args: str):
     from labrunner.commands.cli import main
 
     result = CliRunner(env={"COLUMNS": "250"}).invoke(
-        main, ["bench", *args, "--device", "gpu", "--budget", "0.05", "--json", "r.json", "--junit", "r.xml"])
+        main, ["bench", *args, "--device", "gpu", "--budget", "0.05", "--json", "r.json", "--junit", "r.xml"]
+    )
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
     return result, validate_result(json.loads(Path("r.json").read_text())), Path("r.xml").read_text()
 
@@ -506,7 +646,11 @@ def test_bench_lab2_vs_sdpa_end_to_end(standin_bench, monkeypatch):
     standin_peer(monkeypatch, NumpyPeer())
     result, report, junit = bench("lab2", "--vs", "sdpa")
     assert result.exit_code == 0
-    assert (report["verdict"], report["timing"]["peer"]["status"], report["timing"]["speedup"]) == ("pass", "timed", 1.0)
+    assert (report["verdict"], report["timing"]["peer"]["status"], report["timing"]["speedup"]) == (
+        "pass",
+        "timed",
+        1.0,
+    )
     assert report["options"]["versus"] == "sdpa"
     assert "SPEEDUP 1.00x (95% CI 1.00x to 1.00x, vs PyTorch SDPA fp32)" in result.stdout
     assert result.stdout.rstrip().endswith("PASS on the GPU (exit 0)")

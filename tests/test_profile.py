@@ -30,8 +30,14 @@ from labrunner.run.worker import CaseRun
 from labrunner.truth import oracle
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS
 
-H200_FACTS = {"sm_count": 132, "compute_capability": [9, 0], "max_sm_clock_mhz": 1980,
-              "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6144, "measured_copy_bytes_per_s": None}
+H200_FACTS = {
+    "sm_count": 132,
+    "compute_capability": [9, 0],
+    "max_sm_clock_mhz": 1980,
+    "max_memory_clock_mhz": 3201,
+    "memory_bus_width_bits": 6144,
+    "measured_copy_bytes_per_s": None,
+}
 # one call of lab 1 at T = 2048: scores writes the 512 MiB matrix, softmax reads and writes it, the weighted sum reads it
 LAB1_METRICS = [
     ("attn_scores", "1,500,000", "20,971,520", "536,870,912"),
@@ -41,14 +47,21 @@ LAB1_METRICS = [
 
 
 def lab1_csv() -> str:
-    lines = ['"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
-             '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"']
+    lines = [
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    ]
     for index, (kernel, ns, read, write) in enumerate(LAB1_METRICS):
-        for metric, unit, value in (("gpu__time_duration.sum", "nsecond", ns), ("dram__bytes_read.sum", "byte", read),
-                                    ("dram__bytes_write.sum", "byte", write),
-                                    ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "50.00")):
-            lines.append(f'"{index}","1","python3","host","{kernel}","1","7","(16, 16, 1)","(128, 128, 32)","0","9.0",'
-                         f'"Command line profiler metrics","{metric}","{unit}","{value}"')
+        for metric, unit, value in (
+            ("gpu__time_duration.sum", "nsecond", ns),
+            ("dram__bytes_read.sum", "byte", read),
+            ("dram__bytes_write.sum", "byte", write),
+            ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "%", "50.00"),
+        ):
+            lines.append(
+                f'"{index}","1","python3","host","{kernel}","1","7","(16, 16, 1)","(128, 128, 32)","0","9.0",'
+                f'"Command line profiler metrics","{metric}","{unit}","{value}"'
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -71,8 +84,11 @@ class StandInWorker:
         rows = inputs["q"].shape[0]
         out = oracle.attention(inputs["q"], inputs["k"], inputs["v"], prefix=inputs["k"].shape[0] - rows)
         band = np.full(GUARD_ELEMENTS, CANARY_BITS, dtype=np.uint32).view(np.float32)
-        return CaseRun({"out": out.astype(np.float32).ravel()}, {name: (band, band) for name in writable},
-                       {name: array.copy() for name, array in inputs.items()})
+        return CaseRun(
+            {"out": out.astype(np.float32).ravel()},
+            {name: (band, band) for name in writable},
+            {name: array.copy() for name, array in inputs.items()},
+        )
 
     def trace(self, request, timeout_s):
         return run_trace(ClockGpu(self.cupti), {"student": {}}, request, flush=lambda: None)
@@ -85,7 +101,7 @@ class StandInWorker:
 def stand_ins(tmp_path, monkeypatch):
     csv_file = tmp_path / "lab1.csv"
     csv_file.write_text(lab1_csv())
-    args_file = stand_in_ncu(tmp_path, monkeypatch, f"cp {shlex.quote(str(csv_file))} \"$log\"\n")
+    args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(csv_file))} "$log"\n')
     monkeypatch.setattr(runs_module, "resolve_backend", lambda device, unsafe_cpu=False: ("gpu", []))
     monkeypatch.setattr(profile_module, "device_facts", lambda backend: {"name": "NVIDIA H200"})
     monkeypatch.setattr(gpu_facts, "read_gpu_facts", lambda *a, **k: dict(H200_FACTS))
@@ -101,20 +117,27 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     lab = get_lab("lab1")
     trace_path, csv_path = tmp_path / "trace1.json", tmp_path / "saved.csv"
     result = RunResult("profile", "lab1", "solution.cu")
-    profile_submission(ProfileRequest(lab="lab1", file=lab.solution_path, seed=3, trace_path=trace_path,
-                                      ncu_csv_path=csv_path), result)
+    profile_submission(
+        ProfileRequest(lab="lab1", file=lab.solution_path, seed=3, trace_path=trace_path, ncu_csv_path=csv_path), result
+    )
     profile = result.profile
     assert (result.verdict, int(result.exit_code)) == ("pass", 0)
     assert profile["schema"] == "attnlab.profile/1"
     trace = profile["trace"]
     assert (trace["source"], trace["why_not_cupti"], trace["calls"]) == (
-        "events", "cupti-python is not installed (pip install 'attnlab[profile]')", 5)
+        "events",
+        "cupti-python is not installed (pip install 'attnlab[profile]')",
+        5,
+    )
     assert trace["shapes"] == ["T = 512", "T = 1024", "T = 2048"]
     per_call = {}
     for s in trace["slices"]:
         per_call.setdefault((s["shape"], s["call"]), []).append(s["kernel"])
-    assert per_call == {(shape, call): ["attn_scores", "attn_softmax", "attn_weighted_sum"]
-                        for shape in trace["shapes"] for call in range(5)}
+    assert per_call == {
+        (shape, call): ["attn_scores", "attn_softmax", "attn_weighted_sum"]
+        for shape in trace["shapes"]
+        for call in range(5)
+    }
     # events know no registers: they come from the compile gate's report
     assert all(isinstance(s["registers"], int) and s["registers"] > 0 for s in trace["slices"])
     events = json.loads(trace_path.read_text())["traceEvents"]
@@ -130,8 +153,9 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     assert scores["point"]["verdict"] == "compute-bound: 5.7 TFLOP/s, 9% of the FP32 roof"
     assert softmax["point"]["verdict"] == "memory-bound: 0.0 FLOP/B, 87% of HBM bandwidth"
     assert contender["duration_ms"] == 3.0 and contender["dram_bytes"] == 2_189_426_688
-    assert profile["no_starter_row"] == ("lab1's starter has empty kernel bodies, so the Range pass has no starter row "
-                                         "to compare with")
+    assert profile["no_starter_row"] == (
+        "lab1's starter has empty kernel bodies, so the Range pass has no starter row to compare with"
+    )
     assert profile["traffic"]["naive_bytes"] == 2_189_426_688  # the model's naive figure, byte for byte
     assert csv_path.read_text() == lab1_csv()
     text = printed.getvalue()
@@ -143,7 +167,10 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     write_json(result, tmp_path / "profile.json")  # strict JSON: no NaN or infinity anywhere in the profile
     written = json.loads((tmp_path / "profile.json").read_text())
     assert (written["command"], written["profile"]["schema"], len(written["profile"]["trace"]["slices"])) == (
-        "profile", "attnlab.profile/1", 45)
+        "profile",
+        "attnlab.profile/1",
+        45,
+    )
 
 
 def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_ins, monkeypatch):
@@ -151,7 +178,9 @@ def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_i
     monkeypatch.setitem(__import__("sys").modules, "cupti", type("module", (), {"cupti": cupti}))
     monkeypatch.setattr(profile_module, "Worker", lambda backend: StandInWorker(backend, cupti))
     result = RunResult("profile", "lab1", "solution.cu")
-    profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=2, range_pass=False), result)
+    profile_submission(
+        ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=2, range_pass=False), result
+    )
     trace = result.profile["trace"]
     assert (trace["source"], trace["why_not_cupti"], len(trace["slices"])) == ("cupti", None, 3 * 2 * 3)
     assert {s["registers"] for s in trace["slices"]} == {40}  # the driver's figure, not the compile gate's
@@ -159,6 +188,7 @@ def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_i
 
 
 # --- the command line ------------------------------------------------------------------------
+
 
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
@@ -170,8 +200,10 @@ def test_profile_without_a_gpu_is_exit_6_after_the_compile_gate(runner, monkeypa
     monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
     result = runner.invoke(main, ["profile", "lab2", str(get_lab("lab2").solution_path)])
     assert result.exit_code == 6
-    assert result.stderr == ("error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
-                             "or --device auto to fall back to it automatically\n")
+    assert result.stderr == (
+        "error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
+        "or --device auto to fall back to it automatically\n"
+    )
 
 
 def test_an_unwritable_trace_path_is_refused_before_any_work(runner):
@@ -195,12 +227,15 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
 
     # this stand-in also answers for the target program: it writes the GPU's facts where the payload says
     facts = json.dumps(H200_FACTS)
-    stand_in_ncu(tmp_path, monkeypatch,
-                 f"cp {shlex.quote(str(DATA))} \"$log\"\n"
-                 "for last in \"$@\"; do :; done\n"
-                 f"{shlex.quote(__import__('sys').executable)} -c 'import json, sys; "
-                 f"json.dump(json.loads(sys.argv[2]), open(json.load(open(sys.argv[1]))[\"facts_path\"], \"w\"))' "
-                 f"\"$last\" {shlex.quote(facts)}\n")
+    stand_in_ncu(
+        tmp_path,
+        monkeypatch,
+        f'cp {shlex.quote(str(DATA))} "$log"\n'
+        'for last in "$@"; do :; done\n'
+        f"{shlex.quote(__import__('sys').executable)} -c 'import json, sys; "
+        f'json.dump(json.loads(sys.argv[2]), open(json.load(open(sys.argv[1]))["facts_path"], "w"))\' '
+        f'"$last" {shlex.quote(facts)}\n',
+    )
     printed = io.StringIO()
     monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=400, highlight=False, color_system=None))
     lab = get_lab("lab2")
@@ -212,7 +247,8 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
     assert printed.getvalue() == (
         "Range pass at C = 2048, P = 2048 (ncu): solution.cu 2.177 ms, DRAM 52.4 MB, SM 74%, compute-bound: "
         f"23.7 TFLOP/s, 35% of the FP32 roof | {starter} 28.413 ms, DRAM 65.0 MB, SM 55%, compute-bound: "
-        "1.8 TFLOP/s, 3% of the FP32 roof\n")
+        "1.8 TFLOP/s, 3% of the FP32 roof\n"
+    )
     assert result.profile["schema"] == "attnlab.profile/1" and result.profile["range"]["available"]
 
 
@@ -237,11 +273,14 @@ def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins,
 
     monkeypatch.setattr(profile_module, "Worker", DiesUnderCupti)
     result = RunResult("profile", "lab1", "solution.cu")
-    profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False), result)
+    profile_submission(
+        ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False), result
+    )
     trace = result.profile["trace"]
     assert trace["source"] == "events" and len(trace["slices"]) == 9
-    assert trace["why_not_cupti"] == ("the worker died with CUPTI on (the worker process died (SIGSEGV)); the trace "
-                                      "was taken again with events")
+    assert trace["why_not_cupti"] == (
+        "the worker died with CUPTI on (the worker process died (SIGSEGV)); the trace was taken again with events"
+    )
 
 
 def test_plot_without_matplotlib_is_refused_before_any_work(runner, monkeypatch):
@@ -274,10 +313,14 @@ def test_a_malformed_trace_from_the_worker_is_an_error_with_its_reason_not_a_tra
 
     monkeypatch.setattr(profile_module, "Worker", Malformed)
     with pytest.raises(AttnlabError, match="malformed") as caught:
-        profile_submission(ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False),
-                           RunResult("profile", "lab1", "solution.cu"))
+        profile_submission(
+            ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False),
+            RunResult("profile", "lab1", "solution.cu"),
+        )
     assert (caught.value.message, int(caught.value.exit_code)) == (
-        "the trace came back malformed: the trace names a kernel the lab never launched: 'cupy_fill'", 4)
+        "the trace came back malformed: the trace names a kernel the lab never launched: 'cupy_fill'",
+        4,
+    )
 
 
 # --- lab 3: decode against a paged cache, memory-bound ------------------------------------------
@@ -292,14 +335,16 @@ def saving_ncu(tmp_path, monkeypatch, csv_file) -> tuple:
     layout's arrays beside it (the Range pass's own folder is gone once it returns)."""
     tmp_path.mkdir(exist_ok=True)
     payload, fixed = tmp_path / "payload.json", tmp_path / "fixed.npz"
-    script = (f"cp {shlex.quote(str(csv_file))} \"$log\"\n"
-              "for last in \"$@\"; do :; done\n"
-              f"cp \"$last\" {shlex.quote(str(payload))}\n"
-              f"{shlex.quote(__import__('sys').executable)} -c 'import json, shutil, sys; "
-              "payload = json.load(open(sys.argv[1])); sets = payload.get(\"sets\"); "
-              "json.dump(json.loads(sys.argv[3]), open(payload[\"facts_path\"], \"w\")); "
-              "sets and shutil.copy(sets[\"fixed_path\"], sys.argv[2])' "
-              f"\"$last\" {shlex.quote(str(fixed))} {shlex.quote(json.dumps(H200_FACTS))}\n")
+    script = (
+        f'cp {shlex.quote(str(csv_file))} "$log"\n'
+        'for last in "$@"; do :; done\n'
+        f'cp "$last" {shlex.quote(str(payload))}\n'
+        f"{shlex.quote(__import__('sys').executable)} -c 'import json, shutil, sys; "
+        'payload = json.load(open(sys.argv[1])); sets = payload.get("sets"); '
+        'json.dump(json.loads(sys.argv[3]), open(payload["facts_path"], "w")); '
+        'sets and shutil.copy(sets["fixed_path"], sys.argv[2])\' '
+        f'"$last" {shlex.quote(str(fixed))} {shlex.quote(json.dumps(H200_FACTS))}\n'
+    )
     return stand_in_ncu(tmp_path, monkeypatch, script), payload, fixed
 
 
@@ -308,8 +353,10 @@ def lab3_contenders():
 
     lab = get_lab("lab3")
     starter = runs_module.display_path(lab.starter_path)
-    return lab, [("solution.cu", "student", load_submission(lab, lab.solution_path, "solution.cu")),
-                 (starter, "starter", load_submission(lab, lab.starter_path, starter))]
+    return lab, [
+        ("solution.cu", "student", load_submission(lab, lab.solution_path, "solution.cu")),
+        (starter, "starter", load_submission(lab, lab.starter_path, starter)),
+    ]
 
 
 def test_decode_at_lab3s_timing_shape_does_2_flop_per_byte_that_must_move():
@@ -320,8 +367,11 @@ def test_decode_at_lab3s_timing_shape_does_2_flop_per_byte_that_must_move():
     # per sequence, per query head, per visible key: 2 * 64 for q . k and 2 * 64 for p * v
     assert lab.flops(64, 32768, layout) == keys * 32 * 256 == 9_516_892_160
     # K and V once per KV head, q and out once, every table entry in use once, the 64 lengths
-    assert lab.bytes_to_move(64, 32768, layout) == 4 * (2 * keys * 8 * 64 + 2 * 64 * 32 * 64 + 72_639 + 64) \
+    assert (
+        lab.bytes_to_move(64, 32768, layout)
+        == 4 * (2 * keys * 8 * 64 + 2 * 64 * 32 * 64 + 72_639 + 64)
         == 4_759_785_468
+    )
     assert (lab.shape_label(64, 32768), kernel_flops_of(lab)) == ("B = 64, longest 32,768", (9_516_892_160, 0.0))
 
 
@@ -333,7 +383,8 @@ def kernel_flops_of(lab):
 
 
 def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_layout_not_its_values(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from labrunner.commands.profile import PROFILE_KEY_WORD, range_pass
     from labrunner.measure.roofline import ceilings_from_facts
 
@@ -343,10 +394,16 @@ def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_la
     report = range_pass(lab, contenders, "B = 64, longest 32,768", 64, 32768, LAB3_SEED, ceilings)
     assert report["available"], report["message"]
     solution, starter = report["contenders"]
-    assert [k["kernel"] for k in solution["kernels"]] == [k["kernel"] for k in starter["kernels"]] == [
-        "decode_partial", "decode_combine"]
+    assert (
+        [k["kernel"] for k in solution["kernels"]]
+        == [k["kernel"] for k in starter["kernels"]]
+        == ["decode_partial", "decode_combine"]
+    )
     assert (solution["flops"], solution["dram_bytes"], solution["duration_ms"]) == (
-        9_516_892_160, 4_796_350_464, 1.142048)
+        9_516_892_160,
+        4_796_350_464,
+        1.142048,
+    )
     assert solution["point"]["verdict"] == "memory-bound: 2.0 FLOP/B, 85% of HBM bandwidth"
     assert starter["point"]["verdict"] == "memory-bound: 1.5 FLOP/B, 5% of HBM bandwidth"
     partial, combine = solution["kernels"]
@@ -354,8 +411,13 @@ def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_la
     assert combine["point"]["verdict"] == "memory-bound: 0.0 FLOP/B, 26% of HBM bandwidth"
     # the target program gets the timing-set request bench sends, never 4.8 GB of values
     payload = json.loads(payload_file.read_text())
-    assert payload["sets"] == {"key": [LAB3_SEED, PROFILE_KEY_WORD], "rows": 64, "prefix": 32768, "pages": 72_639,
-                               "fixed_path": payload["sets"]["fixed_path"]}
+    assert payload["sets"] == {
+        "key": [LAB3_SEED, PROFILE_KEY_WORD],
+        "rows": 64,
+        "prefix": 32768,
+        "pages": 72_639,
+        "fixed_path": payload["sets"]["fixed_path"],
+    }
     layout = lab.timing_layout(64, 32768, LAB3_SEED)
     with np.load(fixed_file) as fixed:
         assert sorted(fixed.files) == ["blockTable", "seqLens"]
@@ -376,11 +438,15 @@ class DecodeStandInWorker(StandInWorker):
         from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
         q = inputs["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)
-        out = oracle.decode_attention(q, inputs["k"], inputs["v"], inputs["blockTable"].reshape(q.shape[0], -1),
-                                      inputs["seqLens"])
+        out = oracle.decode_attention(
+            q, inputs["k"], inputs["v"], inputs["blockTable"].reshape(q.shape[0], -1), inputs["seqLens"]
+        )
         band = np.full(GUARD_ELEMENTS, CANARY_BITS, dtype=np.uint32).view(np.float32)
-        return CaseRun({"out": out.astype(np.float32).ravel()}, {name: (band, band) for name in writable},
-                       {name: array.copy() for name, array in inputs.items()})
+        return CaseRun(
+            {"out": out.astype(np.float32).ravel()},
+            {name: (band, band) for name in writable},
+            {name: array.copy() for name, array in inputs.items()},
+        )
 
     def trace(self, request, timeout_s):
         self.requests.append(request)
@@ -395,8 +461,11 @@ def lab3_stand_ins(stand_ins, tmp_path, monkeypatch):
     import labrunner.measure.input_pool as input_pool
     from labrunner.truth.cases import Case, Catalogue
 
-    catalogue = Catalogue(lab="lab3", cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
-                          timing={"rows": 3, "prefix": 40, "copy_fraction": 0.8})
+    catalogue = Catalogue(
+        lab="lab3",
+        cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
+        timing={"rows": 3, "prefix": 40, "copy_fraction": 0.8},
+    )
     monkeypatch.setattr(profile_module, "load_catalogue", lambda lab: catalogue)
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
     monkeypatch.setitem(test_trace.DURATION_NS, "decode_partial", 40_000)
@@ -441,10 +510,14 @@ def test_profile_lab3_traces_both_kernels_of_every_call_on_paged_inputs_made_in_
     assert "traffic" not in profile and profile["must_move"] == {"label": "B = 3, longest 40", "bytes": must_move}
     assert [c["point"]["bound"] for c in profile["range"]["contenders"]] == ["memory-bound", "memory-bound"]
     text = printed.getvalue()
-    assert f"bytes one call must move at B = 3, longest 40 (the lab's model, as bench counts them): " \
-           f"{must_move / 1e6:,.2f} MB" in text
-    assert f"  measured DRAM, {lab.solution_path}: 4,796.35 MB = {4_796_350_464 / must_move:.3f}x the bytes that " \
-           "must move" in text
+    assert (
+        f"bytes one call must move at B = 3, longest 40 (the lab's model, as bench counts them): "
+        f"{must_move / 1e6:,.2f} MB" in text
+    )
+    assert (
+        f"  measured DRAM, {lab.solution_path}: 4,796.35 MB = {4_796_350_464 / must_move:.3f}x the bytes that "
+        "must move" in text
+    )
     assert "  call 5  " in text and text.splitlines()[-1] == "PASS on the GPU (exit 0)"
     # the target program was sent the same layout, filled there on the GPU
     assert json.loads(payload_file.read_text())["sets"]["pages"] == layout["pages"]
@@ -463,10 +536,13 @@ def test_grade_profile_of_lab3_appends_the_range_pass_in_one_line(tmp_path, monk
     assert printed.getvalue() == (
         "Range pass at B = 64, longest 32,768 (ncu): solution.cu 1.142 ms, DRAM 4796.4 MB, SM 32%/18%, "
         f"memory-bound: 2.0 FLOP/B, 85% of HBM bandwidth | {starter} 24.883 ms, DRAM 6220.1 MB, SM 7%/4%, "
-        "memory-bound: 1.5 FLOP/B, 5% of HBM bandwidth\n")
+        "memory-bound: 1.5 FLOP/B, 5% of HBM bandwidth\n"
+    )
 
 
-def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender_its_own_partials(tmp_path, monkeypatch):
+def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender_its_own_partials(
+    tmp_path, monkeypatch
+):
     import labrunner.measure.input_pool as input_pool
     import labrunner.run.profile_target as target
     from labrunner.commands.profile import range_pass
@@ -502,9 +578,11 @@ def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender
     made = make_set((7, 0x70F11E), 0, 3, 1100, layout["pages"])  # set 0 of the profile's key, as the worker's trace
     # three warm-up rounds and ncu's one, each the solution's two kernels then the starter's two
     assert [(who, kernel) for who, kernel, _ in launched] == [
-        ("solution.cu", "decode_partial"), ("solution.cu", "decode_combine"),
+        ("solution.cu", "decode_partial"),
+        ("solution.cu", "decode_combine"),
         (runs_module.display_path(lab.starter_path), "decode_partial"),
-        (runs_module.display_path(lab.starter_path), "decode_combine")] * 4
+        (runs_module.display_path(lab.starter_path), "decode_combine"),
+    ] * 4
     solution, starter = launched[0][2], launched[2][2]
     for name in ("q", "k", "v"):
         assert np.array_equal(solution[name], made[name]) and solution[name] is starter[name]

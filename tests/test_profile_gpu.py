@@ -26,9 +26,14 @@ REPO = Path(__file__).resolve().parent.parent
 def profile(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict, float]:
     report = tmp_path / "profile.json"
     started = time.monotonic()
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "profile", *args, "--json", str(report)],
-                               cwd=REPO, capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    completed = subprocess.run(
+        [sys.executable, "-m", "labrunner", "profile", *args, "--json", str(report)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"},
+    )
     wall = time.monotonic() - started
     print(completed.stdout, completed.stderr, f"\nwall time {wall:.1f} s", sep="\n")
     return completed, json.loads(report.read_text()), wall
@@ -37,8 +42,9 @@ def profile(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, di
 @pytest.mark.gpu
 def test_lab1_solution_shows_three_kernels_in_each_of_five_calls_at_every_size(tmp_path):
     trace_file = tmp_path / "trace1.json"
-    completed, result, _ = profile(tmp_path, "lab1", "kernels/lab1/solution.cu", "--trace", str(trace_file),
-                                   "--no-range")
+    completed, result, _ = profile(
+        tmp_path, "lab1", "kernels/lab1/solution.cu", "--trace", str(trace_file), "--no-range"
+    )
     assert completed.returncode == 0, completed.stderr
     trace = result["profile"]["trace"]
     assert trace["shapes"] == ["T = 512", "T = 1024", "T = 2048"]
@@ -46,8 +52,11 @@ def test_lab1_solution_shows_three_kernels_in_each_of_five_calls_at_every_size(t
     for s in trace["slices"]:
         calls.setdefault((s["shape"], s["call"]), []).append(s["kernel"])
         assert s["end_ns"] > s["start_ns"]
-    assert calls == {(shape, call): ["attn_scores", "attn_softmax", "attn_weighted_sum"]
-                     for shape in trace["shapes"] for call in range(5)}
+    assert calls == {
+        (shape, call): ["attn_scores", "attn_softmax", "attn_weighted_sum"]
+        for shape in trace["shapes"]
+        for call in range(5)
+    }
     events = json.loads(trace_file.read_text())["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == 45
@@ -95,5 +104,7 @@ def test_lab3_solution_is_memory_bound_with_both_kernels_in_each_of_five_calls(t
     must_move = profile_report["must_move"]["bytes"]
     assert solution["dram_bytes"] >= 0.95 * must_move, (solution["dram_bytes"], must_move)
     assert "bytes one call must move at B = 64, longest 32,768" in completed.stdout
-    print(f"profile lab3 took {wall:.1f} s; ncu alone {report['seconds']:.1f} s; solution "
-          f"{solution['point']['verdict']}, DRAM {solution['dram_bytes'] / must_move:.3f}x the bytes that must move")
+    print(
+        f"profile lab3 took {wall:.1f} s; ncu alone {report['seconds']:.1f} s; solution "
+        f"{solution['point']['verdict']}, DRAM {solution['dram_bytes'] / must_move:.3f}x the bytes that must move"
+    )

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from box_paths import tmp_entries_of
 
 from labrunner import box as boxes
@@ -29,13 +28,24 @@ from labrunner.measure.range_pass import METRICS, RangePassUnavailable, parse_nc
 from labrunner.measure.roofline import ceilings_from_facts
 
 DATA = Path(__file__).parent / "data" / "ncu_lab2_solution_starter.csv"
-H200, _ = ceilings_from_facts({"sm_count": 132, "compute_capability": [9, 0], "max_sm_clock_mhz": 1980,
-                               "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6144})
-PERMISSION = ("ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run attnlab as root or with "
-              "CAP_SYS_ADMIN, or let every user read them with the driver option NVreg_RestrictProfilingToAdminUsers=0 "
-              "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM); the trace above did not need them")
-MISSING = ("Nsight Compute's `ncu` is not on PATH, so there is no Range pass: install Nsight Compute (it comes with "
-           "the CUDA toolkit) and put its folder on PATH; the trace above did not need it")
+H200, _ = ceilings_from_facts(
+    {
+        "sm_count": 132,
+        "compute_capability": [9, 0],
+        "max_sm_clock_mhz": 1980,
+        "max_memory_clock_mhz": 3201,
+        "memory_bus_width_bits": 6144,
+    }
+)
+PERMISSION = (
+    "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run attnlab as root or with "
+    "CAP_SYS_ADMIN, or let every user read them with the driver option NVreg_RestrictProfilingToAdminUsers=0 "
+    "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM); the trace above did not need them"
+)
+MISSING = (
+    "Nsight Compute's `ncu` is not on PATH, so there is no Range pass: install Nsight Compute (it comes with "
+    "the CUDA toolkit) and put its folder on PATH; the trace above did not need it"
+)
 
 
 def stand_in_ncu(tmp_path: Path, monkeypatch, body: str) -> Path:
@@ -43,9 +53,11 @@ def stand_in_ncu(tmp_path: Path, monkeypatch, body: str) -> Path:
     tool = tmp_path / "bin" / "ncu"
     tool.parent.mkdir()
     args_file = tmp_path / "args.txt"
-    tool.write_text("#!/bin/sh\n"
-                    f"printf '%s\\n' \"$@\" > {shlex.quote(str(args_file))}\n"
-                    "log=; prev=\nfor a in \"$@\"; do [ \"$prev\" = --log-file ] && log=$a; prev=$a; done\n" + body)
+    tool.write_text(
+        "#!/bin/sh\n"
+        f"printf '%s\\n' \"$@\" > {shlex.quote(str(args_file))}\n"
+        'log=; prev=\nfor a in "$@"; do [ "$prev" = --log-file ] && log=$a; prev=$a; done\n' + body
+    )
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
     # These tests read what a stand-in ncu leaves on the host (its arguments, a recorded CSV), which a
@@ -60,8 +72,10 @@ def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
     its report goes to /job (a host folder the driver reads), and it sees nothing else of the host."""
     tool = tmp_path / "bin" / "ncu"
     tool.parent.mkdir()
-    tool.write_text("#!/bin/sh\nlog=; prev=\nfor a in \"$@\"; do [ \"$prev\" = --log-file ] && log=$a; prev=$a; done\n"
-                    'echo "seen: log=$log pwd=$(pwd) home=$HOME seed=[$ATTNLAB_SEED] tmp=[$(echo $(ls /tmp))]" >&2\nexit 3\n')
+    tool.write_text(
+        '#!/bin/sh\nlog=; prev=\nfor a in "$@"; do [ "$prev" = --log-file ] && log=$a; prev=$a; done\n'
+        'echo "seen: log=$log pwd=$(pwd) home=$HOME seed=[$ATTNLAB_SEED] tmp=[$(echo $(ls /tmp))]" >&2\nexit 3\n'
+    )
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ATTNLAB_SEED", "4242")
@@ -69,29 +83,48 @@ def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
     report = range_pass(lab, contenders, "C = 17, P = 31", 17, 31, seed=1, ceilings=H200)
     assert report["available"] is False
     # of the host's /tmp only the way to the stand-in tool: not the driver's folder for the Range pass
-    assert report["message"] == ("ncu exited with status 3 and no counters: seen: log=/job/ncu.csv pwd=/job "
-                                 f"home=/job seed=[] tmp=[{' '.join(tmp_entries_of(tmp_path))}]")
+    assert report["message"] == (
+        "ncu exited with status 3 and no counters: seen: log=/job/ncu.csv pwd=/job "
+        f"home=/job seed=[] tmp=[{' '.join(tmp_entries_of(tmp_path))}]"
+    )
 
 
 def test_the_recorded_csv_gives_every_metric_of_both_launches_in_base_units():
     solution, starter = parse_ncu_csv(DATA.read_text())
-    assert (solution.index, solution.kernel, solution.block, solution.grid) == (0, "flash_prefill", "(128, 1, 1)",
-                                                                                "(32, 32, 1)")
+    assert (solution.index, solution.kernel, solution.block, solution.grid) == (
+        0,
+        "flash_prefill",
+        "(128, 1, 1)",
+        "(32, 32, 1)",
+    )
     assert solution.values == {
-        "duration_ns": 2_176_640.0, "sm_throughput_pct": 74.12, "dram_read_bytes": 35_651_584.0,
-        "dram_write_bytes": 16_777_216.0, "l2_hit_rate_pct": 71.3, "achieved_occupancy_pct": 24.81,
-        "registers_per_thread": 128.0, "shared_bank_conflicts": 1204.0, "fma_pipe_pct": 38.52}
+        "duration_ns": 2_176_640.0,
+        "sm_throughput_pct": 74.12,
+        "dram_read_bytes": 35_651_584.0,
+        "dram_write_bytes": 16_777_216.0,
+        "l2_hit_rate_pct": 71.3,
+        "achieved_occupancy_pct": 24.81,
+        "registers_per_thread": 128.0,
+        "shared_bank_conflicts": 1204.0,
+        "fma_pipe_pct": 38.52,
+    }
     assert solution.dram_bytes == 52_428_800.0
-    assert (starter.index, starter.values["duration_ns"], starter.values["registers_per_thread"]) == (1, 28_412_928.0, 32.0)
+    assert (starter.index, starter.values["duration_ns"], starter.values["registers_per_thread"]) == (
+        1,
+        28_412_928.0,
+        32.0,
+    )
     assert set(starter.values) == set(METRICS.values())
 
 
 def test_scaled_units_na_and_missing_metrics_are_read_as_ncu_means_them():
-    text = ('"ID","Kernel Name","Block Size","Grid Size","Metric Name","Metric Unit","Metric Value"\n'
-            '"0","k","(1, 1, 1)","(1, 1, 1)","gpu__time_duration.sum","msecond","2.18"\n'
-            '"0","k","(1, 1, 1)","(1, 1, 1)","dram__bytes_read.sum","Mbyte","52.43"\n'
-            '"0","k","(1, 1, 1)","(1, 1, 1)","dram__bytes_write.sum","","n/a"\n'
-            '"0","k","(1, 1, 1)","(1, 1, 1)","some__other_metric.sum","","7"\n')
+    text = (
+        '"ID","Kernel Name","Block Size","Grid Size","Metric Name","Metric Unit","Metric Value"\n'
+        '"0","k","(1, 1, 1)","(1, 1, 1)","gpu__time_duration.sum","msecond","2.18"\n'
+        '"0","k","(1, 1, 1)","(1, 1, 1)","dram__bytes_read.sum","Mbyte","52.43"\n'
+        '"0","k","(1, 1, 1)","(1, 1, 1)","dram__bytes_write.sum","","n/a"\n'
+        '"0","k","(1, 1, 1)","(1, 1, 1)","some__other_metric.sum","","7"\n'
+    )
     (launch,) = parse_ncu_csv(text)
     assert launch.values["duration_ns"] == pytest.approx(2.18e6)
     assert launch.values["dram_read_bytes"] == pytest.approx(52.43e6)
@@ -100,12 +133,12 @@ def test_scaled_units_na_and_missing_metrics_are_read_as_ncu_means_them():
 
 
 def test_text_without_a_csv_header_is_no_launches():
-    assert parse_ncu_csv("==PROF== Connected to process 1\n\"solution\",\"fake\"\n") == []
+    assert parse_ncu_csv('==PROF== Connected to process 1\n"solution","fake"\n') == []
     assert parse_number("1,205.00") == 1205.0 and parse_number("n/a") is None
 
 
 def test_ncu_is_told_to_leave_the_clocks_and_to_profile_only_the_chosen_launches(tmp_path, monkeypatch):
-    args_file = stand_in_ncu(tmp_path, monkeypatch, f"cp {shlex.quote(str(DATA))} \"$log\"\n")
+    args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(DATA))} "$log"\n')
     run = run_ncu(["flash_prefill", "flash_prefill"], 6, 2, [sys.executable, "-c", "pass"], timeout_s=30)
     assert [m.kernel for m in run.launches] == ["flash_prefill", "flash_prefill"]
     args = args_file.read_text().splitlines()
@@ -119,11 +152,14 @@ def test_ncu_is_told_to_leave_the_clocks_and_to_profile_only_the_chosen_launches
 
 
 def test_counters_not_permitted_say_exactly_that_and_how_to_enable_them(tmp_path, monkeypatch):
-    stand_in_ncu(tmp_path, monkeypatch,
-                 "echo '==PROF== Connected to process 1' > \"$log\"\n"
-                 "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
-                 "Performance Counters on the target device 0. For instructions on enabling permissions and to get "
-                 "more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM' >> \"$log\"\nexit 0\n")
+    stand_in_ncu(
+        tmp_path,
+        monkeypatch,
+        "echo '==PROF== Connected to process 1' > \"$log\"\n"
+        "echo '==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+        "Performance Counters on the target device 0. For instructions on enabling permissions and to get "
+        'more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM\' >> "$log"\nexit 0\n',
+    )
     with pytest.raises(RangePassUnavailable, match="ERR_NVGPUCTRPERM") as caught:
         run_ncu(["flash_prefill"], 3, 1, [sys.executable, "-c", "pass"], timeout_s=30)
     assert str(caught.value) == PERMISSION
@@ -152,12 +188,14 @@ def test_a_hanging_ncu_is_stopped_at_its_time_limit(tmp_path, monkeypatch):
 
 def lab2_contenders():
     lab = get_lab("lab2")
-    return lab, [("solution.cu", "student", load_submission(lab, lab.solution_path, "solution.cu")),
-                 ("starter.cu", "starter", load_submission(lab, lab.starter_path, "starter.cu"))]
+    return lab, [
+        ("solution.cu", "student", load_submission(lab, lab.solution_path, "solution.cu")),
+        ("starter.cu", "starter", load_submission(lab, lab.starter_path, "starter.cu")),
+    ]
 
 
 def test_the_range_report_places_both_kernels_under_the_roofline(tmp_path, monkeypatch):
-    args_file = stand_in_ncu(tmp_path, monkeypatch, f"cp {shlex.quote(str(DATA))} \"$log\"\n")
+    args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(DATA))} "$log"\n')
     lab, contenders = lab2_contenders()
     csv_copy = tmp_path / "saved.csv"
     report = range_pass(lab, contenders, "C = 2048, P = 2048", 2048, 2048, seed=1, ceilings=H200, csv_path=csv_copy)
@@ -168,7 +206,11 @@ def test_the_range_report_places_both_kernels_under_the_roofline(tmp_path, monke
     assert args[-3:-1] == ["-m", "labrunner.run.profile_target"]
     solution, starter = report["contenders"]
     assert (solution["label"], solution["role"], starter["label"], starter["role"]) == (
-        "solution.cu", "student", "starter.cu", "starter")
+        "solution.cu",
+        "student",
+        "starter.cu",
+        "starter",
+    )
     assert solution["flops"] == 51_547_996_160
     assert solution["duration_ms"] == 2.17664 and solution["dram_bytes"] == 52_428_800
     assert solution["point"]["verdict"] == "compute-bound: 23.7 TFLOP/s, 35% of the FP32 roof"
@@ -181,7 +223,7 @@ def test_launches_that_are_not_the_ones_made_give_no_report(tmp_path, monkeypatc
     swapped = DATA.read_text().replace('"flash_prefill"', '"attn_scores"')
     recorded = tmp_path / "other.csv"
     recorded.write_text(swapped)
-    stand_in_ncu(tmp_path, monkeypatch, f"cp {shlex.quote(str(recorded))} \"$log\"\n")
+    stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(recorded))} "$log"\n')
     lab, contenders = lab2_contenders()
     report = range_pass(lab, contenders, "C = 2048, P = 2048", 2048, 2048, seed=1, ceilings=H200)
     assert report["available"] is False
@@ -197,10 +239,13 @@ def test_the_range_report_without_permission_carries_the_message(tmp_path, monke
 
 def test_a_metric_ncu_does_not_know_is_dropped_and_the_rest_collected(tmp_path, monkeypatch):
     # the first run refuses the FMA-pipe metric by name; the second, without it, answers
-    args_file = stand_in_ncu(tmp_path, monkeypatch,
-                             "case \"$*\" in *sm__pipe_fma_cycles*) echo \"==ERROR== Failed to find metric "
-                             "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active\" >&2; exit 1;; esac\n"
-                             f"cp {shlex.quote(str(DATA))} \"$log\"\n")
+    args_file = stand_in_ncu(
+        tmp_path,
+        monkeypatch,
+        'case "$*" in *sm__pipe_fma_cycles*) echo "==ERROR== Failed to find metric '
+        'sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active" >&2; exit 1;; esac\n'
+        f'cp {shlex.quote(str(DATA))} "$log"\n',
+    )
     run = run_ncu(["flash_prefill"], 6, 2, [sys.executable, "-c", "pass"], timeout_s=30)
     assert run.dropped_metrics == ["sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"]
     args = args_file.read_text().splitlines()
@@ -212,8 +257,11 @@ def test_the_target_warms_up_then_makes_one_call_of_each_contender_and_runs_no_o
     import labrunner.run.profile_target as target
 
     saved = tmp_path / "payload.json"
-    stand_in_ncu(tmp_path, monkeypatch, f"for last in \"$@\"; do :; done\ncp \"$last\" {shlex.quote(str(saved))}\n"
-                                        f"cp {shlex.quote(str(DATA))} \"$log\"\n")
+    stand_in_ncu(
+        tmp_path,
+        monkeypatch,
+        f'for last in "$@"; do :; done\ncp "$last" {shlex.quote(str(saved))}\ncp {shlex.quote(str(DATA))} "$log"\n',
+    )
     lab, contenders = lab2_contenders()
     range_pass(lab, contenders, "C = 2048, P = 2048", 33, 31, seed=1, ceilings=H200)
     calls = []
@@ -258,7 +306,7 @@ def test_every_recorded_ncu_csv_parses_whole(recorded):
         missing = [key for key, value in launch.values.items() if value is None]
         assert missing == [], f"{recorded.name} launch {launch.index} lacks {missing}"
         assert launch.values["duration_ns"] > 1_000  # nanoseconds, not milliseconds
-        assert launch.dram_bytes > 1_000_000         # bytes, not megabytes
+        assert launch.dram_bytes > 1_000_000  # bytes, not megabytes
         assert 0 <= launch.values["sm_throughput_pct"] <= 100
 
 
@@ -270,24 +318,49 @@ def test_the_range_table_puts_each_file_on_its_own_row_and_never_cuts_a_kernels_
     from labrunner.report import terminal
 
     def kernel(name: str, ms: float) -> dict:
-        return {"kernel": name, "duration_ns": ms * 1e6, "sm_throughput_pct": 44.0, "dram_read_bytes": 4.7599e9,
-                "dram_write_bytes": 1.2e7, "l2_hit_rate_pct": 1.0, "achieved_occupancy_pct": 31.0,
-                "registers_per_thread": 96, "shared_bank_conflicts": 71807, "fma_pipe_pct": 21.0, "point": None}
+        return {
+            "kernel": name,
+            "duration_ns": ms * 1e6,
+            "sm_throughput_pct": 44.0,
+            "dram_read_bytes": 4.7599e9,
+            "dram_write_bytes": 1.2e7,
+            "l2_hit_rate_pct": 1.0,
+            "achieved_occupancy_pct": 31.0,
+            "registers_per_thread": 96,
+            "shared_bank_conflicts": 71807,
+            "fma_pipe_pct": 21.0,
+            "point": None,
+        }
 
     def rendered(labels: tuple[str, str]) -> list[str]:
         printed = io.StringIO()
         monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=150, highlight=False, color_system=None))
-        report = {"available": True, "shape": {"label": "B = 64, longest 32,768"}, "dropped_metrics": [],
-                  "contenders": [{"label": label, "point": None,
-                                  "kernels": [kernel("attn_weighted_sum", 1.09), kernel("decode_combine", 0.011)]}
-                                 for label in labels]}
+        report = {
+            "available": True,
+            "shape": {"label": "B = 64, longest 32,768"},
+            "dropped_metrics": [],
+            "contenders": [
+                {
+                    "label": label,
+                    "point": None,
+                    "kernels": [kernel("attn_weighted_sum", 1.09), kernel("decode_combine", 0.011)],
+                }
+                for label in labels
+            ],
+        }
         terminal.range_report({"range": report, "ceilings": None, "ceilings_problem": "no GPU facts"})
         return printed.getvalue().splitlines()
 
     lines = rendered(("kernels/lab3/solution.cu", "kernels/lab3/starter.cu"))
     cells = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
-    assert cells == ["kernels/lab3/solution.cu", "attn_weighted_sum", "decode_combine",
-                     "kernels/lab3/starter.cu", "attn_weighted_sum", "decode_combine"]
+    assert cells == [
+        "kernels/lab3/solution.cu",
+        "attn_weighted_sum",
+        "decode_combine",
+        "kernels/lab3/starter.cu",
+        "attn_weighted_sum",
+        "decode_combine",
+    ]
     assert all(len(line) <= 150 for line in lines)
     assert sum(line.count("1.090") for line in lines) == 2 and sum(line.count("71,807") for line in lines) == 4
 

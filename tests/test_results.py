@@ -33,17 +33,34 @@ MET = {"status": "met", "passed": True, "message": "met"}
 
 # --- the numbers a CI job branches on ---------------------------------------------------------
 
+
 def test_every_exit_code_keeps_its_number():
     assert {code.name: int(code) for code in ExitCode} == {
-        "PASS": 0, "WRONG_ANSWER": 1, "USAGE": 2, "COMPILE_ERROR": 3, "MISBEHAVED": 4, "SPEED_GATE": 5,
-        "ENVIRONMENT": 6, "INTERRUPTED": 130, "TERMINATED": 143}
+        "PASS": 0,
+        "WRONG_ANSWER": 1,
+        "USAGE": 2,
+        "COMPILE_ERROR": 3,
+        "MISBEHAVED": 4,
+        "SPEED_GATE": 5,
+        "ENVIRONMENT": 6,
+        "INTERRUPTED": 130,
+        "TERMINATED": 143,
+    }
 
 
 def test_every_case_status_maps_to_its_exit_code_most_severe_first():
     assert [(status, int(code)) for status, code in STATUS_EXIT_CODES.items()] == [
-        ("crash", 4), ("timeout", 4), ("out-of-bounds", 4), ("input-mutated", 4), ("race", 4),
+        ("crash", 4),
+        ("timeout", 4),
+        ("out-of-bounds", 4),
+        ("input-mutated", 4),
+        ("race", 4),
         ("race-check-inconclusive", 4),
-        ("never-written", 1), ("wrong", 1), ("speed-gate", 5), ("pass", 0)]
+        ("never-written", 1),
+        ("wrong", 1),
+        ("speed-gate", 5),
+        ("pass", 0),
+    ]
     assert NOT_RUN == ("not-run", "skipped")
 
 
@@ -72,6 +89,7 @@ def test_no_cases_is_a_pass():
 
 # --- the speed gate ------------------------------------------------------------------------------
 
+
 def test_a_missed_gate_after_every_case_passed_is_exit_5():
     result = run("pass", "skipped", gate=MISSED)
     assert (result.verdict, result.exit_code, result.decisive_case) == ("speed-gate", ExitCode.SPEED_GATE, None)
@@ -92,12 +110,19 @@ def test_a_wrong_case_outranks_a_missed_gate():
 
 # --- an error before or instead of the cases --------------------------------------------------------
 
-@pytest.mark.parametrize(("code", "verdict"), [
-    (ExitCode.COMPILE_ERROR, "compile-error"), (ExitCode.USAGE, "usage-error"),
-    (ExitCode.ENVIRONMENT, "environment-missing"), (ExitCode.WRONG_ANSWER, "error"),
-    (ExitCode.MISBEHAVED, "crash"),  # a worker that failed while loading the kernel
-    (ExitCode.INTERRUPTED, "interrupted"), (ExitCode.TERMINATED, "interrupted"),
-])
+
+@pytest.mark.parametrize(
+    ("code", "verdict"),
+    [
+        (ExitCode.COMPILE_ERROR, "compile-error"),
+        (ExitCode.USAGE, "usage-error"),
+        (ExitCode.ENVIRONMENT, "environment-missing"),
+        (ExitCode.WRONG_ANSWER, "error"),
+        (ExitCode.MISBEHAVED, "crash"),  # a worker that failed while loading the kernel
+        (ExitCode.INTERRUPTED, "interrupted"),
+        (ExitCode.TERMINATED, "interrupted"),
+    ],
+)
 def test_an_error_names_its_verdict_and_keeps_its_exit_code(code, verdict):
     result = run("pass", "pass", error="attention.cu(3): error: expected a ';'", error_code=code)
     assert (result.verdict, result.exit_code) == (verdict, code)
@@ -112,10 +137,14 @@ def test_attnlab_errors_carry_their_message_and_code():
     error = AttnlabError("attention.cu(1): error: refused", ExitCode.COMPILE_ERROR)
     assert (str(error), error.message, error.exit_code) == ("attention.cu(1): error: refused",) * 2 + (3,)
     assert (usage_error("--seed -1: must be 0 or more").exit_code, usage_error("x").message) == (ExitCode.USAGE, "x")
-    assert (environment_error("no GPU").exit_code, environment_error("no GPU").message) == (ExitCode.ENVIRONMENT, "no GPU")
+    assert (environment_error("no GPU").exit_code, environment_error("no GPU").message) == (
+        ExitCode.ENVIRONMENT,
+        "no GPU",
+    )
 
 
 # --- JSON and JUnit ----------------------------------------------------------------------------------
+
 
 def test_the_json_form_is_the_documented_schema(tmp_path):
     result = run("pass", "wrong", gate=MISSED, seed="7", backend="cpu")
@@ -124,14 +153,48 @@ def test_the_json_form_is_the_documented_schema(tmp_path):
     path = tmp_path / "result.json"
     write_json(result, path)
     data = json.loads(path.read_text())
-    assert {k: data[k] for k in ("schema", "command", "lab", "file", "backend", "seed", "verdict", "exit_code",
-                                 "error", "decisive_case", "gate")} == {
-        "schema": SCHEMA, "command": "grade", "lab": "lab2", "file": "flash.cu", "backend": "cpu", "seed": "7",
-        "verdict": "wrong", "exit_code": 1, "error": None, "decisive_case": "c1", "gate": MISSED}
+    assert {
+        k: data[k]
+        for k in (
+            "schema",
+            "command",
+            "lab",
+            "file",
+            "backend",
+            "seed",
+            "verdict",
+            "exit_code",
+            "error",
+            "decisive_case",
+            "gate",
+        )
+    } == {
+        "schema": SCHEMA,
+        "command": "grade",
+        "lab": "lab2",
+        "file": "flash.cu",
+        "backend": "cpu",
+        "seed": "7",
+        "verdict": "wrong",
+        "exit_code": 1,
+        "error": None,
+        "decisive_case": "c1",
+        "gate": MISSED,
+    }
     assert SCHEMA == "attnlab.result/1"
-    assert data["cases"][1] == {"name": "c1", "status": "wrong", "rows": 1, "prefix": 0, "max_abs_err": 0.5,
-                                "nonfinite": 0, "bad_elements": 0, "first_bad": {"row": 2, "head": 0, "col": 1, "got": 1.5, "expected": 1.0},
-                                "failing_rows": [], "message": "c1 ended wrong", "diagnosis": None}
+    assert data["cases"][1] == {
+        "name": "c1",
+        "status": "wrong",
+        "rows": 1,
+        "prefix": 0,
+        "max_abs_err": 0.5,
+        "nonfinite": 0,
+        "bad_elements": 0,
+        "first_bad": {"row": 2, "head": 0, "col": 1, "got": 1.5, "expected": 1.0},
+        "failing_rows": [],
+        "message": "c1 ended wrong",
+        "diagnosis": None,
+    }
     assert path.read_text().endswith("}\n")
 
 
@@ -154,7 +217,13 @@ def test_junit_has_one_test_case_per_case_with_failures_and_skips(tmp_path):
     write_junit(result, path)
     suite = ElementTree.parse(path).getroot()
     assert [suite.get(k) for k in ("name", "tests", "failures", "errors", "skipped", "time")] == [
-        "attnlab lab2 flash.cu", "4", "1", "0", "2", "0.000"]
+        "attnlab lab2 flash.cu",
+        "4",
+        "1",
+        "0",
+        "2",
+        "0.000",
+    ]
     cases = suite.findall("testcase")
     assert [(c.get("classname"), c.get("name")) for c in cases] == [("attnlab.lab2.flash", f"c{i}") for i in range(4)]
     assert [child.tag for c in cases for child in c] == ["failure", "skipped", "skipped"]
@@ -174,22 +243,58 @@ def test_junit_reports_an_error_as_one_more_failing_case(tmp_path):
     assert (error_case.get("classname"), error_case.get("name")) == ("attnlab.lab2.flash", "compile")
     failure = error_case.find("failure")
     assert (failure.get("type"), failure.get("message"), failure.text) == (
-        "compile-error", "attention.cu(3): error: expected a ';'", "attention.cu(3): error: expected a ';'")
+        "compile-error",
+        "attention.cu(3): error: expected a ';'",
+        "attention.cu(3): error: expected a ';'",
+    )
 
 
 def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_path):
-    result = RunResult("grade", "lab2", "flash.cu", backend="gpu", device={"name": "NVIDIA H200"}, seed="secret",
-                       oracle_proof={"passed": True, "max_error": 0.0}, cases=[case("c0", "pass")], timing={"speedup": 13.0},
-                       gate=MET, compile={"arch": "sm_90"}, notes=["a note"], kernel_output=["printed"])
+    result = RunResult(
+        "grade",
+        "lab2",
+        "flash.cu",
+        backend="gpu",
+        device={"name": "NVIDIA H200"},
+        seed="secret",
+        oracle_proof={"passed": True, "max_error": 0.0},
+        cases=[case("c0", "pass")],
+        timing={"speedup": 13.0},
+        gate=MET,
+        compile={"arch": "sm_90"},
+        notes=["a note"],
+        kernel_output=["printed"],
+    )
     path = tmp_path / "result.json"
     write_json(result, path)
     data = json.loads(path.read_text())
     assert {k: v for k, v in data.items() if k != "cases"} == {
-        "schema": "attnlab.result/1", "command": "grade", "lab": "lab2", "file": "flash.cu", "backend": "gpu",
-        "device": {"name": "NVIDIA H200"}, "seed": "secret", "verdict": "pass", "summary": "pass", "exit_code": 0,
-        "error": None, "skipped": 0, "hints": [], "decisive_case": None, "oracle_proof": {"passed": True, "max_error": 0.0}, "compile": {"arch": "sm_90"},
-        "timing": {"speedup": 13.0}, "gate": MET, "notes": ["a note"], "kernel_output": ["printed"],
-        "attnlab_version": "0.1.0", "sha256": None, "options": {}, "gpu": "NVIDIA H200", "seconds": None}
+        "schema": "attnlab.result/1",
+        "command": "grade",
+        "lab": "lab2",
+        "file": "flash.cu",
+        "backend": "gpu",
+        "device": {"name": "NVIDIA H200"},
+        "seed": "secret",
+        "verdict": "pass",
+        "summary": "pass",
+        "exit_code": 0,
+        "error": None,
+        "skipped": 0,
+        "hints": [],
+        "decisive_case": None,
+        "oracle_proof": {"passed": True, "max_error": 0.0},
+        "compile": {"arch": "sm_90"},
+        "timing": {"speedup": 13.0},
+        "gate": MET,
+        "notes": ["a note"],
+        "kernel_output": ["printed"],
+        "attnlab_version": "0.1.0",
+        "sha256": None,
+        "options": {},
+        "gpu": "NVIDIA H200",
+        "seconds": None,
+    }
     assert path.read_text().startswith('{\n  "schema": "attnlab.result/1",\n  "command": "grade",\n')
 
 

@@ -14,15 +14,23 @@ from labrunner.measure.roofline import (
     lesson_roofline,
 )
 
-H200_FACTS = {"sm_count": 132, "compute_capability": [9, 0], "max_sm_clock_mhz": 1980,
-              "max_memory_clock_mhz": 3201, "memory_bus_width_bits": 6144, "measured_copy_bytes_per_s": None}
+H200_FACTS = {
+    "sm_count": 132,
+    "compute_capability": [9, 0],
+    "max_sm_clock_mhz": 1980,
+    "max_memory_clock_mhz": 3201,
+    "memory_bus_width_bits": 6144,
+    "measured_copy_bytes_per_s": None,
+}
 LAB2_FLOPS = 51_547_996_160  # C = P = 2048: 4 * 64 * 32 * (2048 * 2048 + 2048 * 2049 / 2)
 
 
 def test_the_lessons_roofline_prints_its_own_table():
     lines = []
-    for name, flops, byts in [("naive attention row", 2 * 4096 * 64, 4096 * 2),
-                              ("big fused GEMM", 2 * 4096**3, 3 * 4096**2 * 2)]:
+    for name, flops, byts in [
+        ("naive attention row", 2 * 4096 * 64, 4096 * 2),
+        ("big fused GEMM", 2 * 4096**3, 3 * 4096**2 * 2),
+    ]:
         ai, ridge, att, bound = lesson_roofline(flops, byts, 990e12, 3.35e12)
         lines.append(f"{name:22} AI={ai:8.1f} FLOP/B  ridge={ridge:6.1f}  -> {bound}")
         lines.append(f"{'':22} attainable={att / 1e12:7.1f} TFLOP/s")
@@ -61,11 +69,14 @@ def test_without_nvmls_memory_facts_a_timed_copy_stands_in():
     assert ceilings.bandwidth_source.startswith("a timed device-to-device copy")
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"compute_capability": [6, 1]}, "no FP32 lane count is known for compute capability [6, 1]"),
-    ({"max_sm_clock_mhz": None}, "the GPU reported no SM count or clock, so its FP32 peak is unknown"),
-    ({"memory_bus_width_bits": None}, "neither NVML nor a device copy gave this GPU's memory bandwidth"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"compute_capability": [6, 1]}, "no FP32 lane count is known for compute capability [6, 1]"),
+        ({"max_sm_clock_mhz": None}, "the GPU reported no SM count or clock, so its FP32 peak is unknown"),
+        ({"memory_bus_width_bits": None}, "neither NVML nor a device copy gave this GPU's memory bandwidth"),
+    ],
+)
 def test_missing_facts_give_no_ceilings_and_say_why(change, problem):
     assert ceilings_from_facts({**H200_FACTS, **change}) == (None, problem)
 
@@ -87,8 +98,10 @@ def test_a_kernel_past_the_fp32_roof_is_named_as_running_on_the_tensor_cores():
     point = Point(flops, 289_406_976, 0.114e-3, ceilings)
     assert point.bound == "compute-bound"
     assert f"{point.fraction_of_roof:.3f}" == "1.127"  # 75.42 of 66.91 TFLOP/s
-    assert point.verdict == ("compute-bound: 75.4 TFLOP/s, above the FP32 roof (113%): the tensor cores did the "
-                             "products, and their roof is not drawn here")
+    assert point.verdict == (
+        "compute-bound: 75.4 TFLOP/s, above the FP32 roof (113%): the tensor cores did the "
+        "products, and their roof is not drawn here"
+    )
 
 
 def test_a_kernel_left_of_the_ridge_is_memory_bound_and_measured_against_bandwidth():
@@ -111,10 +124,18 @@ def fake_gpu_modules(monkeypatch, clock_rate=None, bus_width=6144):
     import sys
     import types
 
-    properties = {"multiProcessorCount": 132, "major": 9, "minor": 0, **({"clockRate": clock_rate} if clock_rate else {})}
-    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(
-        runtime=types.SimpleNamespace(getDeviceProperties=lambda i: properties),
-        Device=lambda i: types.SimpleNamespace(pci_bus_id="0000:19:00.0")))
+    properties = {
+        "multiProcessorCount": 132,
+        "major": 9,
+        "minor": 0,
+        **({"clockRate": clock_rate} if clock_rate else {}),
+    }
+    cupy = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(
+            runtime=types.SimpleNamespace(getDeviceProperties=lambda i: properties),
+            Device=lambda i: types.SimpleNamespace(pci_bus_id="0000:19:00.0"),
+        )
+    )
 
     def bus(handle):
         if bus_width is None:
@@ -122,9 +143,14 @@ def fake_gpu_modules(monkeypatch, clock_rate=None, bus_width=6144):
         return bus_width
 
     nvml = types.SimpleNamespace(
-        NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
         nvmlDeviceGetHandleByPciBusId=lambda bus_id: ("handle", bus_id),
-        nvmlDeviceGetMaxClockInfo=lambda handle, kind: {1: 1980, 2: 3201}[kind], nvmlDeviceGetMemoryBusWidth=bus)
+        nvmlDeviceGetMaxClockInfo=lambda handle, kind: {1: 1980, 2: 3201}[kind],
+        nvmlDeviceGetMemoryBusWidth=bus,
+    )
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
 
@@ -142,6 +168,10 @@ def test_a_fact_nvml_refuses_is_none_and_the_others_stay(monkeypatch):
     fake_gpu_modules(monkeypatch, clock_rate=1_755_000, bus_width=None)
     monkeypatch.setattr(gpu_facts, "measured_copy_bandwidth", lambda: 4.3e12)
     facts = gpu_facts.read_gpu_facts()
-    assert (facts["max_sm_clock_mhz"], facts["max_memory_clock_mhz"], facts["memory_bus_width_bits"]) == (1980, 3201, None)
+    assert (facts["max_sm_clock_mhz"], facts["max_memory_clock_mhz"], facts["memory_bus_width_bits"]) == (
+        1980,
+        3201,
+        None,
+    )
     assert facts["measured_copy_bytes_per_s"] == 4.3e12
     assert ceilings_from_facts(facts)[0].bandwidth == 4.3e12

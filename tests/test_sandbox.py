@@ -16,12 +16,11 @@ import xml.dom.minidom
 from pathlib import Path
 
 import pytest
-
-from labrunner.run.cpu.module import cpu_compiler_available
-from labrunner.run.cpu.syscall_filter import availability
 from box_paths import tmp_entries_of
 
 from labrunner.box import CPU_RUN, GPU_RUN
+from labrunner.run.cpu.module import cpu_compiler_available
+from labrunner.run.cpu.syscall_filter import availability
 from labrunner.run.sandbox import CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,8 +36,12 @@ def probe(limits, monkeypatch) -> dict:
     box = Sandbox(GPU_RUN if limits is GPU_LIMITS else CPU_RUN)
     read_end, write_end = os.pipe()
     try:
-        box.start(box.python_command("tests.sandbox_probe", limits), stdout=write_end,
-                  host_code=limits.host_code, readable=(str(REPO / "tests"),))
+        box.start(
+            box.python_command("tests.sandbox_probe", limits),
+            stdout=write_end,
+            host_code=limits.host_code,
+            readable=(str(REPO / "tests"),),
+        )
         # Asked from outside: inside a PID namespace the session's leader is out of sight (getsid gives 0)
         session_leader_outside = os.getsid(box.process.pid) == box.process.pid
         os.close(write_end)
@@ -56,16 +59,35 @@ def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_lim
     seen = probe(CPU_LIMITS, monkeypatch)
     assert seen["seed"] is None
     assert "GRADER_TOKEN" not in seen["environment"]
-    assert set(seen["environment"]) <= {"PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                                        "CUDA_HOME", "CUDA_PATH", "ATTNLAB_CPU_STACK_KB", "HOME", "TMPDIR",
-                                        "CUPY_CACHE_DIR", "CUDA_CACHE_PATH", "XDG_CACHE_HOME", "LC_ALL",
-                                        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                        "PWD",  # bubblewrap sets it to the box's private folder
-                                        "ATTNLAB_BOX"}  # the box's purpose, so that nothing inside tries to make one
+    assert set(seen["environment"]) <= {
+        "PATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "ATTNLAB_CPU_STACK_KB",
+        "HOME",
+        "TMPDIR",
+        "CUPY_CACHE_DIR",
+        "CUDA_CACHE_PATH",
+        "XDG_CACHE_HOME",
+        "LC_ALL",
+        "OPENBLAS_NUM_THREADS",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "PWD",  # bubblewrap sets it to the box's private folder
+        "ATTNLAB_BOX",
+    }  # the box's purpose, so that nothing inside tries to make one
     assert seen["cwd"] == seen["private"] and seen["cwd_entries"] == ["tmp"]
     assert seen["session_leader_outside"] is True  # its own session, so it ends as a group
-    assert seen["limits"] == {"RLIMIT_CPU": 3600, "RLIMIT_DATA": 4 * GIB, "RLIMIT_FSIZE": 64 * MIB,
-                              "RLIMIT_NOFILE": 1024, "RLIMIT_CORE": 0}
+    assert seen["limits"] == {
+        "RLIMIT_CPU": 3600,
+        "RLIMIT_DATA": 4 * GIB,
+        "RLIMIT_FSIZE": 64 * MIB,
+        "RLIMIT_NOFILE": 1024,
+        "RLIMIT_CORE": 0,
+    }
     assert seen["capabilities"] == 0
     assert seen["landlock"] == landlock_abi()
     assert seen["pid_namespace"] is True and seen["processes"] == [1, seen["pid"]]  # bubblewrap's init, and itself
@@ -95,8 +117,20 @@ def test_a_box_holds_the_toolchain_its_private_folder_and_nothing_else_of_the_ho
         monkeypatch.setenv("PROBE_PORT", str(server.getsockname()[1]))
         with patch_allowed("PROBE_PORT"):
             seen = probe(CPU_LIMITS, monkeypatch)
-    assert set(seen["root_entries"]) <= {"bin", "dev", "etc", "job", "lib", "lib32", "lib64", "libx32", "proc",
-                                         "sbin", "usr", *ROOT_OF_PYTHON_AND_PACKAGE}
+    assert set(seen["root_entries"]) <= {
+        "bin",
+        "dev",
+        "etc",
+        "job",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "sbin",
+        "usr",
+        *ROOT_OF_PYTHON_AND_PACKAGE,
+    }
     assert (seen["tmp_entries"] or []) == tmp_entries_of()  # only the way to what it maps, if that lies in /tmp
     assert seen["home_exists"] is False
     assert set(seen["etc_entries"]) <= {"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives"}
@@ -138,17 +172,37 @@ def living(name: str) -> list[int]:
     return found
 
 
-def grade_hostile(tmp_path: Path, name: str, seed: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict, str,
-                                                                              Path]:
+def grade_hostile(
+    tmp_path: Path, name: str, seed: str, *extra: str
+) -> tuple[subprocess.CompletedProcess, dict, str, Path]:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     reports = tmp_path / "reports"
     reports.mkdir()
     env = {**os.environ, "ATTNLAB_SEED": seed, "TMPDIR": str(scratch)}
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", str(HOSTILE / name), "--device",
-                                "cpu", "--no-timing", "--json", str(reports / "r.json"), "--junit",
-                                str(reports / "r.xml"), *extra], cwd=REPO, env=env, capture_output=True,
-                               text=True, timeout=300)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            "lab2",
+            str(HOSTILE / name),
+            "--device",
+            "cpu",
+            "--no-timing",
+            "--json",
+            str(reports / "r.json"),
+            "--junit",
+            str(reports / "r.xml"),
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return completed, json.loads((reports / "r.json").read_text()), (reports / "r.xml").read_text(), scratch
 
 
@@ -195,8 +249,9 @@ def first_bad_row(result: dict) -> int:
 
 
 @needs_gxx
-def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_leaves_no_trace(tmp_path,
-                                                                                                 runtime_escape):
+def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_leaves_no_trace(
+    tmp_path, runtime_escape
+):
     seed = str(secrets.randbelow(10**12) + 10**12)
     completed, result, junit, scratch = grade_hostile(tmp_path, "runtime_escape.cu", seed, "--unsafe-cpu")
     assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
@@ -224,8 +279,9 @@ def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_
 
 @needs_gxx
 @pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock: writes outside are not confined")
-def test_code_inside_a_kernel_without_the_syscall_filter_cannot_write_outside_its_private_directory(tmp_path,
-                                                                                                     runtime_escape):
+def test_code_inside_a_kernel_without_the_syscall_filter_cannot_write_outside_its_private_directory(
+    tmp_path, runtime_escape
+):
     completed, result, _, scratch = grade_hostile(tmp_path, "runtime_escape.cu", "1", "--unsafe-cpu")
     assert (completed.returncode, result["verdict"]) == (1, "wrong")
     assert "could not write ../attnlab-escaped-next-to-private" in result["kernel_output"]
@@ -236,8 +292,9 @@ def test_code_inside_a_kernel_without_the_syscall_filter_cannot_write_outside_it
 
 @needs_gxx
 @needs_seccomp
-def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_true_verdict_stands(tmp_path,
-                                                                                                    runtime_escape):
+def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_true_verdict_stands(
+    tmp_path, runtime_escape
+):
     """The same attack with the filter on: every call that reaches outside the process fails, so it
     cannot even look for its driver, and it says so; only writes to descriptors it has go through."""
     seed = str(secrets.randbelow(10**12) + 10**12)
@@ -245,9 +302,14 @@ def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_t
     assert (completed.returncode, result["verdict"], result["decisive_case"]) == (1, "wrong", "C1-P31")
     assert first_bad_row(result) == 0
     output = result["kernel_output"]
-    assert output[:6] == ["my ATTNLAB_SEED: (not set)", "parent environment: refused", "report to rewrite: not found",
-                          "fork failed", "could not write ../attnlab-escaped-next-to-private",
-                          "could not write /tmp/attnlab-hostile-escape"]
+    assert output[:6] == [
+        "my ATTNLAB_SEED: (not set)",
+        "parent environment: refused",
+        "report to rewrite: not found",
+        "fork failed",
+        "could not write ../attnlab-escaped-next-to-private",
+        "could not write /tmp/attnlab-hostile-escape",
+    ]
     assert output[6].startswith(FORGED_REPLY) and len(output) == 7
     for text in (completed.stdout, completed.stderr, json.dumps(result), junit):
         assert seed not in text
@@ -260,8 +322,11 @@ def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_t
 def test_kernel_output_shows_controls_escaped_everywhere_and_junit_stays_xml(tmp_path):
     completed, result, junit, _ = grade_hostile(tmp_path, "printf_controls.cu", "1")
     assert (completed.returncode, result["verdict"]) == (1, "wrong")
-    assert result["kernel_output"] == ["\\x1b[2K\\x1b[1A\\x1b[1;32mPASS\\x1b[0m (exit 0)\\x0d\\x07",
-                                       "xml: \\x01\\x0b\\x0c\\x1f end", "bidi: \\u202e dellorts"]
+    assert result["kernel_output"] == [
+        "\\x1b[2K\\x1b[1A\\x1b[1;32mPASS\\x1b[0m (exit 0)\\x0d\\x07",
+        "xml: \\x01\\x0b\\x0c\\x1f end",
+        "bidi: \\u202e dellorts",
+    ]
     assert "  | \\x1b[2K\\x1b[1A\\x1b[1;32mPASS\\x1b[0m (exit 0)\\x0d\\x07" in completed.stderr
     assert not any(c in completed.stdout + completed.stderr for c in "\x1b\r\x07\x01\u202e")
     system_out = xml.dom.minidom.parseString(junit).getElementsByTagName("system-out")[0].firstChild.data
@@ -280,11 +345,14 @@ def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_
 
 
 @needs_gxx
-@pytest.mark.parametrize("name, verdict, code, words", [
-    ("constructor_crash.cu", "compile-error", 3, "__attribute__((constructor)) is not allowed in a kernel file"),
-    ("constructor_exit.cu", "compile-error", 3, "__attribute__((constructor)) is not allowed in a kernel file"),
-    ("cpu_build_error.cu", "compile-error", 3, "the CPU build (g++) failed: C++ compile failed:"),
-])
+@pytest.mark.parametrize(
+    "name, verdict, code, words",
+    [
+        ("constructor_crash.cu", "compile-error", 3, "__attribute__((constructor)) is not allowed in a kernel file"),
+        ("constructor_exit.cu", "compile-error", 3, "__attribute__((constructor)) is not allowed in a kernel file"),
+        ("cpu_build_error.cu", "compile-error", 3, "the CPU build (g++) failed: C++ compile failed:"),
+    ],
+)
 def test_a_worker_that_fails_while_loading_gives_a_verdict_and_both_reports(tmp_path, name, verdict, code, words):
     completed, result, junit, _ = grade_hostile(tmp_path, name, "1")
     assert (completed.returncode, result["verdict"], result["exit_code"]) == (code, verdict, code)

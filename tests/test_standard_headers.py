@@ -17,29 +17,69 @@ from labrunner.build.gate import compile_gate
 from labrunner.build.nvrtc import compose_source
 from labrunner.run.cpu.module import CpuModule, cpu_compiler_available
 
-FLOATS = ["FLT_MAX", "FLT_MIN", "FLT_EPSILON", "FLT_TRUE_MIN", "CUDART_INF_F", "-CUDART_INF_F", "CUDART_NAN_F",
-          "CUDART_PI_F", "CUDART_L2E_F", "CUDART_LN2_F", "CUDART_SQRT_HALF_F", "INFINITY", "NAN", "HUGE_VALF",
-          "std::max(2.5f, -1.0f)", "std::min(2.5f, -1.0f)", "(float)INT32_MAX", "(float)UINT8_MAX",
-          "(float)sizeof(int64_t)", "(float)sizeof(std::uint32_t)", "(float)FLT_MANT_DIG"]
-DOUBLES = ["DBL_MAX", "DBL_MIN", "DBL_EPSILON", "CUDART_INF", "CUDART_PI", "CUDART_LN2", "M_PI", "M_LN2",
-           "M_SQRT1_2", "HUGE_VAL", "(double)INT64_MAX", "(double)UINT32_MAX"]
+FLOATS = [
+    "FLT_MAX",
+    "FLT_MIN",
+    "FLT_EPSILON",
+    "FLT_TRUE_MIN",
+    "CUDART_INF_F",
+    "-CUDART_INF_F",
+    "CUDART_NAN_F",
+    "CUDART_PI_F",
+    "CUDART_L2E_F",
+    "CUDART_LN2_F",
+    "CUDART_SQRT_HALF_F",
+    "INFINITY",
+    "NAN",
+    "HUGE_VALF",
+    "std::max(2.5f, -1.0f)",
+    "std::min(2.5f, -1.0f)",
+    "(float)INT32_MAX",
+    "(float)UINT8_MAX",
+    "(float)sizeof(int64_t)",
+    "(float)sizeof(std::uint32_t)",
+    "(float)FLT_MANT_DIG",
+]
+DOUBLES = [
+    "DBL_MAX",
+    "DBL_MIN",
+    "DBL_EPSILON",
+    "CUDART_INF",
+    "CUDART_PI",
+    "CUDART_LN2",
+    "M_PI",
+    "M_LN2",
+    "M_SQRT1_2",
+    "HUGE_VAL",
+    "(double)INT64_MAX",
+    "(double)UINT32_MAX",
+]
 HEADERS = ("cuda_runtime.h", "cfloat", "float.h", "cmath", "math.h", "cstdint", "stdint.h", "math_constants.h")
 PROBE = "".join(f"#include <{h}>\n" for h in HEADERS) + (
     'extern "C" __global__ void floats(float* out) {\n'
-    + "".join(f"    out[{i}] = {value};\n" for i, value in enumerate(FLOATS)) + "}\n"
+    + "".join(f"    out[{i}] = {value};\n" for i, value in enumerate(FLOATS))
+    + "}\n"
     'extern "C" __global__ void doubles(double* out) {\n'
-    + "".join(f"    out[{i}] = {value};\n" for i, value in enumerate(DOUBLES)) + "}\n"
+    + "".join(f"    out[{i}] = {value};\n" for i, value in enumerate(DOUBLES))
+    + "}\n"
     'extern "C" __global__ void functions(float* out) {\n'
-    "    out[0] = std::exp(out[0]); out[1] = std::max(out[1], out[2]); out[2] = std::sqrt(out[3]);\n}\n")
+    "    out[0] = std::exp(out[0]); out[1] = std::max(out[1], out[2]); out[2] = std::sqrt(out[3]);\n}\n"
+)
 
 
 def nvrtc_stores(ptx: str, kernel: str, width: int) -> dict[int, int]:
     """Offset -> bits of each immediate the kernel stores: `mov.u32 %r1, N; st.global.u32 [%rd4+8], %r1;`."""
     body = re.search(r"\.entry " + kernel + r"\b(.*?)\n}", ptx, re.DOTALL).group(1)
-    registers = {name: int(value) % (1 << width)  # PTX writes some as signed: -8388608 is 0xFF800000
-                 for name, value in re.findall(r"mov\.[ubsf]" + str(width) + r"\s+(%\w+), (-?\d+);", body)}
-    return {int(offset or 0): registers[register]
-            for offset, register in re.findall(r"st\.global\.[ubf]" + str(width) + r"\s+\[%\w+(?:\+(\d+))?\], (%\w+);", body)}
+    registers = {
+        name: int(value) % (1 << width)  # PTX writes some as signed: -8388608 is 0xFF800000
+        for name, value in re.findall(r"mov\.[ubsf]" + str(width) + r"\s+(%\w+), (-?\d+);", body)
+    }
+    return {
+        int(offset or 0): registers[register]
+        for offset, register in re.findall(
+            r"st\.global\.[ubf]" + str(width) + r"\s+\[%\w+(?:\+(\d+))?\], (%\w+);", body
+        )
+    }
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +91,12 @@ def nvrtc_module():
 def cpu_module(tmp_path_factory):
     if (reason := cpu_compiler_available()) is not None:
         pytest.skip(reason)
-    return CpuModule.build(compose_source(PROBE, "headers.cu"), "headers.cu",
-                           {"floats": ["float*"], "doubles": ["double*"], "functions": ["float*"]},
-                           cache_dir=tmp_path_factory.mktemp("cpu-cache"))
+    return CpuModule.build(
+        compose_source(PROBE, "headers.cu"),
+        "headers.cu",
+        {"floats": ["float*"], "doubles": ["double*"], "functions": ["float*"]},
+        cache_dir=tmp_path_factory.mktemp("cpu-cache"),
+    )
 
 
 def cpu_values(module, kernel: str, dtype, count: int) -> np.ndarray:
@@ -69,9 +112,21 @@ def test_float_constants_are_the_same_bits_on_both_backends(nvrtc_module, cpu_mo
     assert dict(zip(FLOATS, nvrtc_bits)) == dict(zip(FLOATS, cpu_bits))
     named = dict(zip(FLOATS, cpu_bits))
     assert (named["FLT_MAX"], named["CUDART_INF_F"], named["-CUDART_INF_F"], named["CUDART_NAN_F"], named["NAN"]) == (
-        0x7F7FFFFF, 0x7F800000, 0xFF800000, 0x7FFFFFFF, 0x7FC00000)
-    assert np.array(cpu_bits[14:21], dtype=np.uint32).view(np.float32).tolist() == [2.5, -1.0, 2147483648.0, 255.0,
-                                                                                     8.0, 4.0, 24.0]
+        0x7F7FFFFF,
+        0x7F800000,
+        0xFF800000,
+        0x7FFFFFFF,
+        0x7FC00000,
+    )
+    assert np.array(cpu_bits[14:21], dtype=np.uint32).view(np.float32).tolist() == [
+        2.5,
+        -1.0,
+        2147483648.0,
+        255.0,
+        8.0,
+        4.0,
+        24.0,
+    ]
 
 
 def test_double_constants_are_the_same_bits_on_both_backends(nvrtc_module, cpu_module):

@@ -41,6 +41,7 @@ def refusal(path, label: str = "f.cu") -> str:
 
 # --- read_source, one kind of file at a time ---------------------------------------------------
 
+
 def test_a_regular_file_is_read_whole(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("k.cu").write_text(KERNEL)
@@ -133,7 +134,10 @@ def test_the_size_limit_is_exact_and_a_sparse_giant_costs_nothing(tmp_path):
     assert len(read_source_bytes(exactly, "exactly.cu")) == MAX_SOURCE_BYTES
     one_more = tmp_path / "one_more.cu"
     one_more.write_bytes(b"/" * (MAX_SOURCE_BYTES + 1))
-    assert refusal(one_more, "one_more.cu") == "one_more.cu: 1048577 bytes is more than a kernel file needs (limit 1048576)"
+    assert (
+        refusal(one_more, "one_more.cu")
+        == "one_more.cu: 1048577 bytes is more than a kernel file needs (limit 1048576)"
+    )
     sparse = tmp_path / "big.cu"
     os.truncate(os.open(sparse, os.O_CREAT | os.O_WRONLY), SPARSE_BYTES)
     assert refusal(sparse, "big.cu") == "big.cu: 1610612736 bytes is more than a kernel file needs (limit 1048576)"
@@ -148,8 +152,9 @@ def test_a_file_longer_than_its_size_says_is_cut_off_at_the_limit():
             pytest.skip("no /proc/kallsyms longer than the limit here")
     except OSError:
         pytest.skip("no readable /proc/kallsyms here")
-    assert refusal(kallsyms, "k.cu") == ("k.cu: more than 1048576 bytes is more than a kernel file needs "
-                                         "(limit 1048576)")
+    assert refusal(kallsyms, "k.cu") == (
+        "k.cu: more than 1048576 bytes is more than a kernel file needs (limit 1048576)"
+    )
 
 
 def test_the_hash_is_of_what_a_grade_reads_and_none_where_it_refuses(tmp_path):
@@ -164,8 +169,11 @@ def test_the_hash_is_of_what_a_grade_reads_and_none_where_it_refuses(tmp_path):
 
 # --- one file on the command line -----------------------------------------------------------------
 
+
 def grade_one(tmp_path, name: str, *more: str):
-    return CliRunner().invoke(main, ["grade", "lab2", name, "--device", "cpu", "--json", str(tmp_path / "r.json"), *more])
+    return CliRunner().invoke(
+        main, ["grade", "lab2", name, "--device", "cpu", "--json", str(tmp_path / "r.json"), *more]
+    )
 
 
 def test_grading_a_link_is_exit_2_with_no_hash_and_no_trace_of_its_target(tmp_path, monkeypatch):
@@ -208,8 +216,11 @@ BROKEN = "int int x;\n"  # a compile error: the fastest verdict that still runs 
 
 
 def shown_name(name: str) -> str:
-    return {NEWLINE_NAME: "evil\\x0a::error::pwned\\x0a::stop-commands::tok.cu",
-            ESCAPE_NAME: "\\x1b[2J\\x1b[1;32mPASS\\x1b[0m.cu", NOT_UTF8_NAME: "\\xff.cu"}.get(name, name)
+    return {
+        NEWLINE_NAME: "evil\\x0a::error::pwned\\x0a::stop-commands::tok.cu",
+        ESCAPE_NAME: "\\x1b[2J\\x1b[1;32mPASS\\x1b[0m.cu",
+        NOT_UTF8_NAME: "\\xff.cu",
+    }.get(name, name)
 
 
 @pytest.fixture(scope="module")
@@ -229,28 +240,65 @@ def hostile_batch(tmp_path_factory):
     os.truncate(os.open(work / "big.cu", os.O_CREAT | os.O_WRONLY), SPARSE_BYTES)
     # The batch runs under a small Python that reports the largest resident size of any process under
     # it (ru_maxrss of its children: the batch, every grade it started, and theirs, in KiB).
-    measure = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
-               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
+    measure = (
+        "import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)"
+    )
     environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"}
     environment.pop("ATTNLAB_SEED", None)
     completed = subprocess.run(
-        [sys.executable, "-c", measure, sys.executable, "-m", "labrunner", "grade", "lab1", "subs", "/dev/zero",
-         "big.cu", "--device", "cpu", "--no-timing", "--jobs", "2", "--out-dir", "out", "--csv", "gradebook.csv",
-         "--junit", "all.xml", "--annotations", "github"],
-        cwd=work, env=environment, capture_output=True, timeout=600)
+        [
+            sys.executable,
+            "-c",
+            measure,
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            "lab1",
+            "subs",
+            "/dev/zero",
+            "big.cu",
+            "--device",
+            "cpu",
+            "--no-timing",
+            "--jobs",
+            "2",
+            "--out-dir",
+            "out",
+            "--csv",
+            "gradebook.csv",
+            "--junit",
+            "all.xml",
+            "--annotations",
+            "github",
+        ],
+        cwd=work,
+        env=environment,
+        capture_output=True,
+        timeout=600,
+    )
     *stderr_lines, peak = completed.stderr.decode("utf-8", "replace").rstrip("\n").split("\n")
     names = sorted(os.listdir(subs))
-    return {"work": work, "completed": completed, "stderr": "\n".join(stderr_lines) + "\n", "peak_kib": int(peak),
-            "files": [f"subs/{n}" for n in names] + ["/dev/zero", "big.cu"]}
+    return {
+        "work": work,
+        "completed": completed,
+        "stderr": "\n".join(stderr_lines) + "\n",
+        "peak_kib": int(peak),
+        "files": [f"subs/{n}" for n in names] + ["/dev/zero", "big.cu"],
+    }
 
 
 def expected_row(file: str) -> tuple[str, str, int, str | None]:
     """(shown name, verdict, exit code, the exact error where the verdict is a usage error)."""
     name = file.removeprefix("subs/")
     shown = ("subs/" + shown_name(name)) if file.startswith("subs/") else file
-    usage = {"subs/link.cu": LINK, "subs/fifo.cu": "is a FIFO, not a regular file",
-             "/dev/zero": "is a character device, not a regular file",
-             "big.cu": "1610612736 bytes is more than a kernel file needs (limit 1048576)"}
+    usage = {
+        "subs/link.cu": LINK,
+        "subs/fifo.cu": "is a FIFO, not a regular file",
+        "/dev/zero": "is a character device, not a regular file",
+        "big.cu": "1610612736 bytes is more than a kernel file needs (limit 1048576)",
+    }
     if file in usage:
         return shown, "usage-error", 2, f"{shown}: {usage[file]}"
     return shown, "compile-error", 3, None
@@ -272,10 +320,15 @@ def test_every_entry_has_its_row_and_the_batch_ends_on_the_worst(hostile_batch):
     with open(hostile_batch["work"] / "gradebook.csv", newline="", encoding="utf-8") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["file"], r["verdict"], r["exit_code"]) for r in rows] == [
-        (spreadsheet(shown), verdict, str(code)) for shown, verdict, code, _ in map(expected_row, hostile_batch["files"])]
+        (spreadsheet(shown), verdict, str(code))
+        for shown, verdict, code, _ in map(expected_row, hostile_batch["files"])
+    ]
     counts = [line for line in completed.stdout.decode().splitlines() if line.startswith("exit ")]
-    assert counts == ["exit 2 (usage error): 4 submissions", "exit 3 (compile error): 5 submissions",
-                      "exit 2: the worst submission's"]
+    assert counts == [
+        "exit 2 (usage error): 4 submissions",
+        "exit 3 (compile error): 5 submissions",
+        "exit 2: the worst submission's",
+    ]
 
 
 def spreadsheet(shown: str) -> str:
@@ -331,12 +384,15 @@ def test_the_annotations_name_each_file_in_one_escaped_property(hostile_batch):
 def test_the_progress_lines_name_each_file_escaped(hostile_batch):
     progress = [line for line in hostile_batch["stderr"].splitlines() if re.match(r"\[\d/9\] ", line)]
     assert sorted(line.split("] ", 1)[1] for line in progress) == sorted(
-        f"{shown}: {verdict} (exit {code})" for shown, verdict, code, _ in map(expected_row, hostile_batch["files"]))
+        f"{shown}: {verdict} (exit {code})" for shown, verdict, code, _ in map(expected_row, hostile_batch["files"])
+    )
 
 
 def test_the_csv_quotes_every_field_and_keeps_the_formula_as_text(hostile_batch):
     lines = (hostile_batch["work"] / "gradebook.csv").read_text(encoding="utf-8").splitlines()
-    assert lines[0] == '"file","sha256","verdict","exit_code","speedup","gate_met","first_failing_case","hints","seconds"'
+    assert (
+        lines[0] == '"file","sha256","verdict","exit_code","speedup","gate_met","first_failing_case","hints","seconds"'
+    )
     (formula,) = [line for line in lines if "1+1" in line]
     assert formula.startswith('"subs/y;\'=1+1;.cu","')
     assert ',"compile-error","3","","","compile",' in formula
@@ -344,9 +400,17 @@ def test_the_csv_quotes_every_field_and_keeps_the_formula_as_text(hostile_batch)
 
 def test_the_reports_have_safe_file_names(hostile_batch):
     names = sorted(p.name for p in (hostile_batch["work"] / "out").iterdir() if p.suffix == ".json")
-    assert names == ["_.json", "__2J__1_32mPASS__0m.json", "big.json", "broken.json",
-                     "evil___error__pwned___stop-commands__tok.json", "fifo.json", "link.json", "y__1_1_.json",
-                     "zero.json"]
+    assert names == [
+        "_.json",
+        "__2J__1_32mPASS__0m.json",
+        "big.json",
+        "broken.json",
+        "evil___error__pwned___stop-commands__tok.json",
+        "fifo.json",
+        "link.json",
+        "y__1_1_.json",
+        "zero.json",
+    ]
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", p.name) for p in (hostile_batch["work"] / "out").iterdir())
 
 
@@ -359,9 +423,27 @@ def test_a_correct_kernel_under_a_long_hostile_name_is_graded_as_itself(tmp_path
     written as four) builds and passes on the CPU like the same file under a plain name."""
     name = "a" * 60 + "\x01" * 70 + ".cu"
     (tmp_path / name).write_text((REPO / "kernels" / "lab2" / "solution.cu").read_text())
-    completed = subprocess.run([sys.executable, "-m", "labrunner", "grade", "lab2", name, "--device", "cpu",
-                                "--no-timing", "--case", "C1-P31", "--json", "r.json"],
-                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "labrunner",
+            "grade",
+            "lab2",
+            name,
+            "--device",
+            "cpu",
+            "--no-timing",
+            "--case",
+            "C1-P31",
+            "--json",
+            "r.json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     result = json.loads((tmp_path / "r.json").read_text())
     assert (completed.returncode, result["verdict"]) == (0, "pass"), completed.stderr[-500:]
     assert result["file"] == "a" * 60 + "\\x01" * 70 + ".cu"

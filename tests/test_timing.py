@@ -109,9 +109,7 @@ def timed_calls(log, name):
 
 def test_summary_statistics_are_exact_on_a_known_sequence():
     durations = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0]
-    contender, timer, _, options = single(
-        durations, min_samples=7, max_samples=7, warmup=0, noise_target=1e-9
-    )
+    contender, timer, _, options = single(durations, min_samples=7, max_samples=7, warmup=0, noise_target=1e-9)
     stats = measure(contender, 1, timer, options, clock=frozen_clock)
     assert stats.count == 7
     assert stats.samples_ms == durations
@@ -126,9 +124,7 @@ def test_summary_statistics_are_exact_on_a_known_sequence():
 
 
 def test_warmup_calls_are_not_recorded():
-    contender, timer, log, options = single(
-        [100.0, 100.0, 100.0, 1.0], warmup=3, min_samples=4, max_samples=4
-    )
+    contender, timer, log, options = single([100.0, 100.0, 100.0, 1.0], warmup=3, min_samples=4, max_samples=4)
     stats = measure(contender, 1, timer, options, clock=frozen_clock)
     assert len(timed_calls(log, "A")) == 3 + 4
     # The three 100 ms calls were the warm-up; the samples start with the 1 ms one.
@@ -150,7 +146,8 @@ def test_stops_as_soon_as_the_noise_target_is_met():
     durations = list(1.0 + rng.uniform(-0.2, 0.2, 30)) + [1.0] * 2000
     target = 0.005
     expected = next(
-        n for n in range(20, len(durations))
+        n
+        for n in range(20, len(durations))
         if np.std(durations[:n], ddof=1) / math.sqrt(n) / np.mean(durations[:n]) < target
     )
     assert expected > 30  # the case really exercises "keep going past min_samples"
@@ -166,9 +163,7 @@ def test_stops_at_the_budget_with_an_exact_warning():
     # Alternating 1 ms and 2 ms: after 10 samples the mean is 1.5 and the
     # rse is sqrt(10 * 0.25 / 9) / sqrt(10) / 1.5 = 11.11%. The clock reads
     # 0.5 s further on each time, so the 5 s budget runs out after sample 10.
-    contender, timer, _, options = single(
-        [1.0, 2.0], warmup=0, budget_s=5.0, min_samples=5
-    )
+    contender, timer, _, options = single([1.0, 2.0], warmup=0, budget_s=5.0, min_samples=5)
     stats = measure(contender, 1, timer, options, clock=SteppingClock(0.5))
     assert stats.count == 10
     assert stats.stopped_by == "budget"
@@ -276,9 +271,7 @@ def test_verified_calls_are_announced_to_prepare_and_collect_alike():
 
 def test_about_a_tenth_of_calls_are_verified_and_the_choice_is_not_the_seeds():
     def verified_set(draw):
-        contender, timer, log, options = single(
-            [1.0, 2.0], warmup=0, max_samples=1000, noise_target=1e-9, seed=0
-        )
+        contender, timer, log, options = single([1.0, 2.0], warmup=0, max_samples=1000, noise_target=1e-9, seed=0)
         measure(contender, 1, timer, options, clock=frozen_clock, draw=draw)
         prepared, collected = verified_call_indices(log, "A", 0)
         assert prepared == collected
@@ -309,9 +302,7 @@ def test_a_comparison_checks_student_and_baseline_on_the_same_rounds():
 def test_a_budget_cut_short_still_verifies_two_calls():
     # The budget is gone by the first reading, so the loop stops after the
     # two samples any spread needs, plus at most two forced-verified calls.
-    contender, timer, log, options = single(
-        [1.0], warmup=0, budget_s=0.1, verify_fraction=0.0
-    )
+    contender, timer, log, options = single([1.0], warmup=0, budget_s=0.1, verify_fraction=0.0)
     stats = measure(contender, 1, timer, options, clock=SteppingClock(1.0))
     prepared, _ = verified_call_indices(log, "A", 0)
     assert len(prepared) == 2
@@ -354,12 +345,8 @@ def test_bootstrap_keeps_pairs_together():
 
 def test_bootstrap_is_reproducible_with_its_seed():
     student, baseline = synthetic_pairs(1.5, 200, seed=4)
-    assert paired_speedup_ci(student, baseline, seed=11) == paired_speedup_ci(
-        student, baseline, seed=11
-    )
-    assert paired_speedup_ci(student, baseline, seed=11) != paired_speedup_ci(
-        student, baseline, seed=12
-    )
+    assert paired_speedup_ci(student, baseline, seed=11) == paired_speedup_ci(student, baseline, seed=11)
+    assert paired_speedup_ci(student, baseline, seed=11) != paired_speedup_ci(student, baseline, seed=12)
 
 
 def test_interval_width_follows_the_level():
@@ -440,17 +427,25 @@ def test_device_state_never_raises_on_this_machine():
 
 def test_timing_module_does_not_import_cupy():
     script = "import sys, labrunner.measure.timing; print('cupy' in sys.modules)"
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
 
 def paired_round(student_ms, baseline_ms, warning=None) -> Comparison:
     def series(samples):
-        return Stats(median_ms=float(np.median(samples)), min_ms=min(samples), max_ms=max(samples),
-                     mean_ms=float(np.mean(samples)), count=len(samples), rse=0.001, noise_met=warning is None,
-                     warning=warning, samples_ms=list(samples), verified_count=2, stopped_by="noise")
+        return Stats(
+            median_ms=float(np.median(samples)),
+            min_ms=min(samples),
+            max_ms=max(samples),
+            mean_ms=float(np.mean(samples)),
+            count=len(samples),
+            rse=0.001,
+            noise_met=warning is None,
+            warning=warning,
+            samples_ms=list(samples),
+            verified_count=2,
+            stopped_by="noise",
+        )
 
     speedup, low, high = paired_speedup_ci(student_ms, baseline_ms)
     return Comparison(series(student_ms), series(baseline_ms), speedup, low, high)
@@ -507,18 +502,22 @@ def test_a_comparison_survives_its_json_with_samples():
 
 # --- the rules' edges, each with its exact message ---------------------------------------------
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"noise_target": 0}, "noise_target must be positive, got 0"),
-    ({"min_samples": 1}, "min_samples must be at least 2, got 1"),
-    ({"min_samples": 5, "max_samples": 4}, "max_samples (4) is below min_samples (5)"),
-    ({"budget_s": 0}, "budget_s must be positive, got 0"),
-    ({"warmup": -1}, "warmup cannot be negative, got -1"),
-    ({"verify_fraction": -0.1}, "verify_fraction must lie in [0, 1], got -0.1"),
-    ({"verify_fraction": 1.01}, "verify_fraction must lie in [0, 1], got 1.01"),
-    ({"rounds": 0}, "rounds must be at least 1, got 0"),
-    ({"min_verified": -1}, "min_verified must lie in [0, min_samples], got -1"),
-    ({"min_samples": 4, "min_verified": 5}, "min_verified must lie in [0, min_samples], got 5"),
-])
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"noise_target": 0}, "noise_target must be positive, got 0"),
+        ({"min_samples": 1}, "min_samples must be at least 2, got 1"),
+        ({"min_samples": 5, "max_samples": 4}, "max_samples (4) is below min_samples (5)"),
+        ({"budget_s": 0}, "budget_s must be positive, got 0"),
+        ({"warmup": -1}, "warmup cannot be negative, got -1"),
+        ({"verify_fraction": -0.1}, "verify_fraction must lie in [0, 1], got -0.1"),
+        ({"verify_fraction": 1.01}, "verify_fraction must lie in [0, 1], got 1.01"),
+        ({"rounds": 0}, "rounds must be at least 1, got 0"),
+        ({"min_verified": -1}, "min_verified must lie in [0, min_samples], got -1"),
+        ({"min_samples": 4, "min_verified": 5}, "min_verified must lie in [0, min_samples], got 5"),
+    ],
+)
 def test_every_nonsense_option_is_named_with_its_value(options, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         TimingOptions(**options)
@@ -531,13 +530,19 @@ def test_the_edges_of_every_option_are_accepted():
     TimingOptions(min_verified=0, verify_fraction=0.0, budget_s=1e-9, noise_target=1e-9)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"student_ms": [], "baseline_ms": []}, "paired samples must be two non-empty sequences of equal length"),
-    ({"student_ms": [[1.0]], "baseline_ms": [[1.0]]}, "paired samples must be two non-empty sequences of equal length"),
-    ({"student_ms": [1.0], "baseline_ms": [1.0], "level": 0}, "level must lie in (0, 1), got 0"),
-    ({"student_ms": [1.0], "baseline_ms": [1.0], "level": 1}, "level must lie in (0, 1), got 1"),
-    ({"student_ms": [1.0], "baseline_ms": [1.0], "resamples": 0}, "resamples must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"student_ms": [], "baseline_ms": []}, "paired samples must be two non-empty sequences of equal length"),
+        (
+            {"student_ms": [[1.0]], "baseline_ms": [[1.0]]},
+            "paired samples must be two non-empty sequences of equal length",
+        ),
+        ({"student_ms": [1.0], "baseline_ms": [1.0], "level": 0}, "level must lie in (0, 1), got 0"),
+        ({"student_ms": [1.0], "baseline_ms": [1.0], "level": 1}, "level must lie in (0, 1), got 1"),
+        ({"student_ms": [1.0], "baseline_ms": [1.0], "resamples": 0}, "resamples must be at least 1, got 0"),
+    ],
+)
 def test_a_bootstrap_with_nonsense_arguments_is_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         paired_speedup_ci(**kwargs)
@@ -595,8 +600,9 @@ def test_pooled_rounds_keep_every_sample_figure_and_stopping_rule():
     assert (student.median_ms, student.mean_ms, student.samples_ms) == (3.5, 19 / 6, [2.0, 2.0, 3.0, 4.0, 4.0, 4.0])
     assert student.rse == pytest.approx(np.std([2, 2, 3, 4, 4, 4], ddof=1) / math.sqrt(6) / (19 / 6), rel=1e-12)
     assert student.stopped_by == "budget,noise"
-    assert student.warning == ("round 1: only 3 samples (minimum 20), noise 9.00% (budget 6.0 s); "
-                               "round 2: noise 0.80% > 0.50% after 3 samples")
+    assert student.warning == (
+        "round 1: only 3 samples (minimum 20), noise 9.00% (budget 6.0 s); round 2: noise 0.80% > 0.50% after 3 samples"
+    )
     assert pooled.level == 0.95
     assert comparison_from_json(pooled.to_json(include_samples=True)).level == 0.95
 
@@ -606,7 +612,9 @@ def test_pooling_nothing_is_refused_by_name():
         pool_rounds([])
     bare = paired_round([2.0], [26.0])
     bare.student.samples_ms = []
-    with pytest.raises(ValueError, match=r"^every round needs its raw paired samples \(Stats\.samples_ms\) to be pooled$"):
+    with pytest.raises(
+        ValueError, match=r"^every round needs its raw paired samples \(Stats\.samples_ms\) to be pooled$"
+    ):
         pool_rounds([bare, bare])
 
 
@@ -662,7 +670,6 @@ def test_sampling_without_inputs_is_refused_by_name():
         measure(contender, 0, timer, options, clock=frozen_clock)
 
 
-
 def test_rounds_with_mismatched_or_empty_samples_are_refused_and_single_samples_pool():
     uneven = paired_round([2.0, 2.0], [26.0, 26.0])
     uneven.baseline.samples_ms = [26.0]
@@ -680,6 +687,7 @@ def test_a_comparison_keeps_its_level_through_json():
 
 
 # --- a call timed kernel by kernel: each stage a part of the very calls that are checked ------------
+
 
 class StagedContender:
     """A call of named stages; stage k of call n takes `durations[k][n % len]` ms (the timer reads it)."""
@@ -707,7 +715,9 @@ class StagedContender:
                 self._timer.log.append(("launch", name))
                 runs = self._durations[name]
                 self._timer.pending.append(runs[call % len(runs)])
+
             return launch
+
         return [stage(name) for name in self.stages]
 
     def collect(self, input_index: int, verify: bool) -> None:
@@ -750,8 +760,14 @@ def test_a_staged_call_gives_each_stage_its_own_figures_from_the_same_calls():
     assert stats.samples_ms == [x + y + z for x, y, z in zip(a.samples_ms, b.samples_ms, c.samples_ms)]
     # every stage was verified exactly when its call was, and counts the same calls
     assert a.count == b.count == c.count == stats.count == 6
-    assert a.verified_count == b.verified_count == c.verified_count == stats.verified_count == sum(
-        contender.verified[1:]) >= 2
+    assert (
+        a.verified_count
+        == b.verified_count
+        == c.verified_count
+        == stats.verified_count
+        == sum(contender.verified[1:])
+        >= 2
+    )
     # one flush per call, then the stages in order inside the same timing: no stage is ever launched alone
     assert timer.log.count(("flush",)) == 7
     launches = [entry[1] for entry in timer.log if entry[0] == "launch"]

@@ -23,7 +23,10 @@ KEY = (0x1234_5678_9ABC_DEF0, 0x0FED_CBA9_8765_4321)
 def test_a_set_has_the_cases_shapes_and_dtype():
     s = make_set(KEY, 0, 5, 7)
     assert {n: (a.shape, a.dtype) for n, a in s.items()} == {
-        "q": ((5, 32, 64), np.float32), "k": ((12, 8, 64), np.float32), "v": ((12, 8, 64), np.float32)}
+        "q": ((5, 32, 64), np.float32),
+        "k": ((12, 8, 64), np.float32),
+        "v": ((12, 8, 64), np.float32),
+    }
     assert set_shapes(5, 7) == {n: a.shape for n, a in s.items()}
 
 
@@ -57,9 +60,9 @@ def test_the_inverse_cdf_inverts_the_normal_cdf():
     x = np.linspace(-8.0, 0.0, 4001)  # the lower half, where the CDF itself is exact enough to compare
     u = np.array([0.5 * math.erfc(-t / math.sqrt(2.0)) for t in x])
     # u as the generator would make it: bits whose top 52 give (m + 1/2) * 2^-52 closest to u
-    m = np.clip(np.floor(u * 2.0 ** 52 - 0.5), 0, 2 ** 52 - 1).astype(np.uint64)
+    m = np.clip(np.floor(u * 2.0**52 - 0.5), 0, 2**52 - 1).astype(np.uint64)
     got = normals(m << np.uint64(12)).astype(np.float64)
-    exact_u = (m.astype(np.float64) + 0.5) * 2.0 ** -52
+    exact_u = (m.astype(np.float64) + 0.5) * 2.0**-52
     x_of_u = np.array([_inverse_by_bisection(p) for p in exact_u[::200]])
     assert np.max(np.abs(got[::200] - x_of_u)) < 1e-6  # float32's own rounding, nothing more
 
@@ -92,15 +95,20 @@ def test_the_cuda_twin_compiled_as_cpp_writes_the_definitions_bits(tmp_path):
     source = tmp_path / "twin.cpp"
     source.write_text(CUDA_SOURCE)
     library = tmp_path / "twin.so"
-    subprocess.run(["g++", "-O2", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(library), str(source)],
-                   check=True)
+    subprocess.run(["g++", "-O2", "-ffp-contract=off", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     fill = getattr(ctypes.CDLL(str(library)), CUDA_KERNEL)
     rows, prefix, number = 9, 23, (1 << 40) + 5  # a set number past 32 bits uses the counter's top word whole
     expected = make_set(KEY, number, rows, prefix)
     got = {n: np.full(a.shape, np.nan, dtype=np.float32) for n, a in expected.items()}
     u64, pointer = ctypes.c_ulonglong, ctypes.c_void_p
-    fill(*(pointer(got[n].ctypes.data) for n in ("q", "k", "v")), u64(got["q"].size), u64(got["k"].size),
-         u64(KEY[0]), u64(KEY[1]), u64(number))
+    fill(
+        *(pointer(got[n].ctypes.data) for n in ("q", "k", "v")),
+        u64(got["q"].size),
+        u64(got["k"].size),
+        u64(KEY[0]),
+        u64(KEY[1]),
+        u64(number),
+    )
     for name in expected:
         assert np.array_equal(got[name].view(np.uint32), expected[name].view(np.uint32)), name
 
@@ -118,8 +126,9 @@ def test_the_gpu_makes_the_timing_shapes_sets_bit_for_bit():
         maker.fill(buffers, number)
         expected = make_set(KEY, number, rows, prefix)
         for name in expected:
-            differing = int(np.count_nonzero(cupy.asnumpy(buffers[name]).view(np.uint32)
-                                             != expected[name].view(np.uint32)))
+            differing = int(
+                np.count_nonzero(cupy.asnumpy(buffers[name]).view(np.uint32) != expected[name].view(np.uint32))
+            )
             assert differing == 0, f"set {number}, {name}: {differing} elements differ"
 
 

@@ -57,15 +57,24 @@ class FakeCupti:
         records, self.pending = self.pending, []
         if self.drop_one:  # the last kernel record goes missing
             last = max(i for i, r in enumerate(records) if r.kind == self.ActivityKind.CONCURRENT_KERNEL)
-            records = records[:last] + records[last + 1:]
+            records = records[:last] + records[last + 1 :]
         self.completed(records)
 
     def record(self, name: str, start: int, end: int):
         if self.enabled:
-            self.pending.append(types.SimpleNamespace(
-                kind=self.ActivityKind.CONCURRENT_KERNEL, name=name.encode() if self.bytes_names else name, start=start, end=end, correlation_id=len(self.pending),
-                static_shared_memory=2048 if name == "attn_scores" else 0, registers_per_thread=40, stream_id=7,
-                dynamic_shared_memory=0))
+            self.pending.append(
+                types.SimpleNamespace(
+                    kind=self.ActivityKind.CONCURRENT_KERNEL,
+                    name=name.encode() if self.bytes_names else name,
+                    start=start,
+                    end=end,
+                    correlation_id=len(self.pending),
+                    static_shared_memory=2048 if name == "attn_scores" else 0,
+                    registers_per_thread=40,
+                    stream_id=7,
+                    dynamic_shared_memory=0,
+                )
+            )
             self.pending.append(types.SimpleNamespace(kind=self.ActivityKind.MEMSET, name=None, start=0, end=0))
 
 
@@ -87,8 +96,9 @@ class ClockGpu:
             def synchronize(self):
                 pass
 
-        self.xp = types.SimpleNamespace(cuda=types.SimpleNamespace(
-            Event=Event, get_elapsed_time=lambda a, b: (b.at - a.at) / 1e6))
+        self.xp = types.SimpleNamespace(
+            cuda=types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: (b.at - a.at) / 1e6)
+        )
 
     def run(self, name: str) -> None:
         self.now += GAP_NS
@@ -115,10 +125,20 @@ class ClockGpu:
 def request(calls: int = 5) -> dict:
     shapes = []
     for t in (4, 8):
-        inputs = {"q": np.zeros((t, 32, 64), np.float32), "k": np.zeros((t, 8, 64), np.float32),
-                  "v": np.zeros((t, 8, 64), np.float32)}
-        shapes.append({"label": f"T = {t}", "inputs": inputs, "launches": LAB1.plan_launches(LAB1.constants({}), t, 0),
-                       "workspace": LAB1.workspace({}, t, 0), "out_count": t * 32 * 64})
+        inputs = {
+            "q": np.zeros((t, 32, 64), np.float32),
+            "k": np.zeros((t, 8, 64), np.float32),
+            "v": np.zeros((t, 8, 64), np.float32),
+        }
+        shapes.append(
+            {
+                "label": f"T = {t}",
+                "inputs": inputs,
+                "launches": LAB1.plan_launches(LAB1.constants({}), t, 0),
+                "workspace": LAB1.workspace({}, t, 0),
+                "out_count": t * 32 * 64,
+            }
+        )
     return {"calls": calls, "use_cupti": True, "shapes": shapes}
 
 
@@ -143,8 +163,9 @@ def test_cupti_records_give_three_kernels_for_every_call_at_every_size(monkeypat
     assert (reply["source"], reply["why_not_cupti"]) == ("cupti", None)
     slices = slices_from_reply(reply, set(KERNELS))
     assert len(slices) == 2 * 5 * 3
-    assert [(s.shape, s.call, s.kernel) for s in slices[:6]] == [
-        ("T = 4", 0, k) for k in KERNELS] + [("T = 4", 1, k) for k in KERNELS]
+    assert [(s.shape, s.call, s.kernel) for s in slices[:6]] == [("T = 4", 0, k) for k in KERNELS] + [
+        ("T = 4", 1, k) for k in KERNELS
+    ]
     assert {(s.shape, s.call) for s in slices} == {(f"T = {t}", c) for t in (4, 8) for c in range(5)}
     assert [s.duration_ms for s in slices[:3]] == [0.03, 0.01, 0.02]
     assert slices[0].start_ns == 0.0 and slices[1].start_ns == 32_000.0  # 30 us, then a 2 us gap
@@ -179,15 +200,21 @@ def test_cupti_records_that_do_not_match_the_launches_are_abandoned_for_events(m
     cupti = FakeCupti(drop_one=True)
     reply = trace(ClockGpu(cupti), cupti, monkeypatch, calls=1)
     assert reply["source"] == "events"
-    assert reply["why_not_cupti"] == "CUPTI returned 11 kernel records for 12 launches; the trace was taken again with events"
+    assert (
+        reply["why_not_cupti"]
+        == "CUPTI returned 11 kernel records for 12 launches; the trace was taken again with events"
+    )
     assert len(reply["slices"]) == 2 * 3
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"kernel": "printf_kernel"}, "the trace names a kernel the lab never launched: 'printf_kernel'"),
-    ({"end_ns": -1.0}, "the trace gives attn_scores an impossible time (0.0 to -1.0 ns)"),
-    ({"start_ns": float("nan")}, "the trace gives attn_scores an impossible time (nan to 30000.0 ns)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"kernel": "printf_kernel"}, "the trace names a kernel the lab never launched: 'printf_kernel'"),
+        ({"end_ns": -1.0}, "the trace gives attn_scores an impossible time (0.0 to -1.0 ns)"),
+        ({"start_ns": float("nan")}, "the trace gives attn_scores an impossible time (nan to 30000.0 ns)"),
+    ],
+)
 def test_a_reply_with_an_unknown_kernel_or_an_impossible_time_is_refused(monkeypatch, change, message):
     cupti = FakeCupti()
     reply = trace(ClockGpu(cupti), cupti, monkeypatch, calls=1)
@@ -207,27 +234,63 @@ def test_the_trace_file_is_chrome_trace_event_json_one_slice_per_kernel_one_trac
     events = document["traceEvents"]
     metadata = [e for e in events if e["ph"] == "M"]
     assert metadata == [
-        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "NVIDIA H200 (CUPTI activity records)"}},
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": 0,
+            "tid": 0,
+            "args": {"name": "NVIDIA H200 (CUPTI activity records)"},
+        },
         {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
     ]
     slices = [e for e in events if e["ph"] == "X"]
     assert len(slices) == 30 and len(events) == 32
     first = slices[0]
-    assert first == {"name": "attn_scores", "cat": "kernel", "ph": "X", "ts": 0.0, "dur": 30.0, "pid": 0, "tid": 7,
-                     "args": {"shape": "T = 4", "call": 1, "grid": [1, 1, 32], "block": [16, 16, 1],
-                              "dynamic shared memory (bytes)": 0, "static shared memory (bytes)": 2048,
-                              "registers per thread": 40}}
+    assert first == {
+        "name": "attn_scores",
+        "cat": "kernel",
+        "ph": "X",
+        "ts": 0.0,
+        "dur": 30.0,
+        "pid": 0,
+        "tid": 7,
+        "args": {
+            "shape": "T = 4",
+            "call": 1,
+            "grid": [1, 1, 32],
+            "block": [16, 16, 1],
+            "dynamic shared memory (bytes)": 0,
+            "static shared memory (bytes)": 2048,
+            "registers per thread": 40,
+        },
+    }
     assert slices[1]["ts"] == 32.0 and slices[1]["dur"] == 10.0  # microseconds
     assert all(isinstance(e["ts"], float) and e["dur"] > 0 for e in slices)
     assert [e["ts"] for e in slices] == sorted(e["ts"] for e in slices)
 
 
 def test_trace_events_accepts_any_stream_numbers_as_tracks():
-    slices = [{"shape": "C = 1, P = 0", "call": 0, "kernel": "flash_prefill", "start_ns": 0.0, "end_ns": 1500.0,
-               "grid": [1, 32, 1], "block": [256, 1, 1], "dynamic_shared_bytes": 0, "static_shared_bytes": None,
-               "registers": None, "stream": s} for s in (13, 7)]
-    tracks = [e for e in trace_events(slices, "GPU", "CUDA events around each launch")["traceEvents"]
-              if e["name"] == "thread_name"]
+    slices = [
+        {
+            "shape": "C = 1, P = 0",
+            "call": 0,
+            "kernel": "flash_prefill",
+            "start_ns": 0.0,
+            "end_ns": 1500.0,
+            "grid": [1, 32, 1],
+            "block": [256, 1, 1],
+            "dynamic_shared_bytes": 0,
+            "static_shared_bytes": None,
+            "registers": None,
+            "stream": s,
+        }
+        for s in (13, 7)
+    ]
+    tracks = [
+        e
+        for e in trace_events(slices, "GPU", "CUDA events around each launch")["traceEvents"]
+        if e["name"] == "thread_name"
+    ]
     assert [(t["tid"], t["args"]["name"]) for t in tracks] == [(7, "stream 7"), (13, "stream 13")]
 
 
@@ -236,13 +299,25 @@ def test_the_terminal_draws_one_line_per_call_with_a_bar_per_kernel(monkeypatch)
     reply = trace(ClockGpu(cupti), cupti, monkeypatch, calls=2)
     printed = io.StringIO()
     monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=200, highlight=False, color_system=None))
-    terminal.trace_report({"source": "cupti", "why_not_cupti": None, "cupti_version": "13.4.0", "calls": 2,
-                           "shapes": ["T = 4", "T = 8"], "slices": reply["slices"]})
+    terminal.trace_report(
+        {
+            "source": "cupti",
+            "why_not_cupti": None,
+            "cupti_version": "13.4.0",
+            "calls": 2,
+            "shapes": ["T = 4", "T = 8"],
+            "slices": reply["slices"],
+        }
+    )
     lines = printed.getvalue().splitlines()
-    assert lines[0] == ("Trace timeline: 2 calls per shape, GPU start and end of every kernel from CUPTI activity records "
-                        "(cupti-python 13.4.0)")
+    assert lines[0] == (
+        "Trace timeline: 2 calls per shape, GPU start and end of every kernel from CUPTI activity records "
+        "(cupti-python 13.4.0)"
+    )
     assert lines[1] == "T = 4 (a full bar is 0.060 ms)"
     # 30 + 10 + 20 us of a 60 us call: 30, 10 and 20 of the 60 characters
-    assert lines[2] == ("  call 1  " + "█" * 60 + "  scores 0.030 · softmax 0.010 · weighted_sum 0.020 = 0.060 ms "
-                        "(first start to last end 0.064 ms)")
+    assert lines[2] == (
+        "  call 1  " + "█" * 60 + "  scores 0.030 · softmax 0.010 · weighted_sum 0.020 = 0.060 ms "
+        "(first start to last end 0.064 ms)"
+    )
     assert len(lines) == 7 and lines[4] == "T = 8 (a full bar is 0.060 ms)"

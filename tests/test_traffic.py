@@ -41,7 +41,8 @@ def test_the_defaults_are_the_contract_32_query_heads_8_kv_heads_float32_at_lab1
     assert result.stdout.splitlines()[5] == (
         "grouped-query attention: each of the 8 KV heads serves 4 query heads, so K and V are 1/4 of Q's size; flash "
         "counts each KV head read once for its whole group (a kernel that reads it once per query head relies on L2 "
-        "for the rest)")
+        "for the rest)"
+    )
 
 
 def test_grouped_query_heads_shrink_only_k_and_v():
@@ -66,8 +67,9 @@ def test_lab2s_chunk_reads_its_whole_prefix_of_keys():
 def test_kv_heads_that_do_not_divide_the_query_heads_are_a_usage_error():
     result = traffic_cli("--heads", "32", "--kv-heads", "5")
     assert result.exit_code == 2
-    assert result.stderr == ("error: --kv-heads 5 must divide --heads 32 (each KV head serves the same number of "
-                             "query heads)\n")
+    assert result.stderr == (
+        "error: --kv-heads 5 must divide --heads 32 (each KV head serves the same number of query heads)\n"
+    )
 
 
 @pytest.mark.parametrize("seq", ["1,x", "0,4"])

@@ -26,8 +26,14 @@ def test_every_control_character_is_written_as_a_visible_escape():
 
 
 def hostile_result() -> RunResult:
-    result = RunResult("grade", "lab2", "k\x01.cu", error=f"k.cu(3): error: {HOSTILE}",
-                       error_code=ExitCode.COMPILE_ERROR, kernel_output=[HOSTILE])
+    result = RunResult(
+        "grade",
+        "lab2",
+        "k\x01.cu",
+        error=f"k.cu(3): error: {HOSTILE}",
+        error_code=ExitCode.COMPILE_ERROR,
+        kernel_output=[HOSTILE],
+    )
     result.cases = [CaseResult("C1-P31", "wrong", f"got {HOSTILE}", 1, 31)]
     return result
 
@@ -68,6 +74,7 @@ def test_kernel_output_keeps_the_first_bytes_and_counts_the_rest():
 
 # --- what a CI log or a terminal would read as a command --------------------------------------------
 
+
 def test_a_line_that_would_be_a_workflow_command_is_shown_as_text():
     assert shown("::error::pwned") == "\\x3a:error::pwned"
     assert shown("  \t::stop-commands::tok") == "  \t\\x3a:stop-commands::tok"  # the runner trims leading space
@@ -95,11 +102,27 @@ def test_progress_lines_and_the_batch_table_show_names_escaped(monkeypatch):
     with terminal.batch_progress(1) as progress:
         progress(f"{name}: compile-error (exit 3)")
     terminal.heading(f"{name}: compiles for lab2")
-    terminal.batch_report("lab2", [{"file": name, "verdict": "compile-error", "exit_code": 3, "speedup": "",
-                                    "gate_met": "", "first_failing_case": "compile", "seconds": "1.0"}], [], 3)
+    terminal.batch_report(
+        "lab2",
+        [
+            {
+                "file": name,
+                "verdict": "compile-error",
+                "exit_code": 3,
+                "speedup": "",
+                "gate_met": "",
+                "first_failing_case": "compile",
+                "seconds": "1.0",
+            }
+        ],
+        [],
+        3,
+    )
     lines = buffer.getvalue().splitlines()
-    assert lines[:2] == ["[1/1] a\\x0a::error::b\\x1b[2J.cu: compile-error (exit 3)",
-                         "a\\x0a::error::b\\x1b[2J.cu: compiles for lab2"]
+    assert lines[:2] == [
+        "[1/1] a\\x0a::error::b\\x1b[2J.cu: compile-error (exit 3)",
+        "a\\x0a::error::b\\x1b[2J.cu: compiles for lab2",
+    ]
     assert any("a\\x0a::error::b\\x1b[2J.cu" in line for line in lines[2:])
     assert "\x1b" not in buffer.getvalue() and not any(line.lstrip().startswith("::") for line in lines)
 

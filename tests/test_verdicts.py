@@ -22,9 +22,8 @@ from labrunner.report.junit import write_junit
 from labrunner.report.results import CaseResult, RunResult, write_json
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.run.racecheck import parse_hazard
-from labrunner.truth.cases import Seed
+from labrunner.truth.cases import Seed, load_catalogue, make_inputs
 from labrunner.truth.check import NEVER_WRITTEN, RACE, check_output
-from labrunner.truth.cases import load_catalogue, make_inputs
 from labrunner.truth.hints import HAZARDS, decode_variant, derive_hints, gather_evidence
 from labrunner.truth.poison import SHARED_POISON_BITS, WORKSPACE_POISON_BITS, filled, poisoned
 
@@ -35,11 +34,18 @@ CPU = cpu_compiler_available() is None
 
 
 def attnlab(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "labrunner", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
 
 
 # --- 1. a case that crosses every boundary of the file's own geometry ----------------------------
+
 
 def names(cases) -> list[str]:
     """Case names; skipped cases come as (case, reason)."""
@@ -68,7 +74,9 @@ def test_a_derived_case_past_the_cpu_budget_is_skipped_and_said():
     lab = get_lab("lab2")
     run, skipped = select_cases(lab, "cpu", CaseOptions(SEED), lab.constants({"attnlab_rows_per_block": 256}))
     assert "geometry-C513-P31" in names(skipped) and "geometry-C513-P31" not in names(run)
-    run, skipped = select_cases(lab, "cpu", CaseOptions(SEED, full=True), lab.constants({"attnlab_rows_per_block": 256}))
+    run, skipped = select_cases(
+        lab, "cpu", CaseOptions(SEED, full=True), lab.constants({"attnlab_rows_per_block": 256})
+    )
     assert names(run)[-1] == "C2048-P2048" and skipped == []  # --full runs the 2048-row case, which spans them
 
 
@@ -100,6 +108,7 @@ def test_rows_per_block_zero_is_one_block_over_all_rows():
 
 # --- 2. skipped cases are counted -----------------------------------------------------------------
 
+
 def result_with(*statuses: str, backend: str = "cpu") -> RunResult:
     result = RunResult("grade", "lab2", "f.cu", backend=backend)
     result.cases = [CaseResult(f"c{i}", s, f"{s} message", 1, 31) for i, s in enumerate(statuses)]
@@ -112,7 +121,10 @@ def test_a_pass_with_skipped_cases_says_so_in_the_verdict_line_json_and_junit(tm
     write_json(result, tmp_path / "r.json")
     data = json.loads((tmp_path / "r.json").read_text())
     assert (data["verdict"], data["summary"], data["skipped"]) == (
-        "pass", "pass (3 cases skipped on the CPU backend; --full runs them)", 3)
+        "pass",
+        "pass (3 cases skipped on the CPU backend; --full runs them)",
+        3,
+    )
     write_junit(result, tmp_path / "r.xml")
     suite = ElementTree.parse(tmp_path / "r.xml").getroot()
     assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("5", "3", "0")
@@ -132,14 +144,17 @@ def test_one_skipped_case_is_singular_and_none_says_nothing():
 
 # --- 3. races -------------------------------------------------------------------------------------
 
+
 def test_a_value_carrying_the_shared_memory_poison_is_a_race():
     ref = np.random.default_rng(0).standard_normal((3, 32, 64))
     out = ref.astype(np.float32)
     out[1, 4, 5:9] = filled(4, SHARED_POISON_BITS)
     checked = check_output(out, ref)
     assert checked.status == RACE
-    assert checked.message == ("row 1, head 4, col 5: read shared memory no thread had written since the last "
-                               "barrier: a missing __syncthreads()? (4 of 6144 elements carry the shared-memory poison)")
+    assert checked.message == (
+        "row 1, head 4, col 5: read shared memory no thread had written since the last "
+        "barrier: a missing __syncthreads()? (4 of 6144 elements carry the shared-memory poison)"
+    )
 
 
 # Each shipped solution with one of its __syncthreads() removed: the one list, shared with the GPU's
@@ -150,8 +165,15 @@ from barrier_variants import variants  # noqa: E402
 
 def test_the_shipped_solutions_have_the_barriers_the_variants_remove():
     assert [(lab, line) for lab, line, _ in variants()] == [
-        ("lab1", 227), ("lab1", 229), ("lab1", 446), ("lab1", 448), ("lab2", 120), ("lab2", 129),
-        ("lab2", 155), ("lab3", 181)]
+        ("lab1", 227),
+        ("lab1", 229),
+        ("lab1", 446),
+        ("lab1", 448),
+        ("lab2", 120),
+        ("lab2", 129),
+        ("lab2", 155),
+        ("lab3", 181),
+    ]
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
@@ -165,8 +187,9 @@ def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(t
     decisive = next(c for c in data["cases"] if c["name"] == data["decisive_case"])
     assert (data["verdict"], completed.returncode) == ("race", 4), decisive["message"]
     assert "a missing __syncthreads()?" in decisive["message"]
-    assert re.search(r"; in kernel (attn_scores|attn_softmax|attn_weighted_sum|flash_prefill|decode_partial)$",
-                     decisive["message"])
+    assert re.search(
+        r"; in kernel (attn_scores|attn_softmax|attn_weighted_sum|flash_prefill|decode_partial)$", decisive["message"]
+    )
     assert [h["hazard"] for h in data["hints"]] == ["race"]
 
 
@@ -186,12 +209,15 @@ def test_the_lab1_weighted_sum_reading_p_before_its_copy_lands_is_a_race_under_r
     data = json.loads(report.read_text())
     decisive = next(c for c in data["cases"] if c["name"] == data["decisive_case"])
     assert (data["verdict"], completed.returncode, data["decisive_case"]) == ("race", 4, "T17")
-    assert decisive["message"] == ("row 1, head 0, col 0: read shared memory no thread had written since the last "
-                                   "barrier: a missing __syncthreads()? (32768 of 34816 elements carry the "
-                                   "shared-memory poison); rows 1-16 fail (16 of 17); in kernel attn_weighted_sum")
+    assert decisive["message"] == (
+        "row 1, head 0, col 0: read shared memory no thread had written since the last "
+        "barrier: a missing __syncthreads()? (32768 of 34816 elements carry the "
+        "shared-memory poison); rows 1-16 fail (16 of 17); in kernel attn_weighted_sum"
+    )
 
 
 # --- 4. non-finite values -------------------------------------------------------------------------
+
 
 def test_max_abs_err_is_nan_or_inf_when_any_element_is(tmp_path):
     ref = np.zeros((2, 32, 64))
@@ -204,8 +230,20 @@ def test_max_abs_err_is_nan_or_inf_when_any_element_is(tmp_path):
     checked = check_output(out, ref)
     assert np.isnan(checked.max_abs_err) and checked.nonfinite == 2
     result = RunResult("grade", "lab2", "f.cu", backend="cpu")
-    result.cases = [CaseResult("C2", checked.status, checked.message, 2, 31, checked.max_abs_err,
-                               checked.bad_elements, checked.first_bad, checked.failing_rows, nonfinite=2)]
+    result.cases = [
+        CaseResult(
+            "C2",
+            checked.status,
+            checked.message,
+            2,
+            31,
+            checked.max_abs_err,
+            checked.bad_elements,
+            checked.first_bad,
+            checked.failing_rows,
+            nonfinite=2,
+        )
+    ]
     write_json(result, tmp_path / "r.json")
     case = json.loads((tmp_path / "r.json").read_text())["cases"][0]
     assert (case["max_abs_err"], case["nonfinite"]) == ("nan", 2)
@@ -220,13 +258,16 @@ def test_max_abs_err_is_nan_or_inf_when_any_element_is(tmp_path):
 
 # --- 6. diagnoses that point at the cause ---------------------------------------------------------
 
+
 def test_the_poison_is_never_written_or_computed_from_a_value_never_written():
     ref = np.zeros((1, 32, 64))
     out = poisoned(ref.shape)
     checked = check_output(out, ref)
     assert checked.status == NEVER_WRITTEN
-    assert checked.message == ("row 0, head 0, col 0: never written, or computed from a value never written (an "
-                               "output or shared buffer read before it was set?); 2048 of 2048 elements never written")
+    assert checked.message == (
+        "row 0, head 0, col 0: never written, or computed from a value never written (an "
+        "output or shared buffer read before it was set?); 2048 of 2048 elements never written"
+    )
 
 
 def test_a_value_computed_from_an_unwritten_workspace_says_so():
@@ -234,8 +275,10 @@ def test_a_value_computed_from_an_unwritten_workspace_says_so():
     out = ref.astype(np.float32)
     out[0, 2, :2] = filled(2, WORKSPACE_POISON_BITS)
     checked = check_output(out, ref)
-    assert checked.message.endswith("2 of 2048 elements wrong; 2 were computed from a workspace value never written "
-                                    "(the workspace read before it was set?)")
+    assert checked.message.endswith(
+        "2 of 2048 elements wrong; 2 were computed from a workspace value never written "
+        "(the workspace read before it was set?)"
+    )
 
 
 def test_an_empty_file_is_file_is_empty(tmp_path):
@@ -243,15 +286,19 @@ def test_an_empty_file_is_file_is_empty(tmp_path):
     empty.write_text("\n  \n")
     completed = attnlab("check", "lab2", str(empty))
     assert completed.returncode == 3
-    assert completed.stderr == (f"{empty}: error: file is empty; `attnlab starter lab2` prints the file to start "
-                                "from\n")
+    assert completed.stderr == (
+        f"{empty}: error: file is empty; `attnlab starter lab2` prints the file to start from\n"
+    )
 
 
 def test_cpu_compiler_lines_read_as_nvrtcs():
     # the CPU build's g++ log goes through the compile gate's filter: its lines in NVRTC's form, the rest dropped
-    assert gcc_diagnostics("attention.cu:20:5: error: 'x' was not declared\nattention.cu: In function 'k':\n"
-                           "attention.cu:3:1: note: declared here", "attention.cu", "attention.cu") == [
-        "attention.cu(20): error: 'x' was not declared", "attention.cu(3): note: declared here"]
+    assert gcc_diagnostics(
+        "attention.cu:20:5: error: 'x' was not declared\nattention.cu: In function 'k':\n"
+        "attention.cu:3:1: note: declared here",
+        "attention.cu",
+        "attention.cu",
+    ) == ["attention.cu(20): error: 'x' was not declared", "attention.cu(3): note: declared here"]
 
 
 def test_lab1s_table_has_no_prefix_column():
@@ -264,8 +311,13 @@ def test_lab1s_table_has_no_prefix_column():
     finally:
         terminal.stdout = original
     header = next(line for line in console.export_text().splitlines() if "case" in line and "status" in line)
-    assert [cell.strip() for cell in header.strip("│┃ ").split("┃")] == ["case", "rows", "status", "max |err|",
-                                                                          "details"]
+    assert [cell.strip() for cell in header.strip("│┃ ").split("┃")] == [
+        "case",
+        "rows",
+        "status",
+        "max |err|",
+        "details",
+    ]
 
 
 RACECHECK_REPORT = """========= COMPUTE-SANITIZER
@@ -286,39 +338,60 @@ SYNCCHECK_REPORT = """========= COMPUTE-SANITIZER
 def test_racecheck_reports_the_first_hazard_with_kernel_and_lines():
     assert parse_hazard("racecheck", RACECHECK_REPORT) == (
         "racecheck: shared-memory race in kernel flash_prefill between a write at attention.cu:63 and a read at "
-        "attention.cu:123: a missing __syncthreads()?")
+        "attention.cu:123: a missing __syncthreads()?"
+    )
     assert parse_hazard("synccheck", SYNCCHECK_REPORT) == (
-        "synccheck: barrier error in kernel attn_softmax at attention.cu:67: Divergent thread(s) in block")
-    assert parse_hazard("racecheck", "========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 0 hazards displayed\n") is None
+        "synccheck: barrier error in kernel attn_softmax at attention.cu:67: Divergent thread(s) in block"
+    )
+    assert (
+        parse_hazard("racecheck", "========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 0 hazards displayed\n")
+        is None
+    )
 
 
 # --- 7. hints -------------------------------------------------------------------------------------
 
+
 def evidence(**given) -> dict:
-    base = {"case": "C1-P31", "status": "wrong", "rows": 1, "prefix": 31, "planted": False, "last_key": False,
-            "nonfinite": 0, "workspace_poisoned": 0, "failing_rows": [0], "heads_wrong": list(range(32)),
-            "matches": [], "kv_heads_read": {}, "compared": True}
+    base = {
+        "case": "C1-P31",
+        "status": "wrong",
+        "rows": 1,
+        "prefix": 31,
+        "planted": False,
+        "last_key": False,
+        "nonfinite": 0,
+        "workspace_poisoned": 0,
+        "failing_rows": [0],
+        "heads_wrong": list(range(32)),
+        "matches": [],
+        "kv_heads_read": {},
+        "compared": True,
+    }
     return {**base, **given}
 
 
-@pytest.mark.parametrize("cases, hazards", [
-    ([evidence(planted=True, nonfinite=5)], ["max-subtraction"]),
-    ([evidence(planted=True, nonfinite=5), evidence(case="C17-P31", nonfinite=0)], []),
-    ([evidence(last_key=True)], ["rescale"]),
-    ([evidence(matches=["rescale-missing"]), evidence(case="C1-P1000", matches=["rescale-missing"])], ["rescale"]),
-    ([evidence(matches=["causal-minus-one"])], ["causal-mask"]),
-    ([evidence(matches=["prefix-ignored"])], ["prefix-offset"]),
-    ([evidence(heads_wrong=list(range(4, 32)))], ["gqa-mapping"]),
-    ([evidence(heads_wrong=[1, 2], kv_heads_read={1: 1, 2: 2})], ["gqa-mapping"]),
-    ([evidence(rows=17, failing_rows=list(range(16, 17)))], ["bounds"]),
-    ([evidence(rows=17, failing_rows=list(range(1, 17)))], []),
-    ([evidence(matches=["scale-missing"])], ["scale"]),
-    ([evidence(status="race")], ["race"]),
-    ([evidence(status="never-written", rows=33, failing_rows=list(range(32, 33)))], ["bounds", "unwritten"]),
-    ([evidence(status="never-written", rows=33, failing_rows=[0, 5])], ["unwritten"]),
-    ([evidence(matches=["scale-missing"], compared=False)], []),
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "cases, hazards",
+    [
+        ([evidence(planted=True, nonfinite=5)], ["max-subtraction"]),
+        ([evidence(planted=True, nonfinite=5), evidence(case="C17-P31", nonfinite=0)], []),
+        ([evidence(last_key=True)], ["rescale"]),
+        ([evidence(matches=["rescale-missing"]), evidence(case="C1-P1000", matches=["rescale-missing"])], ["rescale"]),
+        ([evidence(matches=["causal-minus-one"])], ["causal-mask"]),
+        ([evidence(matches=["prefix-ignored"])], ["prefix-offset"]),
+        ([evidence(heads_wrong=list(range(4, 32)))], ["gqa-mapping"]),
+        ([evidence(heads_wrong=[1, 2], kv_heads_read={1: 1, 2: 2})], ["gqa-mapping"]),
+        ([evidence(rows=17, failing_rows=list(range(16, 17)))], ["bounds"]),
+        ([evidence(rows=17, failing_rows=list(range(1, 17)))], []),
+        ([evidence(matches=["scale-missing"])], ["scale"]),
+        ([evidence(status="race")], ["race"]),
+        ([evidence(status="never-written", rows=33, failing_rows=list(range(32, 33)))], ["bounds", "unwritten"]),
+        ([evidence(status="never-written", rows=33, failing_rows=[0, 5])], ["unwritten"]),
+        ([evidence(matches=["scale-missing"], compared=False)], []),
+        ([], []),
+    ],
+)
 def test_a_hint_needs_its_evidence(cases, hazards):
     hints = derive_hints(cases)
     assert [h["hazard"] for h in hints] == hazards
@@ -327,30 +400,45 @@ def test_a_hint_needs_its_evidence(cases, hazards):
 
 def decode_evidence(**given) -> dict:
     """A failing lab-3 case at p = 512: lengths 1, 2, 15, 16, 17, 511, 512, 513, 1024, 1025."""
-    return evidence(**{"case": "lengths-around-p", "rows": 10, "prefix": 1025, "empty_partition_rows": list(range(9)),
-                       "partial_page_rows": [0, 1, 2, 4, 5, 7, 9], "nonfinite_rows": [], **given})
+    return evidence(
+        **{
+            "case": "lengths-around-p",
+            "rows": 10,
+            "prefix": 1025,
+            "empty_partition_rows": list(range(9)),
+            "partial_page_rows": [0, 1, 2, 4, 5, 7, 9],
+            "nonfinite_rows": [],
+            **given,
+        }
+    )
 
 
-@pytest.mark.parametrize("cases, hazards", [
-    ([decode_evidence(matches=["combine-no-rescale"])], ["combine-rescale"]),
-    ([decode_evidence(failing_rows=list(range(9)), nonfinite_rows=list(range(9)))], ["empty-partition"]),
-    ([decode_evidence(failing_rows=list(range(8)), nonfinite_rows=list(range(8)))], []),
-    ([decode_evidence(failing_rows=[0, 1, 9], nonfinite_rows=[0, 1, 9])], ["masked-nan"]),
-    ([decode_evidence(failing_rows=[0, 1, 9], nonfinite_rows=[0, 1])], []),
-    ([decode_evidence(failing_rows=[3], nonfinite_rows=[3])], []),
-    ([decode_evidence(matches=["partition-tail"])], ["partition-tail"]),
-    ([decode_evidence(matches=["page-key-minus-one", "page-table"])], ["page-table"]),
-    ([decode_evidence(matches=["page-table"]), decode_evidence(case="skewed", matches=[])], []),
-])
+@pytest.mark.parametrize(
+    "cases, hazards",
+    [
+        ([decode_evidence(matches=["combine-no-rescale"])], ["combine-rescale"]),
+        ([decode_evidence(failing_rows=list(range(9)), nonfinite_rows=list(range(9)))], ["empty-partition"]),
+        ([decode_evidence(failing_rows=list(range(8)), nonfinite_rows=list(range(8)))], []),
+        ([decode_evidence(failing_rows=[0, 1, 9], nonfinite_rows=[0, 1, 9])], ["masked-nan"]),
+        ([decode_evidence(failing_rows=[0, 1, 9], nonfinite_rows=[0, 1])], []),
+        ([decode_evidence(failing_rows=[3], nonfinite_rows=[3])], []),
+        ([decode_evidence(matches=["partition-tail"])], ["partition-tail"]),
+        ([decode_evidence(matches=["page-key-minus-one", "page-table"])], ["page-table"]),
+        ([decode_evidence(matches=["page-table"]), decode_evidence(case="skewed", matches=[])], []),
+    ],
+)
 def test_a_decode_hint_needs_its_evidence(cases, hazards):
     assert [h["hazard"] for h in derive_hints(cases)] == hazards
 
 
-@pytest.mark.parametrize("change, match, hazard", [
-    (dict(unrescaled_partition=64), "combine-no-rescale", "combine-rescale"),
-    (dict(keys=lambda n: n // 64 * 64), "partition-tail", "partition-tail"),
-    (dict(page_index=lambda j: np.maximum(j - 1, 0) // 16), "page-key-minus-one", "page-table"),
-])
+@pytest.mark.parametrize(
+    "change, match, hazard",
+    [
+        (dict(unrescaled_partition=64), "combine-no-rescale", "combine-rescale"),
+        (dict(keys=lambda n: n // 64 * 64), "partition-tail", "partition-tail"),
+        (dict(page_index=lambda j: np.maximum(j - 1, 0) // 16), "page-key-minus-one", "page-table"),
+    ],
+)
 def test_decode_evidence_recognises_the_variant_that_made_the_output(change, match, hazard):
     case = next(c for c in load_catalogue("lab3").cases if c.name == "lengths-around-p").resolved(64)
     inputs = make_inputs(case, 5)
@@ -373,50 +461,102 @@ def test_decode_evidence_names_the_sequences_with_empty_partitions_and_partial_p
 
 
 def test_at_most_two_hints_most_specific_first():
-    hints = derive_hints([evidence(status="never-written", rows=17, failing_rows=[16], matches=["scale-missing"],
-                                   heads_wrong=list(range(4, 32)))])
+    hints = derive_hints(
+        [
+            evidence(
+                status="never-written",
+                rows=17,
+                failing_rows=[16],
+                matches=["scale-missing"],
+                heads_wrong=list(range(4, 32)),
+            )
+        ]
+    )
     assert [h["hazard"] for h in hints] == ["gqa-mapping", "bounds"]
 
 
 def test_the_hazard_list_is_fixed():
-    assert HAZARDS == ("race", "max-subtraction", "causal-mask", "prefix-offset", "scale", "gqa-mapping", "rescale",
-                       "combine-rescale", "empty-partition", "partition-tail", "masked-nan", "page-table", "bounds",
-                       "unwritten")
+    assert HAZARDS == (
+        "race",
+        "max-subtraction",
+        "causal-mask",
+        "prefix-offset",
+        "scale",
+        "gqa-mapping",
+        "rescale",
+        "combine-rescale",
+        "empty-partition",
+        "partition-tail",
+        "masked-nan",
+        "page-table",
+        "bounds",
+        "unwritten",
+    )
 
 
 # --- 8. lab 1's stage check -----------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 def test_the_stage_check_names_the_softmax_when_its_rows_do_not_sum_to_one(tmp_path):
     report = tmp_path / "r.json"
-    attnlab("grade", "lab1", str(FIXTURES / "lab1" / "wrong" / "softmax_unnormalized.cu"), "--device", "cpu",
-            "--case", "T17", "--json", str(report))
+    attnlab(
+        "grade",
+        "lab1",
+        str(FIXTURES / "lab1" / "wrong" / "softmax_unnormalized.cu"),
+        "--device",
+        "cpu",
+        "--case",
+        "T17",
+        "--json",
+        str(report),
+    )
     (case,) = json.loads(report.read_text())["cases"]
-    assert case["message"].endswith("; stage check: attn_softmax is the first kernel whose result disagrees with "
-                                    "the definition: row 1 of head 0 sums to 1.44668; every probability row sums to 1")
+    assert case["message"].endswith(
+        "; stage check: attn_softmax is the first kernel whose result disagrees with "
+        "the definition: row 1 of head 0 sums to 1.44668; every probability row sums to 1"
+    )
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 def test_the_stage_check_names_the_scores_kernel_when_its_scores_are_wrong(tmp_path):
     report = tmp_path / "r.json"
-    attnlab("grade", "lab1", str(FIXTURES / "lab1" / "wrong" / "wrong_kv_head.cu"), "--device", "cpu",
-            "--case", "T17", "--json", str(report))
+    attnlab(
+        "grade",
+        "lab1",
+        str(FIXTURES / "lab1" / "wrong" / "wrong_kv_head.cu"),
+        "--device",
+        "cpu",
+        "--case",
+        "T17",
+        "--json",
+        str(report),
+    )
     (case,) = json.loads(report.read_text())["cases"]
-    assert re.search(r"; stage check: attn_scores is the first kernel whose result disagrees with the definition: "
-                     r"scores\[1\]\[0\]\[0\] is -?[0-9.]+, expected q\[0\]\[1\] \. k\[0\]\[0\] / 8 = -?[0-9.]+$",
-                     case["message"]), case["message"]
+    assert re.search(
+        r"; stage check: attn_scores is the first kernel whose result disagrees with the definition: "
+        r"scores\[1\]\[0\]\[0\] is -?[0-9.]+, expected q\[0\]\[1\] \. k\[0\]\[0\] / 8 = -?[0-9.]+$",
+        case["message"],
+    ), case["message"]
 
 
 # --- the CPU backend's schedules ------------------------------------------------------------------
+
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 def test_seeded_random_schedules_find_the_race_that_order_and_reverse_miss(tmp_path):
     from labrunner.run.cpu.module import CpuModule
 
-    source = ('#include <attnlab/prelude.cuh>\n#line 1 "schedules.cu"\n'
-              + (REPO / "tests" / "cpu_kernels" / "schedules.cu").read_text())
-    module = CpuModule.build(source, "schedules.cu", {"sums_racing": ["float*", "float*"],
-                                                      "sums_synced": ["float*", "float*"]}, cache_dir=tmp_path)
+    source = (
+        '#include <attnlab/prelude.cuh>\n#line 1 "schedules.cu"\n'
+        + (REPO / "tests" / "cpu_kernels" / "schedules.cu").read_text()
+    )
+    module = CpuModule.build(
+        source,
+        "schedules.cu",
+        {"sums_racing": ["float*", "float*"], "sums_synced": ["float*", "float*"]},
+        cache_dir=tmp_path,
+    )
     x = np.arange(256, dtype=np.float32) / 256
     expected = np.float32(x.sum() * 1001)
 
@@ -437,10 +577,22 @@ def test_seeded_random_schedules_find_the_race_that_order_and_reverse_miss(tmp_p
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 def test_a_misaligned_float4_names_the_address_and_the_alignment(tmp_path):
     report = tmp_path / "r.json"
-    completed = attnlab("grade", "lab2", str(FIXTURES / "lab2" / "hostile" / "misaligned_float4.cu"), "--device",
-                        "cpu", "--case", "C1-P31", "--json", str(report))
+    completed = attnlab(
+        "grade",
+        "lab2",
+        str(FIXTURES / "lab2" / "hostile" / "misaligned_float4.cu"),
+        "--device",
+        "cpu",
+        "--case",
+        "C1-P31",
+        "--json",
+        str(report),
+    )
     (case,) = json.loads(report.read_text())["cases"]
     assert (case["status"], completed.returncode) == ("crash", 4)
-    assert re.fullmatch(r"misaligned access in kernel flash_prefill, block \(0,0,0\), thread 0: a 16-byte access at "
-                        r"address 0x[0-9a-f]*4, which is 4 bytes past a multiple of 16 \(float4 and other "
-                        r"16-byte types need 16-byte alignment\)", case["message"]), case["message"]
+    assert re.fullmatch(
+        r"misaligned access in kernel flash_prefill, block \(0,0,0\), thread 0: a 16-byte access at "
+        r"address 0x[0-9a-f]*4, which is 4 bytes past a multiple of 16 \(float4 and other "
+        r"16-byte types need 16-byte alignment\)",
+        case["message"],
+    ), case["message"]

@@ -13,14 +13,26 @@ import pytest
 
 from labrunner.labs.definition import Launch
 from labrunner.run import replies
-from labrunner.run.wire import (HEADER_LIMIT, SKIP_LIMIT, BufferSpec, Expected, Reader, WireClosed, WireError,
-                                WireTimeout, encode, write_message)
+from labrunner.run.wire import (
+    HEADER_LIMIT,
+    SKIP_LIMIT,
+    BufferSpec,
+    Expected,
+    Reader,
+    WireClosed,
+    WireError,
+    WireTimeout,
+    encode,
+    write_message,
+)
 
 COOKIE = bytes(range(16))
 CASE = Expected(exact={"outputs/out": BufferSpec("float32", (4,)), "inputs_after/q": BufferSpec("float32", (2, 2))})
 
 
-def deliver(parts: list, expected: Expected = CASE, cookie: bytes = COOKIE, records: bool = False, timeout_s: float = 5):
+def deliver(
+    parts: list, expected: Expected = CASE, cookie: bytes = COOKIE, records: bool = False, timeout_s: float = 5
+):
     """Write raw parts into a pipe from a thread and read one message from it."""
     read_end, write_end = os.pipe()
 
@@ -48,8 +60,11 @@ def raw(header: dict, cookie: bytes = COOKIE) -> bytes:
 
 
 def case_reply() -> dict:
-    return {"ok": True, "outputs": {"out": np.arange(4, dtype=np.float32)},
-            "inputs_after": {"q": np.ones((2, 2), dtype=np.float32)}}
+    return {
+        "ok": True,
+        "outputs": {"out": np.arange(4, dtype=np.float32)},
+        "inputs_after": {"q": np.ones((2, 2), dtype=np.float32)},
+    }
 
 
 def test_a_reply_travels_as_a_json_header_and_raw_buffers():
@@ -60,7 +75,7 @@ def test_a_reply_travels_as_a_json_header_and_raw_buffers():
 
 
 def test_junk_before_the_cookie_is_skipped_and_counted():
-    junk = b"\x00\x00\x00\x21{\"body\":{\"ok\":true},\"buffers\":[]}"  # a forged reply without the cookie
+    junk = b'\x00\x00\x00\x21{"body":{"ok":true},"buffers":[]}'  # a forged reply without the cookie
     read_end, write_end = os.pipe()
     write_message(write_end, [junk, *encode(case_reply(), COOKIE)])
     os.close(write_end)
@@ -78,16 +93,22 @@ def test_a_channel_of_nothing_but_junk_is_refused_after_the_skip_limit():
 
 @pytest.mark.parametrize("dtype", ["object", "float16", "complex64", "<f4"])
 def test_a_dtype_outside_the_allow_list_is_refused(dtype):
-    header = {"body": {"ok": True, "outputs": {"out": {"$buffer": "outputs/out"}}},
-              "buffers": [{"name": "outputs/out", "dtype": dtype, "shape": [4]}]}
+    header = {
+        "body": {"ok": True, "outputs": {"out": {"$buffer": "outputs/out"}}},
+        "buffers": [{"name": "outputs/out", "dtype": dtype, "shape": [4]}],
+    }
     with pytest.raises(WireError, match=r"buffer 'outputs/out': dtype .* is not one of float32, float64"):
         deliver([raw(header)])
 
 
 def test_a_buffer_of_the_wrong_shape_is_refused_before_its_bytes_are_read():
-    header = {"body": {"ok": True, "outputs": {"out": {"$buffer": "outputs/out"}}},
-              "buffers": [{"name": "outputs/out", "dtype": "float32", "shape": [1 << 38]},
-                          {"name": "inputs_after/q", "dtype": "float32", "shape": [2, 2]}]}
+    header = {
+        "body": {"ok": True, "outputs": {"out": {"$buffer": "outputs/out"}}},
+        "buffers": [
+            {"name": "outputs/out", "dtype": "float32", "shape": [1 << 38]},
+            {"name": "inputs_after/q", "dtype": "float32", "shape": [2, 2]},
+        ],
+    }
     with pytest.raises(WireError, match=r"buffer 'outputs/out' is float32\[274877906944\], expected float32\[4\]"):
         deliver([raw(header)])  # no bytes follow: the refusal comes from the header alone
 
@@ -105,10 +126,17 @@ def test_a_success_missing_one_of_its_buffers_is_refused():
 
 
 def test_a_placeholder_that_is_not_its_own_place_is_refused():
-    header = {"body": {"ok": True, "outputs": {"out": {"$buffer": "inputs_after/q"}},
-                       "inputs_after": {"q": {"$buffer": "outputs/out"}}},
-              "buffers": [{"name": "outputs/out", "dtype": "float32", "shape": [4]},
-                          {"name": "inputs_after/q", "dtype": "float32", "shape": [2, 2]}]}
+    header = {
+        "body": {
+            "ok": True,
+            "outputs": {"out": {"$buffer": "inputs_after/q"}},
+            "inputs_after": {"q": {"$buffer": "outputs/out"}},
+        },
+        "buffers": [
+            {"name": "outputs/out", "dtype": "float32", "shape": [4]},
+            {"name": "inputs_after/q", "dtype": "float32", "shape": [2, 2]},
+        ],
+    }
     with pytest.raises(WireError, match=r"outputs/out: a buffer placeholder that is not this place's own"):
         deliver([raw(header), np.zeros(4, np.float32), np.zeros(4, np.float32)])
 
@@ -168,21 +196,30 @@ def test_a_timing_reply_takes_only_outputs_the_request_sized():
     got = deliver(encode(ok, COOKIE), expected)
     assert got["checked"]["student"]["outputs"].shape == (2, 8) and list(got["checked"]["student"]["sets"]) == [0, 3]
     wrong_size = {"checked": {"student": checked([0], 9)}}
-    with pytest.raises(WireError, match=r"buffer 'checked/student/outputs' \(float32\[1, 9\]\) is not one this request asks for"):
+    with pytest.raises(
+        WireError, match=r"buffer 'checked/student/outputs' \(float32\[1, 9\]\) is not one this request asks for"
+    ):
         deliver(encode(wrong_size, COOKIE), expected)
     wrong_sets = {"checked": {"student": {"sets": np.zeros(1, np.float32), "outputs": np.zeros((1, 8), np.float32)}}}
-    with pytest.raises(WireError, match=r"buffer 'checked/student/sets' \(float32\[1\]\) is not one this request asks for"):
+    with pytest.raises(
+        WireError, match=r"buffer 'checked/student/sets' \(float32\[1\]\) is not one this request asks for"
+    ):
         deliver(encode(wrong_sets, COOKIE), expected)
 
 
 def test_a_pipeline_timing_reply_takes_each_size_s_own_outputs():
     request = {"kind": "pipeline", "sizes": [{"T": 2, "out_count": 4096}, {"T": 3, "out_count": 6144}]}
-    reply = {"overhead": {"median_ms": 0.003, "rse": None}, "l2_flush_bytes": 1 << 27, "persisting_l2_reset": True,
-             "sizes": [{"T": 2, "stats": {"total": {"median_ms": 0.1}}, "checked": checked([0], 4096, 0.5),
-                        "sets_drawn": 3},
-                       {"T": 3, "stats": {"total": {"median_ms": 0.2}}, "checked": checked([1], 6144, 0.25),
-                        "sets_drawn": 3}],
-             "state_before": {"sm_clock_mhz": 1980, "name": "NVIDIA H200"}, "state_after": {"sm_clock_mhz": None}}
+    reply = {
+        "overhead": {"median_ms": 0.003, "rse": None},
+        "l2_flush_bytes": 1 << 27,
+        "persisting_l2_reset": True,
+        "sizes": [
+            {"T": 2, "stats": {"total": {"median_ms": 0.1}}, "checked": checked([0], 4096, 0.5), "sets_drawn": 3},
+            {"T": 3, "stats": {"total": {"median_ms": 0.2}}, "checked": checked([1], 6144, 0.25), "sets_drawn": 3},
+        ],
+        "state_before": {"sm_clock_mhz": 1980, "name": "NVIDIA H200"},
+        "state_after": {"sm_clock_mhz": None},
+    }
     got = deliver(encode(reply, COOKIE), replies.timing_reply(request))
     size = got["sizes"][1]["checked"]
     assert (list(size["sets"]), size["outputs"].shape, float(size["outputs"][0, 0])) == ([1], (1, 6144), 0.25)
@@ -220,10 +257,16 @@ def fake_worker_reply(reply: dict, expected: Expected, timeout_s: float = 5.0):
 def test_a_worker_reply_with_a_buffer_of_another_shape_is_a_crash_that_names_it():
     from labrunner.run.worker import WorkerFailure
 
-    forged = {"ok": True, "outputs": {"out": np.zeros(3, np.float32)},
-              "inputs_after": {"q": np.ones((2, 2), np.float32)}}
-    with pytest.raises(WorkerFailure, match=r"crash: the worker's reply was refused: buffer 'outputs/out' is "
-                                            r"float32\[3\], expected float32\[4\]") as raised:
+    forged = {
+        "ok": True,
+        "outputs": {"out": np.zeros(3, np.float32)},
+        "inputs_after": {"q": np.ones((2, 2), np.float32)},
+    }
+    with pytest.raises(
+        WorkerFailure,
+        match=r"crash: the worker's reply was refused: buffer 'outputs/out' is "
+        r"float32\[3\], expected float32\[4\]",
+    ) as raised:
         fake_worker_reply(forged, CASE)
     assert raised.value.status == "crash"
 

@@ -55,11 +55,20 @@ _RENAMES = "it binds a symbol's name to another definition, which the loader res
 _SEEN = "it changes which symbols the loader sees"
 # Attribute name -> why it is refused (the words in the message's parentheses).
 BANNED_ATTRIBUTES = {
-    "section": _SECTION, "noinit": _SECTION, "persistent": _SECTION,
-    "constructor": _AT_LOAD, "destructor": _AT_LOAD, "init_priority": _AT_LOAD,
-    "ifunc": _RESOLVER, "target_clones": _RESOLVER,
-    "alias": _RENAMES, "weakref": _RENAMES, "symver": _RENAMES, "weak": _RENAMES,
-    "visibility": _SEEN, "externally_visible": _SEEN,
+    "section": _SECTION,
+    "noinit": _SECTION,
+    "persistent": _SECTION,
+    "constructor": _AT_LOAD,
+    "destructor": _AT_LOAD,
+    "init_priority": _AT_LOAD,
+    "ifunc": _RESOLVER,
+    "target_clones": _RESOLVER,
+    "alias": _RENAMES,
+    "weakref": _RENAMES,
+    "symver": _RENAMES,
+    "weak": _RENAMES,
+    "visibility": _SEEN,
+    "externally_visible": _SEEN,
     "used": "it keeps code or data that no kernel uses in the module, where the loader can reach it",
     "retain": "it keeps code or data that no kernel uses in the module, where the loader can reach it",
     "naked": "it makes a function of assembly alone, with no entry or exit the compiler writes",
@@ -82,8 +91,10 @@ _STATEMENT_WORDS = frozenset({"else", "do", "__extension__"})
 _CONDITIONS = frozenset({"if", "for", "while", "switch"})
 _SCOPE_WORDS = frozenset({"namespace", "struct", "class", "union", "enum"})
 
-MACRO_BUILT_ASM = ("inline assembly built by a macro: the CPU backend runs only asm statements written out in the "
-                   "file (see the CPU backend's README)")
+MACRO_BUILT_ASM = (
+    "inline assembly built by a macro: the CPU backend runs only asm statements written out in the "
+    "file (see the CPU backend's README)"
+)
 
 
 def refuse_linker_requests(source: str, filename: str) -> None:
@@ -118,17 +129,20 @@ class _Reader:
         self.preprocessed = preprocessed
         self.line = ReportedLines([])
         # Every name the file #defines: such a name where an attribute name stands is a macro's choice.
-        self.macros = {tokens[i + 1].text for i, t in enumerate(tokens[:-1])
-                       if t.kind == "directive" and t.text == "define" and tokens[i + 1].kind == "word"}
+        self.macros = {
+            tokens[i + 1].text
+            for i, t in enumerate(tokens[:-1])
+            if t.kind == "directive" and t.text == "define" and tokens[i + 1].kind == "word"
+        }
 
     def first_problem(self) -> tuple[int, str] | None:
         tokens = self.tokens
-        directive: str | None = None   # the directive the tokens are in, if any
+        directive: str | None = None  # the directive the tokens are in, if any
         directive_at = 0
-        parameters: set[str] = set()   # the current #define's parameters
-        braces: list[bool] = []        # per open brace: whether it is a function's body (or inside one)
-        code: list[int] = []           # indices of the significant tokens outside directives
-        opens: list[int] = []          # open parentheses among them (indices into tokens)
+        parameters: set[str] = set()  # the current #define's parameters
+        braces: list[bool] = []  # per open brace: whether it is a function's body (or inside one)
+        code: list[int] = []  # indices of the significant tokens outside directives
+        opens: list[int] = []  # open parentheses among them (indices into tokens)
         before_open: dict[int, int | None] = {}  # a `)` -> the token before its `(`, for `if (...) asm`
         i = 0
         while i < len(tokens):
@@ -140,20 +154,26 @@ class _Reader:
                     return self.line(token.line), why
             elif token.kind == "newline":
                 if directive in ("line", ""):
-                    self._marker(tokens[directive_at + 1:i], token)
+                    self._marker(tokens[directive_at + 1 : i], token)
                 directive = None
             elif token.kind == "word" and token.text in _RESERVED:
                 name = _RESERVED[token.text]
-                return self.line(token.line), f"{token.text} (the attribute {name}) is not allowed in a kernel file " \
-                                              f"({BANNED_ATTRIBUTES[name]})"
+                return self.line(
+                    token.line
+                ), f"{token.text} (the attribute {name}) is not allowed in a kernel file ({BANNED_ATTRIBUTES[name]})"
             elif token.kind == "word" and token.text in ATTRIBUTE_KEYWORDS:
                 if problem := self._gnu_attributes(i, parameters if directive == "define" else set()):
                     return problem
             elif token.kind == "punct" and token.text == "[" and self._is(i + 1, "punct", "["):
                 if problem := self._standard_attributes(i, parameters if directive == "define" else set()):
                     return problem
-            elif token.kind == "word" and token.text == "_Pragma" and self._is(i + 1, "punct", "(") \
-                    and i + 2 < len(tokens) and tokens[i + 2].kind in ("string", "raw"):
+            elif (
+                token.kind == "word"
+                and token.text == "_Pragma"
+                and self._is(i + 1, "punct", "(")
+                and i + 2 < len(tokens)
+                and tokens[i + 2].kind in ("string", "raw")
+            ):
                 if why := self._pragma(_unquoted(tokens[i + 2].text).split()):
                     return self.line(token.line), why
             elif token.kind == "word" and token.text in ASM_KEYWORDS and directive is None:
@@ -207,7 +227,7 @@ class _Reader:
     @staticmethod
     def _pragma(words: list[str]) -> str | None:
         for start, why in BANNED_PRAGMAS.items():
-            if tuple(words[:len(start)]) == start:
+            if tuple(words[: len(start)]) == start:
                 return f"#pragma {' '.join(start)} is not allowed in a kernel file ({why})"
         return None
 
@@ -218,7 +238,8 @@ class _Reader:
         if not self.preprocessed and (name_token.text in self.macros or name_token.text in parameters):
             return self.line(name_token.line), (
                 f"the attribute name `{name_token.text}` in {form.format('...')} comes from a macro; write attribute "
-                "names out in a kernel file (the grader reads them before any compiler runs)")
+                "names out in a kernel file (the grader reads them before any compiler runs)"
+            )
         return None
 
     def _items(self, start: int, closers: int) -> tuple[list[list[Token]], int]:
@@ -252,7 +273,8 @@ class _Reader:
                 return None  # g++ refuses it itself
             return self.line(keyword.line), (
                 f"{keyword.text} must be followed by its `((` and the attribute names, written out in a kernel "
-                "file (the grader reads them before any compiler runs)")
+                "file (the grader reads them before any compiler runs)"
+            )
         items, _ = self._items(i + 3, 2)
         for item in items:
             if item and item[0].kind == "word":
@@ -280,8 +302,9 @@ class _Reader:
                 return problem
         return None
 
-    def _asm(self, keyword: Token, code: list[int], before_open: dict[int, int | None],
-             braces: list[bool]) -> tuple[int, str] | None:
+    def _asm(
+        self, keyword: Token, code: list[int], before_open: dict[int, int | None], braces: list[bool]
+    ) -> tuple[int, str] | None:
         """An asm keyword outside directives in the file as written: a statement inside a function is
         allowed (the CPU build rewrites it); a label after a declaration, or a statement outside any
         function, is refused."""
@@ -295,13 +318,15 @@ class _Reader:
             statement = False
         if not statement:
             return self.line(keyword.line), (
-                f"an asm label (`{keyword.text}(\"name\")` after a declaration) is not allowed in a kernel file "
-                "(it gives a symbol a name of its choosing, which the loader resolves)")
+                f'an asm label (`{keyword.text}("name")` after a declaration) is not allowed in a kernel file '
+                "(it gives a symbol a name of its choosing, which the loader resolves)"
+            )
         if not any(braces):
             return self.line(keyword.line), (
                 f"{keyword.text}(...) outside a function is not allowed in a kernel file (its text goes to the "
-                "assembler as it is); inline PTX belongs inside a function, as asm volatile(\"...\" : outputs : "
-                "inputs)")
+                'assembler as it is); inline PTX belongs inside a function, as asm volatile("..." : outputs : '
+                "inputs)"
+            )
         return None
 
     def _function_body(self, code: list[int]) -> bool:
@@ -344,14 +369,15 @@ class _Reader:
         if seen and seen[0].kind in ("string", "raw"):
             return False  # extern "C" {
         return any(token.text in (")", "]") for token in seen) or any(
-            a.text == "-" and b.text == ">" and b.start == a.end for b, a in zip(seen, seen[1:]))
+            a.text == "-" and b.text == ">" and b.start == a.end for b, a in zip(seen, seen[1:])
+        )
 
 
 def _unquoted(literal: str) -> str:
     """A _Pragma's string as the pragma reads it: the quotes off, \\" and \\\\ undone (a raw string as it is)."""
     quote = literal.index('"')
-    if literal[quote - 1:quote] == "R":
-        delimiter = literal[quote + 1:literal.index("(", quote)]
-        return literal[quote + 2 + len(delimiter):-2 - len(delimiter)]
-    body = literal[quote + 1:-1] if literal.endswith('"') else literal[quote + 1:]
+    if literal[quote - 1 : quote] == "R":
+        delimiter = literal[quote + 1 : literal.index("(", quote)]
+        return literal[quote + 2 + len(delimiter) : -2 - len(delimiter)]
+    body = literal[quote + 1 : -1] if literal.endswith('"') else literal[quote + 1 :]
     return body.replace('\\"', '"').replace("\\\\", "\\")

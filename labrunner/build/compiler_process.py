@@ -64,8 +64,10 @@ def nvrtc_library() -> str:
 
         found = load_nvidia_dynamic_lib("nvrtc").abs_path
     except Exception as exc:  # the package or its library is missing or broken
-        raise environment_error(f"NVRTC is not available ({exc}): install attnlab with its dependencies "
-                                "(pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present") from None
+        raise environment_error(
+            f"NVRTC is not available ({exc}): install attnlab with its dependencies "
+            "(pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present"
+        ) from None
     return found or ctypes.util.find_library("nvrtc") or "libnvrtc.so"
 
 
@@ -81,15 +83,27 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
     library = nvrtc_library()
     boxed = boxes.boxed()
     with contextlib.ExitStack() as stack:
-        workdir = boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
+        workdir = (
+            boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
+        )
         command = [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)]
         if boxed:  # NVRTC's library and its builtins sit beside each other, wherever the wheel put them
-            command = boxes.wrap(boxes.COMPILE, command, child_environment(workdir),
-                                 readable=(os.path.dirname(os.path.realpath(library)), str(CHILD.parent)))
+            command = boxes.wrap(
+                boxes.COMPILE,
+                command,
+                child_environment(workdir),
+                readable=(os.path.dirname(os.path.realpath(library)), str(CHILD.parent)),
+            )
         try:
             process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd="/" if boxed else workdir, env=child_environment(workdir), start_new_session=True)
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/" if boxed else workdir,
+                env=child_environment(workdir),
+                start_new_session=True,
+            )
         except OSError as exc:
             raise environment_error(f"the compiler's process could not start ({exc.strerror})") from None
         try:
@@ -97,29 +111,44 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
         except subprocess.TimeoutExpired:
             _end_group(process)
             process.communicate()
-            raise AttnlabError(f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s "
-                               "(--compile-timeout)", ExitCode.COMPILE_ERROR) from None
+            raise AttnlabError(
+                f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s (--compile-timeout)",
+                ExitCode.COMPILE_ERROR,
+            ) from None
         finally:
             _end_group(process)
     status = boxes.command_status(process.returncode) if boxed else process.returncode
     reply = _parse(out)
     if reply is not None and reply.get("status") == "no-nvrtc":
-        raise environment_error(f"NVRTC is not available ({reply.get('detail')}): install attnlab with its "
-                                "dependencies (pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present")
+        raise environment_error(
+            f"NVRTC is not available ({reply.get('detail')}): install attnlab with its "
+            "dependencies (pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present"
+        )
     out_of_memory = (reply is None and status in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL)) or (
-        reply is not None and (reply["status"] == "out-of-memory" or reply.get("result") == "NVRTC_ERROR_OUT_OF_MEMORY"
-                               or _OUT_OF_MEMORY.search(reply.get("log", "")) is not None))
+        reply is not None
+        and (
+            reply["status"] == "out-of-memory"
+            or reply.get("result") == "NVRTC_ERROR_OUT_OF_MEMORY"
+            or _OUT_OF_MEMORY.search(reply.get("log", "")) is not None
+        )
+    )
     if out_of_memory:
         # Out of address space, NVRTC's allocator fails: NVRTC says so in its log or its result, the
         # child aborts, or Python raises MemoryError. Each reads here as the ceiling reached.
-        raise AttnlabError(f"{label}: error: the compiler needed more than {limits.memory_mib} MiB",
-                           ExitCode.COMPILE_ERROR)
+        raise AttnlabError(
+            f"{label}: error: the compiler needed more than {limits.memory_mib} MiB", ExitCode.COMPILE_ERROR
+        )
     if reply is None and status == -signal.SIGXCPU:
-        raise AttnlabError(f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s "
-                           "(--compile-timeout)", ExitCode.COMPILE_ERROR)
+        raise AttnlabError(
+            f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s (--compile-timeout)",
+            ExitCode.COMPILE_ERROR,
+        )
     if reply is None or reply["status"] != "done":
-        raise AttnlabError(f"{label}: error: the compiler stopped without an answer (exit status "
-                           f"{status}); the file could not be compiled", ExitCode.COMPILE_ERROR)
+        raise AttnlabError(
+            f"{label}: error: the compiler stopped without an answer (exit status "
+            f"{status}); the file could not be compiled",
+            ExitCode.COMPILE_ERROR,
+        )
     return reply
 
 

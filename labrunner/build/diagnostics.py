@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 
 # "1 error detected in the compilation of "attention.cu"." (also "2 errors", "and 1 catastrophic error").
-_COUNT = re.compile(r'^(?:\d+ errors?)? ?(?:and \d+ catastrophic errors? )?detected in the compilation of "(?P<name>.*)"\.$')
+_COUNT = re.compile(
+    r'^(?:\d+ errors?)? ?(?:and \d+ catastrophic errors? )?detected in the compilation of "(?P<name>.*)"\.$'
+)
 _GCC = re.compile(r"^(?P<line>\d+)(?::\d+)?: (?P<rest>(?:fatal )?(?:error|warning|note): .*)$")
 
 
@@ -24,7 +26,7 @@ def nvrtc_diagnostics(log: str, label: str) -> list[str]:
     kept = []
     prefix = label + "("
     for line in log.splitlines():
-        if line.startswith(prefix) and re.match(r"\d+\): ", line[len(prefix):]):
+        if line.startswith(prefix) and re.match(r"\d+\): ", line[len(prefix) :]):
             kept.append(line)
         elif (match := _COUNT.match(line.strip())) and match.group("name") == label:
             kept.append(line.strip())
@@ -40,7 +42,7 @@ def gcc_diagnostics(log: str, source_name: str, label: str) -> list[str]:
     kept = []
     prefix = source_name + ":"
     for line in log.splitlines():
-        if line.startswith(prefix) and (match := _GCC.match(line[len(prefix):])):
+        if line.startswith(prefix) and (match := _GCC.match(line[len(prefix) :])):
             kept.append(f"{label}({match.group('line')}): {match.group('rest')}")
     return kept
 
@@ -50,5 +52,7 @@ def compiler_error_message(kept: list[str], label: str, compiler: str = "NVRTC")
     about_the_file = [line for line in kept if line.startswith(label + "(")]
     if about_the_file:
         return "\n".join(kept)
-    return (f"{label}: error: {compiler} rejected the file, but every message was about one of the driver's "
-            "headers (not shown); check the macros defined before each #include")
+    return (
+        f"{label}: error: {compiler} rejected the file, but every message was about one of the driver's "
+        "headers (not shown); check the macros defined before each #include"
+    )

@@ -15,9 +15,14 @@ from labrunner.labs.definition import EntryPoint, Lab
 
 # How PTX spells a kernel parameter, in the words a message should use.
 PTX_PARAMETER_KINDS = {
-    "u64": "a pointer", "b64": "a pointer",
-    "s64": "a 64-bit integer", "u32": "a 32-bit integer", "s32": "a 32-bit integer", "b32": "a 32-bit integer",
-    "f32": "a float", "f64": "a double",
+    "u64": "a pointer",
+    "b64": "a pointer",
+    "s64": "a 64-bit integer",
+    "u32": "a 32-bit integer",
+    "s32": "a 32-bit integer",
+    "b32": "a 32-bit integer",
+    "f32": "a float",
+    "f64": "a double",
 }
 
 
@@ -28,25 +33,35 @@ def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
         if found is None:
             mangled = [name for name in module.entry_points if name.startswith("_Z") and wanted.name in name]
             if mangled:
-                raise AttnlabError(f'{label}: error: {wanted.name} is not declared extern "C"; {needs}',
-                                   ExitCode.COMPILE_ERROR)
+                raise AttnlabError(
+                    f'{label}: error: {wanted.name} is not declared extern "C"; {needs}', ExitCode.COMPILE_ERROR
+                )
             raise AttnlabError(f"{label}: error: missing entry point {wanted.name}; {needs}", ExitCode.COMPILE_ERROR)
         expected = [p.ptx_type for p in wanted.parameters]
         if len(found) != len(expected):
-            raise AttnlabError(f"{label}: error: {wanted.name} takes {len(found)} parameters, not "
-                               f"{len(expected)}; {needs}", ExitCode.COMPILE_ERROR)
+            raise AttnlabError(
+                f"{label}: error: {wanted.name} takes {len(found)} parameters, not {len(expected)}; {needs}",
+                ExitCode.COMPILE_ERROR,
+            )
         for index, (got, want) in enumerate(zip(found, expected)):
             if got != want:
                 param = wanted.parameters[index]
                 kind = PTX_PARAMETER_KINDS.get(got, f"a .{got} value")
-                raise AttnlabError(f"{label}: error: parameter {index + 1} of {wanted.name} is {kind}, but "
-                                   f"`{param.c_type} {param.name}` is expected; {needs}", ExitCode.COMPILE_ERROR)
+                raise AttnlabError(
+                    f"{label}: error: parameter {index + 1} of {wanted.name} is {kind}, but "
+                    f"`{param.c_type} {param.name}` is expected; {needs}",
+                    ExitCode.COMPILE_ERROR,
+                )
 
 
 SIGNATURE_CHECK_FILE = "attnlab-signature-check"
 # What each parameter kind of a lab's signature accepts (see include/attnlab/signature_check.cuh).
-PARAMETER_RULES = {"const float*": "input_pointer", "float*": "output_pointer", "int": "integer",
-                   "const int*": "int_input_pointer"}
+PARAMETER_RULES = {
+    "const float*": "input_pointer",
+    "float*": "output_pointer",
+    "int": "integer",
+    "const int*": "int_input_pointer",
+}
 # '... "attnlab_signature::expect<false, T> [with T=const double *]" at line 2 of attnlab-signature-check'
 _MISMATCH = re.compile(r'\[with T=(?P<type>[^\]]+)\]"? at line (?P<line>\d+) of "?' + SIGNATURE_CHECK_FILE)
 
@@ -60,16 +75,18 @@ def signature_probe(lab: Lab) -> tuple[str, list[tuple[EntryPoint, int]]]:
             if rule is None:
                 continue  # a kind of parameter no rule is written for: its width is all PTX checks
             type_of = f"attnlab_signature::parameter<{index}, decltype({kernel.name})>::type"
-            lines.append(f"constexpr int attnlab_check_{len(lines)} = "
-                         f"attnlab_signature::expect<attnlab_signature::{rule}<{type_of}>::value, {type_of}>::value;")
+            lines.append(
+                f"constexpr int attnlab_check_{len(lines)} = "
+                f"attnlab_signature::expect<attnlab_signature::{rule}<{type_of}>::value, {type_of}>::value;"
+            )
             checked.append((kernel, index))
-    source = ("\n#include <attnlab/signature_check.cuh>\n"
-              f'#line 1 "{SIGNATURE_CHECK_FILE}"\n' + "\n".join(lines) + "\n")
+    source = f'\n#include <attnlab/signature_check.cuh>\n#line 1 "{SIGNATURE_CHECK_FILE}"\n' + "\n".join(lines) + "\n"
     return source, checked
 
 
-def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: str,
-                          limits: CompileLimits = CompileLimits()) -> None:
+def check_parameter_types(
+    lab: Lab, module: CompiledModule, label: str, arch: str, limits: CompileLimits = CompileLimits()
+) -> None:
     """Each parameter's C++ type against what the lab passes (PTX shows only widths): `double*`
     where float data comes is a compile error naming the type, not garbage read at run time."""
     probe, checked = signature_probe(lab)
@@ -82,6 +99,8 @@ def check_parameter_types(lab: Lab, module: CompiledModule, label: str, arch: st
     wanted, index = checked[int(match.group("line")) - 1]
     parameter = wanted.parameters[index]
     written = re.sub(r"\s+\*", "*", match.group("type").strip())
-    raise AttnlabError(f"{label}: error: parameter {index + 1} of {wanted.name} is `{written}`, but "
-                       f"`{parameter.c_type} {parameter.name}` is expected; {lab.name} needs: {wanted.signature}",
-                       ExitCode.COMPILE_ERROR)
+    raise AttnlabError(
+        f"{label}: error: parameter {index + 1} of {wanted.name} is `{written}`, but "
+        f"`{parameter.c_type} {parameter.name}` is expected; {lab.name} needs: {wanted.signature}",
+        ExitCode.COMPILE_ERROR,
+    )

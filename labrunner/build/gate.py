@@ -35,19 +35,22 @@ from labrunner.labs.definition import Lab
 @dataclass
 class Submission:
     path: Path
-    label: str            # the name messages use: the path as the user typed it
+    label: str  # the name messages use: the path as the user typed it
     source: str
     module: CompiledModule
     constants: dict[str, int]  # every launch constant of the lab: defaults overridden by the file's
 
 
-def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = DEFAULT_ARCH,
-                    limits: CompileLimits = CompileLimits()) -> Submission:
+def load_submission(
+    lab: Lab, path: Path, label: str | None = None, arch: str = DEFAULT_ARCH, limits: CompileLimits = CompileLimits()
+) -> Submission:
     label = label or str(path)
     source = read_source(path, label)
     if not source.strip():  # said as what it is, not as the entry points an empty file lacks
-        raise AttnlabError(f"{label}: error: file is empty; `attnlab starter {lab.name}` prints the file to start from",
-                           ExitCode.COMPILE_ERROR)
+        raise AttnlabError(
+            f"{label}: error: file is empty; `attnlab starter {lab.name}` prints the file to start from",
+            ExitCode.COMPILE_ERROR,
+        )
     module = compile_gate(source, label, arch, limits)
     check_entry_points(lab, module, label)
     check_parameter_types(lab, module, label, arch, limits)
@@ -55,8 +58,9 @@ def load_submission(lab: Lab, path: Path, label: str | None = None, arch: str = 
     return Submission(path, label, source, module, constants)
 
 
-def compile_gate(source: str, label: str, arch: str = DEFAULT_ARCH,
-                 limits: CompileLimits = CompileLimits()) -> CompiledModule:
+def compile_gate(
+    source: str, label: str, arch: str = DEFAULT_ARCH, limits: CompileLimits = CompileLimits()
+) -> CompiledModule:
     """Steps 2 and 3 for source text already read: the include policy, then NVRTC."""
     refuse_foreign_includes(source, label)
     refuse_linker_requests(source, label)  # attributes, pragmas and asm forms that reach the linker or loader

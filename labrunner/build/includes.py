@@ -48,19 +48,20 @@ from labrunner.exit_codes import AttnlabError, ExitCode
 # Header names a submission may include, in <> or "" form. The standard ones work the same on
 # both backends: NVRTC ships none of them, so labrunner/include/nvrtc_std holds small versions
 # (NVRTC only); g++ uses its own. cuda_runtime.h and math_constants.h are the driver's for both.
-STANDARD_HEADERS = ("cuda_runtime.h", "float.h", "cfloat", "math.h", "cmath", "stdint.h", "cstdint",
-                    "math_constants.h")
+STANDARD_HEADERS = ("cuda_runtime.h", "float.h", "cfloat", "math.h", "cmath", "stdint.h", "cstdint", "math_constants.h")
 _DRIVER_HEADER = re.compile(r"attnlab/[A-Za-z0-9_]+\.cuh")
 # Headers real kernels reach for that cannot work the same on both backends, and what to use.
 INSTEAD = {
     "cooperative_groups.h": "cooperative groups do not run on the CPU backend; use __syncthreads() "
-                            "and __shfl_xor_sync (or __shfl_down_sync) instead",
+    "and __shfl_xor_sync (or __shfl_down_sync) instead",
     "cuda_fp16.h": "half precision is not part of these labs; the data is float",
     "cuda_bf16.h": "bfloat16 is not part of these labs; the data is float",
 }
 _FILE_DIRECTIVES = ("include", "include_next", "import", "embed")
 _FILE_PROBES = ("__has_include", "__has_include_next", "__has_embed")
-ALLOWED_LIST = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"
+ALLOWED_LIST = (
+    "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"
+)
 
 _HSPACE = " \t\f\v\ufeff"  # a byte-order mark mid-file is taken as a space: it can only add directives
 _RAW_PREFIXES = ("R", "u8R", "uR", "UR", "LR")
@@ -85,13 +86,13 @@ class Token:
     """One token of the file as the compiler reads it, for passes that must see code the same way
     (the CPU build's inline-assembly rewrite): comments are never tokens, a literal is one token."""
 
-    kind: str   # word, number, string, char, raw (a raw string with its prefix), punct (one
-                # character), directive (from the `#` through its name; text is the name, "" for
-                # `# 1 "f"`), newline (a line end outside comments and literals: it ends a directive)
-    text: str   # as the compiler reads it: line splices undone
+    kind: str  # word, number, string, char, raw (a raw string with its prefix), punct (one
+    # character), directive (from the `#` through its name; text is the name, "" for
+    # `# 1 "f"`), newline (a line end outside comments and literals: it ends a directive)
+    text: str  # as the compiler reads it: line splices undone
     start: int  # offset of its first character in the file (CRLF counted as one character)
-    end: int    # offset just past its last character
-    line: int   # the physical line it begins on
+    end: int  # offset just past its last character
+    line: int  # the physical line it begins on
 
 
 def refuse_foreign_includes(user_source: str, filename: str) -> None:
@@ -104,18 +105,31 @@ def refuse_foreign_includes(user_source: str, filename: str) -> None:
         if directive.name != "include":
             raise _refused(filename, directive.line, what, f"a submission may include only {ALLOWED_LIST}")
         header = directive.argument
-        name = header[1:-1] if len(header) >= 2 and header[0] + header[-1] in ('<>', '""') else None
+        name = header[1:-1] if len(header) >= 2 and header[0] + header[-1] in ("<>", '""') else None
         if name is None:
-            raise _refused(filename, directive.line, what, "an #include must name its header literally, as "
-                                                           f"<cmath>; a submission may include only {ALLOWED_LIST}")
+            raise _refused(
+                filename,
+                directive.line,
+                what,
+                f"an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED_LIST}",
+            )
         if ".." in name:
-            raise _refused(filename, directive.line, what, "a header name may not contain `..`; include the "
-                                                           "driver's headers by their own names, as <attnlab/prelude.cuh>")
+            raise _refused(
+                filename,
+                directive.line,
+                what,
+                "a header name may not contain `..`; include the "
+                "driver's headers by their own names, as <attnlab/prelude.cuh>",
+            )
         if name in INSTEAD:
             raise _refused(filename, directive.line, what, INSTEAD[name])
         if name not in STANDARD_HEADERS and not _DRIVER_HEADER.fullmatch(name):
-            raise _refused(filename, directive.line, what, f"a submission may include only {ALLOWED_LIST}; "
-                                                           "paste what you need into the file itself")
+            raise _refused(
+                filename,
+                directive.line,
+                what,
+                f"a submission may include only {ALLOWED_LIST}; paste what you need into the file itself",
+            )
 
 
 def _refused(filename: str, line: int, what: str, why: str) -> AttnlabError:
@@ -139,9 +153,16 @@ def code_tokens(source: str, filename: str) -> list[Token]:
     lexer = _Lexer(source, filename)
     lexer.found = []
     lexer.run()
-    return [Token(kind, lexer.text[start:end] if text is None else text, lexer.offset(start),
-                  lexer.offset(end - 1) + 1, lexer.line_at(start))
-            for kind, start, end, text in lexer.found]
+    return [
+        Token(
+            kind,
+            lexer.text[start:end] if text is None else text,
+            lexer.offset(start),
+            lexer.offset(end - 1) + 1,
+            lexer.line_at(start),
+        )
+        for kind, start, end, text in lexer.found
+    ]
 
 
 class _Lexer:
@@ -163,17 +184,24 @@ class _Lexer:
             self.found.append((kind, start, end, text))
 
     def _check_characters(self, source: str) -> None:
-        for index, what in ((source.find("\0"), "a NUL character: NVRTC stops reading the file there and "
-                                                 "g++ does not; delete it"),
-                            (_lone_carriage_return(source), "a carriage return without a line feed starts a new "
-                                                            "line for g++ but not for NVRTC; save the file with "
-                                                            "LF or CRLF line endings")):
+        for index, what in (
+            (source.find("\0"), "a NUL character: NVRTC stops reading the file there and g++ does not; delete it"),
+            (
+                _lone_carriage_return(source),
+                "a carriage return without a line feed starts a new "
+                "line for g++ but not for NVRTC; save the file with "
+                "LF or CRLF line endings",
+            ),
+        ):
             if index >= 0:
                 raise _unreadable(self.filename, source.count("\n", 0, index) + 1, what)
         if match := _SPACE_BEFORE_NEWLINE.search(source):
-            raise _unreadable(self.filename, source.count("\n", 0, match.start()) + 1,
-                              "a backslash followed by spaces at the end of a line joins the lines for g++ but "
-                              "not for NVRTC; delete the spaces after the backslash (or the backslash)")
+            raise _unreadable(
+                self.filename,
+                source.count("\n", 0, match.start()) + 1,
+                "a backslash followed by spaces at the end of a line joins the lines for g++ but "
+                "not for NVRTC; delete the spaces after the backslash (or the backslash)",
+            )
 
     def offset(self, i: int) -> int:
         """Where the spliced text's character i stands in the file: two characters later per splice before it."""
@@ -211,8 +239,9 @@ class _Lexer:
                 line_start = line_start or "\n" in text[i:end]
                 i = end
                 continue
-            if line_start and (c == "#" and not text.startswith("##", i)
-                               or text.startswith("%:", i) and not text.startswith("%:%:", i)):
+            if line_start and (
+                c == "#" and not text.startswith("##", i) or text.startswith("%:", i) and not text.startswith("%:%:", i)
+            ):
                 start = i
                 i, directive = self._directive(i + (1 if c == "#" else 2), start)
                 if directive is not None:
@@ -235,8 +264,11 @@ class _Lexer:
                 start = i
                 i, word = self._identifier(i)
                 if word in _FILE_PROBES:
-                    raise self.fail(i - 1, f"`{word}` is refused: a submission may not probe for files; it may "
-                                           f"include only {ALLOWED_LIST}")
+                    raise self.fail(
+                        i - 1,
+                        f"`{word}` is refused: a submission may not probe for files; it may "
+                        f"include only {ALLOWED_LIST}",
+                    )
                 if previous_word == "GCC" and word == "dependency":
                     raise self.fail(i - 1, "`GCC dependency` is refused: it makes the compiler open a file")
                 previous_word = word
@@ -247,8 +279,11 @@ class _Lexer:
                         previous_word = ""
                         continue
                     elif not word.isascii() or "$" in word or "\\" in word:
-                        raise self.fail(i, f"`{word}` right before a quote: NVRTC and g++ split it differently "
-                                           "(a `$`, a non-ASCII letter or a \\u name in it); put a space before the quote")
+                        raise self.fail(
+                            i,
+                            f"`{word}` right before a quote: NVRTC and g++ split it differently "
+                            "(a `$`, a non-ASCII letter or a \\u name in it); put a space before the quote",
+                        )
                 self._emit("word", start, i)
                 continue
             previous_word = ""
@@ -292,10 +327,10 @@ class _Lexer:
         i = self._skip_space_and_comments(i)
         end = self._line_end(i)
         # A header name is its own token: within <...> or "..." nothing is a comment or an escape.
-        if i < end and text[i] in "<\"":
+        if i < end and text[i] in '<"':
             close = text.find(">" if text[i] == "<" else '"', i + 1, end)
             if close >= 0:
-                return close + 1, Directive(line, name, text[i:close + 1])
+                return close + 1, Directive(line, name, text[i : close + 1])
         return end, Directive(line, name, _one_line(text[i:end]))
 
     def _number_end(self, i: int) -> int:
@@ -311,12 +346,18 @@ class _Lexer:
             elif c == "'" and i + 1 < n and text[i + 1].isascii() and (text[i + 1].isalnum() or text[i + 1] == "_"):
                 i += 2  # a digit separator: both compilers keep it in the number
             elif c == "'":
-                raise self.fail(i, "a ' right after a number that is not a digit separator between two digits: "
-                                   "NVRTC reads it as part of the number, g++ as a character literal; "
-                                   "write separators as in 1'000'000")
-            elif c in "$\\\"" or not c.isascii():
-                raise self.fail(i, f"a number runs into `{c}`: NVRTC and g++ end the number in different "
-                                   "places; put a space after the number")
+                raise self.fail(
+                    i,
+                    "a ' right after a number that is not a digit separator between two digits: "
+                    "NVRTC reads it as part of the number, g++ as a character literal; "
+                    "write separators as in 1'000'000",
+                )
+            elif c in '$\\"' or not c.isascii():
+                raise self.fail(
+                    i,
+                    f"a number runs into `{c}`: NVRTC and g++ end the number in different "
+                    "places; put a space after the number",
+                )
             else:
                 break
         return i
@@ -328,8 +369,10 @@ class _Lexer:
         if i < len(text) and (_identifier_start(text[i]) or text[i] == "\\"):
             i, word = self._identifier(i)
             if i < len(text) and text[i] in "\"'" and (not word.isascii() or "$" in word or "\\" in word):
-                raise self.fail(i, f"`{word}` right before a quote: NVRTC and g++ split it differently; put a "
-                                   "space before the quote")
+                raise self.fail(
+                    i,
+                    f"`{word}` right before a quote: NVRTC and g++ split it differently; put a space before the quote",
+                )
         return i
 
     def _quoted_end(self, i: int) -> int:
@@ -352,17 +395,23 @@ class _Lexer:
         text = self.text
         # the `(` is looked for only within 17 characters: a delimiter has at most 16
         open_paren = text.find("(", quote + 1, quote + 18)
-        delimiter = text[quote + 1:open_paren] if open_paren >= 0 else None
+        delimiter = text[quote + 1 : open_paren] if open_paren >= 0 else None
         if delimiter is None or not _D_CHARS.fullmatch(delimiter):
-            raise self.fail(quote, "a raw string's delimiter must be at most 16 basic characters (no spaces, "
-                                   "quotes, backslashes or parentheses) followed by `(`")
+            raise self.fail(
+                quote,
+                "a raw string's delimiter must be at most 16 basic characters (no spaces, "
+                "quotes, backslashes or parentheses) followed by `(`",
+            )
         close = text.find(")" + delimiter + '"', open_paren + 1)
         if close < 0:
             raise self.fail(quote, f'a raw string R"{delimiter}( that never ends (add ){delimiter}")')
         end = close + len(delimiter) + 2
         if self.offset(end - 1) - self.offset(quote) != end - 1 - quote:
-            raise self.fail(quote, "a backslash at the end of a line inside a raw string: compilers disagree on "
-                                   "where such a string ends; remove the backslash or use an ordinary string")
+            raise self.fail(
+                quote,
+                "a backslash at the end of a line inside a raw string: compilers disagree on "
+                "where such a string ends; remove the backslash or use an ordinary string",
+            )
         return end
 
     def _identifier(self, i: int) -> tuple[int, str]:
@@ -375,14 +424,17 @@ class _Lexer:
                 i = run.end()
             elif text[i] == "\\" and i + 1 < n and text[i + 1] in "uU":
                 digits = 4 if text[i + 1] == "u" else 8
-                code = text[i + 2:i + 2 + digits]
+                code = text[i + 2 : i + 2 + digits]
                 if len(code) != digits or not all(d in "0123456789abcdefABCDEF" for d in code):
                     raise self.fail(i, "a \\u or \\U outside a literal must be followed by 4 or 8 hex digits")
                 if int(code, 16) < 0xA0:
-                    raise self.fail(i, f"\\{text[i + 1]}{code} names a basic or control character outside a "
-                                       f"literal, which C++ does not allow (g++ reads `#\\u0069nclude` as "
-                                       "#include); write the character itself")
-                word.append(text[i:i + 2 + digits])
+                    raise self.fail(
+                        i,
+                        f"\\{text[i + 1]}{code} names a basic or control character outside a "
+                        f"literal, which C++ does not allow (g++ reads `#\\u0069nclude` as "
+                        "#include); write the character itself",
+                    )
+                word.append(text[i : i + 2 + digits])
                 i += 2 + digits
             elif text[i] == "\\" and not word:
                 return i + 1, ""  # a stray backslash: a compile error, and nothing else

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 
 LAUNCH_CONSTANT_PREFIX = "attnlab_"
 # A constant exported as 0 is emitted with no initializer (the memory starts zeroed).
-_CONSTANT = re.compile(r"\.const\s+\.align\s+\d+\s+\.[bsu]32\s+(" + LAUNCH_CONSTANT_PREFIX + r"\w+)\s*(?:=\s*(-?\d+)\s*)?;")
+_CONSTANT = re.compile(
+    r"\.const\s+\.align\s+\d+\s+\.[bsu]32\s+(" + LAUNCH_CONSTANT_PREFIX + r"\w+)\s*(?:=\s*(-?\d+)\s*)?;"
+)
 
 
 def parse_launch_constants(ptx: str) -> dict[str, int]:
@@ -42,8 +44,9 @@ def check_launch_constants(lab: Lab, module: CompiledModule, label: str) -> dict
     unknown = sorted(set(module.launch_constants) - set(lab.launch_defaults))
     if unknown:
         known = ", ".join(lab.launch_defaults)
-        raise AttnlabError(f"{label}: error: unknown launch constant {unknown[0]} ({lab.name} reads "
-                           f"{known})", ExitCode.COMPILE_ERROR)
+        raise AttnlabError(
+            f"{label}: error: unknown launch constant {unknown[0]} ({lab.name} reads {known})", ExitCode.COMPILE_ERROR
+        )
     constants = lab.constants(module.launch_constants)
     problems = constant_problems(lab, constants)
     if problems:
@@ -62,8 +65,9 @@ def constant_problems(lab: Lab, constants: dict[str, int]) -> list[str]:
     (a block of 2048 threads is above its bound; "2048 threads: a block holds at most 1024" adds nothing)."""
     over = lab.over_bounds(constants)
     named = [name for name in constants if constants[name] > lab.bounds[name]]
-    return over + [problem for problem in lab.validate(constants)
-                   if not any(re.search(rf"\b{name}\b", problem) for name in named)]
+    return over + [
+        problem for problem in lab.validate(constants) if not any(re.search(rf"\b{name}\b", problem) for name in named)
+    ]
 
 
 def planned_shapes(lab: Lab, constants: dict[str, int]) -> list[tuple[int, int]]:

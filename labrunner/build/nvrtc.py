@@ -47,11 +47,11 @@ class CompiledModule:
     filename: str
     composed_source: str
     ptx: str
-    entry_points: dict[str, list[str]]               # name -> PTX parameter types (u64 pointer, u32 int)
-    launch_constants: dict[str, int]                 # attnlab_* -> value, as the module holds it
+    entry_points: dict[str, list[str]]  # name -> PTX parameter types (u64 pointer, u32 int)
+    launch_constants: dict[str, int]  # attnlab_* -> value, as the module holds it
     resources: dict[str, KernelResources] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    arch: str = DEFAULT_ARCH                         # the architecture it was built for
+    arch: str = DEFAULT_ARCH  # the architecture it was built for
     # The machine code the gate's boxed compile built (`arch` real): what the GPU worker loads, so that no
     # second compile of the student's text happens in it. Bytes from a compiler that read the student's
     # file: only ever handed to a box, never loaded by the driver.
@@ -87,13 +87,15 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH,
-                   limits: CompileLimits = CompileLimits()) -> CompiledModule:
+def compile_module(
+    user_source: str, filename: str, arch: str = DEFAULT_ARCH, limits: CompileLimits = CompileLimits()
+) -> CompiledModule:
     """Compiles like grading does and returns what the module holds, or raises with the compiler's words."""
     composed = compose_source(user_source, filename)
     # -lineinfo as the GPU worker's build had it, so that compute-sanitizer names the student's lines
-    compiled, log, ptx, cubin = run_nvrtc(composed, filename, arch, ["--ptxas-options=-v", "-lineinfo"], limits,
-                                          with_binary=True)
+    compiled, log, ptx, cubin = run_nvrtc(
+        composed, filename, arch, ["--ptxas-options=-v", "-lineinfo"], limits, with_binary=True
+    )
     messages = nvrtc_diagnostics(log, filename)
     if not compiled:
         raise AttnlabError(compiler_error_message(messages, filename), ExitCode.COMPILE_ERROR)
@@ -110,8 +112,14 @@ def compile_module(user_source: str, filename: str, arch: str = DEFAULT_ARCH,
     )
 
 
-def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[str],
-              limits: CompileLimits = CompileLimits(), with_binary: bool = False):
+def run_nvrtc(
+    source: str,
+    filename: str,
+    arch: str,
+    extra_options: list[str],
+    limits: CompileLimits = CompileLimits(),
+    with_binary: bool = False,
+):
     """One NVRTC compile, in a limited child process, with the driver's include folders and nothing
     else: (compiled, log, PTX), and the machine code after them when `with_binary`. The log is NVRTC's
     own; show it only through `diagnostics`."""
@@ -139,6 +147,8 @@ def run_nvrtc(source: str, filename: str, arch: str, extra_options: list[str],
 
 _ENTRY = re.compile(r"\.visible\s+\.entry\s+(\w+)\s*\(([^)]*)\)", re.DOTALL)
 _PARAM = re.compile(r"\.param\s+\.(\w+)")
+
+
 def parse_entry_points(ptx: str) -> dict[str, list[str]]:
     return {name: _PARAM.findall(params) for name, params in _ENTRY.findall(ptx)}
 

@@ -52,8 +52,9 @@ def _text(nvrtc, program, size_fn, read_fn) -> str:
 
 def compile_once(nvrtc, request: dict) -> dict:
     program = ctypes.c_void_p()
-    result = nvrtc.nvrtcCreateProgram(ctypes.byref(program), request["source"].encode(), request["name"].encode(),
-                                      0, None, None)
+    result = nvrtc.nvrtcCreateProgram(
+        ctypes.byref(program), request["source"].encode(), request["name"].encode(), 0, None, None
+    )
     if result != 0:
         return {"status": "done", "result": nvrtc.nvrtcGetErrorString(result).decode(), "log": "", "ptx": ""}
     options = [option.encode() for option in request["options"]]
@@ -64,8 +65,13 @@ def compile_once(nvrtc, request: dict) -> dict:
         cubin = _binary(nvrtc, program) if compiled == 0 else b""
     finally:
         nvrtc.nvrtcDestroyProgram(ctypes.byref(program))
-    return {"status": "done", "result": nvrtc.nvrtcGetErrorString(compiled).decode(), "log": log, "ptx": ptx,
-            "cubin": cubin.hex()}
+    return {
+        "status": "done",
+        "result": nvrtc.nvrtcGetErrorString(compiled).decode(),
+        "log": log,
+        "ptx": ptx,
+        "cubin": cubin.hex(),
+    }
 
 
 def _binary(nvrtc, program) -> bytes:

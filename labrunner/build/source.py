@@ -76,8 +76,9 @@ def read_source_bytes(path: Path, label: str) -> bytes:
     finally:
         os.close(fd)
     if len(data) > MAX_SOURCE_BYTES:  # it grew after fstat: refused on the byte past the limit
-        raise usage_error(f"{label}: more than {MAX_SOURCE_BYTES} bytes is more than a kernel file needs "
-                          f"(limit {MAX_SOURCE_BYTES})")
+        raise usage_error(
+            f"{label}: more than {MAX_SOURCE_BYTES} bytes is more than a kernel file needs (limit {MAX_SOURCE_BYTES})"
+        )
     return data
 
 
@@ -105,8 +106,10 @@ def _open_submission(path: Path, label: str) -> int:
                 inner = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=folder)
             except OSError as exc:
                 if _is_link(part, folder):
-                    raise usage_error(f"{label}: a folder on its path is a symbolic link; name the file by its "
-                                      "real path, not through a link") from None
+                    raise usage_error(
+                        f"{label}: a folder on its path is a symbolic link; name the file by its "
+                        "real path, not through a link"
+                    ) from None
                 raise _not_found_or_unreadable(exc, label) from None
             os.close(folder)
             folder = inner

@@ -54,11 +54,24 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 # Which failure most needs a look when a batch ends: a grader that could not run at all, then a
 # command that was wrong, then the submissions' own faults from the worst down. The batch exits
 # with the first of these that any submission has.
-WORST_FIRST = (ExitCode.ENVIRONMENT, ExitCode.USAGE, ExitCode.COMPILE_ERROR, ExitCode.MISBEHAVED,
-               ExitCode.WRONG_ANSWER, ExitCode.SPEED_GATE, ExitCode.PASS)
-MEANING = {ExitCode.PASS: "pass", ExitCode.WRONG_ANSWER: "wrong answer", ExitCode.USAGE: "usage error",
-           ExitCode.COMPILE_ERROR: "compile error", ExitCode.MISBEHAVED: "misbehaving kernel",
-           ExitCode.SPEED_GATE: "speed gate missed", ExitCode.ENVIRONMENT: "environment missing"}
+WORST_FIRST = (
+    ExitCode.ENVIRONMENT,
+    ExitCode.USAGE,
+    ExitCode.COMPILE_ERROR,
+    ExitCode.MISBEHAVED,
+    ExitCode.WRONG_ANSWER,
+    ExitCode.SPEED_GATE,
+    ExitCode.PASS,
+)
+MEANING = {
+    ExitCode.PASS: "pass",
+    ExitCode.WRONG_ANSWER: "wrong answer",
+    ExitCode.USAGE: "usage error",
+    ExitCode.COMPILE_ERROR: "compile error",
+    ExitCode.MISBEHAVED: "misbehaving kernel",
+    ExitCode.SPEED_GATE: "speed gate missed",
+    ExitCode.ENVIRONMENT: "environment missing",
+}
 RESERVED_NAMES = ("junit", "gradebook")  # the batch's own files in --out-dir
 
 
@@ -68,7 +81,7 @@ class BatchOptions:
     executor: str = "local"
     out_dir: Path | None = None
     csv_path: Path | None = None
-    junit_path: Path | None = None      # the aggregated JUnit, where --junit is given to a batch
+    junit_path: Path | None = None  # the aggregated JUnit, where --junit is given to a batch
     annotations: str | None = None
     partition: str | None = None
     gpus_per_job: int = 1
@@ -81,8 +94,8 @@ class SubmissionTask:
     """One submission's grading, as a process runs it: picklable, so a Slurm job can carry it."""
 
     lab: str
-    file: str                      # as the user named it or the folder listed it (the reports show it escaped)
-    options: tuple[str, ...]       # the grade command's options, as given
+    file: str  # as the user named it or the folder listed it (the reports show it escaped)
+    options: tuple[str, ...]  # the grade command's options, as given
     json_path: str
     junit_path: str
     log_path: str | None
@@ -92,8 +105,20 @@ class SubmissionTask:
 
     def argv(self) -> list[str]:
         # `--` before the file: a submission named `-x.cu` is a file, never an option
-        return [self.python, "-m", "labrunner", "grade", "--json", self.json_path, "--junit", self.junit_path,
-                *self.options, "--", self.lab, self.file]
+        return [
+            self.python,
+            "-m",
+            "labrunner",
+            "grade",
+            "--json",
+            self.json_path,
+            "--junit",
+            self.junit_path,
+            *self.options,
+            "--",
+            self.lab,
+            self.file,
+        ]
 
 
 @dataclass
@@ -133,8 +158,16 @@ def grade_in_process(task: SubmissionTask) -> Outcome:
     started = time.perf_counter()
     environment = {**os.environ, **seed_environment(), **dict(task.environment)}
     # stdout and stderr as one stream, in the order they were written: the log reads as a terminal would
-    completed = subprocess.run(task.argv(), cwd=task.cwd, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    completed = subprocess.run(
+        task.argv(),
+        cwd=task.cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        stdin=subprocess.DEVNULL,
+    )
     seconds = time.perf_counter() - started
     if task.log_path:
         Path(task.log_path).write_text(completed.stdout)
@@ -161,11 +194,34 @@ def ended_how(returncode: int) -> str:
 
 def dead_result(task: SubmissionTask, reason: str) -> dict:
     """What a submission's result says when the job grading it died: the grader's fault, not the student's."""
-    return {"schema": SCHEMA, "command": "grade", "lab": task.lab, "file": shown_path(task.file), "backend": None, "device": None,
-            "seed": None, "verdict": "environment-missing", "summary": "environment-missing",
-            "exit_code": int(ExitCode.ENVIRONMENT), "error": reason, "skipped": 0, "hints": [], "decisive_case": None, "oracle_proof": None, "compile": None, "cases": [], "timing": None, "gate": None,
-            "notes": [], "kernel_output": [], "attnlab_version": None, "sha256": None, "options": {}, "gpu": None,
-            "seconds": None}
+    return {
+        "schema": SCHEMA,
+        "command": "grade",
+        "lab": task.lab,
+        "file": shown_path(task.file),
+        "backend": None,
+        "device": None,
+        "seed": None,
+        "verdict": "environment-missing",
+        "summary": "environment-missing",
+        "exit_code": int(ExitCode.ENVIRONMENT),
+        "error": reason,
+        "skipped": 0,
+        "hints": [],
+        "decisive_case": None,
+        "oracle_proof": None,
+        "compile": None,
+        "cases": [],
+        "timing": None,
+        "gate": None,
+        "notes": [],
+        "kernel_output": [],
+        "attnlab_version": None,
+        "sha256": None,
+        "options": {},
+        "gpu": None,
+        "seconds": None,
+    }
 
 
 def write_json_file(data: dict, path: Path) -> None:
@@ -177,6 +233,7 @@ def write_json_file(data: dict, path: Path) -> None:
 
 # --- which files ----------------------------------------------------------------------------
 
+
 def expand_submissions(paths: tuple[Path, ...]) -> list[Path]:
     """Files as given, and each folder's .cu entries (sorted by name), in the order named."""
     files: list[Path] = []
@@ -184,7 +241,9 @@ def expand_submissions(paths: tuple[Path, ...]) -> list[Path]:
         if path.is_dir():  # the folder as named; reading each entry walks its path as build/source.py says
             found = folder_entries(path)
             if not found:
-                raise usage_error(f"{shown_path(path)}: a folder with no .cu files; name the submissions or their folder")
+                raise usage_error(
+                    f"{shown_path(path)}: a folder with no .cu files; name the submissions or their folder"
+                )
             files += found
         else:  # a file, or anything else: reading it says what it is
             files.append(path)
@@ -200,8 +259,11 @@ def folder_entries(folder: Path) -> list[Path]:
     that is not UTF-8 with surrogate escapes (`os.fsdecode`), and are only ever shown escaped."""
     try:
         with os.scandir(folder) as entries:
-            found = [folder / entry.name for entry in entries
-                     if Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False)]
+            found = [
+                folder / entry.name
+                for entry in entries
+                if Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False)
+            ]
     except OSError as exc:
         raise usage_error(f"{shown_path(folder)}: cannot list it ({exc.strerror}); check its permissions") from None
     return sorted(found, key=lambda p: p.name)
@@ -264,6 +326,7 @@ def passed_options(command: click.Command, params: dict, leave_out: set[str]) ->
 
 # --- the executors ----------------------------------------------------------------------------
 
+
 def default_jobs(backend: str) -> int:
     if backend == "gpu":
         return max(1, len(visible_gpus()))
@@ -283,8 +346,13 @@ def visible_gpus() -> list[str]:
         return []
 
 
-def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], finished: Callable[[Outcome], None],
-              job: Callable[[SubmissionTask], Outcome] = grade_in_process) -> list[Outcome]:
+def run_local(
+    tasks: list[SubmissionTask],
+    jobs: int,
+    gpus: list[str],
+    finished: Callable[[Outcome], None],
+    job: Callable[[SubmissionTask], Outcome] = grade_in_process,
+) -> list[Outcome]:
     """A pool of `jobs` slots; each slot grades one submission at a time in its own process. Slots are
     spread over the GPUs, so with one job per GPU every GPU grades one submission at a time."""
     slots: queue.Queue[int] = queue.Queue()
@@ -295,7 +363,9 @@ def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], finished:
         slot = slots.get()
         try:
             if len(gpus) > 1:
-                task = SubmissionTask(**{**task.__dict__, "environment": (("CUDA_VISIBLE_DEVICES", gpus[slot % len(gpus)]),)})
+                task = SubmissionTask(
+                    **{**task.__dict__, "environment": (("CUDA_VISIBLE_DEVICES", gpus[slot % len(gpus)]),)}
+                )
             try:
                 return job(task)
             except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
@@ -320,7 +390,9 @@ def submitit_executor(options: BatchOptions, folder: Path, count: int):
     try:
         import submitit
     except ImportError:
-        raise environment_error(f"--executor {options.executor} needs submitit: pip install 'attnlab[cluster]'") from None
+        raise environment_error(
+            f"--executor {options.executor} needs submitit: pip install 'attnlab[cluster]'"
+        ) from None
     if options.executor == "submitit-local":
         executor = submitit.LocalExecutor(folder=folder)
         executor.update_parameters(timeout_min=options.time_limit_min)
@@ -328,16 +400,23 @@ def submitit_executor(options: BatchOptions, folder: Path, count: int):
     try:
         executor = submitit.SlurmExecutor(folder=folder)
     except RuntimeError as exc:
-        raise environment_error(f"--executor slurm: {exc} (submitit found no Slurm here); submit from a Slurm "
-                                "login node, or grade on this machine with --executor local") from None
+        raise environment_error(
+            f"--executor slurm: {exc} (submitit found no Slurm here); submit from a Slurm "
+            "login node, or grade on this machine with --executor local"
+        ) from None
     executor.update_parameters(**slurm_parameters(options, count))
     return executor
 
 
 def slurm_parameters(options: BatchOptions, count: int) -> dict:
     """submitit's SlurmExecutor parameters for one array task per submission."""
-    parameters = {"time": options.time_limit_min, "gpus_per_node": options.gpus_per_job, "ntasks_per_node": 1,
-                  "array_parallelism": options.jobs or count, "job_name": "attnlab-grade"}
+    parameters = {
+        "time": options.time_limit_min,
+        "gpus_per_node": options.gpus_per_job,
+        "ntasks_per_node": 1,
+        "array_parallelism": options.jobs or count,
+        "job_name": "attnlab-grade",
+    }
     if options.partition:
         parameters["partition"] = options.partition
     if options.account:
@@ -345,8 +424,13 @@ def slurm_parameters(options: BatchOptions, count: int) -> dict:
     return parameters
 
 
-def run_submitit(tasks: list[SubmissionTask], executor, finished: Callable[[Outcome], None],
-                 job: Callable[[SubmissionTask], Outcome] = grade_in_process, poll_s: float = 0.5) -> list[Outcome]:
+def run_submitit(
+    tasks: list[SubmissionTask],
+    executor,
+    finished: Callable[[Outcome], None],
+    job: Callable[[SubmissionTask], Outcome] = grade_in_process,
+    poll_s: float = 0.5,
+) -> list[Outcome]:
     """One job array (`map_array`); each task's result is gathered as it ends. A task that died (killed,
     out of time, node lost) gives its submission `environment-missing` with submitit's reason."""
     with environment_for_submission(seed_environment()):  # sbatch passes the submitting environment on
@@ -360,7 +444,9 @@ def run_submitit(tasks: list[SubmissionTask], executor, finished: Callable[[Outc
                 outcome = handle.result()
             except Exception as exc:
                 reason = " ".join(str(exc).split())[:400] or type(exc).__name__
-                outcome = Outcome(tasks[i], dead_result(tasks[i], f"the grading job {handle.job_id} died: {reason}"), 0.0)
+                outcome = Outcome(
+                    tasks[i], dead_result(tasks[i], f"the grading job {handle.job_id} died: {reason}"), 0.0
+                )
                 write_json_file(outcome.result, Path(tasks[i].json_path))
             outcomes[i] = outcome
             finished(outcome)
@@ -371,6 +457,7 @@ def run_submitit(tasks: list[SubmissionTask], executor, finished: Callable[[Outc
 
 # --- the command ------------------------------------------------------------------------------
 
+
 def worst_code(codes: list[int]) -> ExitCode:
     present = set(codes)
     return next((code for code in WORST_FIRST if int(code) in present), ExitCode.PASS)
@@ -380,8 +467,15 @@ def code_counts(codes: list[int]) -> list[tuple[int, str, int]]:
     return [(int(code), MEANING[code], codes.count(int(code))) for code in sorted(ExitCode) if int(code) in codes]
 
 
-def grade_batch(lab: str, paths: tuple[Path, ...], device: str, options: tuple[str, ...], batch: BatchOptions,
-                job: Callable[[SubmissionTask], Outcome] = grade_in_process, executor=None) -> int:
+def grade_batch(
+    lab: str,
+    paths: tuple[Path, ...],
+    device: str,
+    options: tuple[str, ...],
+    batch: BatchOptions,
+    job: Callable[[SubmissionTask], Outcome] = grade_in_process,
+    executor=None,
+) -> int:
     """Grade every submission, write the reports, print the gradebook; returns the batch's exit code.
 
     `job` and `executor` are for tests: a job that dies, submitit's local executor injected."""
@@ -403,10 +497,20 @@ def grade_batch(lab: str, paths: tuple[Path, ...], device: str, options: tuple[s
     jobs = batch.jobs or default_jobs(backend)
     with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch:
         reports = Path(batch.out_dir or scratch).resolve()
-        tasks = [SubmissionTask(lab, str(path), options, str(reports / f"{name}.json"), str(reports / f"{name}.xml"),
-                                str(reports / f"{name}.log") if batch.out_dir else None, str(Path.cwd()))
-                 for path, name in zip(files, report_names(files))]
+        tasks = [
+            SubmissionTask(
+                lab,
+                str(path),
+                options,
+                str(reports / f"{name}.json"),
+                str(reports / f"{name}.xml"),
+                str(reports / f"{name}.log") if batch.out_dir else None,
+                str(Path.cwd()),
+            )
+            for path, name in zip(files, report_names(files))
+        ]
         with terminal.batch_progress(len(tasks)) as progress:
+
             def finished(outcome: Outcome) -> None:
                 progress(f"{shown_path(outcome.task.file)}: {outcome.result.get('verdict')} (exit {outcome.exit_code})")
 

@@ -55,8 +55,9 @@ class References(Protocol):
 class CpuReferences:
     """The numpy definition of each set and the CPU oracle: exact, and seconds per set at the timing shape."""
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int,
-                  layout: dict | None = None) -> np.ndarray:
+    def reference(
+        self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: dict | None = None
+    ) -> np.ndarray:
         pages = (layout or {}).get("pages")
         s = make_set(key, number, rows, prefix, pages)
         if pages is not None:
@@ -83,7 +84,8 @@ def gpu_references() -> References:
         raise environment_error(
             f"the driver checks timed calls with the oracle on the GPU and could not use it ({type(exc).__name__}: "
             f"{exc}); a GPU in exclusive-process compute mode cannot serve the driver and the worker at once: "
-            "`nvidia-smi -c DEFAULT` allows both") from None
+            "`nvidia-smi -c DEFAULT` allows both"
+        ) from None
 
 
 def new_key() -> list[int]:
@@ -97,9 +99,17 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
     return 120.0 + things * 2.5 * options.budget_s
 
 
-def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]], key: list[int], sets_drawn: int,
-                         rows: int, prefix: int, references: References, minimum: int = 0,
-                         layout: dict | None = None) -> CaseResult | None:
+def verify_timed_outputs(
+    case_name: str,
+    contenders: dict[str, tuple[str, dict]],
+    key: list[int],
+    sets_drawn: int,
+    rows: int,
+    prefix: int,
+    references: References,
+    minimum: int = 0,
+    layout: dict | None = None,
+) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
     `contenders` maps who ("student", "baseline", "peer") to (the label a message names, the worker's
@@ -111,28 +121,44 @@ def verify_timed_outputs(case_name: str, contenders: dict[str, tuple[str, dict]]
     by_set: dict[int, list[tuple[str, str, np.ndarray]]] = {}
     for who, (label, checked) in contenders.items():
         numbers, outputs = [int(n) for n in checked["sets"]], checked["outputs"]
-        if (getattr(outputs, "shape", None) != (len(numbers), rows * QUERY_HEADS * HEAD_DIM)
-                or len(numbers) < minimum or numbers != sorted(set(numbers))
-                or any(not 0 <= n < sets_drawn for n in numbers)):
-            raise WorkerFailure("error", f"the worker's record of {who}'s checked calls is not one the timing loop "
-                                         f"makes ({len(numbers)} calls, at least {minimum}, each on its own set of "
-                                         f"the {sets_drawn} drawn, each output {rows} x {QUERY_HEADS} x {HEAD_DIM}): "
-                                         "no time is reported")
+        if (
+            getattr(outputs, "shape", None) != (len(numbers), rows * QUERY_HEADS * HEAD_DIM)
+            or len(numbers) < minimum
+            or numbers != sorted(set(numbers))
+            or any(not 0 <= n < sets_drawn for n in numbers)
+        ):
+            raise WorkerFailure(
+                "error",
+                f"the worker's record of {who}'s checked calls is not one the timing loop "
+                f"makes ({len(numbers)} calls, at least {minimum}, each on its own set of "
+                f"the {sets_drawn} drawn, each output {rows} x {QUERY_HEADS} x {HEAD_DIM}): "
+                "no time is reported",
+            )
         for number, out in zip(numbers, outputs):
             by_set.setdefault(int(number), []).append((who, label, out))
     baseline_failure = None
     for number in sorted(by_set):
-        reference = (references.reference(tuple(key), number, rows, prefix, layout) if layout
-                     else references.reference(tuple(key), number, rows, prefix))
+        reference = (
+            references.reference(tuple(key), number, rows, prefix, layout)
+            if layout
+            else references.reference(tuple(key), number, rows, prefix)
+        )
         for who, label, out in by_set[number]:
             checked = references.check(out.reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
             if checked.passed:
                 continue
-            failure = CaseResult(case_name, checked.status,
-                                 f"{label}: a timed call on fresh input set {number} (output re-poisoned) failed: "
-                                 f"{checked.message}; a kernel must compute every call, so no time is reported",
-                                 rows, prefix, checked.max_abs_err, checked.bad_elements, checked.first_bad,
-                                 checked.failing_rows)
+            failure = CaseResult(
+                case_name,
+                checked.status,
+                f"{label}: a timed call on fresh input set {number} (output re-poisoned) failed: "
+                f"{checked.message}; a kernel must compute every call, so no time is reported",
+                rows,
+                prefix,
+                checked.max_abs_err,
+                checked.bad_elements,
+                checked.first_bad,
+                checked.failing_rows,
+            )
             if who not in ("baseline", "peer"):
                 references.release()
                 return failure
@@ -147,20 +173,25 @@ def peer_record(name: str) -> dict:
     return {"name": spec.name, "label": spec.label, "includes": spec.includes}
 
 
-def check_peer(name: str, worker: Worker, rows: int, prefix: int,
-               references: References | None = None) -> dict:
+def check_peer(name: str, worker: Worker, rows: int, prefix: int, references: References | None = None) -> dict:
     """The peer `name` run once in the worker on a fresh input set at the timed shape, and held to the
     oracle before it is timed. Returns its record for the report: `status` "checked" (it may be
     timed), "missing" (no PyTorch, or none with CUDA), "wrong" (its output failed the pass rule) or
     "failed" (it raised or its worker died); the last three with `message`, one line."""
     record = peer_record(name)
-    request = {"peer": name, "sets": {"key": new_key(), "rows": rows, "prefix": prefix},
-               "out_count": rows * QUERY_HEADS * HEAD_DIM}
+    request = {
+        "peer": name,
+        "sets": {"key": new_key(), "rows": rows, "prefix": prefix},
+        "out_count": rows * QUERY_HEADS * HEAD_DIM,
+    }
     try:
         reply = worker.check_peer(request, timing_budget_s(TimingOptions(budget_s=1.0), 1))
     except WorkerFailure as failure:
-        return {**record, "status": "failed",
-                "message": f"{record['label']} could not run ({failure.detail}); the bench goes on without it"}
+        return {
+            **record,
+            "status": "failed",
+            "message": f"{record['label']} could not run ({failure.detail}); the bench goes on without it",
+        }
     if not reply.get("available"):
         # words from the worker's process: shown, never interpreted, and cut to a line
         why = shown(reply["why"][:500]) if isinstance(reply.get("why"), str) else "no reason given"
@@ -168,24 +199,40 @@ def check_peer(name: str, worker: Worker, rows: int, prefix: int,
     references = references or gpu_references()
     checked = reply.get("checked")
     if not isinstance(checked, dict) or set(checked) != {"sets", "outputs"} or int(checked["sets"][0]) != 0:
-        return {**record, "status": "failed", "message": f"{record['label']}: the worker's reply to its check is not "
-                                                         "one the check makes; the bench goes on without it"}
+        return {
+            **record,
+            "status": "failed",
+            "message": f"{record['label']}: the worker's reply to its check is not "
+            "one the check makes; the bench goes on without it",
+        }
     number = int(checked["sets"][0])
     reference = references.reference(tuple(request["sets"]["key"]), number, rows, prefix)
     verdict = references.check(checked["outputs"][0].reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
     references.release()
     if not verdict.passed:
-        return {**record, "status": "wrong",
-                "message": f"{record['label']} failed the oracle's check on a fresh input set: {verdict.message}; "
-                           "it is not timed"}
+        return {
+            **record,
+            "status": "wrong",
+            "message": f"{record['label']} failed the oracle's check on a fresh input set: {verdict.message}; "
+            "it is not timed",
+        }
     return {**record, "status": "checked"}
 
 
-def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_constants: dict | None,
-                 rows: int, prefix: int, seed: int, options: TimingOptions,
-                 student_label: str, baseline_label: str,
-                 references: References | None = None,
-                 baseline_peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
+def time_speedup(
+    lab: Lab,
+    worker: Worker,
+    student_constants: dict,
+    baseline_constants: dict | None,
+    rows: int,
+    prefix: int,
+    seed: int,
+    options: TimingOptions,
+    student_label: str,
+    baseline_label: str,
+    references: References | None = None,
+    baseline_peer: str | None = None,
+) -> tuple[dict | None, CaseResult | None]:
     """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
     rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
     `baseline_peer` names a PyTorch peer (`measure.peers`, checked first by `check_peer`) that
@@ -194,14 +241,18 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
     kernel that knew its inputs could have their answers ready."""
     references = references or gpu_references()
-    launches = {"student_launches": lab.plan_launches(student_constants, rows, prefix),
-                "baseline_launches": [] if baseline_peer else lab.plan_launches(baseline_constants, rows, prefix)}
+    launches = {
+        "student_launches": lab.plan_launches(student_constants, rows, prefix),
+        "baseline_launches": [] if baseline_peer else lab.plan_launches(baseline_constants, rows, prefix),
+    }
     if baseline_peer:
         launches["baseline_peer"] = baseline_peer
     # a workspace follows each file's own geometry (lab 3's partial buffers); a paged cache's layout is
     # made from the run's seed (the shape of the work), its values from each round's secret key
-    workspaces = {"student_workspace": lab.workspace(student_constants, rows, prefix),
-                  "baseline_workspace": {} if baseline_peer else lab.workspace(baseline_constants, rows, prefix)}
+    workspaces = {
+        "student_workspace": lab.workspace(student_constants, rows, prefix),
+        "baseline_workspace": {} if baseline_peer else lab.workspace(baseline_constants, rows, prefix),
+    }
     layout = lab.timing_layout(rows, prefix, seed)
     moved = lab.bytes_to_move(rows, prefix, layout) if lab.bytes_to_move else None
     must = moved or attention_bytes_must_move(rows, prefix)
@@ -212,17 +263,31 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
         # each round its own bootstrap seed (the checked calls are drawn from the system's entropy)
         round_options = replace(options, seed=options.seed + round_index)
         key = new_key()
-        request = {"kind": "speedup", "sets": {"key": key, "rows": rows, "prefix": prefix, **layout},
-                   "options": asdict(round_options), "out_count": rows * QUERY_HEADS * HEAD_DIM, **launches,
-                   **{name: sizes for name, sizes in workspaces.items() if sizes},
-                   "copy_bytes": copy_bytes(must)}
+        request = {
+            "kind": "speedup",
+            "sets": {"key": key, "rows": rows, "prefix": prefix, **layout},
+            "options": asdict(round_options),
+            "out_count": rows * QUERY_HEADS * HEAD_DIM,
+            **launches,
+            **{name: sizes for name, sizes in workspaces.items() if sizes},
+            "copy_bytes": copy_bytes(must),
+        }
         try:
             reply = worker.time(request, timing_budget_s(options, 2))
-            failure = verify_timed_outputs(f"timed C{rows}-P{prefix}",
-                                           {"student": (student_label, reply["checked"]["student"]),
-                                            "baseline": (baseline_label, reply["checked"]["baseline"])},
-                                           key, reply["sets_drawn"], rows, prefix, references, options.min_verified,
-                                           layout)
+            failure = verify_timed_outputs(
+                f"timed C{rows}-P{prefix}",
+                {
+                    "student": (student_label, reply["checked"]["student"]),
+                    "baseline": (baseline_label, reply["checked"]["baseline"]),
+                },
+                key,
+                reply["sets_drawn"],
+                rows,
+                prefix,
+                references,
+                options.min_verified,
+                layout,
+            )
         except WorkerFailure as failure:
             return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
         if failure:
@@ -234,34 +299,61 @@ def time_speedup(lab: Lab, worker: Worker, student_constants: dict, baseline_con
     # each contender's fastest call over every round bounds every time the report shows of it; its
     # inputs come from memory (the flush), its output may still be in L2 when the end event is recorded
     for who, label in (("student", student_label), ("baseline", baseline_label)):
-        problem = impossible(f"{label} at {lab.shape_label(rows, prefix)}", comparison[who]["min_ms"], must,
-                             lab.flops(rows, prefix, layout), bounds, (rows * QUERY_HEADS * HEAD_DIM * 4,))
+        problem = impossible(
+            f"{label} at {lab.shape_label(rows, prefix)}",
+            comparison[who]["min_ms"],
+            must,
+            lab.flops(rows, prefix, layout),
+            bounds,
+            (rows * QUERY_HEADS * HEAD_DIM * 4,),
+        )
         if problem:
             return None, CaseResult(f"timed C{rows}-P{prefix}", "wrong", problem, rows, prefix)
     timing = {
-        "kind": "speedup", "rows": rows, "prefix": prefix,
+        "kind": "speedup",
+        "rows": rows,
+        "prefix": prefix,
         "gflop": lab.flops(rows, prefix, layout) / 1e9,
-        "student_label": student_label, "baseline_label": baseline_label, "comparison": comparison,
+        "student_label": student_label,
+        "baseline_label": baseline_label,
+        "comparison": comparison,
         "speedup": comparison["speedup"],
-        "rounds": [{"speedup": r.speedup, "ci_low": r.ci_low, "ci_high": r.ci_high,
-                    "student_median_ms": r.student.median_ms, "baseline_median_ms": r.baseline.median_ms,
-                    "student_per_input_set_ms": per_input_set_medians(r.student.samples_ms, INPUT_SLOTS),
-                    "baseline_per_input_set_ms": per_input_set_medians(r.baseline.samples_ms, INPUT_SLOTS)}
-                   for r in rounds],
-        "verified_calls": {who: sum(len(reply["checked"][who]["sets"]) for reply in replies)
-                           for who in ("student", "baseline")},
+        "rounds": [
+            {
+                "speedup": r.speedup,
+                "ci_low": r.ci_low,
+                "ci_high": r.ci_high,
+                "student_median_ms": r.student.median_ms,
+                "baseline_median_ms": r.baseline.median_ms,
+                "student_per_input_set_ms": per_input_set_medians(r.student.samples_ms, INPUT_SLOTS),
+                "baseline_per_input_set_ms": per_input_set_medians(r.baseline.samples_ms, INPUT_SLOTS),
+            }
+            for r in rounds
+        ],
+        "verified_calls": {
+            who: sum(len(reply["checked"][who]["sets"]) for reply in replies) for who in ("student", "baseline")
+        },
         "input_sets": sum(reply["sets_drawn"] for reply in replies),
-        "oracle_proof": getattr(references, "proof", None), "physics": bounds.to_json(),
+        "oracle_proof": getattr(references, "proof", None),
+        "physics": bounds.to_json(),
         **_common(replies[0], replies[-1]),
     }
     if baseline_peer:
         baseline = comparison["baseline"]
         enqueue = max((reply["peer_enqueue"] for reply in replies), key=lambda e: e["median_ms"])
-        timing["peer"] = {**peer_record(baseline_peer), "status": "timed", "median_ms": baseline["median_ms"],
-                          "speedup": comparison["speedup"], "ci_low": comparison["ci_low"],
-                          "ci_high": comparison["ci_high"], "enqueue": enqueue}
+        timing["peer"] = {
+            **peer_record(baseline_peer),
+            "status": "timed",
+            "median_ms": baseline["median_ms"],
+            "speedup": comparison["speedup"],
+            "ci_low": comparison["ci_low"],
+            "ci_high": comparison["ci_high"],
+            "enqueue": enqueue,
+        }
         timing["warnings"] += head_start_warning(timing["peer"]["label"], enqueue)
-    timing["warnings"] += [w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w]
+    timing["warnings"] += [
+        w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w
+    ]
     if moved:
         timing["bandwidth"] = bandwidth_figures(moved, comparison, replies)
     return timing, None
@@ -286,8 +378,11 @@ def attention_bytes_must_move(rows: int, prefix: int) -> int:
 def run_limits(replies: list[dict]) -> Limits:
     """What one timing's figures are held to, from its workers' replies: the fastest device copy among
     them, their GPU's L2 and its tensor-core peak (`measure.physics`)."""
-    return limits([reply["copy"] for reply in replies if reply.get("copy")],
-                  max(reply.get("l2_bytes", 0) for reply in replies), replies[0].get("gpu_facts") or {})
+    return limits(
+        [reply["copy"] for reply in replies if reply.get("copy")],
+        max(reply.get("l2_bytes", 0) for reply in replies),
+        replies[0].get("gpu_facts") or {},
+    )
 
 
 def bandwidth_figures(moved: int, comparison: dict, replies: list[dict]) -> dict:
@@ -296,10 +391,14 @@ def bandwidth_figures(moved: int, comparison: dict, replies: list[dict]) -> dict
     copies = [reply["copy"] for reply in replies]
     copy_tb_s = max(copy_bandwidth(reply) for reply in replies) / 1e12
     student = moved / (comparison["student"]["median_ms"] * 1e-3) / 1e12
-    return {"bytes": moved, "student_tb_s": student,
-            "baseline_tb_s": moved / (comparison["baseline"]["median_ms"] * 1e-3) / 1e12,
-            "copy_tb_s": copy_tb_s, "copy_fraction": student / copy_tb_s,
-            "copy": [{"bytes": c["bytes"], "median_ms": c["stats"]["median_ms"]} for c in copies]}
+    return {
+        "bytes": moved,
+        "student_tb_s": student,
+        "baseline_tb_s": moved / (comparison["baseline"]["median_ms"] * 1e-3) / 1e12,
+        "copy_tb_s": copy_tb_s,
+        "copy_fraction": student / copy_tb_s,
+        "copy": [{"bytes": c["bytes"], "median_ms": c["stats"]["median_ms"]} for c in copies],
+    }
 
 
 def head_start_warning(label: str, enqueue: dict, where: str = "") -> list[str]:
@@ -307,8 +406,10 @@ def head_start_warning(label: str, enqueue: dict, where: str = "") -> list[str]:
     overhead, which the student's kernel's does not. Said with the numbers; nothing is corrected."""
     if enqueue["head_start_ms"] <= 0 or enqueue["median_ms"] <= enqueue["head_start_ms"]:
         return []
-    return [f"{where}{label}: PyTorch took {enqueue['median_ms']:.3f} ms (median) to queue a call, more than the "
-            f"{enqueue['head_start_ms']:.3f} ms head start the GPU gave it: its time includes host overhead"]
+    return [
+        f"{where}{label}: PyTorch took {enqueue['median_ms']:.3f} ms (median) to queue a call, more than the "
+        f"{enqueue['head_start_ms']:.3f} ms head start the GPU gave it: its time includes host overhead"
+    ]
 
 
 def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]:
@@ -317,19 +418,37 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
     return [float(np.median(samples_ms[i::n_inputs])) for i in range(n_inputs) if samples_ms[i::n_inputs]]
 
 
-def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], seed: int,
-                  options: TimingOptions, references: References | None = None,
-                  peer: str | None = None) -> tuple[dict | None, CaseResult | None]:
+def time_pipeline(
+    lab: Lab,
+    worker: Worker,
+    constants: dict,
+    sizes: list[int],
+    seed: int,
+    options: TimingOptions,
+    references: References | None = None,
+    peer: str | None = None,
+) -> tuple[dict | None, CaseResult | None]:
     """The whole call at every size, each kernel timed inside it, every call on a fresh input set: lab 1's
     cost table. With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved
     at each size. (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
-    size_requests = [{"T": t, "sets": {"key": new_key(), "rows": t, "prefix": 0},
-                      "launches": lab.plan_launches(constants, t, 0), "workspace": lab.workspace(constants, t, 0),
-                      "out_count": t * QUERY_HEADS * HEAD_DIM} for t in sizes]
+    size_requests = [
+        {
+            "T": t,
+            "sets": {"key": new_key(), "rows": t, "prefix": 0},
+            "launches": lab.plan_launches(constants, t, 0),
+            "workspace": lab.workspace(constants, t, 0),
+            "out_count": t * QUERY_HEADS * HEAD_DIM,
+        }
+        for t in sizes
+    ]
     # the device copy timed in the same worker: the floor's bandwidth, and what every figure is held to
-    request = {"kind": "pipeline", "sizes": size_requests, "options": asdict(options),
-               "copy_bytes": copy_bytes(sum(bytes_each_kernel_must_move(max(sizes)).values()))}
+    request = {
+        "kind": "pipeline",
+        "sizes": size_requests,
+        "options": asdict(options),
+        "copy_bytes": copy_bytes(sum(bytes_each_kernel_must_move(max(sizes)).values())),
+    }
     if peer:
         request["peer"] = peer
     try:
@@ -341,8 +460,16 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
             contenders = {"pipeline": ("the pipeline", measured["checked"])}
             if peer:
                 contenders["peer"] = (PEER_SPECS[peer].label, measured["checked_peer"])
-            failure = verify_timed_outputs(f"timed T{t}", contenders, size["sets"]["key"], measured["sets_drawn"],
-                                           t, 0, references, options.min_verified)
+            failure = verify_timed_outputs(
+                f"timed T{t}",
+                contenders,
+                size["sets"]["key"],
+                measured["sets_drawn"],
+                t,
+                0,
+                references,
+                options.min_verified,
+            )
             if failure:
                 return None, failure
             problem = pipeline_problem(lab, t, measured, bounds, PEER_SPECS[peer].label if peer else None)
@@ -351,21 +478,33 @@ def time_pipeline(lab: Lab, worker: Worker, constants: dict, sizes: list[int], s
             rows.append(pipeline_row(t, measured["stats"], copy_bandwidth(reply)))
             if peer:
                 versus = measured["peer"]
-                rows[-1]["peer"] = {**versus["stats"], "speedup": versus["speedup"], "ci_low": versus["ci_low"],
-                                    "ci_high": versus["ci_high"], "enqueue": versus["enqueue"]}
+                rows[-1]["peer"] = {
+                    **versus["stats"],
+                    "speedup": versus["speedup"],
+                    "ci_low": versus["ci_low"],
+                    "ci_high": versus["ci_high"],
+                    "enqueue": versus["enqueue"],
+                }
     except WorkerFailure as failure:
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
-    timing = {"kind": "pipeline", "rows": rows, "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
-              "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
-              "oracle_proof": getattr(references, "proof", None), "physics": bounds.to_json(), **_common(reply, reply)}
+    timing = {
+        "kind": "pipeline",
+        "rows": rows,
+        "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
+        "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
+        "oracle_proof": getattr(references, "proof", None),
+        "physics": bounds.to_json(),
+        **_common(reply, reply),
+    }
     if peer:
         timing["peer"] = {**peer_record(peer), "status": "timed"}
         for row in rows:
             timing["warnings"] += head_start_warning(PEER_SPECS[peer].label, row["peer"]["enqueue"], f"T={row['T']} ")
     for row in rows:
         series = {**row["kernels"], "total": row["total"], **({"peer": row["peer"]} if "peer" in row else {})}
-        timing["warnings"] += [f"T={row['T']} {name}: {stats['warning']}" for name, stats in series.items()
-                               if stats.get("warning")]
+        timing["warnings"] += [
+            f"T={row['T']} {name}: {stats['warning']}" for name, stats in series.items() if stats.get("warning")
+        ]
     return timing, None
 
 
@@ -391,13 +530,35 @@ def pipeline_problem(lab: Lab, t: int, measured: dict, bounds: Limits, peer_labe
     flops = lab.flops(t, 0, {})
     stats = measured["stats"]
     kernels = [name for name in stats if name != "total"]
-    figures = [(f"{name} at T={t}", stats[name], must.get(name, 0), flops * lab.flop_shares.get(name, 0.0),
-                parts.get(name, ())) for name in kernels]
-    figures.append((f"the whole call at T={t}", stats["total"], sum(must.get(name, 0) for name in kernels), flops,
-                    tuple(part for name in kernels for part in parts.get(name, ()))))
+    figures = [
+        (
+            f"{name} at T={t}",
+            stats[name],
+            must.get(name, 0),
+            flops * lab.flop_shares.get(name, 0.0),
+            parts.get(name, ()),
+        )
+        for name in kernels
+    ]
+    figures.append(
+        (
+            f"the whole call at T={t}",
+            stats["total"],
+            sum(must.get(name, 0) for name in kernels),
+            flops,
+            tuple(part for name in kernels for part in parts.get(name, ())),
+        )
+    )
     if "peer" in measured:
-        figures.append((f"{peer_label} at T={t}", measured["peer"]["stats"], attention_bytes_must_move(t, 0), flops,
-                        (t * QUERY_HEADS * HEAD_DIM * 4,)))
+        figures.append(
+            (
+                f"{peer_label} at T={t}",
+                measured["peer"]["stats"],
+                attention_bytes_must_move(t, 0),
+                flops,
+                (t * QUERY_HEADS * HEAD_DIM * 4,),
+            )
+        )
     for what, figure, moved, work, spared in figures:
         problem = impossible(what, figure["min_ms"], moved, work, bounds, spared)
         if problem:
@@ -423,9 +584,14 @@ def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = No
     matrix_bytes = QUERY_HEADS * t * t * 4
     tensor_bytes = (2 * t * QUERY_HEADS * HEAD_DIM + 2 * t * KV_HEADS * HEAD_DIM) * 4  # q, out, k, v
     traffic = 4 * matrix_bytes  # scores writes it; softmax reads and writes it; the weighted sum reads it
-    row = {"T": t, "matrix_mib": matrix_bytes / MIB, "tensors_mib": tensor_bytes / MIB,
-           "matrix_over_tensors": matrix_bytes / tensor_bytes, "matrix_traffic_mib": traffic / MIB,
-           "projected": stats is None}
+    row = {
+        "T": t,
+        "matrix_mib": matrix_bytes / MIB,
+        "tensors_mib": tensor_bytes / MIB,
+        "matrix_over_tensors": matrix_bytes / tensor_bytes,
+        "matrix_traffic_mib": traffic / MIB,
+        "projected": stats is None,
+    }
     if stats is not None:
         row["kernels"] = {k: v for k, v in stats.items() if k != "total"}
         row["total"] = stats["total"]
@@ -433,12 +599,18 @@ def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = No
         must = bytes_each_kernel_must_move(t)
         measured = {name: must[name] for name in row["kernels"] if name in must}
         if measured:
-            row["must_move"] = {name: {"bytes": count, "gb_s": count / (row["kernels"][name]["median_ms"] * 1e-3) / 1e9}
-                                for name, count in measured.items()}
+            row["must_move"] = {
+                name: {"bytes": count, "gb_s": count / (row["kernels"][name]["median_ms"] * 1e-3) / 1e9}
+                for name, count in measured.items()
+            }
             if copy_bytes_per_s:
                 floor_ms = sum(measured.values()) / copy_bytes_per_s * 1e3
-                row["floor"] = {"bytes": sum(measured.values()), "copy_gb_s": copy_bytes_per_s / 1e9,
-                                "ms": floor_ms, "times_floor": stats["total"]["median_ms"] / floor_ms}
+                row["floor"] = {
+                    "bytes": sum(measured.values()),
+                    "copy_gb_s": copy_bytes_per_s / 1e9,
+                    "ms": floor_ms,
+                    "times_floor": stats["total"]["median_ms"] / floor_ms,
+                }
     return row
 
 
@@ -458,5 +630,10 @@ def _common(first: dict, last: dict) -> dict:
     drop = clock_drop_warning(before.get("sm_clock_mhz"), after.get("sm_clock_mhz"))
     if drop:
         warnings.append(drop)
-    return {"overhead_ms": first["overhead"]["median_ms"], "device_before": before, "device_after": after,
-            "l2_flush_bytes": first["l2_flush_bytes"], "warnings": warnings}
+    return {
+        "overhead_ms": first["overhead"]["median_ms"],
+        "device_before": before,
+        "device_after": after,
+        "l2_flush_bytes": first["l2_flush_bytes"],
+        "warnings": warnings,
+    }

@@ -31,9 +31,15 @@ def diagnose() -> list[tuple[str, bool, str]]:
     cpu_ok, cpu_words = cpu_backend_status()
     rows.append(("C++ compiler (CPU backend)", cpu_ok, cpu_words))
     unboxed = boxes.availability()
-    rows.append(("box", unboxed is None,
-                 boxes.describe() if unboxed is None else
-                 f"{unboxed}: --device cpu refuses to grade, the GPU path runs unboxed (--require-box refuses)"))
+    rows.append(
+        (
+            "box",
+            unboxed is None,
+            boxes.describe()
+            if unboxed is None
+            else f"{unboxed}: --device cpu refuses to grade, the GPU path runs unboxed (--require-box refuses)",
+        )
+    )
     proof = prove_oracle()
     rows.append(("oracle golden proof", proof.passed, f"max error {proof.max_error:.1e} (must be <= 1e-12)"))
     rows.append(("Python", True, platform.python_version()))
@@ -47,15 +53,19 @@ def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
     found = {name: (ok, words) for name, ok, words in rows}
     usable = {
         "gpu": found["GPU and driver"][0] and found["CuPy"][0] and found["NVRTC (compile gate)"][0],
-        "cpu": found["C++ compiler (CPU backend)"][0] and found["NVRTC (compile gate)"][0]
-        and found["box"][0],
+        "cpu": found["C++ compiler (CPU backend)"][0] and found["NVRTC (compile gate)"][0] and found["box"][0],
     }
     working = [name for name, ok in usable.items() if ok]
     chosen = {"gpu": ["gpu"], "cpu": ["cpu"], "auto": ["gpu", "cpu"]}[device]
     for backend in chosen:
         if usable[backend]:
             return backend
-    others = (f"usable here: {', '.join(working)} (grade with --device {working[0]})" if working
-              else "no backend is usable here; see the rows above")
-    raise environment_error(f"--device {device}: {'no backend' if device == 'auto' else f'the {device} backend'} "
-                            f"is unusable on this machine; {others}")
+    others = (
+        f"usable here: {', '.join(working)} (grade with --device {working[0]})"
+        if working
+        else "no backend is usable here; see the rows above"
+    )
+    raise environment_error(
+        f"--device {device}: {'no backend' if device == 'auto' else f'the {device} backend'} "
+        f"is unusable on this machine; {others}"
+    )

@@ -18,8 +18,8 @@ from labrunner.report.results import CaseResult
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue, make_inputs
 from labrunner.truth.check import check_output, describe_rows
-from labrunner.truth.hints import gather_evidence
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
+from labrunner.truth.hints import gather_evidence
 from labrunner.truth.poison import SHARED_POISON_BITS, carries, inspect_guards
 
 DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
@@ -30,10 +30,10 @@ BACKENDS = ("gpu", "cpu", "auto")
 class CaseOptions:
     seed: Seed
     timeout_s: float | None = None
-    full: bool = False          # CPU: run the cases outside the default budget too
-    race_check: bool = False    # CPU: every case under several thread schedules; GPU: racecheck and synccheck
+    full: bool = False  # CPU: run the cases outside the default budget too
+    race_check: bool = False  # CPU: every case under several thread schedules; GPU: racecheck and synccheck
     only: tuple[str, ...] = ()  # case names to run (empty: all)
-    diagnose: bool = True       # GPU: replay a crashing case under compute-sanitizer, where installed
+    diagnose: bool = True  # GPU: replay a crashing case under compute-sanitizer, where installed
 
 
 # Failing cases whose output is compared with the variant oracles for hints (the first ones).
@@ -86,8 +86,10 @@ def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list
     if requested == "auto":
         notes = cpu_sandbox_notes(unsafe_cpu)
         return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)", *notes]
-    raise environment_error(f"{words}. Grade on the CPU instead with --device cpu (correctness only), "
-                            "or --device auto to fall back to it automatically")
+    raise environment_error(
+        f"{words}. Grade on the CPU instead with --device cpu (correctness only), "
+        "or --device auto to fall back to it automatically"
+    )
 
 
 def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
@@ -96,15 +98,21 @@ def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
 
     unboxed = boxes.availability()
     if unsafe_cpu:
-        notes = ["--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"]
+        notes = [
+            "--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"
+        ]
         return notes + ([f"--unsafe-cpu: the CPU worker runs unboxed ({unboxed})"] if unboxed else [])
     if unboxed is not None:
-        raise environment_error(f"the CPU backend cannot box its worker here: {unboxed}. It runs the file as native "
-                                "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself")
+        raise environment_error(
+            f"the CPU backend cannot box its worker here: {unboxed}. It runs the file as native "
+            "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself"
+        )
     reason = cpu_sandbox_status()
     if reason is not None:
-        raise environment_error(f"the CPU backend cannot seal its worker here: {reason}. It runs the file as native "
-                                "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself")
+        raise environment_error(
+            f"the CPU backend cannot seal its worker here: {reason}. It runs the file as native "
+            "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself"
+        )
     return []
 
 
@@ -114,8 +122,9 @@ def gpu_box_notes() -> list[str]:
     return [f"the GPU worker and the compiler run unboxed: {unboxed}"] if unboxed else []
 
 
-def select_cases(lab: Lab, backend: str, options: CaseOptions,
-                 constants: dict[str, int] | None = None) -> tuple[list[Case], list[tuple[Case, str]]]:
+def select_cases(
+    lab: Lab, backend: str, options: CaseOptions, constants: dict[str, int] | None = None
+) -> tuple[list[Case], list[tuple[Case, str]]]:
     """The cases to run, and those skipped with the reason (the CPU backend's time budget).
 
     `constants`: the submission's launch geometry. Where no case of the default set spans three of
@@ -130,7 +139,9 @@ def select_cases(lab: Lab, backend: str, options: CaseOptions,
     if options.only:
         unknown = [n for n in options.only if n not in {c.name for c in cases}]
         if unknown:
-            raise usage_error(f"--case {unknown[0]}: {lab.name} has no such case (it has {', '.join(c.name for c in cases)})")
+            raise usage_error(
+                f"--case {unknown[0]}: {lab.name} has no such case (it has {', '.join(c.name for c in cases)})"
+            )
         cases = [c for c in cases if c.name in options.only]
     if backend != "cpu" or options.full:
         return cases, []
@@ -145,8 +156,15 @@ def resolved_cases(lab: Lab, catalogue, constants: dict[str, int] | None) -> lis
     return [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
 
 
-def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, options: CaseOptions,
-              progress: Progress = Progress(), results: list[CaseResult] | None = None) -> list[CaseResult]:
+def run_cases(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    backend: str,
+    options: CaseOptions,
+    progress: Progress = Progress(),
+    results: list[CaseResult] | None = None,
+) -> list[CaseResult]:
     """Every case, in order. `results` (when given) fills as each case finishes, so an interrupted
     run still has the cases it finished."""
     cases, skipped = select_cases(lab, backend, options, submission.constants)
@@ -162,8 +180,16 @@ def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, op
         failures = sum(1 for r in results if r.status != "pass")
         # Once a race is found the verdict is race: later cases need no more schedules to say so.
         raced = any(r.status == "race" for r in results)
-        result = run_one_case(lab, submission, worker, case, replace(options, race_check=False) if raced else options,
-                              timeout, explain=failures < EXPLAINED_FAILURES, stage_check=failures == 0)
+        result = run_one_case(
+            lab,
+            submission,
+            worker,
+            case,
+            replace(options, race_check=False) if raced else options,
+            timeout,
+            explain=failures < EXPLAINED_FAILURES,
+            stage_check=failures == 0,
+        )
         if result.status == "crash" and backend == "gpu" and options.diagnose:
             progress.advance(f"{case.name}: replaying under compute-sanitizer")
             add_diagnosis(lab, submission, case, options, timeout, result)
@@ -178,15 +204,26 @@ def run_cases(lab: Lab, submission: Submission, worker: Worker, backend: str, op
     return results
 
 
-def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, options: CaseOptions,
-                 timeout_s: float, explain: bool = True, stage_check: bool = True) -> CaseResult:
+def run_one_case(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    case: Case,
+    options: CaseOptions,
+    timeout_s: float,
+    explain: bool = True,
+    stage_check: bool = True,
+) -> CaseResult:
     """One case, judged; a failure explained. `explain`: compare a wrong output with the variant
     oracles the hints read; `stage_check`: rerun a wrong pipeline kernel by kernel (lab 1). The driver
     does both for the first failures only, since each costs time."""
     inputs = make_inputs(case, options.seed.value)
     given = inputs.buffers()
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
-    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **lab.workspace(submission.constants, case.rows, case.prefix)}
+    writable = {
+        "out": case.rows * QUERY_HEADS * HEAD_DIM,
+        **lab.workspace(submission.constants, case.rows, case.prefix),
+    }
     schedules = RACE_SCHEDULES if options.race_check and worker.backend == "cpu" else ()
     tried: list[tuple[int, str]] = []
 
@@ -195,8 +232,10 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
         # The worker's reverse_threads carries the CPU schedule's number (True and False keep their meaning).
         for number, label in schedules:
             tried.append((number, label))
-            yield label, worker.run_case("student", launches, given, writable, ("out",), timeout_s,
-                                         reverse_threads=number)
+            yield (
+                label,
+                worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=number),
+            )
 
     try:
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
@@ -206,14 +245,37 @@ def run_one_case(lab: Lab, submission: Submission, worker: Worker, case: Case, o
         return misbehaved(case, failure)
     if result.status in ("wrong", "never-written", "race"):
         # the schedule that disagreed is the last one tried: the kernel search replays only that one
-        explain_failure(lab, submission, worker, case, inputs, run, reference, result, dict(tried[-1:]), timeout_s,
-                        explain, stage_check)
+        explain_failure(
+            lab,
+            submission,
+            worker,
+            case,
+            inputs,
+            run,
+            reference,
+            result,
+            dict(tried[-1:]),
+            timeout_s,
+            explain,
+            stage_check,
+        )
     return result
 
 
-def explain_failure(lab: Lab, submission: Submission, worker: Worker, case: Case, inputs, run, reference,
-                    result: CaseResult, schedules: dict[int, str], timeout_s: float, explain: bool = True,
-                    stage_check: bool = True) -> None:
+def explain_failure(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    case: Case,
+    inputs,
+    run,
+    reference,
+    result: CaseResult,
+    schedules: dict[int, str],
+    timeout_s: float,
+    explain: bool = True,
+    stage_check: bool = True,
+) -> None:
     """What a student needs beyond where: the kernel a race is in, lab 1's first wrong stage, the evidence for hints.
 
     A diagnosis only: nothing here changes a verdict. A kernel that misbehaves while being
@@ -234,8 +296,16 @@ def explain_failure(lab: Lab, submission: Submission, worker: Worker, case: Case
         pass
 
 
-def stage_buffers(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float,
-                  schedule: int = 0, constants: dict[str, int] | None = None) -> list[tuple[str, np.ndarray]]:
+def stage_buffers(
+    lab: Lab,
+    worker: Worker,
+    case: Case,
+    inputs,
+    launches: list,
+    timeout_s: float,
+    schedule: int = 0,
+    constants: dict[str, int] | None = None,
+) -> list[tuple[str, np.ndarray]]:
     """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote.
     `constants`: the file's launch geometry, where its workspace depends on it (the defaults otherwise)."""
     given = inputs.buffers()
@@ -244,14 +314,24 @@ def stage_buffers(lab: Lab, worker: Worker, case: Case, inputs, launches: list, 
     stages = []
     for count, launch in enumerate(launches, start=1):
         written = next(a for a in reversed(launch.args) if isinstance(a, str) and a in writable)
-        run = worker.run_case("student", launches[:count], given, writable, (written,), timeout_s,
-                              reverse_threads=schedule)
+        run = worker.run_case(
+            "student", launches[:count], given, writable, (written,), timeout_s, reverse_threads=schedule
+        )
         stages.append((launch.kernel, run.outputs[written]))
     return stages
 
 
-def racing_kernel(lab: Lab, submission: Submission, worker: Worker, case: Case, inputs, launches: list,
-                  result: CaseResult, schedules: dict[int, str], timeout_s: float) -> str:
+def racing_kernel(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    case: Case,
+    inputs,
+    launches: list,
+    result: CaseResult,
+    schedules: dict[int, str],
+    timeout_s: float,
+) -> str:
     """The first kernel whose own result carries the shared-memory poison, or differs between schedules."""
     if len(launches) == 1:
         return launches[0].kernel
@@ -280,13 +360,21 @@ def first_wrong_stage(lab: Lab, worker: Worker, case: Case, inputs, launches: li
     agreeing = [i for i, problem in enumerate(problems) if problem is None]
     first = (agreeing[-1] + 1) if agreeing else 0
     if first == len(stages):
-        return (f"{kernels[first]} is the first kernel whose result disagrees with the definition "
-                "(every kernel before it agrees)")
+        return (
+            f"{kernels[first]} is the first kernel whose result disagrees with the definition "
+            "(every kernel before it agrees)"
+        )
     return f"{kernels[first]} is the first kernel whose result disagrees with the definition: {problems[first]}"
 
 
-def add_race_report(lab: Lab, submission: Submission, cases: list[Case], options: CaseOptions, timeout_s: float,
-                    results: list[CaseResult]) -> None:
+def add_race_report(
+    lab: Lab,
+    submission: Submission,
+    cases: list[Case],
+    options: CaseOptions,
+    timeout_s: float,
+    results: list[CaseResult],
+) -> None:
     """GPU --race-check: the small cases under compute-sanitizer's racecheck and synccheck; the first
     hazard makes its case a race, with the kernel and line the tool names."""
     from labrunner.run.racecheck import find_hazard
@@ -305,17 +393,27 @@ def add_race_report(lab: Lab, submission: Submission, cases: list[Case], options
 def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> dict:
     """One case as the replay process (`labrunner.run.replay`) runs it under a sanitizer."""
     inputs = make_inputs(case, options.seed.value)
-    request = {"launches": lab.plan_launches(submission.constants, case.rows, case.prefix),
-               "inputs": inputs.buffers(),
-               "writable": {"out": case.rows * QUERY_HEADS * HEAD_DIM,
-                            **lab.workspace(submission.constants, case.rows, case.prefix)},
-               "returned": ("out",), "reverse_threads": False}
-    return {"source": submission.module.composed_source, "filename": submission.label,
-            "entry_types": lab.entry_point_types(), "request": request}
+    request = {
+        "launches": lab.plan_launches(submission.constants, case.rows, case.prefix),
+        "inputs": inputs.buffers(),
+        "writable": {
+            "out": case.rows * QUERY_HEADS * HEAD_DIM,
+            **lab.workspace(submission.constants, case.rows, case.prefix),
+        },
+        "returned": ("out",),
+        "reverse_threads": False,
+    }
+    return {
+        "source": submission.module.composed_source,
+        "filename": submission.label,
+        "entry_types": lab.entry_point_types(),
+        "request": request,
+    }
 
 
-def add_diagnosis(lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float,
-                  result: CaseResult) -> None:
+def add_diagnosis(
+    lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float, result: CaseResult
+) -> None:
     from labrunner.run.diagnose import replay_under_sanitizer
 
     report = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
@@ -329,8 +427,9 @@ def misbehaved(case: Case, failure: WorkerFailure) -> CaseResult:
     return CaseResult(case.name, failure.status, message, case.rows, case.prefix)
 
 
-def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str, int],
-               reference: np.ndarray, others=()) -> CaseResult:
+def judge_case(
+    case: Case, run, given: dict[str, np.ndarray], writable: dict[str, int], reference: np.ndarray, others=()
+) -> CaseResult:
     """Guards first (they explain everything after them), then inputs, then every output value.
 
     `others`: (label, run) of the same case under other thread schedules (--race-check on the CPU),
@@ -345,14 +444,28 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
         after = run.inputs_after[name]
         changed = np.flatnonzero(after.view(np.uint32).ravel() != original.view(np.uint32).ravel())
         if changed.size:
-            return CaseResult(case.name, "input-mutated",
-                              f"input {name} was modified: {changed.size} element(s) changed, the first at flat "
-                              f"index {changed[0]}; kernels must treat {_listed(list(given))} as read-only",
-                              case.rows, case.prefix)
+            return CaseResult(
+                case.name,
+                "input-mutated",
+                f"input {name} was modified: {changed.size} element(s) changed, the first at flat "
+                f"index {changed[0]}; kernels must treat {_listed(list(given))} as read-only",
+                case.rows,
+                case.prefix,
+            )
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
     checked = check_output(out, reference, exact=case.exact)
-    result = CaseResult(case.name, checked.status, checked.message, case.rows, case.prefix, checked.max_abs_err,
-                        checked.bad_elements, checked.first_bad, checked.failing_rows, nonfinite=checked.nonfinite)
+    result = CaseResult(
+        case.name,
+        checked.status,
+        checked.message,
+        case.rows,
+        case.prefix,
+        checked.max_abs_err,
+        checked.bad_elements,
+        checked.first_bad,
+        checked.failing_rows,
+        nonfinite=checked.nonfinite,
+    )
     if not checked.passed:
         result.message += f"; {describe_rows(checked.failing_rows, case.rows)}"
     if checked.status == "race":
@@ -363,9 +476,11 @@ def judge_case(case: Case, run, given: dict[str, np.ndarray], writable: dict[str
         if not agree.all():
             row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
             result.status = "race"
-            result.message = (f"the output depends on thread order: with each block's threads in {label} between "
-                              f"barriers, row {row}, head {head}, col {col} is {_value(other[row, head, col])} "
-                              f"instead of {_value(out[row, head, col])}: a missing __syncthreads()?")
+            result.message = (
+                f"the output depends on thread order: with each block's threads in {label} between "
+                f"barriers, row {row}, head {head}, col {col} is {_value(other[row, head, col])} "
+                f"instead of {_value(out[row, head, col])}: a missing __syncthreads()?"
+            )
             break
     return result
 
@@ -387,6 +502,11 @@ def _value(x) -> str:
 def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
     """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
     its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
-    worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types(), options,
-                binary=(submission.module.arch, submission.module.cubin))
-
+    worker.load(
+        "student",
+        submission.module.composed_source,
+        submission.label,
+        lab.entry_point_types(),
+        options,
+        binary=(submission.module.arch, submission.module.cubin),
+    )

@@ -56,7 +56,7 @@ from labrunner.truth.timing_sets import KEY_BITS
 
 SCHEMA = "attnlab.profile/1"
 DEFAULT_CALLS = 5
-WARMUP_CALLS = 3          # unprofiled calls of every contender before ncu's one, so the clocks are up
+WARMUP_CALLS = 3  # unprofiled calls of every contender before ncu's one, so the clocks are up
 RANGE_TIMEOUT_S = 600.0
 TRACE_TIMEOUT_S = 300.0
 # A profile's inputs' own stream, beside the seed: in the prefill generator's seed and as the second
@@ -77,7 +77,6 @@ class ProfileRequest:
     ncu_csv_path: Path | None = None
     range_pass: bool = True
     cupti: bool = True
-
 
 
 def profile_inputs(seed: int, rows: int, prefix: int) -> dict:
@@ -133,8 +132,16 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     shapes = timing_shapes(lab)
     with Worker(backend) as worker:
         load_student(worker, lab, submission)
-        result.cases = [run_one_case(lab, submission, worker, check_case, CaseOptions(seed=seed, timeout_s=request.timeout_s),
-                                     request.timeout_s or 60.0)]
+        result.cases = [
+            run_one_case(
+                lab,
+                submission,
+                worker,
+                check_case,
+                CaseOptions(seed=seed, timeout_s=request.timeout_s),
+                request.timeout_s or 60.0,
+            )
+        ]
         terminal.cases_report(result)
         if result.decisive_case is not None:
             result.kernel_output = worker.kernel_output()
@@ -142,21 +149,35 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             terminal.verdict_line(result)
             return
         terminal.note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
-        trace_request = {"calls": request.calls, "use_cupti": request.cupti, "shapes": [
-            {"label": label, **shape_inputs(lab, seed.value, rows, prefix),
-             "launches": lab.plan_launches(submission.constants, rows, prefix),
-             "workspace": lab.workspace(submission.constants, rows, prefix), "out_count": rows * QUERY_HEADS * HEAD_DIM}
-            for label, rows, prefix in shapes]}
+        trace_request = {
+            "calls": request.calls,
+            "use_cupti": request.cupti,
+            "shapes": [
+                {
+                    "label": label,
+                    **shape_inputs(lab, seed.value, rows, prefix),
+                    "launches": lab.plan_launches(submission.constants, rows, prefix),
+                    "workspace": lab.workspace(submission.constants, rows, prefix),
+                    "out_count": rows * QUERY_HEADS * HEAD_DIM,
+                }
+                for label, rows, prefix in shapes
+            ],
+        }
         reply = take_trace(worker, trace_request)
         result.kernel_output = worker.kernel_output()
     try:
         slices = fill_from_compile(slices_from_reply(reply, {e.name for e in lab.entry_points}), submission)
     except (ValueError, KeyError, TypeError) as exc:  # what comes back from the process that ran the kernels
         raise AttnlabError(f"the trace came back malformed: {exc}", ExitCode.MISBEHAVED) from None
-    profile["trace"] = {"source": reply["source"], "why_not_cupti": reply["why_not_cupti"],
-                        "cupti_version": reply.get("cupti_version"), "calls": request.calls,
-                        "shapes": [label for label, _, _ in shapes], "slices": [s.to_json() for s in slices],
-                        "file": str(request.trace_path) if request.trace_path else None}
+    profile["trace"] = {
+        "source": reply["source"],
+        "why_not_cupti": reply["why_not_cupti"],
+        "cupti_version": reply.get("cupti_version"),
+        "calls": request.calls,
+        "shapes": [label for label, _, _ in shapes],
+        "slices": [s.to_json() for s in slices],
+        "file": str(request.trace_path) if request.trace_path else None,
+    }
     facts = reply.get("gpu_facts") or {}
     ceilings, problem = ceilings_from_facts(facts)
     profile["gpu_facts"], profile["ceilings_problem"] = facts, problem
@@ -165,23 +186,35 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     if request.trace_path:
         from labrunner.report.trace_events import write_trace
 
-        write_trace(profile["trace"]["slices"], (result.device or {}).get("name") or "GPU", trace_source_words(reply["source"]),
-                    request.trace_path)
+        write_trace(
+            profile["trace"]["slices"],
+            (result.device or {}).get("name") or "GPU",
+            trace_source_words(reply["source"]),
+            request.trace_path,
+        )
         terminal.note(f"wrote the trace to {request.trace_path}: open it in https://ui.perfetto.dev")
 
     label, rows, prefix = shapes[-1]
     contenders = [(submission.label, "student", submission)]
     if lab.baseline == "starter":
-        contenders.append((display_path(lab.starter_path), "starter",
-                           load_submission(lab, lab.starter_path, display_path(lab.starter_path), request.arch)))
+        contenders.append(
+            (
+                display_path(lab.starter_path),
+                "starter",
+                load_submission(lab, lab.starter_path, display_path(lab.starter_path), request.arch),
+            )
+        )
     else:
-        profile["no_starter_row"] = (f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no "
-                                     "starter row to compare with")
+        profile["no_starter_row"] = (
+            f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no starter row to compare with"
+        )
     if lab.bytes_to_move is None:
         profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
     else:  # the lab's own model: a decode batch's bytes are its layout's, not a prefill's rows and keys
-        profile["must_move"] = {"label": label, "bytes": lab.bytes_to_move(rows, prefix,
-                                                                            lab.timing_layout(rows, prefix, seed.value))}
+        profile["must_move"] = {
+            "label": label,
+            "bytes": lab.bytes_to_move(rows, prefix, lab.timing_layout(rows, prefix, seed.value)),
+        }
     if request.range_pass:
         terminal.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
         profile["range"] = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
@@ -243,8 +276,16 @@ def fill_from_compile(slices: list[KernelSlice], submission: Submission) -> list
     return filled
 
 
-def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: str, rows: int, prefix: int,
-               seed: int, ceilings: Ceilings | None, csv_path: Path | None = None) -> dict:
+def range_pass(
+    lab: Lab,
+    contenders: list[tuple[str, str, Submission]],
+    label: str,
+    rows: int,
+    prefix: int,
+    seed: int,
+    ceilings: Ceilings | None,
+    csv_path: Path | None = None,
+) -> dict:
     """ncu over one call of each contender; per kernel its counters and roofline point, and the whole call's."""
     plans = [(name, role, lab.plan_launches(sub.constants, rows, prefix), sub) for name, role, sub in contenders]
     per_round = sum(len(launches) for _, _, launches, _ in plans)
@@ -258,32 +299,59 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
         seen = boxes.PRIVATE if boxed else scratch
         facts_path = Path(scratch) / "facts.json"
         # each contender its own workspace, sized by its own geometry (lab 3's partitions differ by file)
-        payload = {"rows": rows, "prefix": prefix, "seed": seed, "out_count": rows * QUERY_HEADS * HEAD_DIM,
-                   "warmup_calls": WARMUP_CALLS, "facts_path": str(Path(seen) / facts_path.name),
-                   "contenders": [{"role": role, "source": sub.module.composed_source, "filename": sub.label,
-                                   "entry_types": lab.entry_point_types(),
-                                   "workspace": lab.workspace(sub.constants, rows, prefix),
-                                   "launches": [asdict(launch) for launch in launches]}
-                                  for _, role, launches, sub in plans]}
+        payload = {
+            "rows": rows,
+            "prefix": prefix,
+            "seed": seed,
+            "out_count": rows * QUERY_HEADS * HEAD_DIM,
+            "warmup_calls": WARMUP_CALLS,
+            "facts_path": str(Path(seen) / facts_path.name),
+            "contenders": [
+                {
+                    "role": role,
+                    "source": sub.module.composed_source,
+                    "filename": sub.label,
+                    "entry_types": lab.entry_point_types(),
+                    "workspace": lab.workspace(sub.constants, rows, prefix),
+                    "launches": [asdict(launch) for launch in launches],
+                }
+                for _, role, launches, sub in plans
+            ],
+        }
         made = shape_inputs(lab, seed, rows, prefix, layout)
         if "sets" in made:  # the paged layout's fixed arrays beside the payload; the values made on the GPU
             fixed_path = Path(scratch) / "fixed.npz"
             np.savez(fixed_path, **made["sets"]["fixed"])
-            payload["sets"] = {**{k: v for k, v in made["sets"].items() if k != "fixed"},
-                               "fixed_path": str(Path(seen) / fixed_path.name)}
+            payload["sets"] = {
+                **{k: v for k, v in made["sets"].items() if k != "fixed"},
+                "fixed_path": str(Path(seen) / fixed_path.name),
+            }
         payload_path = Path(scratch) / "payload.json"
         payload_path.write_text(json.dumps(payload))
         target = [sys.executable, "-m", "labrunner.run.profile_target", str(Path(seen) / payload_path.name)]
         package_root = str(Path(labrunner.__file__).resolve().parent.parent)
         if boxed:  # the box's environment: the allowed names, and the package on the import path
-            env = {**scrubbed_environment(Path(boxes.PRIVATE), host_code=False, boxed=True),
-                   "TMPDIR": "/tmp", "PYTHONPATH": package_root}
+            env = {
+                **scrubbed_environment(Path(boxes.PRIVATE), host_code=False, boxed=True),
+                "TMPDIR": "/tmp",
+                "PYTHONPATH": package_root,
+            }
         else:
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+            env = {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+            }
         names = [launch.kernel for _, _, launches, _ in plans for launch in launches]
         try:
-            run = run_ncu(names, WARMUP_CALLS * per_round, per_round, target, RANGE_TIMEOUT_S, env=env,
-                          box_folder=Path(scratch) if boxed else None)
+            run = run_ncu(
+                names,
+                WARMUP_CALLS * per_round,
+                per_round,
+                target,
+                RANGE_TIMEOUT_S,
+                env=env,
+                box_folder=Path(scratch) if boxed else None,
+            )
         except RangePassUnavailable as exc:
             return {**report, "available": False, "message": str(exc)}
         try:
@@ -296,10 +364,21 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
         ceilings, _ = ceilings_from_facts(report["gpu_facts"])
     got = [m.kernel for m in run.launches]
     if got != names:
-        return {**report, "available": False,
-                "message": f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched"}
-    report.update({"available": True, "message": None, "seconds": run.seconds, "command": run.command,
-                   "dropped_metrics": run.dropped_metrics, "contenders": []})
+        return {
+            **report,
+            "available": False,
+            "message": f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched",
+        }
+    report.update(
+        {
+            "available": True,
+            "message": None,
+            "seconds": run.seconds,
+            "command": run.command,
+            "dropped_metrics": run.dropped_metrics,
+            "contenders": [],
+        }
+    )
     launches_done = iter(run.launches)
     for name, role, launches, _ in plans:
         kernels = []
@@ -312,10 +391,17 @@ def range_pass(lab: Lab, contenders: list[tuple[str, str, Submission]], label: s
         total_ns = sum_or_none(k.get("duration_ns") for k in kernels)
         total_bytes = sum_or_none(k.get("dram_bytes") for k in kernels)
         flops = call_flops
-        report["contenders"].append({"label": name, "role": role, "kernels": kernels,
-                                     "duration_ms": None if total_ns is None else total_ns / 1e6,
-                                     "dram_bytes": total_bytes, "flops": flops,
-                                     "point": point_json(flops, total_bytes, total_ns, ceilings)})
+        report["contenders"].append(
+            {
+                "label": name,
+                "role": role,
+                "kernels": kernels,
+                "duration_ms": None if total_ns is None else total_ns / 1e6,
+                "dram_bytes": total_bytes,
+                "flops": flops,
+                "point": point_json(flops, total_bytes, total_ns, ceilings),
+            }
+        )
     return report
 
 
@@ -324,7 +410,9 @@ def sum_or_none(values) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))
 
 
-def point_json(flops: float, dram_bytes: float | None, duration_ns: float | None, ceilings: Ceilings | None) -> dict | None:
+def point_json(
+    flops: float, dram_bytes: float | None, duration_ns: float | None, ceilings: Ceilings | None
+) -> dict | None:
     if ceilings is None or not dram_bytes or not duration_ns:
         return None
     return Point(flops, dram_bytes, duration_ns * 1e-9, ceilings).to_json()
@@ -340,8 +428,14 @@ def trace_vs_ncu(slices: list[KernelSlice], label: str, range_report: dict) -> l
         times = [s.duration_ms for s in slices if s.shape == label and s.kernel == kernel["kernel"]]
         if times and kernel.get("duration_ns"):
             median, ncu_ms = statistics.median(times), kernel["duration_ns"] / 1e6
-            rows.append({"kernel": kernel["kernel"], "trace_median_ms": median, "ncu_ms": ncu_ms,
-                         "difference": median / ncu_ms - 1})
+            rows.append(
+                {
+                    "kernel": kernel["kernel"],
+                    "trace_median_ms": median,
+                    "ncu_ms": ncu_ms,
+                    "difference": median / ncu_ms - 1,
+                }
+            )
     return rows
 
 
@@ -352,8 +446,11 @@ def roofline_points(profile: dict) -> list[dict]:
         if contender["point"]:
             points.append({"label": contender["label"], **contender["point"]})
         if len(contender["kernels"]) > 1:
-            points += [{"label": f"{contender['label']} {k['kernel']}", **k["point"]}
-                       for k in contender["kernels"] if k["point"]]
+            points += [
+                {"label": f"{contender['label']} {k['kernel']}", **k["point"]}
+                for k in contender["kernels"]
+                if k["point"]
+            ]
     return points
 
 

@@ -18,8 +18,14 @@ from labrunner.commands.grade import CaseOptions, load_student, resolve_backend,
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
-from labrunner.measure.gates import (DEFAULT_COPY_FRACTION, DEFAULT_FRACTION, apply_bandwidth_gate, apply_gate,
-                                     load_gates, write_gate)
+from labrunner.measure.gates import (
+    DEFAULT_COPY_FRACTION,
+    DEFAULT_FRACTION,
+    apply_bandwidth_gate,
+    apply_gate,
+    load_gates,
+    write_gate,
+)
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
 from labrunner.measure.timing import TimingOptions
 from labrunner.report import terminal
@@ -45,8 +51,8 @@ class RunRequest:
     budget_s: float = 3.0
     noise_target: float = 0.005
     rounds: int = 1
-    unsafe_cpu: bool = False    # --unsafe-cpu: the CPU worker without its syscall filter
-    profile: bool = False       # --profile: the Range pass's one line after a correct GPU run
+    unsafe_cpu: bool = False  # --unsafe-cpu: the CPU worker without its syscall filter
+    profile: bool = False  # --profile: the Range pass's one line after a correct GPU run
 
 
 @dataclass
@@ -71,29 +77,43 @@ def compile_limits(request: RunRequest) -> CompileLimits:
 
 
 def timing_options_for(request: RunRequest, seed: int) -> TimingOptions:
-    return TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target, seed=seed,
-                         rounds=request.rounds)
+    return TimingOptions(budget_s=request.budget_s, noise_target=request.noise_target, seed=seed, rounds=request.rounds)
 
 
 def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
     """Options that shape a SPEEDUP mean nothing to a lab that times a pipeline: say so before any work."""
     if lab.baseline != "none":
         return
-    given = [flag for flag, present in (
-        ("--chunk", getattr(request, "chunk", None) is not None),
-        ("--prefix", getattr(request, "prefix", None) is not None),
-        ("--vs", getattr(request, "versus", "starter") not in ("starter", lab.peer)),
-        ("--rounds", request.rounds > 1),
-    ) if present]
+    given = [
+        flag
+        for flag, present in (
+            ("--chunk", getattr(request, "chunk", None) is not None),
+            ("--prefix", getattr(request, "prefix", None) is not None),
+            ("--vs", getattr(request, "versus", "starter") not in ("starter", lab.peer)),
+            ("--rounds", request.rounds > 1),
+        )
+        if present
+    ]
     if given:
         verb = "applies" if len(given) == 1 else "apply"
-        peer = f" (its --vs takes {lab.peer} only: PyTorch beside the whole call)" if "--vs" in given and lab.peer else ""
-        raise usage_error(f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline "
-                          f"at fixed sizes{peer}")
+        peer = (
+            f" (its --vs takes {lab.peer} only: PyTorch beside the whole call)" if "--vs" in given and lab.peer else ""
+        )
+        raise usage_error(
+            f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline at fixed sizes{peer}"
+        )
 
 
-def prepare(result: RunResult, lab_name: str, path: Path, device: str, arch: str, seed: int | None,
-            limits: CompileLimits = CompileLimits(), unsafe_cpu: bool = False):
+def prepare(
+    result: RunResult,
+    lab_name: str,
+    path: Path,
+    device: str,
+    arch: str,
+    seed: int | None,
+    limits: CompileLimits = CompileLimits(),
+    unsafe_cpu: bool = False,
+):
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
     result.oracle_proof = require_proven_oracle().to_json()
@@ -117,11 +137,25 @@ def device_facts(worker_backend: str) -> dict | None:
 
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
-    lab, submission, backend, seed = prepare(result, request.lab, request.file, request.device, request.arch,
-                                             request.seed, compile_limits(request), request.unsafe_cpu)
+    lab, submission, backend, seed = prepare(
+        result,
+        request.lab,
+        request.file,
+        request.device,
+        request.arch,
+        request.seed,
+        compile_limits(request),
+        request.unsafe_cpu,
+    )
     gates = load_gates_where_timed(request.gates_path, backend, result)
-    options = CaseOptions(seed=seed, timeout_s=request.timeout_s, full=request.full,
-                          race_check=request.race_check, only=request.only, diagnose=request.diagnose)
+    options = CaseOptions(
+        seed=seed,
+        timeout_s=request.timeout_s,
+        full=request.full,
+        race_check=request.race_check,
+        only=request.only,
+        diagnose=request.diagnose,
+    )
     result.device = device_facts(backend)
     with Worker(backend) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
         load_student(worker, lab, submission, load_options(request))
@@ -133,9 +167,18 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         if correct and request.timing and backend == "gpu" and not request.only:
             timing_options = timing_options_for(request, seed.value)
             with gpu_share(backend, "timing"):
-                run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
-                               baseline=lab.starter_path if lab.baseline == "starter" else None, arch=request.arch,
-                               limits=compile_limits(request))
+                run_lab_timing(
+                    lab,
+                    submission,
+                    worker,
+                    seed.value,
+                    timing_options,
+                    result,
+                    request.timeout_s,
+                    baseline=lab.starter_path if lab.baseline == "starter" else None,
+                    arch=request.arch,
+                    limits=compile_limits(request),
+                )
             if result.timing and "bandwidth" in result.timing:
                 result.gate = apply_bandwidth_gate(result.timing["bandwidth"], (result.device or {}).get("name"))
             elif result.timing and result.timing.get("kind") == "speedup":
@@ -163,39 +206,72 @@ def load_options(request: RunRequest) -> dict:
     return {"arch": request.arch, "sandboxed": not request.unsafe_cpu, "timeout_s": request.compile_timeout_s}
 
 
-def run_lab_timing(lab: Lab, submission: Submission, worker: Worker, seed: int, options: TimingOptions,
-                   result: RunResult, timeout_s: float | None, baseline: Path | None, arch: str,
-                   chunk: int | None = None, prefix: int | None = None,
-                   limits: CompileLimits = CompileLimits(), peer: str | None = None) -> None:
+def run_lab_timing(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    seed: int,
+    options: TimingOptions,
+    result: RunResult,
+    timeout_s: float | None,
+    baseline: Path | None,
+    arch: str,
+    chunk: int | None = None,
+    prefix: int | None = None,
+    limits: CompileLimits = CompileLimits(),
+    peer: str | None = None,
+) -> None:
     catalogue = load_catalogue(lab.name)
     if lab.baseline == "none":
         sizes = catalogue.timing["sizes"]
         checked = peer_checked(peer, worker, sizes[0], 0, result)
-        terminal.note("timing the pipeline at " + ", ".join(f"T = {t}" for t in sizes)
-                      + (f", interleaved with {checked['label']}" if ready(checked) else ""))
-        timing, failure = time_pipeline(lab, worker, submission.constants, sizes, seed, options,
-                                        peer=peer if ready(checked) else None)
+        terminal.note(
+            "timing the pipeline at "
+            + ", ".join(f"T = {t}" for t in sizes)
+            + (f", interleaved with {checked['label']}" if ready(checked) else "")
+        )
+        timing, failure = time_pipeline(
+            lab, worker, submission.constants, sizes, seed, options, peer=peer if ready(checked) else None
+        )
     else:
         rows = chunk or catalogue.timing["rows"]
         cached = catalogue.timing["prefix"] if prefix is None else prefix
         checked = peer_checked(peer, worker, rows, cached, result)
         if ready(checked):
             rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-            terminal.note(f"timing {submission.label} against {checked['label']} at C = {rows}, P = {cached}, "
-                          f"interleaved{rounds}")
-            timing, failure = time_speedup(lab, worker, submission.constants, None, rows, cached, seed, options,
-                                           submission.label, checked["label"], baseline_peer=peer)
+            terminal.note(
+                f"timing {submission.label} against {checked['label']} at C = {rows}, P = {cached}, interleaved{rounds}"
+            )
+            timing, failure = time_speedup(
+                lab,
+                worker,
+                submission.constants,
+                None,
+                rows,
+                cached,
+                seed,
+                options,
+                submission.label,
+                checked["label"],
+                baseline_peer=peer,
+            )
             finish_timing(result, timing, failure, checked)
             return
         baseline = baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
         base = load_submission(lab, baseline, shown_path(display_path(baseline)), arch, limits)
-        worker.load("baseline", base.module.composed_source, base.label, lab.entry_point_types(),
-                    binary=(base.module.arch, base.module.cubin))
+        worker.load(
+            "baseline",
+            base.module.composed_source,
+            base.label,
+            lab.entry_point_types(),
+            binary=(base.module.arch, base.module.cubin),
+        )
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
         shape = f"B = {rows}, longest {cached}" if lab.bytes_to_move else f"C = {rows}, P = {cached}"
         terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
-        timing, failure = time_speedup(lab, worker, submission.constants, base.constants, rows, cached, seed, options,
-                                       submission.label, base.label)
+        timing, failure = time_speedup(
+            lab, worker, submission.constants, base.constants, rows, cached, seed, options, submission.label, base.label
+        )
         if timing and "bandwidth" in timing:
             timing["bandwidth"]["required_fraction"] = catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
     finish_timing(result, timing, failure, checked)
@@ -244,8 +320,16 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     peer = request.versus if lab.peer is not None and request.versus == lab.peer else None
     baseline = None if peer else resolve_baseline(lab, request.versus)  # a usage error comes before all else
     refuse_bench_without_gpu(request.device)
-    lab, submission, backend, seed = prepare(result, request.lab, Path(result.file), request.device, request.arch,
-                                             request.seed, compile_limits(request), request.unsafe_cpu)
+    lab, submission, backend, seed = prepare(
+        result,
+        request.lab,
+        Path(result.file),
+        request.device,
+        request.arch,
+        request.seed,
+        compile_limits(request),
+        request.unsafe_cpu,
+    )
     if backend != "gpu":
         raise bench_needs_a_gpu(None)
     result.device = device_facts(backend)
@@ -254,13 +338,25 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     with Worker(backend) as worker:
         load_student(worker, lab, submission, load_options(request))
         options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
-        result.cases = [run_one_case(lab, submission, worker, check_case, options,
-                                     request.timeout_s or 60.0)]
+        result.cases = [run_one_case(lab, submission, worker, check_case, options, request.timeout_s or 60.0)]
         if result.decisive_case is None:
             timing_options = timing_options_for(request, seed.value)
             with gpu_share(backend, "timing"):
-                run_lab_timing(lab, submission, worker, seed.value, timing_options, result, request.timeout_s,
-                               baseline, request.arch, request.chunk, request.prefix, compile_limits(request), peer)
+                run_lab_timing(
+                    lab,
+                    submission,
+                    worker,
+                    seed.value,
+                    timing_options,
+                    result,
+                    request.timeout_s,
+                    baseline,
+                    request.arch,
+                    request.chunk,
+                    request.prefix,
+                    compile_limits(request),
+                    peer,
+                )
         result.kernel_output = worker.kernel_output()
     terminal.cases_report(result)
     terminal.timing_report(result)
@@ -271,8 +367,11 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
 def bench_needs_a_gpu(why: str | None) -> AttnlabError:
     """The one message for bench on a backend that cannot time, whichever way the CPU was chosen."""
     reason = f" ({why})" if why else ""
-    return AttnlabError(f"bench times kernels, which needs a GPU{reason}; check correctness on the CPU with "
-                        "`attnlab grade LAB FILE --device cpu`", ExitCode.ENVIRONMENT)
+    return AttnlabError(
+        f"bench times kernels, which needs a GPU{reason}; check correctness on the CPU with "
+        "`attnlab grade LAB FILE --device cpu`",
+        ExitCode.ENVIRONMENT,
+    )
 
 
 def refuse_bench_without_gpu(device: str) -> None:
@@ -336,8 +435,10 @@ def resolve_baseline(lab: Lab, versus: str) -> Path | None:
         return lab.solution_path
     if versus == "expert":
         if not lab.expert_path.exists():
-            raise usage_error(f"--vs expert: {lab.name}'s expert reference ({display_path(lab.expert_path)}) is not "
-                              "in this copy of attnlab; choose starter, solution, or a .cu file")
+            raise usage_error(
+                f"--vs expert: {lab.name}'s expert reference ({display_path(lab.expert_path)}) is not "
+                "in this copy of attnlab; choose starter, solution, or a .cu file"
+            )
         return lab.expert_path
     path = Path(versus)
     if not path.exists():
@@ -357,13 +458,27 @@ def calibrate_gate(request: BenchRequest, output: Path, fraction: float, result:
         raise AttnlabError("calibration needs a correct, timed solution; see the failure above", ExitCode.WRONG_ANSWER)
     name = (result.device or {}).get("name") or "unknown GPU"
     comparison = result.timing["comparison"]
-    entry = write_gate(output, lab.name, name, result.timing["speedup"], fraction or DEFAULT_FRACTION, {
-        "ci_low": comparison["ci_low"], "ci_high": comparison["ci_high"],
-        "solution_ms": comparison["student"]["median_ms"], "starter_ms": comparison["baseline"]["median_ms"],
-        "shape": {"rows": result.timing["rows"], "prefix": result.timing["prefix"]},
-    })
-    result.gate = {"status": "calibrated", "passed": True, "file": str(output), **entry,
-                   "message": f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
-                              f"{entry['fraction'] * entry['solution_speedup']:.2f}x "
-                              f"({entry['fraction']:g} of the solution's {entry['solution_speedup']:.2f}x)"}
+    entry = write_gate(
+        output,
+        lab.name,
+        name,
+        result.timing["speedup"],
+        fraction or DEFAULT_FRACTION,
+        {
+            "ci_low": comparison["ci_low"],
+            "ci_high": comparison["ci_high"],
+            "solution_ms": comparison["student"]["median_ms"],
+            "starter_ms": comparison["baseline"]["median_ms"],
+            "shape": {"rows": result.timing["rows"], "prefix": result.timing["prefix"]},
+        },
+    )
+    result.gate = {
+        "status": "calibrated",
+        "passed": True,
+        "file": str(output),
+        **entry,
+        "message": f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
+        f"{entry['fraction'] * entry['solution_speedup']:.2f}x "
+        f"({entry['fraction']:g} of the solution's {entry['solution_speedup']:.2f}x)",
+    }
     terminal.gate_report(result)

@@ -76,7 +76,7 @@ class Lab:
     title: str
     teaches: str
     entry_points: tuple[EntryPoint, ...]
-    launch_defaults: dict[str, int]               # attnlab_* constant -> default value
+    launch_defaults: dict[str, int]  # attnlab_* constant -> default value
     # attnlab_* constant -> the largest value it may take, for every constant of launch_defaults: the
     # constants size grids, shared memory, cases and buffers, so none may be as large as an int allows.
     # Checked before any other rule, and before anything is sized from them (`over_bounds`).
@@ -114,14 +114,19 @@ class Lab:
     def __post_init__(self):
         unbounded = [name for name in self.launch_defaults if name not in self.bounds]
         if unbounded or set(self.bounds) - set(self.launch_defaults):
-            raise ValueError(f"{self.name}: every launch constant needs a bound and every bound a constant "
-                             f"(unbounded: {unbounded}, bounds of no constant: "
-                             f"{sorted(set(self.bounds) - set(self.launch_defaults))})")
+            raise ValueError(
+                f"{self.name}: every launch constant needs a bound and every bound a constant "
+                f"(unbounded: {unbounded}, bounds of no constant: "
+                f"{sorted(set(self.bounds) - set(self.launch_defaults))})"
+            )
 
     def over_bounds(self, constants: dict[str, int]) -> list[str]:
         """The constants above their bounds, each in words: `attnlab_threads = 2048 is above its bound 1024`."""
-        return [f"{name} = {constants[name]} is above its bound {self.bounds[name]}"
-                for name in self.launch_defaults if constants[name] > self.bounds[name]]
+        return [
+            f"{name} = {constants[name]} is above its bound {self.bounds[name]}"
+            for name in self.launch_defaults
+            if constants[name] > self.bounds[name]
+        ]
 
     @property
     def starter_path(self) -> Path:
@@ -139,8 +144,12 @@ class Lab:
 
     def entry_point_types(self) -> dict[str, list[str]]:
         """Kernel name -> "float*"/"int*"/"int" per parameter, for the CPU backend's launch wrappers."""
-        return {e.name: ["int" if p.c_type == "int" else "int*" if p.c_type.endswith("int*") else "float*"
-                         for p in e.parameters] for e in self.entry_points}
+        return {
+            e.name: [
+                "int" if p.c_type == "int" else "int*" if p.c_type.endswith("int*") else "float*" for p in e.parameters
+            ]
+            for e in self.entry_points
+        }
 
     def constants(self, exported: dict[str, int]) -> dict[str, int]:
         """The defaults, overridden by what the student's module exports."""

@@ -62,18 +62,27 @@ BOUNDS = {
 def plan_launches(c: dict[str, int], rows: int, prefix: int) -> list[Launch]:
     t = rows
     return [
-        Launch("attn_scores",
-               (ceil_div(t, c["attnlab_scores_tile_keys"]), ceil_div(t, c["attnlab_scores_tile_rows"]), QUERY_HEADS),
-               (c["attnlab_scores_threads_x"], c["attnlab_scores_threads_y"], 1),
-               c["attnlab_scores_smem_bytes"], ("q", "k", "scores", t)),
-        Launch("attn_softmax",
-               (ceil_div(t, c["attnlab_softmax_rows_per_block"]), QUERY_HEADS, 1),
-               (c["attnlab_softmax_threads"], 1, 1),
-               c["attnlab_softmax_smem_bytes"], ("scores", t)),
-        Launch("attn_weighted_sum",
-               (ceil_div(HEAD_DIM, c["attnlab_wsum_tile_dims"]), ceil_div(t, c["attnlab_wsum_tile_rows"]), QUERY_HEADS),
-               (c["attnlab_wsum_threads_x"], c["attnlab_wsum_threads_y"], 1),
-               c["attnlab_wsum_smem_bytes"], ("scores", "v", "out", t)),
+        Launch(
+            "attn_scores",
+            (ceil_div(t, c["attnlab_scores_tile_keys"]), ceil_div(t, c["attnlab_scores_tile_rows"]), QUERY_HEADS),
+            (c["attnlab_scores_threads_x"], c["attnlab_scores_threads_y"], 1),
+            c["attnlab_scores_smem_bytes"],
+            ("q", "k", "scores", t),
+        ),
+        Launch(
+            "attn_softmax",
+            (ceil_div(t, c["attnlab_softmax_rows_per_block"]), QUERY_HEADS, 1),
+            (c["attnlab_softmax_threads"], 1, 1),
+            c["attnlab_softmax_smem_bytes"],
+            ("scores", t),
+        ),
+        Launch(
+            "attn_weighted_sum",
+            (ceil_div(HEAD_DIM, c["attnlab_wsum_tile_dims"]), ceil_div(t, c["attnlab_wsum_tile_rows"]), QUERY_HEADS),
+            (c["attnlab_wsum_threads_x"], c["attnlab_wsum_threads_y"], 1),
+            c["attnlab_wsum_smem_bytes"],
+            ("scores", "v", "out", t),
+        ),
     ]
 
 
@@ -82,8 +91,14 @@ def validate(c: dict[str, int]) -> list[str]:
         check_block(c, "attnlab_scores_threads_x", "attnlab_scores_threads_y")
         + check_block(c, "attnlab_softmax_threads")
         + check_block(c, "attnlab_wsum_threads_x", "attnlab_wsum_threads_y")
-        + check_positive(c, "attnlab_scores_tile_keys", "attnlab_scores_tile_rows", "attnlab_softmax_rows_per_block",
-                         "attnlab_wsum_tile_dims", "attnlab_wsum_tile_rows")
+        + check_positive(
+            c,
+            "attnlab_scores_tile_keys",
+            "attnlab_scores_tile_rows",
+            "attnlab_softmax_rows_per_block",
+            "attnlab_wsum_tile_dims",
+            "attnlab_wsum_tile_rows",
+        )
         + check_nonnegative(c, "attnlab_scores_smem_bytes", "attnlab_softmax_smem_bytes", "attnlab_wsum_smem_bytes")
     )
 
@@ -92,21 +107,31 @@ LAB1 = Lab(
     name="lab1",
     title="The full score matrix",
     teaches="attention as three eager kernels (scores matmul, row softmax, weighted sum) with the whole "
-            "T x T score matrix in global memory, and what that matrix costs as the prompt grows",
+    "T x T score matrix in global memory, and what that matrix costs as the prompt grows",
     entry_points=(
-        entry("attn_scores", "const float* q, const float* k, float* scores, int T",
-              "scores[h][i][j] = (q[i][h] . k[j][h/4]) / 8 for j <= i, and -INFINITY above the diagonal (j > i)"),
-        entry("attn_softmax", "float* scores, int T",
-              "normalize every row of scores in place: subtract the row max, exponentiate, divide by the sum; "
-              "0 above the diagonal"),
-        entry("attn_weighted_sum", "const float* scores, const float* v, float* out, int T",
-              "out[i][h][d] = sum over j of scores[h][i][j] * v[j][h/4][d]"),
+        entry(
+            "attn_scores",
+            "const float* q, const float* k, float* scores, int T",
+            "scores[h][i][j] = (q[i][h] . k[j][h/4]) / 8 for j <= i, and -INFINITY above the diagonal (j > i)",
+        ),
+        entry(
+            "attn_softmax",
+            "float* scores, int T",
+            "normalize every row of scores in place: subtract the row max, exponentiate, divide by the sum; "
+            "0 above the diagonal",
+        ),
+        entry(
+            "attn_weighted_sum",
+            "const float* scores, const float* v, float* out, int T",
+            "out[i][h][d] = sum over j of scores[h][i][j] * v[j][h/4][d]",
+        ),
     ),
     launch_defaults=DEFAULTS,
     bounds=BOUNDS,
     plan_launches=plan_launches,
-    workspace=lambda constants, rows, prefix: bounded_workspace(f"the scores workspace at T = {rows}",
-                                                                {"scores": QUERY_HEADS * rows * rows}),
+    workspace=lambda constants, rows, prefix: bounded_workspace(
+        f"the scores workspace at T = {rows}", {"scores": QUERY_HEADS * rows * rows}
+    ),
     validate=validate,
     baseline="none",
     # scores tiles rows (grid.y) and keys (grid.x), softmax rows (grid.x), the weighted sum rows (grid.y)
@@ -114,8 +139,12 @@ LAB1 = Lab(
         "attn_scores": lambda buffer, inputs, rows: scores_stage_problem(buffer, inputs.q, inputs.k, rows),
         "attn_softmax": lambda buffer, inputs, rows: probabilities_stage_problem(buffer, inputs.q, inputs.k, rows),
     },
-    row_tiles=lambda c: [c["attnlab_scores_tile_keys"], c["attnlab_scores_tile_rows"],
-                         c["attnlab_softmax_rows_per_block"], c["attnlab_wsum_tile_rows"]],
+    row_tiles=lambda c: [
+        c["attnlab_scores_tile_keys"],
+        c["attnlab_scores_tile_rows"],
+        c["attnlab_softmax_rows_per_block"],
+        c["attnlab_wsum_tile_rows"],
+    ],
     peer="torch",
     # the two matmuls share the lab's FLOP count, half each; the softmax is counted as none, as the count is
     flop_shares={"attn_scores": 0.5, "attn_weighted_sum": 0.5},

@@ -15,10 +15,10 @@ from labrunner.labs.definition import (
 from labrunner.truth.contract import QUERY_HEADS
 
 DEFAULTS = {
-    "attnlab_threads": 256,          # threads per block
-    "attnlab_rows_per_block": 64,    # query rows of the chunk one block serves: grid.x = ceil(C / rows); 0: all of them
-    "attnlab_heads_per_block": 1,    # query heads one block serves: grid.y = 32 / heads (4 = one KV group)
-    "attnlab_smem_bytes": 0,         # dynamic shared memory per block; above 48 KB the driver raises the limit
+    "attnlab_threads": 256,  # threads per block
+    "attnlab_rows_per_block": 64,  # query rows of the chunk one block serves: grid.x = ceil(C / rows); 0: all of them
+    "attnlab_heads_per_block": 1,  # query heads one block serves: grid.y = 32 / heads (4 = one KV group)
+    "attnlab_smem_bytes": 0,  # dynamic shared memory per block; above 48 KB the driver raises the limit
 }
 BOUNDS = {
     "attnlab_threads": MAX_THREADS_PER_BLOCK,
@@ -40,13 +40,15 @@ def row_blocks(c: dict[str, int], rows: int) -> int:
 
 
 def plan_launches(c: dict[str, int], rows: int, prefix: int) -> list[Launch]:
-    return [Launch(
-        "flash_prefill",
-        (row_blocks(c, rows), QUERY_HEADS // c["attnlab_heads_per_block"], 1),
-        (c["attnlab_threads"], 1, 1),
-        c["attnlab_smem_bytes"],
-        ("q", "k", "v", "out", rows, prefix),
-    )]
+    return [
+        Launch(
+            "flash_prefill",
+            (row_blocks(c, rows), QUERY_HEADS // c["attnlab_heads_per_block"], 1),
+            (c["attnlab_threads"], 1, 1),
+            c["attnlab_smem_bytes"],
+            ("q", "k", "v", "out", rows, prefix),
+        )
+    ]
 
 
 def validate(c: dict[str, int]) -> list[str]:
@@ -55,8 +57,9 @@ def validate(c: dict[str, int]) -> list[str]:
     if heads <= 0 or QUERY_HEADS % heads:
         problems.append(f"attnlab_heads_per_block = {heads} must divide {QUERY_HEADS}")
     if c["attnlab_rows_per_block"] < 0:
-        problems.append(f"attnlab_rows_per_block = {c['attnlab_rows_per_block']} must be positive, or 0 for "
-                        "one block over all rows")
+        problems.append(
+            f"attnlab_rows_per_block = {c['attnlab_rows_per_block']} must be positive, or 0 for one block over all rows"
+        )
     return problems
 
 
@@ -64,11 +67,13 @@ LAB2 = Lab(
     name="lab2",
     title="Flash prefill against a cached prefix",
     teaches="chunked prefill as a serving engine runs it: tile the query rows, stage each K/V tile in shared "
-            "memory once, carry the online softmax across tiles; no score matrix exists",
+    "memory once, carry the online softmax across tiles; no score matrix exists",
     entry_points=(
-        entry("flash_prefill",
-              "const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, int prefixLen",
-              "out[i][h] = softmax over keys j <= prefixLen + i of (q[i][h] . kCache[j][h/4]) / 8, weighting vCache[j][h/4]"),
+        entry(
+            "flash_prefill",
+            "const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, int prefixLen",
+            "out[i][h] = softmax over keys j <= prefixLen + i of (q[i][h] . kCache[j][h/4]) / 8, weighting vCache[j][h/4]",
+        ),
     ),
     launch_defaults=DEFAULTS,
     bounds=BOUNDS,

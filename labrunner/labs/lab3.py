@@ -18,11 +18,11 @@ from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.truth.paged_cache import PAGE_TOKENS, bytes_to_move, decode_flops, max_pages, max_parts, timing_batch
 
 DEFAULTS = {
-    "attnlab_partition_tokens": 0,     # keys per partition (grid.x); 0: one partition per sequence
-    "attnlab_heads_per_block": 1,      # query heads of one KV group per block of decode_partial: grid.y = 32 / heads
-    "attnlab_partial_threads": 32,     # threads per block of decode_partial
-    "attnlab_partial_smem_bytes": 0,   # its dynamic shared memory; above 48 KB the driver raises the limit
-    "attnlab_combine_threads": 64,     # threads per block of decode_combine, one block per (head, sequence)
+    "attnlab_partition_tokens": 0,  # keys per partition (grid.x); 0: one partition per sequence
+    "attnlab_heads_per_block": 1,  # query heads of one KV group per block of decode_partial: grid.y = 32 / heads
+    "attnlab_partial_threads": 32,  # threads per block of decode_partial
+    "attnlab_partial_smem_bytes": 0,  # its dynamic shared memory; above 48 KB the driver raises the limit
+    "attnlab_combine_threads": 64,  # threads per block of decode_combine, one block per (head, sequence)
 }
 # The longest sequence the lab grades or times has 32,768 keys (the `long` case, the timing shape). A
 # partition of that many keys is a whole sequence, which 0 already says, and the cases grow with p
@@ -42,11 +42,20 @@ def plan_launches(c: dict[str, int], batch: int, longest: int) -> list[Launch]:
     parts = max_parts(longest, c["attnlab_partition_tokens"])
     pages = max_pages(longest)
     return [
-        Launch("decode_partial", (parts, QUERY_HEADS // c["attnlab_heads_per_block"], batch),
-               (c["attnlab_partial_threads"], 1, 1), c["attnlab_partial_smem_bytes"],
-               ("q", "k", "v", "blockTable", "seqLens", "partOut", "partMax", "partSum", pages, parts)),
-        Launch("decode_combine", (QUERY_HEADS, batch, 1), (c["attnlab_combine_threads"], 1, 1), 0,
-               ("partOut", "partMax", "partSum", "seqLens", "out", parts)),
+        Launch(
+            "decode_partial",
+            (parts, QUERY_HEADS // c["attnlab_heads_per_block"], batch),
+            (c["attnlab_partial_threads"], 1, 1),
+            c["attnlab_partial_smem_bytes"],
+            ("q", "k", "v", "blockTable", "seqLens", "partOut", "partMax", "partSum", pages, parts),
+        ),
+        Launch(
+            "decode_combine",
+            (QUERY_HEADS, batch, 1),
+            (c["attnlab_combine_threads"], 1, 1),
+            0,
+            ("partOut", "partMax", "partSum", "seqLens", "out", parts),
+        ),
     ]
 
 
@@ -54,18 +63,28 @@ def workspace(c: dict[str, int], batch: int, longest: int) -> dict[str, int]:
     """The partial results' buffers, [B][32][maxParts][64] and twice [B][32][maxParts]: the driver poisons
     and guards them; what they hold between the two kernels is the file's business."""
     parts = max_parts(longest, c["attnlab_partition_tokens"])
-    return bounded_workspace(f"the partial buffers at B = {batch}, longest {longest}",
-                             {"partOut": batch * QUERY_HEADS * parts * 64, "partMax": batch * QUERY_HEADS * parts,
-                              "partSum": batch * QUERY_HEADS * parts})
+    return bounded_workspace(
+        f"the partial buffers at B = {batch}, longest {longest}",
+        {
+            "partOut": batch * QUERY_HEADS * parts * 64,
+            "partMax": batch * QUERY_HEADS * parts,
+            "partSum": batch * QUERY_HEADS * parts,
+        },
+    )
 
 
 def validate(c: dict[str, int]) -> list[str]:
-    problems = (check_block(c, "attnlab_partial_threads") + check_block(c, "attnlab_combine_threads")
-                + check_nonnegative(c, "attnlab_partial_smem_bytes"))
+    problems = (
+        check_block(c, "attnlab_partial_threads")
+        + check_block(c, "attnlab_combine_threads")
+        + check_nonnegative(c, "attnlab_partial_smem_bytes")
+    )
     partition = c["attnlab_partition_tokens"]
     if partition < 0 or partition % PAGE_TOKENS:
-        problems.append(f"attnlab_partition_tokens = {partition} must be 0 (one partition per sequence) or a "
-                        f"positive multiple of {PAGE_TOKENS} (whole pages)")
+        problems.append(
+            f"attnlab_partition_tokens = {partition} must be 0 (one partition per sequence) or a "
+            f"positive multiple of {PAGE_TOKENS} (whole pages)"
+        )
     heads = c["attnlab_heads_per_block"]
     if heads not in (1, 2, GROUP):
         problems.append(f"attnlab_heads_per_block = {heads} must be 1, 2 or {GROUP} (query heads of one KV group)")
@@ -75,8 +94,7 @@ def validate(c: dict[str, int]) -> list[str]:
 def timing_layout(batch: int, longest: int, seed: int) -> dict:
     """The timing shape's cache: seeded lengths (one of exactly `longest`), every page used, shuffled."""
     lengths, table = timing_batch(batch, longest, seed)
-    return {"pages": int(table.max()) + 1,
-            "fixed": {"blockTable": table, "seqLens": np.array(lengths, dtype=np.int32)}}
+    return {"pages": int(table.max()) + 1, "fixed": {"blockTable": table, "seqLens": np.array(lengths, dtype=np.int32)}}
 
 
 def timed_bytes(batch: int, longest: int, layout: dict) -> int:
@@ -94,19 +112,23 @@ LAB3 = Lab(
     name="lab3",
     title="Decode against a paged KV cache",
     teaches="decode as a serving engine runs it, graded on bandwidth: read K and V through a block table of "
-            "16-token pages, load each K/V row once for the 4 query heads of its group, split long sequences "
-            "into partitions and combine them by their maxima",
+    "16-token pages, load each K/V row once for the 4 query heads of its group, split long sequences "
+    "into partitions and combine them by their maxima",
     entry_points=(
-        entry("decode_partial",
-              "const float* q, const float* kCache, const float* vCache, const int* blockTable, const int* seqLens, "
-              "float* partOut, float* partMax, float* partSum, int maxPages, int maxParts",
-              "for each (sequence, query head, partition): whatever decode_combine needs of the softmax of "
-              "(q[b][h] . kCache[key j of b][h/4]) / 8 over the partition's keys j < seqLens[b], weighting vCache"),
-        entry("decode_combine",
-              "const float* partOut, const float* partMax, const float* partSum, const int* seqLens, float* out, "
-              "int maxParts",
-              "out[b][h] = softmax over keys j < seqLens[b] of (q[b][h] . kCache[key j of b][h/4]) / 8, "
-              "weighting vCache, from the partitions' partial results"),
+        entry(
+            "decode_partial",
+            "const float* q, const float* kCache, const float* vCache, const int* blockTable, const int* seqLens, "
+            "float* partOut, float* partMax, float* partSum, int maxPages, int maxParts",
+            "for each (sequence, query head, partition): whatever decode_combine needs of the softmax of "
+            "(q[b][h] . kCache[key j of b][h/4]) / 8 over the partition's keys j < seqLens[b], weighting vCache",
+        ),
+        entry(
+            "decode_combine",
+            "const float* partOut, const float* partMax, const float* partSum, const int* seqLens, float* out, "
+            "int maxParts",
+            "out[b][h] = softmax over keys j < seqLens[b] of (q[b][h] . kCache[key j of b][h/4]) / 8, "
+            "weighting vCache, from the partitions' partial results",
+        ),
     ),
     launch_defaults=DEFAULTS,
     bounds=BOUNDS,

@@ -95,9 +95,7 @@ def read_nvml_facts(state: DeviceState, device_index: int) -> None:
         if state.name is None:
             state.name = nvml_read(lambda: as_text(pynvml.nvmlDeviceGetName(handle)))
         state.driver_release = nvml_read(lambda: as_text(pynvml.nvmlSystemGetDriverVersion()))
-        state.sm_clock_mhz = nvml_read(
-            lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
-        )
+        state.sm_clock_mhz = nvml_read(lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)))
         state.temperature_c = nvml_read(
             lambda: int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
         )
@@ -130,8 +128,9 @@ def nvml_read(read):
         return None
 
 
-def clock_drop_warning(before: DeviceState | int | None, after: DeviceState | int | None,
-                       threshold: float = 0.05) -> str | None:
+def clock_drop_warning(
+    before: DeviceState | int | None, after: DeviceState | int | None, threshold: float = 0.05
+) -> str | None:
     """A warning when the SM clock fell by more than `threshold` during timing.
 
     Takes two DeviceStates (or two clocks in MHz). Read `before` right after

@@ -34,12 +34,18 @@ def load_gates(path: Path, option: str = "--gates") -> dict:
         if lab == "schema":
             continue
         if not isinstance(gpus, dict):
-            raise usage_error(f"{option} {path}: {lab!r} must map GPU names to gates; recalibrate with "
-                              f"`attnlab calibrate {lab} -o {path}`")
+            raise usage_error(
+                f"{option} {path}: {lab!r} must map GPU names to gates; recalibrate with "
+                f"`attnlab calibrate {lab} -o {path}`"
+            )
         for gpu, gate in gpus.items():
-            if not (isinstance(gate, dict) and all(positive_number(gate.get(k)) for k in ("fraction", "solution_speedup"))):
-                raise usage_error(f"{option} {path}: the {lab} gate for {gpu} needs a positive fraction and "
-                                  f"solution_speedup; recalibrate it with `attnlab calibrate {lab} -o {path}`")
+            if not (
+                isinstance(gate, dict) and all(positive_number(gate.get(k)) for k in ("fraction", "solution_speedup"))
+            ):
+                raise usage_error(
+                    f"{option} {path}: the {lab} gate for {gpu} needs a positive fraction and "
+                    f"solution_speedup; recalibrate it with `attnlab calibrate {lab} -o {path}`"
+                )
     return data
 
 
@@ -61,9 +67,14 @@ def apply_gate(gates: dict | None, lab: str, gpu_name: str | None, speedup: floa
     passed = speedup >= required
     verb = "met" if passed else "missed"
     return {
-        "status": "met" if passed else "missed", "passed": passed, "required_speedup": required, "speedup": speedup,
-        "message": (f"{verb}: SPEEDUP {speedup:.2f}x against the {required:.2f}x required on {gpu_name} "
-                    f"({gate['fraction']:g} of the solution's calibrated {gate['solution_speedup']:.2f}x)"),
+        "status": "met" if passed else "missed",
+        "passed": passed,
+        "required_speedup": required,
+        "speedup": speedup,
+        "message": (
+            f"{verb}: SPEEDUP {speedup:.2f}x against the {required:.2f}x required on {gpu_name} "
+            f"({gate['fraction']:g} of the solution's calibrated {gate['solution_speedup']:.2f}x)"
+        ),
     }
 
 
@@ -78,18 +89,26 @@ def apply_bandwidth_gate(bandwidth: dict, gpu_name: str | None) -> dict:
     passed = reached >= required
     verb = "met" if passed else "missed"
     return {
-        "status": "met" if passed else "missed", "passed": passed, "required_fraction": required,
+        "status": "met" if passed else "missed",
+        "passed": passed,
+        "required_fraction": required,
         "copy_fraction": reached,
-        "message": (f"{verb}: {reached:.2f} of the device copy's bandwidth ({bandwidth['student_tb_s']:.2f} of "
-                    f"{bandwidth['copy_tb_s']:.2f} TB/s, timed in the same run on {gpu_name or 'this GPU'}) against "
-                    f"the {required:g} required"),
+        "message": (
+            f"{verb}: {reached:.2f} of the device copy's bandwidth ({bandwidth['student_tb_s']:.2f} of "
+            f"{bandwidth['copy_tb_s']:.2f} TB/s, timed in the same run on {gpu_name or 'this GPU'}) against "
+            f"the {required:g} required"
+        ),
     }
 
 
 def write_gate(path: Path, lab: str, gpu_name: str, solution_speedup: float, fraction: float, details: dict) -> dict:
     gates = load_gates(path, "-o") if path.exists() else {"schema": SCHEMA}
-    entry = {"solution_speedup": round(solution_speedup, 3), "fraction": fraction,
-             "calibrated": datetime.date.today().isoformat(), **details}
+    entry = {
+        "solution_speedup": round(solution_speedup, 3),
+        "fraction": fraction,
+        "calibrated": datetime.date.today().isoformat(),
+        **details,
+    }
     gates.setdefault(lab, {})[gpu_name] = entry
     try:
         path.write_text(json.dumps(gates, indent=2) + "\n")

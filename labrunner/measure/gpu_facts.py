@@ -16,8 +16,14 @@ def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> dict:
 
     Runs on the GPU side (the worker, or the process Nsight Compute watches), never in the driver.
     """
-    facts: dict = {"sm_count": None, "compute_capability": None, "max_sm_clock_mhz": None,
-                   "max_memory_clock_mhz": None, "memory_bus_width_bits": None, "measured_copy_bytes_per_s": None}
+    facts: dict = {
+        "sm_count": None,
+        "compute_capability": None,
+        "max_sm_clock_mhz": None,
+        "max_memory_clock_mhz": None,
+        "memory_bus_width_bits": None,
+        "measured_copy_bytes_per_s": None,
+    }
     try:
         import cupy
 
@@ -39,10 +45,13 @@ def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> dict:
             # the NVML handle of the GPU CUDA calls `device_index` (found by PCI address, as device_state does)
             handle = nvml_handle(pynvml, nvml_read(lambda: cupy.cuda.Device(device_index).pci_bus_id), device_index)
             if handle is not None:
-                facts["max_sm_clock_mhz"] = nvml_read(
-                    lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))) or facts["max_sm_clock_mhz"]
+                facts["max_sm_clock_mhz"] = (
+                    nvml_read(lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)))
+                    or facts["max_sm_clock_mhz"]
+                )
                 facts["max_memory_clock_mhz"] = nvml_read(
-                    lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)))
+                    lambda: int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
+                )
                 facts["memory_bus_width_bits"] = nvml_read(lambda: int(pynvml.nvmlDeviceGetMemoryBusWidth(handle)))
         finally:
             nvml_read(pynvml.nvmlShutdown)

@@ -132,7 +132,7 @@ class CupyTimer:
         """
         while len(self._stage_events) < len(launches) + 1:
             self._stage_events.append(self._cupy.cuda.Event())
-        events = self._stage_events[:len(launches) + 1]
+        events = self._stage_events[: len(launches) + 1]
         events[0].record()
         for launch, after in zip(launches, events[1:]):
             launch()

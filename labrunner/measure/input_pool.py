@@ -37,9 +37,20 @@ class CudaSets:
         q_count, kv_count = buffers["q"].size, buffers["k"].size
         blocks = (q_count + 2 * kv_count) // 4
         grid = min(MAX_BLOCKS, -(-blocks // THREADS))
-        self._kernel((grid,), (THREADS,), (buffers["q"], buffers["k"], buffers["v"], np.uint64(q_count),
-                                           np.uint64(kv_count), np.uint64(self.key[0]), np.uint64(self.key[1]),
-                                           np.uint64(number)))
+        self._kernel(
+            (grid,),
+            (THREADS,),
+            (
+                buffers["q"],
+                buffers["k"],
+                buffers["v"],
+                np.uint64(q_count),
+                np.uint64(kv_count),
+                np.uint64(self.key[0]),
+                np.uint64(self.key[1]),
+                np.uint64(number),
+            ),
+        )
 
 
 @cache
@@ -74,9 +85,16 @@ class InputPool:
         rows, prefix, pages = request["rows"], request["prefix"], request.get("pages")
         self.maker = CudaSets(device, tuple(request["key"]), rows, prefix, pages)
         fixed = {name: device.upload(array) for name, array in request.get("fixed", {}).items()}
-        self.slots = [{**{name: device.upload(np.zeros(shape, dtype=np.float32))
-                          for name, shape in set_shapes(rows, prefix, pages).items()}, **fixed}
-                      for _ in range(slots)]
+        self.slots = [
+            {
+                **{
+                    name: device.upload(np.zeros(shape, dtype=np.float32))
+                    for name, shape in set_shapes(rows, prefix, pages).items()
+                },
+                **fixed,
+            }
+            for _ in range(slots)
+        ]
         self.holds: list[int | None] = [None] * slots
         self.drawn = 0
 

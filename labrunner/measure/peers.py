@@ -47,17 +47,21 @@ class PeerSpec:
 
 SPECS = {
     "sdpa": PeerSpec(
-        "sdpa", "PyTorch SDPA fp32",
+        "sdpa",
+        "PyTorch SDPA fp32",
         "torch.nn.functional.scaled_dot_product_attention in float32 (PyTorch picks its kernel) with the "
         "causal_lower_right mask for the cached prefix; inside every timed call also K and V expanded from 8 to "
         "32 heads (a copy that a kernel indexing KV head h/4 never makes) and the output made [rows][32][64] "
-        f"(Q is passed as a strided view); {HIDDEN}"),
+        f"(Q is passed as a strided view); {HIDDEN}",
+    ),
     "torch": PeerSpec(
-        "torch", "PyTorch eager fp32",
+        "torch",
+        "PyTorch eager fp32",
         "three eager PyTorch ops in float32, as the lab's three kernels: torch.baddbmm (q.k^T / 8 plus a 0/-inf "
         "causal bias made once before timing), torch.softmax, torch.bmm (weights.v); inside every timed call also "
         "K and V expanded from 8 to 32 heads (a copy that a kernel indexing KV head h/4 never makes) and the "
-        f"output made [T][32][64] (Q is passed as a strided view); {HIDDEN}"),
+        f"output made [T][32][64] (Q is passed as a strided view); {HIDDEN}",
+    ),
 }
 
 
@@ -72,8 +76,10 @@ def load(name: str, on_gpu: bool = True):
     except ImportError:
         raise PeerMissing(f"PyTorch is not installed ({INSTALL_HINT})") from None
     if on_gpu and not torch.cuda.is_available():
-        raise PeerMissing(f"PyTorch {torch.__version__} here has no CUDA (a CPU-only build, or no GPU it can use): "
-                          f"install a CUDA build ({INSTALL_HINT} from PyTorch's CUDA index)")
+        raise PeerMissing(
+            f"PyTorch {torch.__version__} here has no CUDA (a CPU-only build, or no GPU it can use): "
+            f"install a CUDA build ({INSTALL_HINT} from PyTorch's CUDA index)"
+        )
     # float32 means float32: no TF32 shortcut in the matrix products (PyTorch's default, made explicit)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
@@ -152,7 +158,8 @@ class EagerThreeOpsPeer(TorchPeer):
             torch = self.torch
             above = torch.ones(t, t, dtype=torch.bool, device=views["q"].device).triu(1)
             self.bias[t] = torch.zeros(t, t, dtype=torch.float32, device=views["q"].device).masked_fill(
-                above, float("-inf"))
+                above, float("-inf")
+            )
 
     def compute(self, views: dict):
         torch = self.torch

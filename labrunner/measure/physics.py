@@ -54,23 +54,28 @@ class Limits:
     peak_source: str  # how the peak was counted, or why there is none
 
     def to_json(self) -> dict:
-        return {"copy_tb_s": None if self.copy_bytes_per_s is None else self.copy_bytes_per_s / 1e12,
-                "copy_margin": COPY_MARGIN, "l2_bytes": self.l2_bytes,
-                "peak_tflop_s": None if self.peak_flops is None else self.peak_flops / 1e12,
-                "peak_source": self.peak_source}
+        return {
+            "copy_tb_s": None if self.copy_bytes_per_s is None else self.copy_bytes_per_s / 1e12,
+            "copy_margin": COPY_MARGIN,
+            "l2_bytes": self.l2_bytes,
+            "peak_tflop_s": None if self.peak_flops is None else self.peak_flops / 1e12,
+            "peak_source": self.peak_source,
+        }
 
 
 def limits(copies: list[dict], l2_bytes: int, facts: dict) -> Limits:
     """A run's limits from its workers' replies: `copies` are their device copies (`{"bytes", "stats"}`,
     the fastest of them counts), `facts` what the GPU said of itself (`gpu_facts.read_gpu_facts`)."""
-    rates = [2 * copy["bytes"] / (copy["stats"]["min_ms"] * 1e-3) for copy in copies
-             if copy and copy["stats"]["min_ms"] > 0]
+    rates = [
+        2 * copy["bytes"] / (copy["stats"]["min_ms"] * 1e-3) for copy in copies if copy and copy["stats"]["min_ms"] > 0
+    ]
     peak, source = tensor_core_peak(facts or {})
     return Limits(max(rates) if rates else None, int(l2_bytes), peak, source)
 
 
-def impossible(what: str, fastest_ms: float, must_move: int, flops: float, bounds: Limits,
-               l2_parts: tuple[int, ...] = ()) -> str | None:
+def impossible(
+    what: str, fastest_ms: float, must_move: int, flops: float, bounds: Limits, l2_parts: tuple[int, ...] = ()
+) -> str | None:
     """Why a figure cannot be the time of its work, in one line, or None where it can be.
 
     `what` names the figure ("attn_softmax at T=2048"); `fastest_ms` is its fastest timed call;
@@ -87,17 +92,21 @@ def impossible(what: str, fastest_ms: float, must_move: int, flops: float, bound
             rate = must_move / seconds if seconds > 0 else float("inf")
             rest = (must_move - spared) / seconds / bounds.copy_bytes_per_s if seconds > 0 else float("inf")
             left = f"even with {_mib(spared)} MiB of it left to L2, the rest" if spared else "that"
-            return (f"faster than this GPU can move the bytes: {what} moved {_mib(must_move)} MiB in "
-                    f"{_ms(fastest_ms)} ms (its fastest timed call) = {_tb_s(rate)} TB/s, above this run's "
-                    f"device copy ({_tb_s(bounds.copy_bytes_per_s)} TB/s); {left} needs {rest:.2f}x the "
-                    f"copy's bandwidth, and no kernel reaches {COPY_MARGIN:.2f}x: a kernel that does all of its "
-                    "own work on every call cannot be this fast, so no time is reported")
+            return (
+                f"faster than this GPU can move the bytes: {what} moved {_mib(must_move)} MiB in "
+                f"{_ms(fastest_ms)} ms (its fastest timed call) = {_tb_s(rate)} TB/s, above this run's "
+                f"device copy ({_tb_s(bounds.copy_bytes_per_s)} TB/s); {left} needs {rest:.2f}x the "
+                f"copy's bandwidth, and no kernel reaches {COPY_MARGIN:.2f}x: a kernel that does all of its "
+                "own work on every call cannot be this fast, so no time is reported"
+            )
     if bounds.peak_flops and flops > 0 and (seconds <= 0 or flops / seconds > bounds.peak_flops):
         rate = flops / seconds if seconds > 0 else float("inf")
-        return (f"faster than this GPU can compute: {what} did {flops / 1e9:,.2f} GFLOP in {_ms(fastest_ms)} ms "
-                f"(its fastest timed call) = {rate / 1e12:,.0f} TFLOP/s, above this GPU's tensor-core peak "
-                f"({bounds.peak_flops / 1e12:,.0f} TFLOP/s: {bounds.peak_source}): a kernel that does all of its "
-                "own work on every call cannot be this fast, so no time is reported")
+        return (
+            f"faster than this GPU can compute: {what} did {flops / 1e9:,.2f} GFLOP in {_ms(fastest_ms)} ms "
+            f"(its fastest timed call) = {rate / 1e12:,.0f} TFLOP/s, above this GPU's tensor-core peak "
+            f"({bounds.peak_flops / 1e12:,.0f} TFLOP/s: {bounds.peak_source}): a kernel that does all of its "
+            "own work on every call cannot be this fast, so no time is reported"
+        )
     return None
 
 

@@ -45,17 +45,36 @@ METRICS = {
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
 }
 UNIT_SCALE = {
-    "nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9,
-    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
-    "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "Kibyte": 1024.0, "Mibyte": 1024.0 ** 2, "Gibyte": 1024.0 ** 3,
+    "nsecond": 1.0,
+    "usecond": 1e3,
+    "msecond": 1e6,
+    "second": 1e9,
+    "ns": 1.0,
+    "us": 1e3,
+    "ms": 1e6,
+    "s": 1e9,
+    "byte": 1.0,
+    "Kbyte": 1e3,
+    "Mbyte": 1e6,
+    "Gbyte": 1e9,
+    "Tbyte": 1e12,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "Kibyte": 1024.0,
+    "Mibyte": 1024.0**2,
+    "Gibyte": 1024.0**3,
 }
 PERMISSION_HELP = (
     "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run attnlab as root or with "
     "CAP_SYS_ADMIN, or let every user read them with the driver option NVreg_RestrictProfilingToAdminUsers=0 "
-    "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM); the trace above did not need them")
+    "(see https://developer.nvidia.com/ERR_NVGPUCTRPERM); the trace above did not need them"
+)
 MISSING_HELP = (
     "Nsight Compute's `ncu` is not on PATH, so there is no Range pass: install Nsight Compute (it comes with "
-    "the CUDA toolkit) and put its folder on PATH; the trace above did not need it")
+    "the CUDA toolkit) and put its folder on PATH; the trace above did not need it"
+)
 
 
 class RangePassUnavailable(Exception):
@@ -82,21 +101,50 @@ class KernelMetrics:
         return None if read is None or write is None else read + write
 
     def to_json(self) -> dict:
-        return {"index": self.index, "kernel": self.kernel, "block": self.block, "grid": self.grid,
-                **self.values, "dram_bytes": self.dram_bytes}
+        return {
+            "index": self.index,
+            "kernel": self.kernel,
+            "block": self.block,
+            "grid": self.grid,
+            **self.values,
+            "dram_bytes": self.dram_bytes,
+        }
 
 
 def ncu_path() -> str | None:
     return shutil.which(NCU)
 
 
-def ncu_command(tool: str, kernel_names: list[str], skip: int, count: int, log_path: Path,
-                target: list[str], metrics: list[str] | None = None) -> list[str]:
+def ncu_command(
+    tool: str,
+    kernel_names: list[str],
+    skip: int,
+    count: int,
+    log_path: Path,
+    target: list[str],
+    metrics: list[str] | None = None,
+) -> list[str]:
     """The exact ncu invocation: the fixed metrics, the chosen launches, base units, CSV into a file."""
     pattern = "^(" + "|".join(sorted(set(kernel_names))) + ")$"
-    return [tool, "--clock-control", "none", "--metrics", ",".join(metrics or METRICS), "-k", f"regex:{pattern}",
-            "--launch-skip", str(skip), "--launch-count", str(count), "--csv", "--print-units", "base",
-            "--log-file", str(log_path), *target]
+    return [
+        tool,
+        "--clock-control",
+        "none",
+        "--metrics",
+        ",".join(metrics or METRICS),
+        "-k",
+        f"regex:{pattern}",
+        "--launch-skip",
+        str(skip),
+        "--launch-count",
+        str(count),
+        "--csv",
+        "--print-units",
+        "base",
+        "--log-file",
+        str(log_path),
+        *target,
+    ]
 
 
 def parse_number(text: str) -> float | None:
@@ -124,8 +172,10 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
     rows = list(csv.reader(io.StringIO("\n".join(lines[header_at:]))))
     header = rows[0]
     try:
-        col = {name: header.index(name) for name in ("ID", "Kernel Name", "Block Size", "Grid Size",
-                                                      "Metric Name", "Metric Unit", "Metric Value")}
+        col = {
+            name: header.index(name)
+            for name in ("ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit", "Metric Value")
+        }
     except ValueError:
         return []
     launches: dict[int, KernelMetrics] = {}
@@ -136,8 +186,10 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
         key = METRICS.get(row[col["Metric Name"]])
         if index is None or key is None:
             continue
-        launch = launches.setdefault(int(index), KernelMetrics(int(index), row[col["Kernel Name"]],
-                                                               row[col["Block Size"]], row[col["Grid Size"]]))
+        launch = launches.setdefault(
+            int(index),
+            KernelMetrics(int(index), row[col["Kernel Name"]], row[col["Block Size"]], row[col["Grid Size"]]),
+        )
         value = parse_number(row[col["Metric Value"]])
         unit = row[col["Metric Unit"]].strip()
         launch.values[key] = None if value is None else value * UNIT_SCALE.get(unit, 1.0)
@@ -168,14 +220,22 @@ class NcuRun:
     dropped_metrics: list[str] = field(default_factory=list)
 
 
-def run_ncu(kernel_names: list[str], skip: int, count: int, target: list[str], timeout_s: float,
-            cwd: Path | None = None, env: dict | None = None, box_folder: Path | None = None) -> NcuRun:
+def run_ncu(
+    kernel_names: list[str],
+    skip: int,
+    count: int,
+    target: list[str],
+    timeout_s: float,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    box_folder: Path | None = None,
+) -> NcuRun:
     """Run ncu over `target` and return exactly `count` profiled launches, or raise RangePassUnavailable.
 
     A metric this ncu or this GPU does not know makes ncu refuse the whole run. Its error names the
     metric, so a failed run that names some of ours is tried once more without them, and the
     report says which were dropped: one unknown counter should not cost the other eight.
-   
+
     `box_folder`: ncu and its target run in a box (`labrunner/box.py`, purpose PROFILE) whose /job is
     this host folder; `target` and `env` are then as seen inside it.
     """
@@ -189,14 +249,34 @@ def run_ncu(kernel_names: list[str], skip: int, count: int, target: list[str], t
         named = [m for m in metrics if m in first.said]
         if not named or len(named) == len(metrics) or "ERR_NVGPUCTRPERM" in first.said:
             raise
-        run = ncu_once(tool, kernel_names, skip, count, target, timeout_s, cwd, env,
-                       [m for m in metrics if m not in named], box_folder)
+        run = ncu_once(
+            tool,
+            kernel_names,
+            skip,
+            count,
+            target,
+            timeout_s,
+            cwd,
+            env,
+            [m for m in metrics if m not in named],
+            box_folder,
+        )
         run.dropped_metrics = named
         return run
 
 
-def ncu_once(tool: str, kernel_names: list[str], skip: int, count: int, target: list[str], timeout_s: float,
-             cwd: Path | None, env: dict | None, metrics: list[str], box_folder: Path | None = None) -> NcuRun:
+def ncu_once(
+    tool: str,
+    kernel_names: list[str],
+    skip: int,
+    count: int,
+    target: list[str],
+    timeout_s: float,
+    cwd: Path | None,
+    env: dict | None,
+    metrics: list[str],
+    box_folder: Path | None = None,
+) -> NcuRun:
     """One ncu run. A failure carries the one-line reason, then everything ncu said (for `run_ncu`'s retry)."""
     import time
 
@@ -225,6 +305,7 @@ def ncu_once(tool: str, kernel_names: list[str], skip: int, count: int, target: 
     if len(launches) != count or completed.returncode != 0:
         if launches and completed.returncode == 0:
             raise RangePassUnavailable(f"ncu profiled {len(launches)} launches where {count} were asked for", said)
-        raise RangePassUnavailable(explain_failure(log_text + "\n" + completed.stdout, completed.stderr,
-                                                   completed.returncode), said)
+        raise RangePassUnavailable(
+            explain_failure(log_text + "\n" + completed.stdout, completed.stderr, completed.returncode), said
+        )
     return NcuRun(launches, command, log_text, seconds)

@@ -23,8 +23,20 @@ from dataclasses import asdict, dataclass
 # FP32 fused multiply-add lanes per SM, by compute capability (major, minor): the CUDA C++
 # Programming Guide's table of arithmetic instruction throughput. 7.x and 8.0 have 64; 8.6 and
 # later consumer parts, Hopper and Blackwell have 128.
-FP32_LANES_PER_SM = {(7, 0): 64, (7, 2): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128,
-                     (9, 0): 128, (10, 0): 128, (10, 3): 128, (12, 0): 128, (12, 1): 128}
+FP32_LANES_PER_SM = {
+    (7, 0): 64,
+    (7, 2): 64,
+    (7, 5): 64,
+    (8, 0): 64,
+    (8, 6): 128,
+    (8, 7): 128,
+    (8, 9): 128,
+    (9, 0): 128,
+    (10, 0): 128,
+    (10, 3): 128,
+    (12, 0): 128,
+    (12, 1): 128,
+}
 FLOPS_PER_FMA = 2
 
 # Dense FP16 tensor-core FLOP per clock per SM (a multiply-add counts two), by compute capability:
@@ -36,8 +48,16 @@ FLOPS_PER_FMA = 2
 # reach that precision (an INT8 operand split in two slices makes three products at twice the FP16
 # rate; FP8 and INT4 need more slices), so a float32 product costs them more than one FP16 product;
 # 2:4 sparsity needs zeros the inputs do not have. A capability missing here has no known ceiling.
-TENSOR_FP16_FLOP_PER_CLOCK = {(7, 0): 1024, (7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 9): 1024,
-                              (9, 0): 4096, (10, 0): 8192, (12, 0): 1024}
+TENSOR_FP16_FLOP_PER_CLOCK = {
+    (7, 0): 1024,
+    (7, 5): 1024,
+    (8, 0): 2048,
+    (8, 6): 1024,
+    (8, 9): 1024,
+    (9, 0): 4096,
+    (10, 0): 8192,
+    (12, 0): 1024,
+}
 
 
 def lesson_roofline(flops: float, bytes_moved: float, peak_flops: float, bw_bytes_per_s: float):
@@ -68,8 +88,7 @@ def tensor_core_peak(facts: dict) -> tuple[float | None, str]:
         return None, f"no tensor-core rate is known for compute capability {facts.get('compute_capability')}"
     if not sms or not clock_mhz:
         return None, "the GPU reported no SM count or clock, so its tensor-core peak is unknown"
-    return (sms * clock_mhz * 1e6 * per_clock,
-            f"{sms} SMs x {clock_mhz} MHz x {per_clock} FLOP per clock, dense FP16")
+    return (sms * clock_mhz * 1e6 * per_clock, f"{sms} SMs x {clock_mhz} MHz x {per_clock} FLOP per clock, dense FP16")
 
 
 def hbm_bandwidth(memory_clock_hz: float, bus_width_bits: int) -> float:
@@ -82,7 +101,7 @@ class Ceilings:
     """The two roofs of one GPU, with where each figure came from."""
 
     peak_flops: float
-    bandwidth: float          # bytes per second
+    bandwidth: float  # bytes per second
     peak_source: str
     bandwidth_source: str
 
@@ -158,18 +177,28 @@ class Point:
         if self.bound == "compute-bound" and self.fraction_of_roof > 1:
             # No FP32 FMA pipe goes past its peak: the products ran on the tensor cores (lab 1's and the
             # expert's split-precision matmuls do), and their roof is not one this plot draws.
-            return (f"compute-bound: {self.achieved_flops / 1e12:.1f} TFLOP/s, above the FP32 roof "
-                    f"({100 * self.fraction_of_roof:.0f}%): the tensor cores did the products, and their "
-                    "roof is not drawn here")
+            return (
+                f"compute-bound: {self.achieved_flops / 1e12:.1f} TFLOP/s, above the FP32 roof "
+                f"({100 * self.fraction_of_roof:.0f}%): the tensor cores did the products, and their "
+                "roof is not drawn here"
+            )
         if self.bound == "compute-bound":
-            return (f"compute-bound: {self.achieved_flops / 1e12:.1f} TFLOP/s, "
-                    f"{100 * self.fraction_of_roof:.0f}% of the FP32 roof")
-        return (f"memory-bound: {self.intensity:.1f} FLOP/B, "
-                f"{100 * self.fraction_of_roof:.0f}% of HBM bandwidth")
+            return (
+                f"compute-bound: {self.achieved_flops / 1e12:.1f} TFLOP/s, "
+                f"{100 * self.fraction_of_roof:.0f}% of the FP32 roof"
+            )
+        return f"memory-bound: {self.intensity:.1f} FLOP/B, {100 * self.fraction_of_roof:.0f}% of HBM bandwidth"
 
     def to_json(self) -> dict:
-        return {"flops": self.flops, "dram_bytes": self.dram_bytes, "seconds": self.seconds,
-                "achieved_flops_per_s": self.achieved_flops, "achieved_bytes_per_s": self.achieved_bandwidth,
-                "intensity_flop_per_byte": self.intensity if self.dram_bytes else None,
-                "attainable_flops_per_s": self.attainable, "bound": self.bound,
-                "fraction_of_roof": self.fraction_of_roof, "verdict": self.verdict}
+        return {
+            "flops": self.flops,
+            "dram_bytes": self.dram_bytes,
+            "seconds": self.seconds,
+            "achieved_flops_per_s": self.achieved_flops,
+            "achieved_bytes_per_s": self.achieved_bandwidth,
+            "intensity_flop_per_byte": self.intensity if self.dram_bytes else None,
+            "attainable_flops_per_s": self.attainable,
+            "bound": self.bound,
+            "fraction_of_roof": self.fraction_of_roof,
+            "verdict": self.verdict,
+        }

@@ -41,8 +41,18 @@ class KernelCall:
     baseline) runs on the set its leader just ran on, made again, so both time the same inputs.
     """
 
-    def __init__(self, name: str, device, kernels, launches: list[Launch], pool: InputPool, out_count: int,
-                 workspace: dict, leads: bool = True, each_kernel: bool = False):
+    def __init__(
+        self,
+        name: str,
+        device,
+        kernels,
+        launches: list[Launch],
+        pool: InputPool,
+        out_count: int,
+        workspace: dict,
+        leads: bool = True,
+        each_kernel: bool = False,
+    ):
         self.name = name
         # each_kernel: every launch is timed apart, within the call (its stages, named by kernel)
         self.stages = tuple(launch.kernel for launch in launches) if each_kernel else ()
@@ -70,8 +80,11 @@ class KernelCall:
             self.pool.refill(input_index)
 
     def buffers(self, input_index: int) -> dict:
-        return {**self.pool.slots[input_index], "out": self.outs[input_index].inner,
-                **{name: buffer.inner for name, buffer in self.workspace.items()}}
+        return {
+            **self.pool.slots[input_index],
+            "out": self.outs[input_index].inner,
+            **{name: buffer.inner for name, buffer in self.workspace.items()},
+        }
 
     def launch(self, input_index: int) -> None:
         buffers = self.buffers(input_index)
@@ -91,8 +104,9 @@ class KernelCall:
 
     def checked(self) -> dict:
         """The checked calls for the reply: set numbers `int64 [n]`, outputs `float32 [n][out_count]`."""
-        outputs = (np.stack(self.checked_outputs) if self.checked_outputs
-                   else np.empty((0, self.out_count), dtype=np.float32))
+        outputs = (
+            np.stack(self.checked_outputs) if self.checked_outputs else np.empty((0, self.out_count), dtype=np.float32)
+        )
         return {"sets": np.asarray(self.checked_sets, dtype=np.int64), "outputs": outputs}
 
 
@@ -161,8 +175,11 @@ class PeerCall(KernelCall):
 
     def enqueue(self) -> dict:
         """The host's time to queue one call, median and worst, against the head start it had."""
-        return {"median_ms": float(np.median(self.enqueue_ms)), "max_ms": float(np.max(self.enqueue_ms)),
-                "head_start_ms": peers.HEAD_START_US / 1e3 if self.hold is not None else 0.0}
+        return {
+            "median_ms": float(np.median(self.enqueue_ms)),
+            "max_ms": float(np.max(self.enqueue_ms)),
+            "head_start_ms": peers.HEAD_START_US / 1e3 if self.hold is not None else 0.0,
+        }
 
     def collect(self, input_index: int, verify: bool) -> None:
         if verify:
@@ -187,8 +204,10 @@ def run_peer_check(device, request: dict) -> dict:
     number = pool.draw(0)
     out = peer.launch(peer.wrap(pool.slots[0]))
     device.synchronize()
-    return {"available": True, "checked": {"sets": np.asarray([number], dtype=np.int64),
-                                           "outputs": peer.to_host(out)[None, :]}}
+    return {
+        "available": True,
+        "checked": {"sets": np.asarray([number], dtype=np.int64), "outputs": peer.to_host(out)[None, :]},
+    }
 
 
 def run_timing(device, modules: dict, request: dict) -> dict:
@@ -204,21 +223,39 @@ def run_timing(device, modules: dict, request: dict) -> dict:
     # working clock, and a drop during the real timing shows up against it.
     overhead = timer.overhead_ms(TimingOptions(budget_s=0.5, min_samples=20, seed=options.seed))
     state_before = read_device_state()
-    reply: dict = {"overhead": overhead.to_json(), "l2_flush_bytes": timer.flush_bytes,
-                   "persisting_l2_reset": timer.persisting_l2_reset,
-                   # what the driver holds every figure to (`labrunner.measure.physics`), with the copy below
-                   "l2_bytes": timer.l2_bytes, "gpu_facts": timer.gpu_facts()}
+    reply: dict = {
+        "overhead": overhead.to_json(),
+        "l2_flush_bytes": timer.flush_bytes,
+        "persisting_l2_reset": timer.persisting_l2_reset,
+        # what the driver holds every figure to (`labrunner.measure.physics`), with the copy below
+        "l2_bytes": timer.l2_bytes,
+        "gpu_facts": timer.gpu_facts(),
+    }
 
     if request["kind"] == "speedup":
         pool = InputPool(device, request["sets"], INPUT_SLOTS)
-        student = KernelCall("student", device, modules["student"], request["student_launches"], pool,
-                             request["out_count"], guarded_workspace(device, request.get("student_workspace", {})))
+        student = KernelCall(
+            "student",
+            device,
+            modules["student"],
+            request["student_launches"],
+            pool,
+            request["out_count"],
+            guarded_workspace(device, request.get("student_workspace", {})),
+        )
         if request.get("baseline_peer"):
             baseline = PeerCall(device, load_peer(device, request["baseline_peer"]), pool, request["out_count"], timer)
         else:
-            baseline = KernelCall("baseline", device, modules["baseline"], request["baseline_launches"], pool,
-                                  request["out_count"], guarded_workspace(device, request.get("baseline_workspace", {})),
-                                  leads=False)
+            baseline = KernelCall(
+                "baseline",
+                device,
+                modules["baseline"],
+                request["baseline_launches"],
+                pool,
+                request["out_count"],
+                guarded_workspace(device, request.get("baseline_workspace", {})),
+                leads=False,
+            )
         comparison = compare(student, baseline, INPUT_SLOTS, timer, options)
         reply["comparison"] = comparison.to_json(include_samples=True)  # the driver pools rounds from them
         reply["checked"] = {"student": student.checked(), "baseline": baseline.checked()}
@@ -231,8 +268,16 @@ def run_timing(device, modules: dict, request: dict) -> dict:
         for size in request["sizes"]:
             pool = InputPool(device, size["sets"], INPUT_SLOTS)
             workspace = guarded_workspace(device, size["workspace"])
-            whole = KernelCall("total", device, modules["student"], size["launches"], pool, size["out_count"],
-                               workspace, each_kernel=True)
+            whole = KernelCall(
+                "total",
+                device,
+                modules["student"],
+                size["launches"],
+                pool,
+                size["out_count"],
+                workspace,
+                each_kernel=True,
+            )
             measured = {"T": size["T"]}
             if peer is None:
                 total = measure(whole, INPUT_SLOTS, timer, options)
@@ -240,14 +285,20 @@ def run_timing(device, modules: dict, request: dict) -> dict:
                 versus = PeerCall(device, peer, pool, size["out_count"], timer)
                 comparison = compare(whole, versus, INPUT_SLOTS, timer, options)
                 total = comparison.student
-                measured["peer"] = {"stats": comparison.baseline.to_json(), "speedup": comparison.speedup,
-                                    "ci_low": comparison.ci_low, "ci_high": comparison.ci_high,
-                                    "enqueue": versus.enqueue()}
+                measured["peer"] = {
+                    "stats": comparison.baseline.to_json(),
+                    "speedup": comparison.speedup,
+                    "ci_low": comparison.ci_low,
+                    "ci_high": comparison.ci_high,
+                    "enqueue": versus.enqueue(),
+                }
                 measured["checked_peer"] = versus.checked()
                 del versus
             # each kernel's figures and the whole call's, all from the same calls, checked ones among them
-            measured["stats"] = {**{name: stage.to_json() for name, stage in total.stages.items()},
-                                 "total": replace(total, stages={}).to_json()}
+            measured["stats"] = {
+                **{name: stage.to_json() for name, stage in total.stages.items()},
+                "total": replace(total, stages={}).to_json(),
+            }
             reply["sizes"].append({**measured, "checked": whole.checked(), "sets_drawn": pool.drawn})
             del workspace, pool, whole
             device.xp.get_default_memory_pool().free_all_blocks()

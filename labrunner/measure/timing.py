@@ -94,9 +94,7 @@ class TimingOptions:
         if self.min_samples < 2:
             raise ValueError(f"min_samples must be at least 2, got {self.min_samples}")
         if self.max_samples < self.min_samples:
-            raise ValueError(
-                f"max_samples ({self.max_samples}) is below min_samples ({self.min_samples})"
-            )
+            raise ValueError(f"max_samples ({self.max_samples}) is below min_samples ({self.min_samples})")
         if not self.budget_s > 0:
             raise ValueError(f"budget_s must be positive, got {self.budget_s}")
         if self.warmup < 0:
@@ -106,9 +104,7 @@ class TimingOptions:
         if self.rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {self.rounds}")
         if not 0 <= self.min_verified <= self.min_samples:
-            raise ValueError(
-                f"min_verified must lie in [0, min_samples], got {self.min_verified}"
-            )
+            raise ValueError(f"min_verified must lie in [0, min_samples], got {self.min_verified}")
 
 
 @dataclass
@@ -285,8 +281,7 @@ def run_call(contender: Contender, input_index: int, verify: bool, timer: Timer)
     return elapsed_ms, stage_ms
 
 
-def stop_reason(series: list[SampleSeries], options: TimingOptions, elapsed_s: float,
-                budget_s: float) -> str | None:
+def stop_reason(series: list[SampleSeries], options: TimingOptions, elapsed_s: float, budget_s: float) -> str | None:
     """Why the loop should stop now, or None to keep going.
 
     Two samples are the least that gives a spread, so no rule stops sooner.
@@ -308,18 +303,11 @@ def noise_warning(series: SampleSeries, options: TimingOptions, budget_s: float)
         return None
     rse = series.moments.relative_standard_error()
     if series.count < options.min_samples:
-        return (
-            f"only {series.count} samples (minimum {options.min_samples}), noise {rse:.2%}"
-            f" (budget {budget_s:.1f} s)"
-        )
-    return (
-        f"noise {rse:.2%} > {options.noise_target:.2%} after {series.count} samples"
-        f" (budget {budget_s:.1f} s)"
-    )
+        return f"only {series.count} samples (minimum {options.min_samples}), noise {rse:.2%} (budget {budget_s:.1f} s)"
+    return f"noise {rse:.2%} > {options.noise_target:.2%} after {series.count} samples (budget {budget_s:.1f} s)"
 
 
-def summarize(series: SampleSeries, options: TimingOptions, stopped_by: str,
-              budget_s: float) -> Stats:
+def summarize(series: SampleSeries, options: TimingOptions, stopped_by: str, budget_s: float) -> Stats:
     samples = np.asarray(series.samples_ms, dtype=float)
     return Stats(
         median_ms=float(np.median(samples)),
@@ -337,9 +325,15 @@ def summarize(series: SampleSeries, options: TimingOptions, stopped_by: str,
     )
 
 
-def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
-                       options: TimingOptions, clock: Callable[[], float],
-                       budget_s: float, draw: random.Random | None = None) -> tuple[list[SampleSeries], str]:
+def sample_interleaved(
+    contenders: list[Contender],
+    n_inputs: int,
+    timer: Timer,
+    options: TimingOptions,
+    clock: Callable[[], float],
+    budget_s: float,
+    draw: random.Random | None = None,
+) -> tuple[list[SampleSeries], str]:
     """The shared loop: one call per contender per round, all on the same input set.
 
     Round k uses input set k % n_inputs for every contender, and either all
@@ -374,9 +368,14 @@ def sample_interleaved(contenders: list[Contender], n_inputs: int, timer: Timer,
             return series, reason
 
 
-def measure(contender: Contender, n_inputs: int, timer: Timer,
-            options: TimingOptions | None = None,
-            clock: Callable[[], float] = time.perf_counter, draw: random.Random | None = None) -> Stats:
+def measure(
+    contender: Contender,
+    n_inputs: int,
+    timer: Timer,
+    options: TimingOptions | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    draw: random.Random | None = None,
+) -> Stats:
     """Time one contender until its mean is known to `options.noise_target`."""
     options = options or TimingOptions()
     budget_s = options.budget_s
@@ -384,9 +383,15 @@ def measure(contender: Contender, n_inputs: int, timer: Timer,
     return summarize(series, options, reason, budget_s)
 
 
-def compare(student: Contender, baseline: Contender, n_inputs: int, timer: Timer,
-            options: TimingOptions | None = None,
-            clock: Callable[[], float] = time.perf_counter, draw: random.Random | None = None) -> Comparison:
+def compare(
+    student: Contender,
+    baseline: Contender,
+    n_inputs: int,
+    timer: Timer,
+    options: TimingOptions | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    draw: random.Random | None = None,
+) -> Comparison:
     """Time student and baseline interleaved, and give the speedup with its 95% interval.
 
     Two things are measured, so the wall-clock budget is `budget_s` for each,
@@ -412,8 +417,9 @@ def compare(student: Contender, baseline: Contender, n_inputs: int, timer: Timer
     )
 
 
-def paired_speedup_ci(student_ms, baseline_ms, level: float = 0.95, resamples: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float]:
+def paired_speedup_ci(
+    student_ms, baseline_ms, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float, float]:
     """Speedup median(baseline) / median(student), with a bootstrap confidence interval.
 
     Returns (speedup, low, high). The bootstrap resamples pair indices, not
@@ -442,16 +448,13 @@ def paired_speedup_ci(student_ms, baseline_ms, level: float = 0.95, resamples: i
         for first in range(0, resamples, chunk):
             rows = min(chunk, resamples - first)
             pairs = rng.integers(0, n, size=(rows, n))
-            ratios[first:first + rows] = (
-                np.median(baseline[pairs], axis=1) / np.median(student[pairs], axis=1)
-            )
+            ratios[first : first + rows] = np.median(baseline[pairs], axis=1) / np.median(student[pairs], axis=1)
     tail = (1 - level) / 2 * 100
     ci_low, ci_high = np.percentile(ratios, [tail, 100 - tail])
     return speedup, float(ci_low), float(ci_high)
 
 
-def pool_rounds(rounds: list[Comparison], level: float = 0.95, resamples: int = 2000,
-                seed: int = 0) -> Comparison:
+def pool_rounds(rounds: list[Comparison], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> Comparison:
     """Independent rounds of one comparison, pooled into one SPEEDUP with an honest interval.
 
     Each round ran in its own process on its own buffers. A round's interval only knows the
@@ -466,8 +469,9 @@ def pool_rounds(rounds: list[Comparison], level: float = 0.95, resamples: int = 
         raise ValueError("pool_rounds needs at least one round")
     if len(rounds) == 1:
         return rounds[0]
-    pairs = [(np.asarray(r.student.samples_ms, dtype=float), np.asarray(r.baseline.samples_ms, dtype=float))
-             for r in rounds]
+    pairs = [
+        (np.asarray(r.student.samples_ms, dtype=float), np.asarray(r.baseline.samples_ms, dtype=float)) for r in rounds
+    ]
     if any(s.size == 0 or s.shape != b.shape for s, b in pairs):
         raise ValueError("every round needs its raw paired samples (Stats.samples_ms) to be pooled")
     student_all = np.concatenate([s for s, _ in pairs])
@@ -521,9 +525,16 @@ def pool_stats(rounds: list[Stats]) -> Stats:
 
 def comparison_from_json(data: dict) -> Comparison:
     """The inverse of `Comparison.to_json(include_samples=True)`: a worker's reply, read back."""
+
     def stats(d: dict) -> Stats:
         stages = {name: stats(stage) for name, stage in d.get("stages", {}).items()}
         return Stats(**{**d, "rse": math.inf if d["rse"] is None else d["rse"], "stages": stages})
 
-    return Comparison(student=stats(data["student"]), baseline=stats(data["baseline"]), speedup=data["speedup"],
-                      ci_low=data["ci_low"], ci_high=data["ci_high"], level=data["level"])
+    return Comparison(
+        student=stats(data["student"]),
+        baseline=stats(data["baseline"]),
+        speedup=data["speedup"],
+        ci_low=data["ci_low"],
+        ci_high=data["ci_high"],
+        level=data["level"],
+    )

@@ -29,8 +29,8 @@ CUPTI_MISSING = "cupti-python is not installed (pip install 'attnlab[profile]')"
 class KernelSlice:
     """One kernel launch on the timeline. Times are nanoseconds from the trace's first launch."""
 
-    shape: str                      # "T = 512", "C = 2048, P = 2048"
-    call: int                       # 0 .. K-1 at that shape
+    shape: str  # "T = 512", "C = 2048, P = 2048"
+    call: int  # 0 .. K-1 at that shape
     kernel: str
     start_ns: float
     end_ns: float
@@ -46,10 +46,20 @@ class KernelSlice:
         return (self.end_ns - self.start_ns) / 1e6
 
     def to_json(self) -> dict:
-        return {"shape": self.shape, "call": self.call, "kernel": self.kernel, "start_ns": self.start_ns,
-                "end_ns": self.end_ns, "duration_ms": self.duration_ms, "grid": list(self.grid),
-                "block": list(self.block), "dynamic_shared_bytes": self.dynamic_shared_bytes,
-                "static_shared_bytes": self.static_shared_bytes, "registers": self.registers, "stream": self.stream}
+        return {
+            "shape": self.shape,
+            "call": self.call,
+            "kernel": self.kernel,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "duration_ms": self.duration_ms,
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "dynamic_shared_bytes": self.dynamic_shared_bytes,
+            "static_shared_bytes": self.static_shared_bytes,
+            "registers": self.registers,
+            "stream": self.stream,
+        }
 
 
 class TraceMismatch(Exception):
@@ -81,9 +91,17 @@ class EventCollector:
         self.marks[-1][2].synchronize()
         base = self.marks[0][1]
         elapsed = self.xp.cuda.get_elapsed_time
-        return [{"kernel": kernel, "start_ns": elapsed(base, start) * 1e6, "end_ns": elapsed(base, end) * 1e6,
-                 "static_shared_bytes": None, "registers": None, "stream": 0}
-                for kernel, start, end in self.marks]
+        return [
+            {
+                "kernel": kernel,
+                "start_ns": elapsed(base, start) * 1e6,
+                "end_ns": elapsed(base, end) * 1e6,
+                "static_shared_bytes": None,
+                "registers": None,
+                "stream": 0,
+            }
+            for kernel, start, end in self.marks
+        ]
 
 
 class CuptiCollector:
@@ -114,12 +132,16 @@ class CuptiCollector:
             name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
             if name not in self.kernel_names:
                 continue
-            self.records.append({
-                "kernel": name, "start": int(activity.start), "end": int(activity.end),
-                "static_shared_bytes": int(getattr(activity, "static_shared_memory", -1)),
-                "registers": int(getattr(activity, "registers_per_thread", -1)),
-                "stream": int(getattr(activity, "stream_id", 0)),
-            })
+            self.records.append(
+                {
+                    "kernel": name,
+                    "start": int(activity.start),
+                    "end": int(activity.end),
+                    "static_shared_bytes": int(getattr(activity, "static_shared_memory", -1)),
+                    "registers": int(getattr(activity, "registers_per_thread", -1)),
+                    "stream": int(getattr(activity, "stream_id", 0)),
+                }
+            )
 
     def launch(self, kernel: str, run) -> None:
         run()
@@ -141,9 +163,16 @@ class CuptiCollector:
         if any(r["start"] == 0 and r["end"] == 0 for r in records):
             raise TraceMismatch("CUPTI could not collect the timestamps of some kernels")
         base = records[0]["start"] if records else 0
-        return [{**r, "start_ns": float(r["start"] - base), "end_ns": float(r["end"] - base),
-                 "static_shared_bytes": r["static_shared_bytes"] if r["static_shared_bytes"] >= 0 else None,
-                 "registers": r["registers"] if r["registers"] >= 0 else None} for r in records]
+        return [
+            {
+                **r,
+                "start_ns": float(r["start"] - base),
+                "end_ns": float(r["end"] - base),
+                "static_shared_bytes": r["static_shared_bytes"] if r["static_shared_bytes"] >= 0 else None,
+                "registers": r["registers"] if r["registers"] >= 0 else None,
+            }
+            for r in records
+        ]
 
 
 def cupti_version() -> str | None:
@@ -182,13 +211,21 @@ def run_trace(device, modules: dict, request: dict, flush=None, make_cupti=None)
         if collector is not None:
             try:
                 return trace_with(collector, device, modules, request, flush) | {
-                    "source": "cupti", "why_not_cupti": None, "cupti_version": cupti_version(), "gpu_facts": facts}
+                    "source": "cupti",
+                    "why_not_cupti": None,
+                    "cupti_version": cupti_version(),
+                    "gpu_facts": facts,
+                }
             except TraceMismatch as exc:
                 why_not_cupti = f"{exc}; the trace was taken again with events"
     else:
         why_not_cupti = "CUPTI was not asked for"
     return trace_with(EventCollector(device.xp), device, modules, request, flush) | {
-        "source": "events", "why_not_cupti": why_not_cupti, "cupti_version": None, "gpu_facts": facts}
+        "source": "events",
+        "why_not_cupti": why_not_cupti,
+        "cupti_version": None,
+        "gpu_facts": facts,
+    }
 
 
 def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
@@ -212,9 +249,21 @@ def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
     records = collector.finish()
     slices = []
     for (label, call, launch), record in zip(placed, records):
-        slices.append(KernelSlice(label, call, launch.kernel, record["start_ns"], record["end_ns"],
-                                  tuple(launch.grid), tuple(launch.block), launch.shared_bytes,
-                                  record["static_shared_bytes"], record["registers"], record["stream"]).to_json())
+        slices.append(
+            KernelSlice(
+                label,
+                call,
+                launch.kernel,
+                record["start_ns"],
+                record["end_ns"],
+                tuple(launch.grid),
+                tuple(launch.block),
+                launch.shared_bytes,
+                record["static_shared_bytes"],
+                record["registers"],
+                record["stream"],
+            ).to_json()
+        )
     return {"slices": slices}
 
 
@@ -239,9 +288,19 @@ def slices_from_reply(reply: dict, entry_points: set[str]) -> list[KernelSlice]:
         start, end = float(data["start_ns"]), float(data["end_ns"])
         if not (math.isfinite(start) and math.isfinite(end)) or end < start:
             raise ValueError(f"the trace gives {data['kernel']} an impossible time ({start} to {end} ns)")
-        slices.append(KernelSlice(str(data["shape"]), int(data["call"]), data["kernel"], start, end,
-                                  tuple(int(x) for x in data["grid"]), tuple(int(x) for x in data["block"]),
-                                  int(data["dynamic_shared_bytes"]),
-                                  None if data["static_shared_bytes"] is None else int(data["static_shared_bytes"]),
-                                  None if data["registers"] is None else int(data["registers"]), int(data["stream"])))
+        slices.append(
+            KernelSlice(
+                str(data["shape"]),
+                int(data["call"]),
+                data["kernel"],
+                start,
+                end,
+                tuple(int(x) for x in data["grid"]),
+                tuple(int(x) for x in data["block"]),
+                int(data["dynamic_shared_bytes"]),
+                None if data["static_shared_bytes"] is None else int(data["static_shared_bytes"]),
+                None if data["registers"] is None else int(data["registers"]),
+                int(data["stream"]),
+            )
+        )
     return slices

@@ -29,8 +29,8 @@ LESSON_SEQS = (1024, 4096, 16384)
 class TrafficShape:
     """What the model needs: the shape of one attention call and the size of an element."""
 
-    rows: int            # queries (N in the lesson; T in lab 1; C in lab 2)
-    keys: int            # keys every query may see at most (N; T; P + C)
+    rows: int  # queries (N in the lesson; T in lab 1; C in lab 2)
+    keys: int  # keys every query may see at most (N; T; P + C)
     query_heads: int = 32
     kv_heads: int = 8
     d_head: int = 64
@@ -41,9 +41,9 @@ class TrafficShape:
 class Traffic:
     shape: TrafficShape
     q_bytes: int
-    kv_bytes: int        # K and V together
+    kv_bytes: int  # K and V together
     out_bytes: int
-    matrix_bytes: int    # one [heads][rows][keys] score matrix
+    matrix_bytes: int  # one [heads][rows][keys] score matrix
     naive_bytes: int
     flash_bytes: int
 
@@ -52,9 +52,16 @@ class Traffic:
         return self.naive_bytes / self.flash_bytes
 
     def to_json(self) -> dict:
-        return {**asdict(self.shape), "q_bytes": self.q_bytes, "kv_bytes": self.kv_bytes,
-                "out_bytes": self.out_bytes, "matrix_bytes": self.matrix_bytes, "naive_bytes": self.naive_bytes,
-                "flash_bytes": self.flash_bytes, "naive_over_flash": self.ratio}
+        return {
+            **asdict(self.shape),
+            "q_bytes": self.q_bytes,
+            "kv_bytes": self.kv_bytes,
+            "out_bytes": self.out_bytes,
+            "matrix_bytes": self.matrix_bytes,
+            "naive_bytes": self.naive_bytes,
+            "flash_bytes": self.flash_bytes,
+            "naive_over_flash": self.ratio,
+        }
 
 
 def traffic(shape: TrafficShape) -> Traffic:
@@ -72,8 +79,10 @@ def traffic(shape: TrafficShape) -> Traffic:
 
 def lesson_line(seq_len: int, t: Traffic) -> str:
     """One row of the lesson's table, in the lesson's own format."""
-    return (f"N={seq_len:>6}: naive={t.naive_bytes / 1e6:8.2f} MB  flash={t.flash_bytes / 1e6:6.2f} MB  "
-            f"naive/flash={t.ratio:5.1f}x")
+    return (
+        f"N={seq_len:>6}: naive={t.naive_bytes / 1e6:8.2f} MB  flash={t.flash_bytes / 1e6:6.2f} MB  "
+        f"naive/flash={t.ratio:5.1f}x"
+    )
 
 
 def default_kv_heads(query_heads: int) -> int:
@@ -84,6 +93,8 @@ def default_kv_heads(query_heads: int) -> int:
 def check_heads(query_heads: int, kv_heads: int) -> str | None:
     """Why a head count cannot be modelled, or None: every KV head serves the same number of query heads."""
     if kv_heads > query_heads or query_heads % kv_heads:
-        return (f"--kv-heads {kv_heads} must divide --heads {query_heads} "
-                "(each KV head serves the same number of query heads)")
+        return (
+            f"--kv-heads {kv_heads} must divide --heads {query_heads} "
+            "(each KV head serves the same number of query heads)"
+        )
     return None

@@ -84,8 +84,9 @@ def write_gradebook(rows: list[dict], path: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, quoting=csv.QUOTE_ALL)
         writer.writeheader()
         for entry in rows:
-            writer.writerow({key: plain_number(entry[key]) if key in NUMBERS else spreadsheet_safe(entry[key])
-                             for key in COLUMNS})
+            writer.writerow(
+                {key: plain_number(entry[key]) if key in NUMBERS else spreadsheet_safe(entry[key]) for key in COLUMNS}
+            )
 
 
 def plain_number(value) -> str:

@@ -28,6 +28,7 @@ from labrunner.run.untrusted_text import shown, shown_text
 
 GRADER_FAULTS = ("environment-missing", "usage-error", "error", "interrupted")  # <error>, not <failure>
 
+
 def xml_text(text: str | None) -> str:
     """Text for an attribute or a body: `shown_text` leaves nothing XML 1.0 forbids (it keeps only tab
     and newline of the C0 controls)."""

@@ -43,22 +43,28 @@ class CaseResult:
     first_bad: dict | None = None
     failing_rows: list[int] = field(default_factory=list)
     diagnosis: str | None = None  # compute-sanitizer's report on a crash, where it ran
-    nonfinite: int = 0            # output elements that are NaN or Inf
+    nonfinite: int = 0  # output elements that are NaN or Inf
     evidence: dict = field(default_factory=dict)  # what the hints read (truth/hints.py); not in the JSON
 
     def to_json(self) -> dict:
         return {
-            "name": self.name, "status": self.status, "rows": self.rows, "prefix": self.prefix,
-            "max_abs_err": _number(self.max_abs_err), "nonfinite": self.nonfinite,
-            "bad_elements": self.bad_elements, "first_bad": self.first_bad,
-            "failing_rows": self.failing_rows, "message": shown_text(self.message),
+            "name": self.name,
+            "status": self.status,
+            "rows": self.rows,
+            "prefix": self.prefix,
+            "max_abs_err": _number(self.max_abs_err),
+            "nonfinite": self.nonfinite,
+            "bad_elements": self.bad_elements,
+            "first_bad": self.first_bad,
+            "failing_rows": self.failing_rows,
+            "message": shown_text(self.message),
             "diagnosis": None if self.diagnosis is None else shown_text(self.diagnosis),
         }
 
 
 @dataclass
 class RunResult:
-    command: str                       # grade, bench, check or doctor
+    command: str  # grade, bench, check or doctor
     lab: str | None = None
     file: str | None = None
     backend: str | None = None
@@ -69,14 +75,14 @@ class RunResult:
     timing: dict | None = None
     gate: dict | None = None
     compile: dict | None = None
-    profile: dict | None = None        # `attnlab profile`, or `--profile`: schema attnlab.profile/1 inside
+    profile: dict | None = None  # `attnlab profile`, or `--profile`: schema attnlab.profile/1 inside
     notes: list[str] = field(default_factory=list)
     kernel_output: list[str] = field(default_factory=list)
     error: str | None = None
     error_code: ExitCode | None = None
-    sha256: str | None = None          # of the file graded, as read: a gradebook row names exactly what it graded
+    sha256: str | None = None  # of the file graded, as read: a gradebook row names exactly what it graded
     options: dict = field(default_factory=dict)  # the command's options, as given
-    seconds: float | None = None       # wall time of the whole command
+    seconds: float | None = None  # wall time of the whole command
     hints: list[dict] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
 
     @property
@@ -103,9 +109,14 @@ class RunResult:
     @property
     def verdict(self) -> str:
         if self.error_code is not None:
-            return {ExitCode.COMPILE_ERROR: "compile-error", ExitCode.USAGE: "usage-error",
-                    ExitCode.ENVIRONMENT: "environment-missing", ExitCode.MISBEHAVED: "crash",
-                    ExitCode.INTERRUPTED: "interrupted", ExitCode.TERMINATED: "interrupted"}.get(self.error_code, "error")
+            return {
+                ExitCode.COMPILE_ERROR: "compile-error",
+                ExitCode.USAGE: "usage-error",
+                ExitCode.ENVIRONMENT: "environment-missing",
+                ExitCode.MISBEHAVED: "crash",
+                ExitCode.INTERRUPTED: "interrupted",
+                ExitCode.TERMINATED: "interrupted",
+            }.get(self.error_code, "error")
         case = self.decisive_case
         if case is not None:
             return case.status
@@ -121,19 +132,33 @@ class RunResult:
 
     def to_json(self) -> dict:
         return {
-            "schema": SCHEMA, "command": self.command, "lab": self.lab,
+            "schema": SCHEMA,
+            "command": self.command,
+            "lab": self.lab,
             "file": None if self.file is None else shown(self.file),  # a student's file name, shown
-            "backend": self.backend, "device": self.device, "seed": self.seed,
-            "verdict": self.verdict, "summary": self.summary, "exit_code": int(self.exit_code),
+            "backend": self.backend,
+            "device": self.device,
+            "seed": self.seed,
+            "verdict": self.verdict,
+            "summary": self.summary,
+            "exit_code": int(self.exit_code),
             "error": None if self.error is None else shown_text(self.error),
-            "skipped": self.skipped, "hints": self.hints,
+            "skipped": self.skipped,
+            "hints": self.hints,
             "decisive_case": self.decisive_case.name if self.decisive_case else None,
-            "oracle_proof": self.oracle_proof, "compile": self.compile,
-            "cases": [c.to_json() for c in self.cases], "timing": self.timing, "gate": self.gate,
-            "notes": [shown_text(n) for n in self.notes], "kernel_output": [shown(line) for line in self.kernel_output],
+            "oracle_proof": self.oracle_proof,
+            "compile": self.compile,
+            "cases": [c.to_json() for c in self.cases],
+            "timing": self.timing,
+            "gate": self.gate,
+            "notes": [shown_text(n) for n in self.notes],
+            "kernel_output": [shown(line) for line in self.kernel_output],
             **({"profile": self.profile} if self.profile is not None else {}),
-            "attnlab_version": attnlab_version(), "sha256": self.sha256, "options": self.options,
-            "gpu": (self.device or {}).get("name") if self.backend == "gpu" else None, "seconds": self.seconds,
+            "attnlab_version": attnlab_version(),
+            "sha256": self.sha256,
+            "options": self.options,
+            "gpu": (self.device or {}).get("name") if self.backend == "gpu" else None,
+            "seconds": self.seconds,
         }
 
 

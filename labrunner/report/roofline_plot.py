@@ -21,7 +21,9 @@ def require_matplotlib():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise environment_error("--plot needs matplotlib, which is not installed: pip install 'attnlab[profile]'") from None
+        raise environment_error(
+            "--plot needs matplotlib, which is not installed: pip install 'attnlab[profile]'"
+        ) from None
     return plt
 
 
@@ -37,13 +39,16 @@ def plot_roofline(ceilings: dict, points: list[dict], title: str, path: Path) ->
     axes.loglog(xs, [min(peak, x * bandwidth) for x in xs], color="black", linewidth=2)
     axes.axvline(ridge, color="grey", linestyle=":", linewidth=1)
     axes.annotate(f"ridge {ridge:.1f} FLOP/B", (ridge, peak), textcoords="offset points", xytext=(6, -14))
-    axes.annotate(f"FP32 peak {peak / 1e12:.1f} TFLOP/s", (high, peak), textcoords="offset points",
-                  xytext=(-150, 6))
-    axes.annotate(f"HBM {bandwidth / 1e12:.2f} TB/s", (low, low * bandwidth), textcoords="offset points",
-                  xytext=(6, 6))
+    axes.annotate(f"FP32 peak {peak / 1e12:.1f} TFLOP/s", (high, peak), textcoords="offset points", xytext=(-150, 6))
+    axes.annotate(f"HBM {bandwidth / 1e12:.2f} TB/s", (low, low * bandwidth), textcoords="offset points", xytext=(6, 6))
     for point in placed:
-        axes.plot(point["intensity_flop_per_byte"], point["achieved_flops_per_s"], "o", markersize=8,
-                  label=f"{point['label']}: {point['verdict']}")
+        axes.plot(
+            point["intensity_flop_per_byte"],
+            point["achieved_flops_per_s"],
+            "o",
+            markersize=8,
+            label=f"{point['label']}: {point['verdict']}",
+        )
     axes.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
     axes.set_ylabel("FLOP/s")
     axes.set_title(title)

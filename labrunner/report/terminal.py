@@ -35,8 +35,9 @@ def error(message: str) -> None:
     message = shown_text(message)
     first_line = message.split("\n", 1)[0]
     if _SAYS_ERROR.match(first_line):
-        stderr.print(f"[bold red]{escape(first_line)}[/]" + escape(message[len(first_line):]), markup=True,
-                     soft_wrap=True)
+        stderr.print(
+            f"[bold red]{escape(first_line)}[/]" + escape(message[len(first_line) :]), markup=True, soft_wrap=True
+        )
         return
     stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
@@ -49,11 +50,16 @@ def note(message: str) -> None:
 def progress_display(enabled: bool = True):
     """A progress bar on stderr while cases run; it vanishes when done."""
     if not enabled or not stderr.is_terminal:
-        yield Progress(start=lambda d, t: stderr.print(f"{d} ({t})"),
-                       advance=lambda d: stderr.print(f"  {d}"))
+        yield Progress(start=lambda d, t: stderr.print(f"{d} ({t})"), advance=lambda d: stderr.print(f"  {d}"))
         return
-    bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=stderr, transient=True)
+    bar = RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
     task = {"id": None, "finished": 0}
 
     def start(description: str, total: int) -> None:
@@ -93,8 +99,13 @@ def check_report(result: RunResult) -> None:
     for column in ("kernel", "registers", "shared (static)", "stack", "spills (st/ld)"):
         table.add_column(column, justify="right" if column != "kernel" else "left")
     for name, r in info.get("resources", {}).items():
-        table.add_row(name, _opt(r["registers"]), _bytes(r["shared_bytes"]), _bytes(r["stack_bytes"]),
-                      f"{_opt(r['spill_stores'])}/{_opt(r['spill_loads'])}")
+        table.add_row(
+            name,
+            _opt(r["registers"]),
+            _bytes(r["shared_bytes"]),
+            _bytes(r["stack_bytes"]),
+            f"{_opt(r['spill_stores'])}/{_opt(r['spill_loads'])}",
+        )
     stdout.print(table)
     launches = Table(title="launch geometry (exported attnlab_* constants, defaults otherwise)")
     launches.add_column("constant")
@@ -120,20 +131,28 @@ def doctor_report(rows: list[tuple[str, bool, str]]) -> None:
 def cases_report(result: RunResult) -> None:
     if not result.cases:
         return
-    title = f"{result.lab} · {result.file} · {result.backend}" + (f" ({result.device.get('name')})" if result.device else "")
+    title = f"{result.lab} · {result.file} · {result.backend}" + (
+        f" ({result.device.get('name')})" if result.device else ""
+    )
     heading(title)
     table = Table()
     # A lab without a cached prefix (lab 1) has no prefix column: a column of zeros teaches nothing.
     with_prefix = any(case.prefix for case in result.cases)
     columns = ("case", "rows", *(("prefix",) if with_prefix else ()), "status", "max |err|", "details")
     for column in columns:
-        table.add_column(column, justify="right" if column in ("rows", "prefix", "max |err|") else "left",
-                         overflow="fold")
+        table.add_column(
+            column, justify="right" if column in ("rows", "prefix", "max |err|") else "left", overflow="fold"
+        )
     for case in result.cases:
         style = STATUS_STYLE.get(case.status, "bold red")
-        table.add_row(case.name, str(case.rows), *((str(case.prefix),) if with_prefix else ()),
-                      f"[{style}]{case.status}[/]", _error(case.max_abs_err),
-                      "" if case.status == "pass" else escape(shown_text(case.message)))
+        table.add_row(
+            case.name,
+            str(case.rows),
+            *((str(case.prefix),) if with_prefix else ()),
+            f"[{style}]{case.status}[/]",
+            _error(case.max_abs_err),
+            "" if case.status == "pass" else escape(shown_text(case.message)),
+        )
     print_unwrapped(table)
 
 
@@ -153,31 +172,54 @@ def _pipeline_table(timing: dict) -> None:
     table = Table(title="what the score matrix costs (median of cold calls, L2 flushed)")
     kernel_names = list(timing["rows"][0]["kernels"]) if timing["rows"] else []
     peer = timing.get("peer") if (timing.get("peer") or {}).get("status") == "timed" else None
-    columns = ["T", "matrix MiB", "Q,K,V,out MiB", "ratio", *(f"{k.removeprefix('attn_')} ms" for k in kernel_names),
-               "total ms", *(("peer ms", "SPEEDUP vs peer") if peer else ()),
-               "matrix traffic", "implied GB/s"]
+    columns = [
+        "T",
+        "matrix MiB",
+        "Q,K,V,out MiB",
+        "ratio",
+        *(f"{k.removeprefix('attn_')} ms" for k in kernel_names),
+        "total ms",
+        *(("peer ms", "SPEEDUP vs peer") if peer else ()),
+        "matrix traffic",
+        "implied GB/s",
+    ]
     for column in columns:
         table.add_column(column, justify="right")
     for row in timing["rows"]:
         kernels = row["kernels"]
         table.add_row(
-            str(row["T"]), f"{row['matrix_mib']:g}", f"{row['tensors_mib']:.1f}", f"{row['matrix_over_tensors']:.1f}x",
+            str(row["T"]),
+            f"{row['matrix_mib']:g}",
+            f"{row['tensors_mib']:.1f}",
+            f"{row['matrix_over_tensors']:.1f}x",
             *(f"{kernels[k]['median_ms']:.3f}" for k in kernel_names),
-            f"{row['total']['median_ms']:.3f}", *(_peer_cells(row["peer"]) if peer else ()),
-            f"{row['matrix_traffic_mib']:g} MiB", f"{row['implied_gb_s']:.0f}",
+            f"{row['total']['median_ms']:.3f}",
+            *(_peer_cells(row["peer"]) if peer else ()),
+            f"{row['matrix_traffic_mib']:g} MiB",
+            f"{row['implied_gb_s']:.0f}",
         )
     for row in timing.get("projections", []):
-        table.add_row(f"[dim]{row['T']}[/]", f"[dim]{_mib(row['matrix_mib'])} (projected)[/]",
-                      f"[dim]{row['tensors_mib']:.1f}[/]", f"[dim]{row['matrix_over_tensors']:.0f}x[/]",
-                      *([""] * (len(kernel_names) + 1 + (2 if peer else 0))),
-                      f"[dim]{_mib(row['matrix_traffic_mib'])}[/]", "")
+        table.add_row(
+            f"[dim]{row['T']}[/]",
+            f"[dim]{_mib(row['matrix_mib'])} (projected)[/]",
+            f"[dim]{row['tensors_mib']:.1f}[/]",
+            f"[dim]{row['matrix_over_tensors']:.0f}x[/]",
+            *([""] * (len(kernel_names) + 1 + (2 if peer else 0))),
+            f"[dim]{_mib(row['matrix_traffic_mib'])}[/]",
+            "",
+        )
     stdout.print(table)
-    stdout.print("[dim]matrix traffic: 4 passes over the [32][T][T] float32 matrix (scores writes it, softmax reads "
-                 "and writes it, the weighted sum reads it); projected rows are arithmetic, nothing was allocated[/]")
+    stdout.print(
+        "[dim]matrix traffic: 4 passes over the [32][T][T] float32 matrix (scores writes it, softmax reads "
+        "and writes it, the weighted sum reads it); projected rows are arithmetic, nothing was allocated[/]"
+    )
     _floor_table(timing)
     if peer:
-        stdout.print(f"SPEEDUP vs peer = {escape(peer['label'])}'s time / the whole call's time, each pair interleaved "
-                     "on the same fresh input sets (95% CI in --json)", soft_wrap=True)
+        stdout.print(
+            f"SPEEDUP vs peer = {escape(peer['label'])}'s time / the whole call's time, each pair interleaved "
+            "on the same fresh input sets (95% CI in --json)",
+            soft_wrap=True,
+        )
         _peer_includes(peer)
 
 
@@ -193,13 +235,21 @@ def _floor_table(timing: dict) -> None:
     for column in ("kernel", "must move", "ms", "GB/s", *(("of the copy",) if floor else ())):
         table.add_column(column, justify="left" if column == "kernel" else "right")
     for name, moved in row["must_move"].items():
-        table.add_row(name, f"{moved['bytes'] / MEBIBYTE:,.0f} MiB", f"{row['kernels'][name]['median_ms']:.3f}",
-                      f"{moved['gb_s']:.0f}", *((f"{moved['gb_s'] / floor['copy_gb_s']:.0%}",) if floor else ()))
+        table.add_row(
+            name,
+            f"{moved['bytes'] / MEBIBYTE:,.0f} MiB",
+            f"{row['kernels'][name]['median_ms']:.3f}",
+            f"{moved['gb_s']:.0f}",
+            *((f"{moved['gb_s'] / floor['copy_gb_s']:.0%}",) if floor else ()),
+        )
     stdout.print(table)
     if floor:
-        stdout.print(f"floor: {floor['bytes'] / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor['copy_gb_s']:.0f} "
-                     f"GB/s, bytes read plus written) = {floor['ms']:.3f} ms; the whole call takes "
-                     f"{row['total']['median_ms']:.3f} ms, {floor['times_floor']:.2f}x the floor", soft_wrap=True)
+        stdout.print(
+            f"floor: {floor['bytes'] / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor['copy_gb_s']:.0f} "
+            f"GB/s, bytes read plus written) = {floor['ms']:.3f} ms; the whole call takes "
+            f"{row['total']['median_ms']:.3f} ms, {floor['times_floor']:.2f}x the floor",
+            soft_wrap=True,
+        )
     else:
         note("no device copy was timed in this run, so the floor is not known")
 
@@ -209,34 +259,52 @@ def _peer_cells(versus: dict) -> tuple[str, str]:
 
 
 def _peer_includes(peer: dict) -> None:
-    stdout.print(f"[dim]the peer's time ({escape(peer['label'])}) includes: {escape(peer['includes'])}[/]",
-                 soft_wrap=True)
+    stdout.print(
+        f"[dim]the peer's time ({escape(peer['label'])}) includes: {escape(peer['includes'])}[/]", soft_wrap=True
+    )
 
 
 def _speedup_table(timing: dict) -> None:
     comparison = timing["comparison"]
     bandwidth = timing.get("bandwidth")  # a lab graded on bandwidth: bytes and TB/s, not FLOPs
-    shape = (f"B = {timing['rows']} sequences, the longest {timing['prefix']} keys ({bandwidth['bytes'] / 1e9:.2f} GB "
-             "must move)" if bandwidth else f"C = {timing['rows']}, P = {timing['prefix']} ({timing['gflop']:.2f} GFLOP)")
+    shape = (
+        f"B = {timing['rows']} sequences, the longest {timing['prefix']} keys ({bandwidth['bytes'] / 1e9:.2f} GB "
+        "must move)"
+        if bandwidth
+        else f"C = {timing['rows']}, P = {timing['prefix']} ({timing['gflop']:.2f} GFLOP)"
+    )
     table = Table(title=f"{shape}, interleaved cold calls, L2 flushed")
     for column in ("kernel", "median ms", "min ms", "max ms", "samples", "noise", "TB/s" if bandwidth else "TFLOP/s"):
         table.add_column(column, justify="right" if column != "kernel" else "left")
     for label, key in ((timing["student_label"], "student"), (timing["baseline_label"], "baseline")):
         stats = comparison[key]
-        rate = (bandwidth["bytes"] / stats["median_ms"] / 1e9 if bandwidth else timing["gflop"] / stats["median_ms"])
-        table.add_row(label, f"{stats['median_ms']:.3f}", f"{stats['min_ms']:.3f}", f"{stats['max_ms']:.3f}",
-                      str(stats["count"]), "" if stats["rse"] is None else f"{100 * stats['rse']:.2f}%",
-                      f"{rate:.2f}")
+        rate = bandwidth["bytes"] / stats["median_ms"] / 1e9 if bandwidth else timing["gflop"] / stats["median_ms"]
+        table.add_row(
+            label,
+            f"{stats['median_ms']:.3f}",
+            f"{stats['min_ms']:.3f}",
+            f"{stats['max_ms']:.3f}",
+            str(stats["count"]),
+            "" if stats["rse"] is None else f"{100 * stats['rse']:.2f}%",
+            f"{rate:.2f}",
+        )
     stdout.print(table)
     if bandwidth:
-        stdout.print(f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {timing['student_label']} "
-                     f"reaches [bold]{bandwidth['copy_fraction']:.2f}[/] of it ({bandwidth['student_tb_s']:.2f} TB/s)")
-    stdout.print(f"[bold]SPEEDUP {comparison['speedup']:.2f}x[/] "
-                 f"(95% CI {comparison['ci_low']:.2f}x to {comparison['ci_high']:.2f}x, vs {timing['baseline_label']})")
+        stdout.print(
+            f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {timing['student_label']} "
+            f"reaches [bold]{bandwidth['copy_fraction']:.2f}[/] of it ({bandwidth['student_tb_s']:.2f} TB/s)"
+        )
+    stdout.print(
+        f"[bold]SPEEDUP {comparison['speedup']:.2f}x[/] "
+        f"(95% CI {comparison['ci_low']:.2f}x to {comparison['ci_high']:.2f}x, vs {timing['baseline_label']})"
+    )
     rounds = timing.get("rounds", [])
     if len(rounds) > 1:
-        stdout.print(f"{len(rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
-                     + ", ".join(f"{r['speedup']:.2f}x" for r in rounds), soft_wrap=True)
+        stdout.print(
+            f"{len(rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
+            + ", ".join(f"{r['speedup']:.2f}x" for r in rounds),
+            soft_wrap=True,
+        )
     if (timing.get("peer") or {}).get("status") == "timed":
         _peer_includes(timing["peer"])
     if timing.get("overhead_ms") is not None:
@@ -265,8 +333,9 @@ def verdict_line(result: RunResult) -> None:
     backend = "" if skipped else {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
     for hint in result.hints:
         stdout.print(f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=True)
-    stdout.print(f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})",
-                 soft_wrap=True)  # one line a log reader can grep, however narrow the terminal
+    stdout.print(
+        f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})", soft_wrap=True
+    )  # one line a log reader can grep, however narrow the terminal
 
 
 def kernel_output(lines: list[str]) -> None:
@@ -309,8 +378,11 @@ def plain_lines(lines: list[str]) -> None:
 
 def trace_report(trace: dict) -> None:
     """One line per call, each kernel a bar proportional to its GPU time, with its ms."""
-    source = ("CUPTI activity records" + (f" (cupti-python {trace['cupti_version']})" if trace.get("cupti_version") else "")
-              if trace["source"] == "cupti" else "CUDA events around each launch")
+    source = (
+        "CUPTI activity records" + (f" (cupti-python {trace['cupti_version']})" if trace.get("cupti_version") else "")
+        if trace["source"] == "cupti"
+        else "CUDA events around each launch"
+    )
     heading(f"Trace timeline: {trace['calls']} calls per shape, GPU start and end of every kernel from {source}")
     if trace.get("why_not_cupti") and trace["source"] != "cupti":
         note(f"no CUPTI: {trace['why_not_cupti']}")
@@ -329,12 +401,16 @@ def trace_report(trace: dict) -> None:
             for s in launches:
                 width = max(1, round(BAR_WIDTH * s["duration_ms"] / longest)) if longest else 1
                 bars.append(f"[{style[s['kernel']]}]{'█' * width}[/]")
-                words.append(f"[{style[s['kernel']]}]{escape(s['kernel'].removeprefix('attn_'))}[/] {s['duration_ms']:.3f}")
+                words.append(
+                    f"[{style[s['kernel']]}]{escape(s['kernel'].removeprefix('attn_'))}[/] {s['duration_ms']:.3f}"
+                )
             total = sum(s["duration_ms"] for s in launches)
             span = (launches[-1]["end_ns"] - launches[0]["start_ns"]) / 1e6
-            stdout.print(f"  call {call + 1}  {''.join(bars)}  {' · '.join(words)} = {total:.3f} ms"
-                         + (f" [dim](first start to last end {span:.3f} ms)[/]" if len(launches) > 1 else ""),
-                         soft_wrap=True)
+            stdout.print(
+                f"  call {call + 1}  {''.join(bars)}  {' · '.join(words)} = {total:.3f} ms"
+                + (f" [dim](first start to last end {span:.3f} ms)[/]" if len(launches) > 1 else ""),
+                soft_wrap=True,
+            )
 
 
 def _pct(value) -> str:
@@ -357,35 +433,59 @@ def range_report(profile: dict) -> None:
         return
     shape = report["shape"]["label"]
     table = Table(title=f"Range pass (Nsight Compute, one cold call at {shape}, clocks untouched)")
-    columns = ("kernel", "ms", "SM %", "DRAM read MB", "DRAM write MB", "L2 hit", "occupancy", "regs",
-               "bank conflicts", "FMA pipe", "TFLOP/s", "FLOP/B")
+    columns = (
+        "kernel",
+        "ms",
+        "SM %",
+        "DRAM read MB",
+        "DRAM write MB",
+        "L2 hit",
+        "occupancy",
+        "regs",
+        "bank conflicts",
+        "FMA pipe",
+        "TFLOP/s",
+        "FLOP/B",
+    )
     for column in columns:
         # a path longer than its column folds onto more lines rather than losing its end to an ellipsis
-        table.add_column(column, justify="left" if column == "kernel" else "right",
-                         overflow="fold" if column == "kernel" else "ellipsis")
+        table.add_column(
+            column,
+            justify="left" if column == "kernel" else "right",
+            overflow="fold" if column == "kernel" else "ellipsis",
+        )
     for contender in report["contenders"]:
         # the file on a row of its own, its kernels indented under it: a long path may wrap there
         # without cutting a kernel's name in two
         table.add_row(escape(contender["label"]), *[""] * (len(columns) - 1))
         for number, k in enumerate(contender["kernels"]):
             point = k.get("point") or {}
-            table.add_row("  " + escape(k["kernel"]),
-                          "-" if k.get("duration_ns") is None else f"{k['duration_ns'] / 1e6:.3f}",
-                          _pct(k.get("sm_throughput_pct")), _mb(k.get("dram_read_bytes")),
-                          _mb(k.get("dram_write_bytes")), _pct(k.get("l2_hit_rate_pct")),
-                          _pct(k.get("achieved_occupancy_pct")), _count(k.get("registers_per_thread")),
-                          _count(k.get("shared_bank_conflicts")), _pct(k.get("fma_pipe_pct")),
-                          f"{point['achieved_flops_per_s'] / 1e12:.2f}" if point else "-",
-                          f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-",
-                          end_section=number == len(contender["kernels"]) - 1)
+            table.add_row(
+                "  " + escape(k["kernel"]),
+                "-" if k.get("duration_ns") is None else f"{k['duration_ns'] / 1e6:.3f}",
+                _pct(k.get("sm_throughput_pct")),
+                _mb(k.get("dram_read_bytes")),
+                _mb(k.get("dram_write_bytes")),
+                _pct(k.get("l2_hit_rate_pct")),
+                _pct(k.get("achieved_occupancy_pct")),
+                _count(k.get("registers_per_thread")),
+                _count(k.get("shared_bank_conflicts")),
+                _pct(k.get("fma_pipe_pct")),
+                f"{point['achieved_flops_per_s'] / 1e12:.2f}" if point else "-",
+                f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-",
+                end_section=number == len(contender["kernels"]) - 1,
+            )
     stdout.print(table)
     if report.get("dropped_metrics"):
         note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
     ceilings = profile.get("ceilings")
     if ceilings:
-        stdout.print(f"[dim]ceilings: FP32 {ceilings['peak_flops'] / 1e12:.1f} TFLOP/s ({escape(ceilings['peak_source'])}); "
-                     f"HBM {ceilings['bandwidth'] / 1e12:.2f} TB/s ({escape(ceilings['bandwidth_source'])}); "
-                     f"ridge point {ceilings['ridge_flop_per_byte']:.1f} FLOP/B[/]", soft_wrap=True)
+        stdout.print(
+            f"[dim]ceilings: FP32 {ceilings['peak_flops'] / 1e12:.1f} TFLOP/s ({escape(ceilings['peak_source'])}); "
+            f"HBM {ceilings['bandwidth'] / 1e12:.2f} TB/s ({escape(ceilings['bandwidth_source'])}); "
+            f"ridge point {ceilings['ridge_flop_per_byte']:.1f} FLOP/B[/]",
+            soft_wrap=True,
+        )
     else:
         note(f"no roofline verdict: {profile.get('ceilings_problem')}")
     for contender in report["contenders"]:
@@ -398,8 +498,11 @@ def range_report(profile: dict) -> None:
                 if k.get("point"):
                     stdout.print(f"  {escape(k['kernel'])}: {k['point']['verdict']}", soft_wrap=True)
     for row in profile.get("trace_vs_ncu", []):
-        stdout.print(f"[dim]{escape(row['kernel'])}: the trace's median {row['trace_median_ms']:.3f} ms, ncu's "
-                     f"{row['ncu_ms']:.3f} ms ({100 * row['difference']:+.1f}%)[/]", soft_wrap=True)
+        stdout.print(
+            f"[dim]{escape(row['kernel'])}: the trace's median {row['trace_median_ms']:.3f} ms, ncu's "
+            f"{row['ncu_ms']:.3f} ms ({100 * row['difference']:+.1f}%)[/]",
+            soft_wrap=True,
+        )
     if profile.get("no_starter_row"):
         note(profile["no_starter_row"])
 
@@ -411,15 +514,20 @@ def traffic_beside_measured(profile: dict) -> None:
         return
     report = profile.get("range") or {}
     shape = report.get("shape", {}).get("label", "")
-    stdout.print(f"HBM traffic model at {shape}: naive {model['naive_bytes'] / 1e6:.2f} MB (the score matrix "
-                 f"{model['matrix_bytes'] / 1e6:.2f} MB, written and read twice), flash {model['flash_bytes'] / 1e6:.2f} MB "
-                 "(Q, K, V read once, the output written once)", soft_wrap=True)
+    stdout.print(
+        f"HBM traffic model at {shape}: naive {model['naive_bytes'] / 1e6:.2f} MB (the score matrix "
+        f"{model['matrix_bytes'] / 1e6:.2f} MB, written and read twice), flash {model['flash_bytes'] / 1e6:.2f} MB "
+        "(Q, K, V read once, the output written once)",
+        soft_wrap=True,
+    )
     for contender in report.get("contenders", []) if report.get("available") else []:
         measured = contender.get("dram_bytes")
         if measured:
-            stdout.print(f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:.2f} MB = "
-                         f"{measured / model['flash_bytes']:.2f}x flash, {measured / model['naive_bytes']:.3f}x naive",
-                         soft_wrap=True)
+            stdout.print(
+                f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:.2f} MB = "
+                f"{measured / model['flash_bytes']:.2f}x flash, {measured / model['naive_bytes']:.3f}x naive",
+                soft_wrap=True,
+            )
 
 
 def must_move_beside_measured(profile: dict) -> None:
@@ -429,13 +537,19 @@ def must_move_beside_measured(profile: dict) -> None:
     if not model:
         return
     report = profile.get("range") or {}
-    stdout.print(f"bytes one call must move at {model['label']} (the lab's model, as bench counts them): "
-                 f"{model['bytes'] / 1e6:,.2f} MB", soft_wrap=True)
+    stdout.print(
+        f"bytes one call must move at {model['label']} (the lab's model, as bench counts them): "
+        f"{model['bytes'] / 1e6:,.2f} MB",
+        soft_wrap=True,
+    )
     for contender in report.get("contenders", []) if report.get("available") else []:
         measured = contender.get("dram_bytes")
         if measured:
-            stdout.print(f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:,.2f} MB = "
-                         f"{measured / model['bytes']:.3f}x the bytes that must move", soft_wrap=True)
+            stdout.print(
+                f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:,.2f} MB = "
+                f"{measured / model['bytes']:.3f}x the bytes that must move",
+                soft_wrap=True,
+            )
 
 
 def range_summary_line(report: dict) -> None:
@@ -447,12 +561,15 @@ def range_summary_line(report: dict) -> None:
     for contender in report["contenders"]:
         point = contender.get("point")
         sm = [k.get("sm_throughput_pct") for k in contender["kernels"]]
-        parts.append(f"{contender['label']} {contender['duration_ms']:.3f} ms, DRAM {_mb(contender['dram_bytes'])} MB, "
-                     f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {point['verdict']}" if point else ""))
+        parts.append(
+            f"{contender['label']} {contender['duration_ms']:.3f} ms, DRAM {_mb(contender['dram_bytes'])} MB, "
+            f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {point['verdict']}" if point else "")
+        )
     stdout.print(escape(f"Range pass at {report['shape']['label']} (ncu): " + " | ".join(parts)), soft_wrap=True)
 
 
 # --- output fit for logs ---------------------------------------------------------------------
+
 
 def print_unwrapped(table) -> None:
     """In a log (stdout not a terminal) a table is as wide as its rows need, so no row ever wraps; on a
@@ -474,12 +591,26 @@ def print_unwrapped(table) -> None:
 
 
 # Characters attnlab itself prints, spelled in ASCII for a stream that cannot encode them.
-ASCII_SPELLING = {"·": "-", "×": "x", "≤": "<=", "≥": ">=", "±": "+/-", "…": "...", "—": "-", "–": "-",
-                  "→": "->", "│": "|", "─": "-", "━": "-", "µ": "u", "≈": "~"}
+ASCII_SPELLING = {
+    "·": "-",
+    "×": "x",
+    "≤": "<=",
+    "≥": ">=",
+    "±": "+/-",
+    "…": "...",
+    "—": "-",
+    "–": "-",
+    "→": "->",
+    "│": "|",
+    "─": "-",
+    "━": "-",
+    "µ": "u",
+    "≈": "~",
+}
 
 
 def _spell_in_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
-    text = error.object[error.start:error.end]
+    text = error.object[error.start : error.end]
     return "".join(ASCII_SPELLING.get(c, "?") for c in text), error.end
 
 
@@ -508,6 +639,7 @@ def prepare_streams() -> None:
 
 # --- a batch of submissions ------------------------------------------------------------------
 
+
 @contextmanager
 def batch_progress(total: int):
     """A bar over submissions on stderr; in a log, one line as each submission finishes.
@@ -518,13 +650,20 @@ def batch_progress(total: int):
 
         def finished(description: str) -> None:
             count["done"] += 1
-            stderr.print(f"[{count['done']}/{total}] {escape(shown(description))}", markup=True, soft_wrap=True,
-                         highlight=False)
+            stderr.print(
+                f"[{count['done']}/{total}] {escape(shown(description))}", markup=True, soft_wrap=True, highlight=False
+            )
 
         yield finished
         return
-    bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=stderr, transient=True)
+    bar = RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
     with bar:
         task = bar.add_task("grading submissions", total=total)
         yield lambda description: bar.update(task, advance=1, description=escape(shown(description)))
@@ -537,12 +676,16 @@ def batch_report(lab: str, rows: list[dict], counts: list[tuple[int, str, int]],
         table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
     for row in rows:
         style = "green" if row["verdict"] == "pass" else "bold red"
-        table.add_row(escape(shown(row["file"])), f"[{style}]{escape(row['verdict'])}[/]", str(row["exit_code"]),
-                      f"{row['speedup']}x" if row["speedup"] else "", row["gate_met"],
-                      escape(row["first_failing_case"]), row["seconds"])
+        table.add_row(
+            escape(shown(row["file"])),
+            f"[{style}]{escape(row['verdict'])}[/]",
+            str(row["exit_code"]),
+            f"{row['speedup']}x" if row["speedup"] else "",
+            row["gate_met"],
+            escape(row["first_failing_case"]),
+            row["seconds"],
+        )
     print_unwrapped(table)
     for code, meaning, count in counts:
         stdout.print(f"exit {code} ({meaning}): {count} submission{'s' if count != 1 else ''}", highlight=False)
     stdout.print(f"exit {worst}: the worst submission's", highlight=False)
-
-

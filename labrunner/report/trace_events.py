@@ -18,18 +18,40 @@ GPU_PID = 0
 def trace_events(slices: list[dict], gpu_name: str, source: str) -> dict:
     """The whole trace as a JSON-ready object, from the slices as the profile's JSON holds them."""
     streams = sorted({s["stream"] for s in slices})
-    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0,
-                           "args": {"name": f"{gpu_name} ({source})"}}]
-    events += [{"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": stream,
-                "args": {"name": f"stream {stream}"}} for stream in streams]
+    events: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0, "args": {"name": f"{gpu_name} ({source})"}}
+    ]
+    events += [
+        {"ph": "M", "name": "thread_name", "pid": GPU_PID, "tid": stream, "args": {"name": f"stream {stream}"}}
+        for stream in streams
+    ]
     for s in slices:
-        args = {"shape": s["shape"], "call": s["call"] + 1, "grid": list(s["grid"]), "block": list(s["block"]),
-                "dynamic shared memory (bytes)": s["dynamic_shared_bytes"],
-                "static shared memory (bytes)": s["static_shared_bytes"], "registers per thread": s["registers"]}
-        events.append({"name": s["kernel"], "cat": "kernel", "ph": "X", "ts": s["start_ns"] / 1e3,
-                       "dur": (s["end_ns"] - s["start_ns"]) / 1e3, "pid": GPU_PID, "tid": s["stream"], "args": args})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"producer": "attnlab profile", "timestamps": source}}
+        args = {
+            "shape": s["shape"],
+            "call": s["call"] + 1,
+            "grid": list(s["grid"]),
+            "block": list(s["block"]),
+            "dynamic shared memory (bytes)": s["dynamic_shared_bytes"],
+            "static shared memory (bytes)": s["static_shared_bytes"],
+            "registers per thread": s["registers"],
+        }
+        events.append(
+            {
+                "name": s["kernel"],
+                "cat": "kernel",
+                "ph": "X",
+                "ts": s["start_ns"] / 1e3,
+                "dur": (s["end_ns"] - s["start_ns"]) / 1e3,
+                "pid": GPU_PID,
+                "tid": s["stream"],
+                "args": args,
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"producer": "attnlab profile", "timestamps": source},
+    }
 
 
 def write_trace(slices: list[dict], gpu_name: str, source: str, path: Path) -> None:

@@ -15,7 +15,6 @@ from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, filled
 
-
 # What a built module may need (object_check.ALLOWED_LIBRARIES), loaded before the filter goes on.
 RUNTIME_LIBRARIES = ("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1")
 
@@ -24,11 +23,11 @@ class HostGuardedBuffer:
     def __init__(self, count: int, fill_bits: int):
         self.count = count
         self.full = filled(GUARD_ELEMENTS + count + GUARD_ELEMENTS, CANARY_BITS)
-        self.inner = self.full[GUARD_ELEMENTS:GUARD_ELEMENTS + count]
+        self.inner = self.full[GUARD_ELEMENTS : GUARD_ELEMENTS + count]
         self.inner.view(np.uint32)[:] = fill_bits
 
     def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
-        return self.full[:GUARD_ELEMENTS].copy(), self.full[GUARD_ELEMENTS + self.count:].copy()
+        return self.full[:GUARD_ELEMENTS].copy(), self.full[GUARD_ELEMENTS + self.count :].copy()
 
 
 class CpuDevice:
@@ -52,15 +51,28 @@ class CpuDevice:
     def __init__(self) -> None:
         self.sealed = False
 
-    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]],
-                arch: str = DEFAULT_ARCH, sandboxed: bool = True, timeout_s: float | None = None):
+    def compile(
+        self,
+        composed_source: str,
+        filename: str,
+        entry_types: dict[str, list[str]],
+        arch: str = DEFAULT_ARCH,
+        sandboxed: bool = True,
+        timeout_s: float | None = None,
+    ):
         from labrunner.run.cpu import syscall_filter
-        from labrunner.run.cpu.module import BUILD_TIMEOUT_S, CpuKernelError, CpuModule, build_object, \
-            check_built_object
+        from labrunner.run.cpu.module import (
+            BUILD_TIMEOUT_S,
+            CpuKernelError,
+            CpuModule,
+            build_object,
+            check_built_object,
+        )
 
         if self.sealed:
-            raise CpuKernelError("this CPU worker already loaded a module and sealed itself; "
-                                 "each module needs a fresh worker")
+            raise CpuKernelError(
+                "this CPU worker already loaded a module and sealed itself; each module needs a fresh worker"
+            )
         timeout_s = timeout_s or BUILD_TIMEOUT_S
         so_path = build_object(composed_source, filename, entry_types, arch=arch, timeout_s=timeout_s)
         check_built_object(so_path, filename, timeout_s=timeout_s)
@@ -86,8 +98,9 @@ class CpuDevice:
 
     def launch(self, module, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
         args = [buffers[a] if isinstance(a, str) else int(a) for a in launch.args]
-        module.launch(launch.kernel, launch.grid, launch.block, launch.shared_bytes, args,
-                      reverse_threads=reverse_threads)
+        module.launch(
+            launch.kernel, launch.grid, launch.block, launch.shared_bytes, args, reverse_threads=reverse_threads
+        )
 
     def synchronize(self) -> None:
         """Launches on the CPU return when the grid is done."""

@@ -55,11 +55,16 @@ def case_files(payload: dict) -> dict[str, bytes]:
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
         files[f"{name}.npy"] = buffer.getvalue()
-    case = {"source": payload.get("source", ""), "filename": payload.get("filename", ""),
-            "entry_types": payload.get("entry_types", {}),
-            "launches": [asdict(launch) for launch in request.get("launches", [])],
-            "writable": request.get("writable", {}), "returned": list(request.get("returned", ())),
-            "reverse_threads": bool(request.get("reverse_threads", False)), "inputs": list(inputs)}
+    case = {
+        "source": payload.get("source", ""),
+        "filename": payload.get("filename", ""),
+        "entry_types": payload.get("entry_types", {}),
+        "launches": [asdict(launch) for launch in request.get("launches", [])],
+        "writable": request.get("writable", {}),
+        "returned": list(request.get("returned", ())),
+        "reverse_threads": bool(request.get("reverse_threads", False)),
+        "inputs": list(inputs),
+    }
     files["case.json"] = json.dumps(case).encode()
     return files
 
@@ -77,14 +82,17 @@ def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
         return None
     reported, finished = replayed
     if not finished:
-        return (f"{SANITIZER} did not finish within {REPLAY_FACTOR * case_timeout_s:g} s "
-                f"({REPLAY_FACTOR} times the case's {case_timeout_s:g} s)")
+        return (
+            f"{SANITIZER} did not finish within {REPLAY_FACTOR * case_timeout_s:g} s "
+            f"({REPLAY_FACTOR} times the case's {case_timeout_s:g} s)"
+        )
     lines = [shown(line) for line in reported if _KEEP.search(line)]
     return "\n".join(lines[:8]) or None
 
 
-def sanitizer_replay(payload: dict, case_timeout_s: float, tool_name: str,
-                     print_limit: int) -> tuple[list[str], bool] | None:
+def sanitizer_replay(
+    payload: dict, case_timeout_s: float, tool_name: str, print_limit: int
+) -> tuple[list[str], bool] | None:
     """One case replayed in a box under one of compute-sanitizer's tools (memcheck here, racecheck and
     synccheck for `racecheck.py`): the tool's own lines and whether it finished in time; None when
     the sanitizer is not installed.
@@ -102,10 +110,21 @@ def sanitizer_replay(payload: dict, case_timeout_s: float, tool_name: str,
             box.add_file(name, data)
         read_end, write_end = os.pipe()
         try:
-            box.start([tool, "--tool", tool_name, "--print-limit", str(print_limit),
-                       "--log-file", f"/proc/self/fd/{write_end}",
-                       *box.python_command("labrunner.run.replay", REPLAY_LIMITS, str(box.private))],
-                      stdout=subprocess.DEVNULL, pass_fds=(write_end,), host_code=False)
+            box.start(
+                [
+                    tool,
+                    "--tool",
+                    tool_name,
+                    "--print-limit",
+                    str(print_limit),
+                    "--log-file",
+                    f"/proc/self/fd/{write_end}",
+                    *box.python_command("labrunner.run.replay", REPLAY_LIMITS, str(box.private)),
+                ],
+                stdout=subprocess.DEVNULL,
+                pass_fds=(write_end,),
+                host_code=False,
+            )
         finally:
             os.close(write_end)
         try:
@@ -136,8 +155,11 @@ def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[st
             break
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()[-4096:]
-        kept += [_own(line) for line in lines if line.startswith(b"=========")
-                 and (len(kept) < REPORT_LINES or SUMMARY.match(line))][:REPORT_LINES + 1 - len(kept)]
+        kept += [
+            _own(line)
+            for line in lines
+            if line.startswith(b"=========") and (len(kept) < REPORT_LINES or SUMMARY.match(line))
+        ][: REPORT_LINES + 1 - len(kept)]
     if partial.startswith(b"=========") and (len(kept) < REPORT_LINES or SUMMARY.match(partial)):
         kept.append(_own(partial))
     return kept, True

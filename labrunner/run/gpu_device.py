@@ -33,7 +33,7 @@ class GuardedBuffer:
         self.fill_bits = fill_bits
         self.full = xp.empty(GUARD_ELEMENTS + count + GUARD_ELEMENTS, dtype=np.float32)
         self.full.view(np.uint32).fill(CANARY_BITS)
-        self.inner = self.full[GUARD_ELEMENTS:GUARD_ELEMENTS + count]
+        self.inner = self.full[GUARD_ELEMENTS : GUARD_ELEMENTS + count]
         self.repoison()
 
     def repoison(self) -> None:
@@ -41,7 +41,7 @@ class GuardedBuffer:
         self.inner.view(np.uint32).fill(self.fill_bits)
 
     def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
-        return to_host(self.full[:GUARD_ELEMENTS]), to_host(self.full[GUARD_ELEMENTS + self.count:])
+        return to_host(self.full[:GUARD_ELEMENTS]), to_host(self.full[GUARD_ELEMENTS + self.count :])
 
 
 class GpuDevice:
@@ -51,8 +51,14 @@ class GpuDevice:
         self.xp = _cupy()
         self.xp.cuda.runtime.getDeviceCount()  # fails early, with the driver's words, where no GPU is
 
-    def compile(self, composed_source: str, filename: str, entry_types: dict[str, list[str]],
-                binary: tuple[str, bytes] | None = None, **cpu_options):
+    def compile(
+        self,
+        composed_source: str,
+        filename: str,
+        entry_types: dict[str, list[str]],
+        binary: tuple[str, bytes] | None = None,
+        **cpu_options,
+    ):
         """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here.
 
         `binary`: (architecture, machine code) the compile gate built from the same source in its own

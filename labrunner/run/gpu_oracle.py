@@ -62,8 +62,9 @@ class GpuOracle:
         self.sets(None, key, rows, prefix, pages).fill(buffers, number)
         if pages is not None:
             fixed = layout["fixed"]
-            return oracle.decode_attention(buffers["q"], buffers["k"], buffers["v"], fixed["blockTable"],
-                                           fixed["seqLens"], xp=cp)
+            return oracle.decode_attention(
+                buffers["q"], buffers["k"], buffers["v"], fixed["blockTable"], fixed["seqLens"], xp=cp
+            )
         return oracle.attention(buffers["q"], buffers["k"], buffers["v"], prefix=prefix, xp=cp)
 
     def check(self, out: np.ndarray, reference) -> OutputCheck:
@@ -82,27 +83,41 @@ class GpuOracle:
 
     def prove(self) -> dict:
         cp = self.cp
-        golden = prove_oracle(attention=lambda q, k, v, prefix: self.host(
-            oracle.attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), prefix=prefix, xp=cp)))
+        golden = prove_oracle(
+            attention=lambda q, k, v, prefix: self.host(
+                oracle.attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), prefix=prefix, xp=cp)
+            )
+        )
         if not golden.passed:
-            raise environment_error(f"the GPU oracle failed the golden proof (max error {golden.max_error:.3g} > "
-                                    f"{PROOF_TOLERANCE:g}): refusing to time; check the GPU and the CuPy install")
+            raise environment_error(
+                f"the GPU oracle failed the golden proof (max error {golden.max_error:.3g} > "
+                f"{PROOF_TOLERANCE:g}): refusing to time; check the GPU and the CuPy install"
+            )
         draw = random.SystemRandom()
         key = (draw.getrandbits(KEY_BITS), draw.getrandbits(KEY_BITS))
         on_cpu = make_set(key, 0, PROOF_ROWS, PROOF_PREFIX)
         on_gpu = {name: cp.empty(a.shape, dtype=np.float32) for name, a in on_cpu.items()}
         self.sets(None, key, PROOF_ROWS, PROOF_PREFIX).fill(on_gpu, 0)
-        differing = sum(int(np.count_nonzero(self.host(on_gpu[n]).view(np.uint32) != on_cpu[n].view(np.uint32)))
-                        for n in on_cpu)
+        differing = sum(
+            int(np.count_nonzero(self.host(on_gpu[n]).view(np.uint32) != on_cpu[n].view(np.uint32))) for n in on_cpu
+        )
         if differing:
-            raise environment_error(f"the GPU made {differing} elements of a timing input set differently from its "
-                                    "numpy definition: refusing to time; check the GPU and the CuPy install")
+            raise environment_error(
+                f"the GPU made {differing} elements of a timing input set differently from its "
+                "numpy definition: refusing to time; check the GPU and the CuPy install"
+            )
         cpu = oracle.attention(on_cpu["q"], on_cpu["k"], on_cpu["v"], prefix=PROOF_PREFIX)
         gpu = self.host(oracle.attention(on_gpu["q"], on_gpu["k"], on_gpu["v"], prefix=PROOF_PREFIX, xp=cp))
         gap = float(np.max(np.abs(gpu - cpu)))
         if not gap <= PROOF_TOLERANCE:
-            raise environment_error(f"the GPU oracle differs from the CPU oracle by {gap:.3g} (> {PROOF_TOLERANCE:g}) "
-                                    "on a random set: refusing to time; check the GPU and the CuPy install")
+            raise environment_error(
+                f"the GPU oracle differs from the CPU oracle by {gap:.3g} (> {PROOF_TOLERANCE:g}) "
+                "on a random set: refusing to time; check the GPU and the CuPy install"
+            )
         self.release()
-        return {"golden_max_error": golden.max_error, "cpu_gpu_max_difference": gap, "tolerance": PROOF_TOLERANCE,
-                "set_bits_equal": True}
+        return {
+            "golden_max_error": golden.max_error,
+            "cpu_gpu_max_difference": gap,
+            "tolerance": PROOF_TOLERANCE,
+            "set_bits_equal": True,
+        }

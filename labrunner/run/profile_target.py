@@ -32,8 +32,9 @@ from labrunner.truth.poison import filled, poison_for
 
 
 def launch_from_json(data: dict) -> Launch:
-    return Launch(data["kernel"], tuple(data["grid"]), tuple(data["block"]), int(data["shared_bytes"]),
-                  tuple(data["args"]))
+    return Launch(
+        data["kernel"], tuple(data["grid"]), tuple(data["block"]), int(data["shared_bytes"]), tuple(data["args"])
+    )
 
 
 def main(path: str) -> None:
@@ -52,10 +53,12 @@ def main(path: str) -> None:
         writable = {"out": payload["out_count"], **contender["workspace"]}
         sizes = tuple(sorted(writable.items()))
         if sizes not in writable_sets:
-            writable_sets[sizes] = {name: device.upload(filled(count, poison_for(name)))
-                                    for name, count in writable.items()}
-        contenders.append((kernels, [launch_from_json(x) for x in contender["launches"]],
-                           {**inputs, **writable_sets[sizes]}))
+            writable_sets[sizes] = {
+                name: device.upload(filled(count, poison_for(name))) for name, count in writable.items()
+            }
+        contenders.append(
+            (kernels, [launch_from_json(x) for x in contender["launches"]], {**inputs, **writable_sets[sizes]})
+        )
     for _ in range(payload["warmup_calls"]):
         for kernels, launches, buffers in contenders:
             for launch in launches:

@@ -38,15 +38,18 @@ def find_hazard(payload: dict, case_timeout_s: float) -> tuple[str | None, str |
             return None, f"{SANITIZER} is not installed, so the GPU's race check could not run"
         reported, finished = replayed
         if not finished:
-            return None, (f"{SANITIZER} --tool {name} did not finish within {REPLAY_FACTOR * case_timeout_s:g} s "
-                          f"({REPLAY_FACTOR} times the case's {case_timeout_s:g} s), so the kernel was not "
-                          "checked for races")
+            return None, (
+                f"{SANITIZER} --tool {name} did not finish within {REPLAY_FACTOR * case_timeout_s:g} s "
+                f"({REPLAY_FACTOR} times the case's {case_timeout_s:g} s), so the kernel was not "
+                "checked for races"
+            )
         hazard = parse_hazard(name, "\n".join("=========" + line for line in reported))
         if hazard:
             return hazard, None
         if not any(_SUMMARY.match(line) for line in reported):
-            return None, (f"{SANITIZER} --tool {name} ended without its error summary, so it did not watch "
-                          "the whole run")
+            return None, (
+                f"{SANITIZER} --tool {name} ended without its error summary, so it did not watch the whole run"
+            )
     return None, None
 
 
@@ -55,18 +58,20 @@ def parse_hazard(tool: str, report: str) -> str | None:
     lines = [line.removeprefix("=========").strip() for line in report.splitlines() if line.startswith("=========")]
     for index, line in enumerate(lines):
         if tool == "racecheck" and "Race reported" in line:
-            accesses = [line] + [more for more in lines[index + 1:index + 4] if more.startswith("and ")]
+            accesses = [line] + [more for more in lines[index + 1 : index + 4] if more.startswith("and ")]
             where = [_where(access) for access in accesses[:2]]
-            kinds = [(_ACCESS.search(access).group(1).lower() if _ACCESS.search(access) else "access")
-                     for access in accesses[:2]]
+            kinds = [
+                (_ACCESS.search(access).group(1).lower() if _ACCESS.search(access) else "access")
+                for access in accesses[:2]
+            ]
             kernel = next((k for _, k in where if k), "?")
             sites = " and ".join(f"a {kind} at {site}" for kind, (site, _) in zip(kinds, where) if site)
-            return (f"racecheck: shared-memory race in kernel {kernel} between {sites}: "
-                    "a missing __syncthreads()?")
+            return f"racecheck: shared-memory race in kernel {kernel} between {sites}: a missing __syncthreads()?"
         if tool == "synccheck" and ("Barrier error" in line or "barrier" in line.lower() and "error" in line.lower()):
             detail = line.split("detected.", 1)[-1].strip().rstrip(".") or line
-            site, kernel = next(((s, k) for s, k in (_where(more) for more in lines[index:index + 4]) if s),
-                                (None, None))
+            site, kernel = next(
+                ((s, k) for s, k in (_where(more) for more in lines[index : index + 4]) if s), (None, None)
+            )
             at = f" at {site}" if site else ""
             return f"synccheck: barrier error in kernel {kernel or '?'}{at}: {detail}"
     return None
@@ -77,7 +82,9 @@ def _where(line: str) -> tuple[str | None, str | None]:
     location = _LOCATION.search(line)
     kernel_at = _KERNEL_AT.search(line)
     site = f"{location.group(1)}:{location.group(2)}" if location else None
-    kernel = (location.group(3) if location and location.group(3) else None) or (kernel_at.group(1) if kernel_at else None)
+    kernel = (location.group(3) if location and location.group(3) else None) or (
+        kernel_at.group(1) if kernel_at else None
+    )
     return site, kernel
 
 

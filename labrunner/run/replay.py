@@ -21,8 +21,10 @@ from labrunner.run.worker_main import run_case
 def read_case(folder: Path) -> dict:
     case = json.loads((folder / "case.json").read_text())
     case["inputs"] = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in case["inputs"]}
-    case["launches"] = [Launch(l["kernel"], tuple(l["grid"]), tuple(l["block"]), l["shared_bytes"], tuple(l["args"]))
-                        for l in case["launches"]]
+    case["launches"] = [
+        Launch(l["kernel"], tuple(l["grid"]), tuple(l["block"]), l["shared_bytes"], tuple(l["args"]))
+        for l in case["launches"]
+    ]
     return case
 
 

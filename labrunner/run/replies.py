@@ -38,8 +38,9 @@ def timing_reply(request: dict) -> Expected:
         # where a checked call's buffers stand is the timing code's business; their dtype and size are ours
         if name.endswith("/sets"):
             return spec.dtype == "int64" and len(spec.shape) == 1
-        return (name.endswith("/outputs") and spec.dtype == "float32" and len(spec.shape) == 2
-                and spec.shape[1] in lengths)
+        return (
+            name.endswith("/outputs") and spec.dtype == "float32" and len(spec.shape) == 2 and spec.shape[1] in lengths
+        )
 
     return Expected(fits=fits, max_bytes=TIMING_REPLY_LIMIT_BYTES)
 
@@ -47,6 +48,7 @@ def timing_reply(request: dict) -> Expected:
 def peer_check_reply(request: dict) -> Expected:
     """A peer's check before timing: its one output, `float32 [1][out_count]`, and that set's number; or
     no buffers at all where the peer cannot run here."""
+
     def fits(name: str, spec: BufferSpec) -> bool:
         if name == "checked/sets":
             return spec.dtype == "int64" and spec.shape == (1,)

@@ -43,10 +43,13 @@ import labrunner
 from labrunner import box as boxes
 
 ENV_ALLOWED = (
-    "PATH", "LD_LIBRARY_PATH",                                  # the Python, the compiler, libcuda
-    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",                # which GPU the grade may use
-    "CUDA_HOME", "CUDA_PATH",                                   # where CuPy finds the CUDA headers and NVRTC
-    "ATTNLAB_CPU_STACK_KB",                                     # the CPU shim's fiber stack size
+    "PATH",
+    "LD_LIBRARY_PATH",  # the Python, the compiler, libcuda
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",  # which GPU the grade may use
+    "CUDA_HOME",
+    "CUDA_PATH",  # where CuPy finds the CUDA headers and NVRTC
+    "ATTNLAB_CPU_STACK_KB",  # the CPU shim's fiber stack size
 )
 PACKAGE_ROOT = str(Path(labrunner.__file__).resolve().parent.parent)
 GIB = 1 << 30
@@ -105,14 +108,21 @@ def scrubbed_environment(private: Path, host_code: bool = True, boxed: bool = Fa
     tmp = private / "tmp"
     if not boxed:  # a box makes its own /job/tmp
         tmp.mkdir(exist_ok=True)
-    env.update({
-        "HOME": str(private), "TMPDIR": str(tmp), "CUPY_CACHE_DIR": str(private / "cupy"),
-        "CUDA_CACHE_PATH": str(private / "nv"), "XDG_CACHE_HOME": str(private / "cache"),
-        "LC_ALL": "C.UTF-8",
-        # one thread for numpy's BLAS: the worker never multiplies matrices, and fewer tasks count
-        # against the process limit
-        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-    })
+    env.update(
+        {
+            "HOME": str(private),
+            "TMPDIR": str(tmp),
+            "CUPY_CACHE_DIR": str(private / "cupy"),
+            "CUDA_CACHE_PATH": str(private / "nv"),
+            "XDG_CACHE_HOME": str(private / "cache"),
+            "LC_ALL": "C.UTF-8",
+            # one thread for numpy's BLAS: the worker never multiplies matrices, and fewer tasks count
+            # against the process limit
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+    )
     if not host_code and not boxed:
         env["CUPY_CACHE_DIR"] = grader_cupy_cache()
     return env
@@ -132,13 +142,23 @@ CUPY_CACHE_COPY_BYTES = 256 * MIB
 
 # The first thing a boxed Python runs: its limits, then the module it was started for. `-I` keeps
 # out PYTHON* variables, the user's site folder and the working folder from the import path.
-_BOOTSTRAP = ("import sys; sys.path.insert(0, sys.argv[1]); from labrunner.run.sandbox import enter; "
-              "enter(sys.argv[2], sys.argv[3], sys.argv[4:])")
+_BOOTSTRAP = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from labrunner.run.sandbox import enter; "
+    "enter(sys.argv[2], sys.argv[3], sys.argv[4:])"
+)
 
 
 def python_command(module: str, limits: Limits, private: Path, *args: str, boxed: bool = False) -> list[str]:
-    return [sys.executable, "-I", "-c", _BOOTSTRAP, PACKAGE_ROOT,
-            json.dumps({**asdict(limits), "private": str(private), "boxed": boxed}), module, *args]
+    return [
+        sys.executable,
+        "-I",
+        "-c",
+        _BOOTSTRAP,
+        PACKAGE_ROOT,
+        json.dumps({**asdict(limits), "private": str(private), "boxed": boxed}),
+        module,
+        *args,
+    ]
 
 
 class Sandbox:
@@ -169,13 +189,19 @@ class Sandbox:
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
         self._data[str(self.private / name)] = fd
         return self.private / name
 
-    def start(self, command: list[str], stdout: int, pass_fds: tuple[int, ...] = (),
-              host_code: bool = True, readable: tuple[str, ...] = ()) -> subprocess.Popen:
+    def start(
+        self,
+        command: list[str],
+        stdout: int,
+        pass_fds: tuple[int, ...] = (),
+        host_code: bool = True,
+        readable: tuple[str, ...] = (),
+    ) -> subprocess.Popen:
         """Start `command` boxed, its stdout and stderr both to `stdout`. `host_code`: whether it
         runs a student's host code (the CPU backend), for the environment's caches. `readable`:
         more read-only paths for the box (the tests' probe)."""
@@ -187,9 +213,16 @@ class Sandbox:
             command = boxes.wrap(self.purpose, command, env, readable, self._data)
             pass_fds = (*pass_fds, *self._data.values())
         self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stdout,
-            pass_fds=pass_fds, env=env, cwd=self.private if not self.boxed else "/",
-            start_new_session=True, close_fds=True)
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stdout,
+            pass_fds=pass_fds,
+            env=env,
+            cwd=self.private if not self.boxed else "/",
+            start_new_session=True,
+            close_fds=True,
+        )
         for fd in self._data.values():  # the box has read them by the time it runs anything
             os.close(fd)
         self._data.clear()
@@ -226,7 +259,7 @@ def forget_environment_variable(name: str) -> str | None:
     try:
         with open("/proc/self/stat", "rb") as handle:
             stat = handle.read()
-        env_start = int(stat[stat.rfind(b")") + 2:].split()[47])  # field 50 of proc(5), env_start
+        env_start = int(stat[stat.rfind(b")") + 2 :].split()[47])  # field 50 of proc(5), env_start
         with open("/proc/self/environ", "rb") as handle:
             block = handle.read()
     except (OSError, ValueError, IndexError):
@@ -268,7 +301,7 @@ def descendants(root: int) -> list[int]:
                 stat = handle.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if fields[0] in (b"Z", b"X"):
             continue
         children.setdefault(int(fields[1]), []).append(int(entry.name))
@@ -400,7 +433,7 @@ def drop_capabilities() -> None:
         if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
             break  # EINVAL: past the last capability this kernel knows
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    libc.capset(header, (ctypes.c_uint32 * 6)())    # effective, permitted, inheritable: all empty
+    libc.capset(header, (ctypes.c_uint32 * 6)())  # effective, permitted, inheritable: all empty
 
 
 def user_tasks() -> int:
@@ -426,8 +459,11 @@ _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1, 2
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -466,8 +502,13 @@ def confine_writes(writable: list[str]) -> int:
                 continue
             is_dir = os.path.isdir(path)
             rule = _PathBeneath(handled if is_dir else (_FS_WRITE_FILE | (_FS_TRUNCATE if abi >= 3 else 0)), fd)
-            libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
-                         ctypes.c_uint32(0))
+            libc.syscall(
+                _SYS_ADD_RULE,
+                ctypes.c_int(ruleset),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(rule),
+                ctypes.c_uint32(0),
+            )
             os.close(fd)
         libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:

@@ -29,8 +29,10 @@ import re
 
 # C0 controls but tab, DEL, the C1 controls (0x9b is a one-byte CSI), and the Unicode characters
 # that move or reorder text: line and paragraph separators, bidi embeddings, overrides, isolates.
-_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
-                       "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff]")
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
+    "\ufeff\ufff9-\ufffb\ufffe\uffff\ud800-\udfff]"
+)
 # GitHub's runner trims leading whitespace before it looks for `::`, and finds `##[` anywhere.
 _WORKFLOW_COMMAND = re.compile(r"^(\s*):(?=:)|#(?=#\[)")
 

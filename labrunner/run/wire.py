@@ -45,9 +45,9 @@ import numpy as np
 from labrunner.labs.definition import Launch
 
 DTYPES = ("float32", "float64", "int32", "uint32", "int64")
-HEADER_LIMIT = 1 << 20          # bytes of JSON header: replies carry numbers as buffers, not as text
-SKIP_LIMIT = 1 << 20            # bytes of junk skipped before a reply's cookie before the channel is refused
-TEXT_LIMIT = 64 * 1024          # characters of any one string in a reply (an error's detail)
+HEADER_LIMIT = 1 << 20  # bytes of JSON header: replies carry numbers as buffers, not as text
+SKIP_LIMIT = 1 << 20  # bytes of junk skipped before a reply's cookie before the channel is refused
+TEXT_LIMIT = 64 * 1024  # characters of any one string in a reply (an error's detail)
 COOKIE_BYTES = 16
 _LENGTH = struct.Struct(">I")
 _CHUNK = 1 << 20
@@ -125,8 +125,7 @@ def encode(body, cookie: bytes = b"") -> list:
     """The message as a list of byte strings and arrays, ready for `write_message`."""
     buffers: list[tuple[str, np.ndarray]] = []
     tree = _to_tree(body, "", buffers)
-    header = {"body": tree, "buffers": [{"name": n, "dtype": a.dtype.name, "shape": list(a.shape)}
-                                        for n, a in buffers]}
+    header = {"body": tree, "buffers": [{"name": n, "dtype": a.dtype.name, "shape": list(a.shape)} for n, a in buffers]}
     text = json.dumps(header, allow_nan=True, separators=(",", ":")).encode()
     if len(text) > HEADER_LIMIT:
         raise WireError(f"header of {len(text)} bytes exceeds the {HEADER_LIMIT}-byte limit")
@@ -146,8 +145,9 @@ def _to_tree(value, path: str, buffers: list):
         tree = {}
         for key, item in value.items():
             if not isinstance(key, str) or "/" in key or key.startswith("$"):
-                raise WireError(f"{path or 'the message'}: key {key!r} cannot travel (a string without '/' or a "
-                                "leading '$')")
+                raise WireError(
+                    f"{path or 'the message'}: key {key!r} cannot travel (a string without '/' or a leading '$')"
+                )
             tree[key] = _to_tree(item, f"{path}/{key}" if path else key, buffers)
         return tree
     if isinstance(value, (list, tuple)):
@@ -199,7 +199,11 @@ class Reader:
             header = json.loads(self._take(length, deadline), object_pairs_hook=_no_duplicates)
         except (ValueError, UnicodeDecodeError) as exc:
             raise WireError(f"the header is not JSON ({exc})") from None
-        if not isinstance(header, dict) or set(header) != {"body", "buffers"} or not isinstance(header["buffers"], list):
+        if (
+            not isinstance(header, dict)
+            or set(header) != {"body", "buffers"}
+            or not isinstance(header["buffers"], list)
+        ):
             raise WireError("the header is not {body, buffers}")
         declared = {}
         for entry in header["buffers"]:
@@ -224,7 +228,7 @@ class Reader:
             at = self._pending.find(self.cookie)
             if at >= 0:
                 self.skipped += at
-                del self._pending[:at + len(self.cookie)]
+                del self._pending[: at + len(self.cookie)]
                 return
             keep = len(self.cookie) - 1  # a cookie may straddle two reads
             junk = max(0, len(self._pending) - keep)
@@ -247,7 +251,7 @@ class Reader:
         del self._pending[:start]
         while start < len(view):
             self._wait(deadline)
-            got = os.readv(self.fd, [view[start:start + _CHUNK]])
+            got = os.readv(self.fd, [view[start : start + _CHUNK]])
             if got == 0:
                 raise WireClosed("the channel closed in the middle of a message")
             start += got
@@ -256,8 +260,12 @@ class Reader:
         while self.alive is not None:
             slice_end = time.monotonic() + 0.25
             try:
-                _wait(self.fd, select.POLLIN, slice_end if deadline is None else min(deadline, slice_end),
-                      "waiting for a reply")
+                _wait(
+                    self.fd,
+                    select.POLLIN,
+                    slice_end if deadline is None else min(deadline, slice_end),
+                    "waiting for a reply",
+                )
                 return
             except WireTimeout:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -282,8 +290,11 @@ def _buffer_spec(entry) -> tuple[str, BufferSpec]:
         raise WireError("a buffer's name is not a short string")
     if dtype not in DTYPES:
         raise WireError(f"buffer {name!r}: dtype {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
-    if (not isinstance(shape, list) or len(shape) > 8
-            or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 40 for n in shape)):
+    if (
+        not isinstance(shape, list)
+        or len(shape) > 8
+        or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 40 for n in shape)
+    ):
         raise WireError(f"buffer {name!r}: shape is not a list of at most 8 sizes")
     return name, BufferSpec(dtype, tuple(shape))
 
@@ -298,15 +309,23 @@ def _from_tree(value, path: str, arrays: dict, used: set, records: bool):
             return arrays[name]
         if set(value) == {"$launch"} and records:
             fields = _from_tree(value["$launch"], path, arrays, used, records)
-            return Launch(fields["kernel"], tuple(fields["grid"]), tuple(fields["block"]), fields["shared_bytes"],
-                          tuple(fields["args"]))
+            return Launch(
+                fields["kernel"],
+                tuple(fields["grid"]),
+                tuple(fields["block"]),
+                fields["shared_bytes"],
+                tuple(fields["args"]),
+            )
         if any(key.startswith("$") or "/" in key for key in value):
             raise WireError(f"{path or 'the body'}: a key that no message has")
-        return {key: _from_tree(item, f"{path}/{key}" if path else key, arrays, used, records)
-                for key, item in value.items()}
+        return {
+            key: _from_tree(item, f"{path}/{key}" if path else key, arrays, used, records)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [_from_tree(item, f"{path}/{i}" if path else str(i), arrays, used, records)
-                for i, item in enumerate(value)]
+        return [
+            _from_tree(item, f"{path}/{i}" if path else str(i), arrays, used, records) for i, item in enumerate(value)
+        ]
     if isinstance(value, str) and len(value) > TEXT_LIMIT:
         return value[:TEXT_LIMIT] + f" ... ({len(value) - TEXT_LIMIT} more characters not shown)"
     return value

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labrunner import box as boxes
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Launch
 from labrunner.run import replies
 from labrunner.run.kernel_output import CappedOutput
-from labrunner import box as boxes
 from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
 from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireError, WireTimeout
@@ -63,9 +63,9 @@ class WorkerFailure(Exception):
 
 @dataclass
 class CaseRun:
-    outputs: dict[str, np.ndarray]                       # the writable buffers asked for
-    bands: dict[str, tuple[np.ndarray, np.ndarray]]      # guard bands of every writable buffer
-    inputs_after: dict[str, np.ndarray]                  # the inputs as the kernels left them
+    outputs: dict[str, np.ndarray]  # the writable buffers asked for
+    bands: dict[str, tuple[np.ndarray, np.ndarray]]  # guard bands of every writable buffer
+    inputs_after: dict[str, np.ndarray]  # the inputs as the kernels left them
 
 
 class Worker:
@@ -91,8 +91,9 @@ class Worker:
         reply_read, reply_write = os.pipe()
         output = self.output.pipe()
         limits = limits_for(self.backend)
-        command = box.python_command("labrunner.run.worker_main", limits, self.backend, str(request_read),
-                                     str(reply_write))
+        command = box.python_command(
+            "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write)
+        )
         try:
             box.start(command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code)
         except OSError:
@@ -200,15 +201,28 @@ class Worker:
         except Exception:
             return None
 
-    def load(self, role: str, composed_source: str, filename: str, entry_types: dict[str, list[str]],
-             options: dict | None = None, binary: tuple[str, bytes] | None = None) -> None:
+    def load(
+        self,
+        role: str,
+        composed_source: str,
+        filename: str,
+        entry_types: dict[str, list[str]],
+        options: dict | None = None,
+        binary: tuple[str, bytes] | None = None,
+    ) -> None:
         """Build the module in the worker; `options` go to the device's compile (the CPU's: arch,
         sandboxed, timeout_s). `binary`: (architecture, machine code) the gate's compile already built,
         which a GPU worker on that architecture loads instead of compiling the source again. A build
         that fails is a compile error; a worker that dies or fails while loading (code outside any
         kernel that crashes or exits) is a crash: both are verdicts."""
-        request = {"op": "load", "role": role, "source": composed_source, "filename": filename,
-                   "entry_types": entry_types, "options": options or {}}
+        request = {
+            "op": "load",
+            "role": role,
+            "source": composed_source,
+            "filename": filename,
+            "entry_types": entry_types,
+            "options": options or {},
+        }
         if binary and binary[1] and self.backend == "gpu":
             arch, code = binary
             padded = code + b"\0" * (-len(code) % 4)  # the wire carries words, not bytes
@@ -219,14 +233,32 @@ class Worker:
             raise load_failure(filename, self.backend, failure) from None
         self._loaded.append(request)
 
-    def run_case(self, role: str, launches: list[Launch], inputs: dict[str, np.ndarray],
-                 writable: dict[str, int], returned: tuple[str, ...], timeout_s: float,
-                 reverse_threads: int = False) -> CaseRun:
-        reply = self._call({"op": "run", "role": role, "launches": launches, "inputs": inputs,
-                            "writable": writable, "returned": list(returned), "reverse_threads": reverse_threads},
-                           timeout_s, replies.case_reply(inputs, writable, returned))
-        return CaseRun(reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()},
-                       reply["inputs_after"])
+    def run_case(
+        self,
+        role: str,
+        launches: list[Launch],
+        inputs: dict[str, np.ndarray],
+        writable: dict[str, int],
+        returned: tuple[str, ...],
+        timeout_s: float,
+        reverse_threads: int = False,
+    ) -> CaseRun:
+        reply = self._call(
+            {
+                "op": "run",
+                "role": role,
+                "launches": launches,
+                "inputs": inputs,
+                "writable": writable,
+                "returned": list(returned),
+                "reverse_threads": reverse_threads,
+            },
+            timeout_s,
+            replies.case_reply(inputs, writable, returned),
+        )
+        return CaseRun(
+            reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()}, reply["inputs_after"]
+        )
 
     def time(self, request: dict, timeout_s: float) -> dict:
         return self._call({"op": "time", **request}, timeout_s, replies.timing_reply(request))
@@ -247,8 +279,11 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure) -> Attnlab
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
     # only the CPU backend runs a file's host code (at load: its constructors and static initializers)
-    why = ("; code outside any kernel (a constructor, a static initializer) must not crash, exit or hang"
-           if backend == "cpu" and failure.kind in ("crash", "timeout") else "")
+    why = (
+        "; code outside any kernel (a constructor, a static initializer) must not crash, exit or hang"
+        if backend == "cpu" and failure.kind in ("crash", "timeout")
+        else ""
+    )
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 
 

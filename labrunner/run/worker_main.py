@@ -49,14 +49,15 @@ def run_case(device, kernels, request: dict) -> dict:
 def machine_code(binary: dict) -> tuple[str, bytes]:
     """(architecture, bytes) of a module the driver's compile gate built, as the wire carried it."""
     words = binary["words"]
-    return binary["arch"], words.tobytes()[:binary["bytes"]]
+    return binary["arch"], words.tobytes()[: binary["bytes"]]
 
 
 def answer(request: dict, device, kernels: dict) -> dict:
     if request["op"] == "load":
         extra = {"binary": machine_code(request["binary"])} if "binary" in request else {}
-        kernels[request["role"]] = device.compile(request["source"], request["filename"], request["entry_types"],
-                                                  **request.get("options", {}), **extra)
+        kernels[request["role"]] = device.compile(
+            request["source"], request["filename"], request["entry_types"], **request.get("options", {}), **extra
+        )
         return {}
     if request["op"] == "run":
         return run_case(device, kernels[request["role"]], request)

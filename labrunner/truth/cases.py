@@ -44,8 +44,8 @@ class Case:
     cpu: bool = False
     exact: bool = False  # every element must equal the reference exactly (lab 1's single token)
     lengths: tuple = ()  # decode: each sequence's keys ("2p+1", 17, ...)
-    plants: tuple = ()   # decode: (sequence, key) pairs planted at score 128 (key "L-1": the last)
-    partition: int = 0   # decode: the graded file's own partition size (0: one partition per sequence)
+    plants: tuple = ()  # decode: (sequence, key) pairs planted at score 128 (key "L-1": the last)
+    partition: int = 0  # decode: the graded file's own partition size (0: one partition per sequence)
 
     @property
     def keys(self) -> int:
@@ -62,9 +62,14 @@ class Case:
         if self.decode:
             lengths = [int(n) for n in self.lengths]
             cache = paged_cache.page_count(lengths) * paged_cache.PAGE_TOKENS * KV_HEADS * HEAD_DIM * 4
-            return {"q": len(lengths) * row, "k": cache, "v": cache,
-                    "blockTable": len(lengths) * paged_cache.max_pages(max(lengths)) * 4,
-                    "seqLens": len(lengths) * 4, "out": len(lengths) * row}
+            return {
+                "q": len(lengths) * row,
+                "k": cache,
+                "v": cache,
+                "blockTable": len(lengths) * paged_cache.max_pages(max(lengths)) * 4,
+                "seqLens": len(lengths) * 4,
+                "out": len(lengths) * row,
+            }
         keys = self.keys * KV_HEADS * HEAD_DIM * 4
         return {"q": self.rows * row, "k": keys, "v": keys, "out": self.rows * row}
 
@@ -81,8 +86,14 @@ class Case:
         outside = [(b, key) for b, key in plants if not (0 <= b < len(lengths) and 0 <= key < lengths[b])]
         if outside:
             raise ValueError(f"case {self.name}: planted (sequence, key) {outside[0]} is outside the batch")
-        case = replace(self, lengths=lengths, plants=plants, rows=len(lengths), prefix=max(lengths),
-                       partition=partition if own is None else own)
+        case = replace(
+            self,
+            lengths=lengths,
+            plants=plants,
+            rows=len(lengths),
+            prefix=max(lengths),
+            partition=partition if own is None else own,
+        )
         # p is the file's: here it becomes sizes, so here they meet the bound (OverBound past it)
         check_buffers(f"case {self.name} at p = {partition}", case.buffer_bytes())
         return case
@@ -180,9 +191,13 @@ def geometry_case(catalogue: Catalogue, tiles: list[int]) -> Case | None:
     rows = 2 * max(tiles) + 1
     prefix = catalogue.geometry.get("prefix", 0)
     name = catalogue.geometry["name"].format(rows=rows, prefix=prefix)
-    case = Case(name=name, rows=rows, prefix=prefix,
-                why=f"rows span three blocks of the file's own launch geometry ({max(tiles)} rows per block)",
-                cpu=rows <= catalogue.geometry.get("max_cpu_rows", rows))
+    case = Case(
+        name=name,
+        rows=rows,
+        prefix=prefix,
+        why=f"rows span three blocks of the file's own launch geometry ({max(tiles)} rows per block)",
+        cpu=rows <= catalogue.geometry.get("max_cpu_rows", rows),
+    )
     # the rows are the file's tile: here they meet the bound (OverBound past it)
     check_buffers(f"case {name}", case.buffer_bytes())
     return case
@@ -195,7 +210,7 @@ class Inputs:
     v: np.ndarray  # like k
     prefix: int = 0
     block_table: np.ndarray | None = None  # decode: [B][maxPages] int32, unused entries -1
-    seq_lens: np.ndarray | None = None     # decode: [B] int32
+    seq_lens: np.ndarray | None = None  # decode: [B] int32
 
     @property
     def lengths(self) -> list[int]:
@@ -211,8 +226,9 @@ class Inputs:
     def reference(self) -> np.ndarray:
         """The float64 oracle's output for these inputs: `[rows][32][64]`."""
         if self.block_table is not None:
-            return oracle.decode_attention(self.q, self.k, self.v, self.block_table, self.seq_lens,
-                                           paged_cache.PAGE_TOKENS)
+            return oracle.decode_attention(
+                self.q, self.k, self.v, self.block_table, self.seq_lens, paged_cache.PAGE_TOKENS
+            )
         return oracle.attention(self.q, self.k, self.v, prefix=self.prefix)
 
 

@@ -31,22 +31,23 @@ WRONG = "wrong"
 NEVER_WRITTEN = "never-written"
 RACE = "race"
 
-NEVER_WRITTEN_WORDS = ("never written, or computed from a value never written "
-                       "(an output or shared buffer read before it was set?)")
+NEVER_WRITTEN_WORDS = (
+    "never written, or computed from a value never written (an output or shared buffer read before it was set?)"
+)
 RACE_WORDS = "read shared memory no thread had written since the last barrier: a missing __syncthreads()?"
 
 
 @dataclass
 class OutputCheck:
-    status: str                      # pass, wrong, never-written or race
+    status: str  # pass, wrong, never-written or race
     message: str
-    max_abs_err: float | None        # nan or inf when any element is; None for an empty output
+    max_abs_err: float | None  # nan or inf when any element is; None for an empty output
     bad_elements: int
     total_elements: int
-    first_bad: dict | None = None    # {"row", "head", "col", "got", "expected"}
+    first_bad: dict | None = None  # {"row", "head", "col", "got", "expected"}
     failing_rows: list[int] = field(default_factory=list)
-    nonfinite: int = 0               # elements that are NaN or Inf
-    workspace_poisoned: int = 0      # elements carrying the workspace's poison: computed from an unwritten workspace
+    nonfinite: int = 0  # elements that are NaN or Inf
+    workspace_poisoned: int = 0  # elements carrying the workspace's poison: computed from an unwritten workspace
 
     @property
     def passed(self) -> bool:
@@ -91,15 +92,19 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
     if raced.any():
         # Severity first: a race makes every other wrong value suspect, so it is the reported bug.
         row, head, col = np.unravel_index(np.flatnonzero(raced)[0], out.shape)
-        message = (f"row {row}, head {head}, col {col}: {RACE_WORDS} "
-                   f"({int(raced.sum())} of {out.size} elements carry the shared-memory poison)")
+        message = (
+            f"row {row}, head {head}, col {col}: {RACE_WORDS} "
+            f"({int(raced.sum())} of {out.size} elements carry the shared-memory poison)"
+        )
         status = RACE
         got = "nan"
     elif unwritten.any():
         unwritten_count = int(unwritten.sum())
         row, head, col = np.unravel_index(np.flatnonzero(unwritten)[0], out.shape)
-        message = (f"row {row}, head {head}, col {col}: {NEVER_WRITTEN_WORDS}; "
-                   f"{unwritten_count} of {out.size} elements never written")
+        message = (
+            f"row {row}, head {head}, col {col}: {NEVER_WRITTEN_WORDS}; "
+            f"{unwritten_count} of {out.size} elements never written"
+        )
         if bad_count > unwritten_count:
             message += f", {bad_count - unwritten_count} more wrong"
         status = NEVER_WRITTEN
@@ -107,20 +112,27 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         row, head, col = np.unravel_index(np.flatnonzero(bad)[0], out.shape)
         got = float(out[row, head, col])
         digits = 9 if exact else 6  # an exact case fails on the last bits: show them
-        message = (f"row {row}, head {head}, col {col}: got {_number(got, digits)}, expected "
-                   f"{_number(ref[row, head, col], digits)} ({EXACT_RULE if exact else PASS_RULE}); "
-                   f"{bad_count} of {out.size} elements wrong")
+        message = (
+            f"row {row}, head {head}, col {col}: got {_number(got, digits)}, expected "
+            f"{_number(ref[row, head, col], digits)} ({EXACT_RULE if exact else PASS_RULE}); "
+            f"{bad_count} of {out.size} elements wrong"
+        )
         if workspace_poisoned:
-            message += (f"; {workspace_poisoned} were computed from a workspace value never written "
-                        "(the workspace read before it was set?)")
+            message += (
+                f"; {workspace_poisoned} were computed from a workspace value never written "
+                "(the workspace read before it was set?)"
+            )
         status = WRONG
     first_bad = {
-        "row": int(row), "head": int(head), "col": int(col),
+        "row": int(row),
+        "head": int(head),
+        "col": int(col),
         "got": got if got is None or isinstance(got, str) or np.isfinite(got) else str(got),
         "expected": float(ref[row, head, col]),
     }
-    return OutputCheck(status, message, max_abs_err, bad_count, out.size, first_bad, failing_rows, nonfinite,
-                       workspace_poisoned)
+    return OutputCheck(
+        status, message, max_abs_err, bad_count, out.size, first_bad, failing_rows, nonfinite, workspace_poisoned
+    )
 
 
 def scores_stage_problem(scores: np.ndarray, q: np.ndarray, k: np.ndarray, rows: int) -> str | None:
@@ -134,8 +146,10 @@ def scores_stage_problem(scores: np.ndarray, q: np.ndarray, k: np.ndarray, rows:
     if ok.all():
         return None
     h, i, j = np.unravel_index(np.flatnonzero(~ok)[0], ok.shape)
-    return (f"scores[{h}][{i}][{j}] is {_number(float(s[h, i, j]))}, expected q[{i}][{h}] . k[{j}][{h // GROUP}] / 8 "
-            f"= {_number(float(expected[h, i, j]))}")
+    return (
+        f"scores[{h}][{i}][{j}] is {_number(float(s[h, i, j]))}, expected q[{i}][{h}] . k[{j}][{h // GROUP}] / 8 "
+        f"= {_number(float(expected[h, i, j]))}"
+    )
 
 
 def probabilities_stage_problem(probabilities: np.ndarray, q: np.ndarray, k: np.ndarray, rows: int) -> str | None:
@@ -156,8 +170,10 @@ def probabilities_stage_problem(probabilities: np.ndarray, q: np.ndarray, k: np.
         return None
     h, i, j = np.unravel_index(np.flatnonzero(~ok)[0], ok.shape)
     where = "the softmax of its row" if j <= i else "0 above the diagonal"
-    return (f"probability [{h}][{i}][{j}] is {_number(float(p[h, i, j]))}, expected {_number(float(expected[h, i, j]))} "
-            f"({where})")
+    return (
+        f"probability [{h}][{i}][{j}] is {_number(float(p[h, i, j]))}, expected {_number(float(expected[h, i, j]))} "
+        f"({where})"
+    )
 
 
 def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:

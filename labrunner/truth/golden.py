@@ -34,8 +34,12 @@ class OracleProof:
         return {"case": "golden", "max_error": self.max_error, "tolerance": PROOF_TOLERANCE, "passed": self.passed}
 
 
-def prove_oracle(path: Path = GOLDEN_PATH, attention=oracle.attention, decode_path: Path = GOLDEN_DECODE_PATH,
-                 decode=oracle.decode_attention) -> OracleProof:
+def prove_oracle(
+    path: Path = GOLDEN_PATH,
+    attention=oracle.attention,
+    decode_path: Path = GOLDEN_DECODE_PATH,
+    decode=oracle.decode_attention,
+) -> OracleProof:
     """Both golden cases: prefill (`attention`) and decode through a block table (`decode`)."""
     with np.load(path) as golden:
         got = attention(golden["q"], golden["k"], golden["v"], prefix=int(golden["prefix"]))
@@ -52,8 +56,9 @@ def _max_error(got, expected) -> float:
     return float(np.max(np.abs(got - expected)))
 
 
-def require_proven_oracle(path: Path = GOLDEN_PATH, attention=oracle.attention,
-                          decode=oracle.decode_attention) -> OracleProof:
+def require_proven_oracle(
+    path: Path = GOLDEN_PATH, attention=oracle.attention, decode=oracle.decode_attention
+) -> OracleProof:
     proof = prove_oracle(path, attention, decode=decode)
     if not proof.passed:
         raise environment_error(

@@ -23,8 +23,22 @@ from labrunner.truth.paged_cache import PAGE_TOKENS
 from labrunner.truth.poison import WORKSPACE_POISON_BITS, carries
 
 # The hazards, most specific first: the order hints are given in.
-HAZARDS = ("race", "max-subtraction", "causal-mask", "prefix-offset", "scale", "gqa-mapping", "rescale",
-           "combine-rescale", "empty-partition", "partition-tail", "masked-nan", "page-table", "bounds", "unwritten")
+HAZARDS = (
+    "race",
+    "max-subtraction",
+    "causal-mask",
+    "prefix-offset",
+    "scale",
+    "gqa-mapping",
+    "rescale",
+    "combine-rescale",
+    "empty-partition",
+    "partition-tail",
+    "masked-nan",
+    "page-table",
+    "bounds",
+    "unwritten",
+)
 MAX_HINTS = 2
 # Score elements (rows * keys) above which the variant oracles are not recomputed.
 EVIDENCE_LIMIT = 40_000
@@ -41,8 +55,9 @@ PAGE_INDEX_SLIPS = {
 }
 
 
-def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status: str,
-                    failing_rows: list[int], compare: bool = True) -> dict:
+def gather_evidence(
+    case, inputs, out: np.ndarray, reference: np.ndarray, status: str, failing_rows: list[int], compare: bool = True
+) -> dict:
     """What one failing case shows: plain data, so hints can be derived and tested without a kernel.
 
     `compare`: also recompute the variant oracles and say which reproduce the output (only a wrong
@@ -51,7 +66,10 @@ def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status
     bad = ~within_tolerance(out, reference)
     heads_wrong = sorted(int(h) for h in np.flatnonzero(bad.any(axis=(0, 2))))
     evidence = {
-        "case": case.name, "status": status, "rows": case.rows, "prefix": case.prefix,
+        "case": case.name,
+        "status": status,
+        "rows": case.rows,
+        "prefix": case.prefix,
         "planted": bool(case.planted or case.plants),
         # only the last key of the sequence planted: the row max first appears in the final tile
         "last_key": case.planted == (case.keys - 1,),
@@ -82,8 +100,11 @@ def gather_evidence(case, inputs, out: np.ndarray, reference: np.ndarray, status
         if _explains(out, variant_attention(q, k, v, case.prefix, **change)):
             evidence["matches"].append(name)
     # The online softmax with one rescale left out, at the tile sizes kernels use (1: a key at a time).
-    if any(_explains(out, online_without_rescale(q, k, v, case.prefix, tile, rescaled))
-           for tile in RESCALE_TILES for rescaled in ("acc", "l")):
+    if any(
+        _explains(out, online_without_rescale(q, k, v, case.prefix, tile, rescaled))
+        for tile in RESCALE_TILES
+        for rescaled in ("acc", "l")
+    ):
         evidence["matches"].append("rescale-missing")
     # Which KV head each wrong query head's output is attention over, if any one of them.
     per_kv = [variant_attention(q, k, v, case.prefix, kv_head=g) for g in range(KV_HEADS)]
@@ -114,8 +135,11 @@ def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: n
     if not compare or evidence["status"] != "wrong" or lengths.sum() > DECODE_EVIDENCE_LIMIT or not heads_wrong:
         return evidence
     evidence["compared"] = True
-    variants = {"scale-missing": dict(scale=1.0), "scale-doubled": dict(scale=2 * SCALE),
-                "scale-twice": dict(scale=SCALE * SCALE)}
+    variants = {
+        "scale-missing": dict(scale=1.0),
+        "scale-doubled": dict(scale=2 * SCALE),
+        "scale-twice": dict(scale=SCALE * SCALE),
+    }
     if partition:
         variants["combine-no-rescale"] = dict(unrescaled_partition=partition)
         variants["partition-tail"] = dict(keys=lambda n: n // partition * partition)
@@ -130,8 +154,14 @@ def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: n
     return evidence
 
 
-def decode_variant(inputs, scale: float = SCALE, kv_head: int | None = None, page_index=lambda j: j // PAGE_TOKENS,
-                   keys=lambda n: n, unrescaled_partition: int = 0) -> np.ndarray:
+def decode_variant(
+    inputs,
+    scale: float = SCALE,
+    kv_head: int | None = None,
+    page_index=lambda j: j // PAGE_TOKENS,
+    keys=lambda n: n,
+    unrescaled_partition: int = 0,
+) -> np.ndarray:
     """Decode through the block table with one thing changed: the scale, one KV head read by every
     query head, the table index of key j (`page_index`), how many keys a sequence of n keys reads
     (`keys`), or partitions of `unrescaled_partition` keys added up without rescaling each by its
@@ -152,10 +182,10 @@ def decode_variant(inputs, scale: float = SCALE, kv_head: int | None = None, pag
         acc, total = np.zeros((QUERY_HEADS, inputs.q.shape[2])), np.zeros(QUERY_HEADS)
         with np.errstate(invalid="ignore", over="ignore"):
             for start in range(0, j.size, size):
-                part = scores[:, start:start + size]
+                part = scores[:, start : start + size]
                 weights = np.exp(part - part.max(axis=1, keepdims=True))
                 total += weights.sum(axis=1)
-                acc += np.einsum("hj,jhd->hd", weights, v[start:start + size])
+                acc += np.einsum("hj,jhd->hd", weights, v[start : start + size])
             out[b] = acc / total[:, None]
     return out
 
@@ -169,8 +199,15 @@ def _explains_rows(out: np.ndarray, variant: np.ndarray) -> bool:
     return bool((~np.isfinite(out[undefined])).any(axis=(1, 2)).all())
 
 
-def variant_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int, scale: float = SCALE,
-                      shift: int = 0, kv_head: int | None = None) -> np.ndarray:
+def variant_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    prefix: int,
+    scale: float = SCALE,
+    shift: int = 0,
+    kv_head: int | None = None,
+) -> np.ndarray:
     """Attention with one thing changed: the scale, the causal edge (row i sees keys j <= prefix + i +
     shift), or one KV head read by every query head. A row that sees no key is NaN. float64."""
     rows, keys = q.shape[0], k.shape[0]
@@ -192,8 +229,9 @@ def _head_scores(q: np.ndarray, k: np.ndarray, heads: np.ndarray) -> np.ndarray:
     return np.matmul(np.ascontiguousarray(q.astype(np.float64).transpose(1, 0, 2)), kh) * SCALE
 
 
-def online_without_rescale(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int, tile: int,
-                           rescaled: str) -> np.ndarray:
+def online_without_rescale(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int, tile: int, rescaled: str
+) -> np.ndarray:
     """The online softmax over key tiles of `tile`, rescaling only `rescaled` ("l", "acc"; "both" is the correct softmax) by
     exp(m_old - m_new) when a tile raises the max: what a kernel that forgot the other computes."""
     rows, keys = q.shape[0], k.shape[0]
@@ -206,12 +244,14 @@ def online_without_rescale(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: 
     acc = np.zeros((*scores.shape[:2], vh.shape[2]))
     with np.errstate(invalid="ignore"):
         for start in range(0, keys, tile):
-            s = scores[:, :, start:start + tile]
+            s = scores[:, :, start : start + tile]
             m_new = np.maximum(m, s.max(axis=-1))
             alpha = np.where(np.isneginf(m_new), 1.0, np.exp(m - m_new))
             p = np.where(np.isneginf(s), 0.0, np.exp(s - m_new[..., None]))
             l = (alpha * l if rescaled in ("l", "both") else l) + p.sum(axis=-1)
-            acc = (alpha[..., None] * acc if rescaled in ("acc", "both") else acc) + np.matmul(p, vh[:, start:start + tile])
+            acc = (alpha[..., None] * acc if rescaled in ("acc", "both") else acc) + np.matmul(
+                p, vh[:, start : start + tile]
+            )
             m = m_new
     return (acc / l[..., None]).transpose(1, 0, 2)
 
@@ -231,23 +271,40 @@ def derive_hints(evidence: list[dict]) -> list[dict]:
 
     if any(e["status"] == "race" for e in failing):
         # A race makes every other pattern in the failures an accident of the thread order: it is the one hint.
-        return [{"hazard": "race",
-                 "text": ("the output depends on the order threads run in: every write to a shared buffer needs a "
-                          "__syncthreads() before other threads read it, and another before it is overwritten")}]
+        return [
+            {
+                "hazard": "race",
+                "text": (
+                    "the output depends on the order threads run in: every write to a shared buffer needs a "
+                    "__syncthreads() before other threads read it, and another before it is overwritten"
+                ),
+            }
+        ]
     if all(e["planted"] and e["nonfinite"] for e in failing):
-        found["max-subtraction"] = ("only the planted cases fail, with inf or nan: subtract the row max before "
-                                    "exponentiating (expf overflows near 88; exp(s - max) is at most 1)")
+        found["max-subtraction"] = (
+            "only the planted cases fail, with inf or nan: subtract the row max before "
+            "exponentiating (expf overflows near 88; exp(s - max) is at most 1)"
+        )
     if _all_match(failing, "causal-plus-one"):
-        found["causal-mask"] = ("the output is attention with one key past the diagonal counted: row i sees keys "
-                                "j <= prefix + i, and no further")
+        found["causal-mask"] = (
+            "the output is attention with one key past the diagonal counted: row i sees keys "
+            "j <= prefix + i, and no further"
+        )
     elif _all_match(failing, "causal-minus-one"):
-        found["causal-mask"] = ("the output is attention with each row's own key dropped: row i sees keys "
-                                "j <= prefix + i, its own key included")
+        found["causal-mask"] = (
+            "the output is attention with each row's own key dropped: row i sees keys "
+            "j <= prefix + i, its own key included"
+        )
     if _all_match(failing, "prefix-ignored"):
-        found["prefix-offset"] = ("the output is attention with the cached prefix ignored: chunk row i is position "
-                                  "prefixLen + i, so it sees keys j <= prefixLen + i")
-    for name, words in (("scale-missing", "missing"), ("scale-doubled", "doubled (1/4)"),
-                        ("scale-twice", "applied twice (1/64)")):
+        found["prefix-offset"] = (
+            "the output is attention with the cached prefix ignored: chunk row i is position "
+            "prefixLen + i, so it sees keys j <= prefixLen + i"
+        )
+    for name, words in (
+        ("scale-missing", "missing"),
+        ("scale-doubled", "doubled (1/4)"),
+        ("scale-twice", "applied twice (1/64)"),
+    ):
         if _all_match(failing, name):
             found["scale"] = f"every value is attention with the scale {words}: scores are q.k / 8, exactly 0.125"
             break
@@ -255,54 +312,78 @@ def derive_hints(evidence: list[dict]) -> list[dict]:
     wrong_heads = sorted({h for e in failing for h in e["heads_wrong"]})
     if read and all(h in read for h in wrong_heads):
         h = min(read)
-        found["gqa-mapping"] = (f"query head {h} reads KV head {read[h]}, where it must read KV head h / 4 = "
-                                f"{h // GROUP} (GROUP = 4: heads 0-3 share KV head 0)")
+        found["gqa-mapping"] = (
+            f"query head {h} reads KV head {read[h]}, where it must read KV head h / 4 = "
+            f"{h // GROUP} (GROUP = 4: heads 0-3 share KV head 0)"
+        )
     elif wrong_heads and wrong_heads == list(range(GROUP, QUERY_HEADS)):
-        found["gqa-mapping"] = ("heads 0 to 3 are right and every other head is wrong: query head h reads KV head "
-                                "h / 4 (GROUP = 4)")
+        found["gqa-mapping"] = (
+            "heads 0 to 3 are right and every other head is wrong: query head h reads KV head h / 4 (GROUP = 4)"
+        )
     if all(e["last_key"] for e in failing) or _all_match(failing, "rescale-missing"):
-        found["rescale"] = ("only cases where a row's max arrives in a later key tile fail: when the max moves, "
-                            "rescale both l and the accumulator by exp(m_old - m_new)")
+        found["rescale"] = (
+            "only cases where a row's max arrives in a later key tile fail: when the max moves, "
+            "rescale both l and the accumulator by exp(m_old - m_new)"
+        )
     if _all_match(failing, "combine-no-rescale"):
-        found["combine-rescale"] = ("the output is every partition's softmax added up as it stands: partitions have "
-                                    "different maxima, so scale each partition's sum and accumulator by "
-                                    "exp(partMax - globalMax) before adding them, and divide once")
+        found["combine-rescale"] = (
+            "the output is every partition's softmax added up as it stands: partitions have "
+            "different maxima, so scale each partition's sum and accumulator by "
+            "exp(partMax - globalMax) before adding them, and divide once"
+        )
     decode = [e for e in failing if "partial_page_rows" in e]
     if decode and len(decode) == len(failing):
-        if all(e["failing_rows"] == e["empty_partition_rows"] and set(e["failing_rows"]) <= set(e["nonfinite_rows"])
-               for e in decode):
-            found["empty-partition"] = ("exactly the sequences with empty partitions fail, with nan: a partition "
-                                        "with no keys has max -inf and sum 0 and must add nothing (0 / 0 and "
-                                        "exp(-inf - -inf) are nan): skip it, or stop at the sequence's own "
-                                        "partition count")
-        if all(e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
-               for e in decode):
-            found["masked-nan"] = ("only sequences whose last page is partly used fail, with nan: the rows past a "
-                                   "sequence's end hold garbage, and a masked key must never be loaded into a sum "
-                                   "(0 * NaN is NaN): skip it, do not weight it by 0")
+        if all(
+            e["failing_rows"] == e["empty_partition_rows"] and set(e["failing_rows"]) <= set(e["nonfinite_rows"])
+            for e in decode
+        ):
+            found["empty-partition"] = (
+                "exactly the sequences with empty partitions fail, with nan: a partition "
+                "with no keys has max -inf and sum 0 and must add nothing (0 / 0 and "
+                "exp(-inf - -inf) are nan): skip it, or stop at the sequence's own "
+                "partition count"
+            )
+        if all(
+            e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
+            for e in decode
+        ):
+            found["masked-nan"] = (
+                "only sequences whose last page is partly used fail, with nan: the rows past a "
+                "sequence's end hold garbage, and a masked key must never be loaded into a sum "
+                "(0 * NaN is NaN): skip it, do not weight it by 0"
+            )
     if _all_match(failing, "partition-tail"):
-        found["partition-tail"] = ("the output is attention without the keys of each sequence's last, partial "
-                                   "partition: a length need not be a multiple of attnlab_partition_tokens, so a "
-                                   "sequence has ceil(seqLens[b] / p) partitions and the last ends at seqLens[b]")
+        found["partition-tail"] = (
+            "the output is attention without the keys of each sequence's last, partial "
+            "partition: a length need not be a multiple of attnlab_partition_tokens, so a "
+            "sequence has ceil(seqLens[b] / p) partitions and the last ends at seqLens[b]"
+        )
     if _all_match(failing, "page-table"):
-        found["page-table"] = ("the output is attention over keys read through a block-table index off by one: key "
-                               "j of sequence b is row j % 16 of page blockTable[b][j / 16]")
+        found["page-table"] = (
+            "the output is attention over keys read through a block-table index off by one: key "
+            "j of sequence b is row j % 16 of page blockTable[b][j / 16]"
+        )
     suffix_from = _failing_suffix(failing)
     if suffix_from is not None:
-        found["bounds"] = (f"only the last rows fail (from row {suffix_from} on in case "
-                           f"{next(e['case'] for e in failing if e['failing_rows'] and e['failing_rows'][0] == suffix_from)}): "
-                           "check the bounds of your row loops and how each block finds its first row")
+        found["bounds"] = (
+            f"only the last rows fail (from row {suffix_from} on in case "
+            f"{next(e['case'] for e in failing if e['failing_rows'] and e['failing_rows'][0] == suffix_from)}): "
+            "check the bounds of your row loops and how each block finds its first row"
+        )
     if any(e["status"] == "never-written" or e["workspace_poisoned"] for e in failing):
-        found["unwritten"] = ("some outputs were never written, or were computed from a value never written: "
-                              "write every row, head and dim, and read no buffer before it is set")
+        found["unwritten"] = (
+            "some outputs were never written, or were computed from a value never written: "
+            "write every row, head and dim, and read no buffer before it is set"
+        )
     return [{"hazard": hazard, "text": found[hazard]} for hazard in HAZARDS if hazard in found][:MAX_HINTS]
 
 
 def _all_match(failing: list[dict], variant: str) -> bool:
     """The variant reproduces every failing case it was compared with, and no failure is of another kind."""
     checked = [e for e in failing if e["compared"]]
-    return (bool(checked) and all(variant in e["matches"] for e in checked)
-            and all(e["status"] == "wrong" for e in failing))
+    return (
+        bool(checked) and all(variant in e["matches"] for e in checked) and all(e["status"] == "wrong" for e in failing)
+    )
 
 
 def _failing_suffix(failing: list[dict]) -> int | None:

@@ -27,9 +27,12 @@ class OverBound(AttnlabError):
     verdict is the compile gate's (exit 3). `what` names the buffer and where it is built."""
 
     def __init__(self, what: str, nbytes: int):
-        super().__init__(f"{what} would hold {nbytes:,} bytes ({shown_bytes(nbytes)}), above the "
-                         f"{MAX_BUFFER_BYTES:,}-byte ({shown_bytes(MAX_BUFFER_BYTES)}) bound on any buffer "
-                         "a file's launch constants size", ExitCode.COMPILE_ERROR)
+        super().__init__(
+            f"{what} would hold {nbytes:,} bytes ({shown_bytes(nbytes)}), above the "
+            f"{MAX_BUFFER_BYTES:,}-byte ({shown_bytes(MAX_BUFFER_BYTES)}) bound on any buffer "
+            "a file's launch constants size",
+            ExitCode.COMPILE_ERROR,
+        )
         self.what = what
         self.nbytes = nbytes
 

@@ -54,8 +54,15 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp=n
     return out.transpose(2, 0, 1, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)
 
 
-def decode_attention(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, block_table: np.ndarray,
-                     seq_lens: np.ndarray, page_tokens: int = 16, xp=np) -> np.ndarray:
+def decode_attention(
+    q: np.ndarray,
+    k_pages: np.ndarray,
+    v_pages: np.ndarray,
+    block_table: np.ndarray,
+    seq_lens: np.ndarray,
+    page_tokens: int = 16,
+    xp=np,
+) -> np.ndarray:
     """Decode through a block table, in float64: each sequence's one new row against its own keys.
 
     q: `[B][32][64]`; k_pages, v_pages: `[numPages * page_tokens][8][64]` (or `[numPages][page_tokens][8][64]`);
@@ -77,5 +84,5 @@ def decode_attention(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, bl
         if (block_table[b, keys // page_tokens] < 0).any():
             raise ValueError(f"sequence {b}: its {length} keys reach a block-table entry of -1")
         rows = xp.asarray(rows)
-        out[b] = attention(q[b:b + 1], k_rows[rows], v_rows[rows], prefix=length - 1, xp=xp)[0]
+        out[b] = attention(q[b : b + 1], k_rows[rows], v_rows[rows], prefix=length - 1, xp=xp)[0]
     return out

@@ -72,7 +72,7 @@ def layout(rng: np.random.Generator, lengths: list[int], spare_pages: int = SPAR
     table = np.full((len(lengths), max_pages(max(lengths))), -1, dtype=np.int32)
     at = 0
     for b, count in enumerate(needed):
-        own = pages[at:at + count]
+        own = pages[at : at + count]
         if count > 1 and (np.diff(own) > 0).all():
             own = own[::-1].copy()  # never in order: a kernel reading pages in order must fail
         table[b, :count] = own
@@ -80,8 +80,9 @@ def layout(rng: np.random.Generator, lengths: list[int], spare_pages: int = SPAR
     return table, len(pages)
 
 
-def fill_pages(rng: np.random.Generator, table: np.ndarray, lengths: list[int], pages: int,
-               shape: tuple[int, ...]) -> np.ndarray:
+def fill_pages(
+    rng: np.random.Generator, table: np.ndarray, lengths: list[int], pages: int, shape: tuple[int, ...]
+) -> np.ndarray:
     """`[pages * 16][8][64]` standard normal float32 rows where a sequence's key stands, NaN elsewhere."""
     rows = np.full((pages * PAGE_TOKENS, *shape), np.nan, dtype=np.float32)
     used = key_rows(table, lengths)
@@ -91,13 +92,16 @@ def fill_pages(rng: np.random.Generator, table: np.ndarray, lengths: list[int], 
 
 def key_rows(table: np.ndarray, lengths: list[int]) -> np.ndarray:
     """The physical rows of every sequence's keys, in sequence then key order."""
-    return np.concatenate([table[b, np.arange(n) // PAGE_TOKENS].astype(np.int64) * PAGE_TOKENS
-                           + np.arange(n) % PAGE_TOKENS for b, n in enumerate(lengths)])
+    return np.concatenate(
+        [
+            table[b, np.arange(n) // PAGE_TOKENS].astype(np.int64) * PAGE_TOKENS + np.arange(n) % PAGE_TOKENS
+            for b, n in enumerate(lengths)
+        ]
+    )
 
 
 def key_row(table: np.ndarray, sequence: int, key: int) -> int:
     return int(table[sequence, key // PAGE_TOKENS]) * PAGE_TOKENS + key % PAGE_TOKENS
-
 
 
 def timing_batch(batch: int, longest: int, seed: int) -> tuple[list[int], np.ndarray]:

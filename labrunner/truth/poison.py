@@ -12,16 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-POISON_BITS = 0x7FEDBEEF   # quiet NaN, payload "edbeef": the output before the kernel ran
+POISON_BITS = 0x7FEDBEEF  # quiet NaN, payload "edbeef": the output before the kernel ran
 # A workspace gets a poison of its own: on a CPU a NaN keeps its payload through arithmetic, so
 # an output computed from an unwritten workspace value must not look like an unwritten output.
 WORKSPACE_POISON_BITS = 0x7FEDF00D
-CANARY_BITS = 0x7FCA11ED   # quiet NaN, payload "ca11ed": the guard bands either side
+CANARY_BITS = 0x7FCA11ED  # quiet NaN, payload "ca11ed": the guard bands either side
 # The CPU backend fills every block's shared memory with this at the block's start (run/cpu/fiber.h
 # writes the same bits). A value computed from it keeps the payload on x86, so an output that
 # carries it read shared memory that no thread had written: a missing __syncthreads(), nearly always.
 SHARED_POISON_BITS = 0x7FF00BAD
-GUARD_ELEMENTS = 4096      # 16 KiB of canaries before and after every writable buffer
+GUARD_ELEMENTS = 4096  # 16 KiB of canaries before and after every writable buffer
 
 
 def poison_for(buffer: str) -> int:
@@ -51,15 +51,17 @@ class GuardDamage:
     """Canaries overwritten around one buffer: how many, and how far past each end."""
 
     buffer: str
-    before: int           # elements written in the band before the buffer
-    after: int            # elements written in the band after the buffer
+    before: int  # elements written in the band before the buffer
+    after: int  # elements written in the band after the buffer
     farthest_before: int  # 1 = the element just before element 0
-    farthest_after: int   # 1 = the element just past the last one
+    farthest_after: int  # 1 = the element just past the last one
 
     def describe(self, length: int) -> str:
         parts = []
         if self.after:
-            parts.append(f"{self.after} element(s) past its end (up to {self.farthest_after} past element {length - 1})")
+            parts.append(
+                f"{self.after} element(s) past its end (up to {self.farthest_after} past element {length - 1})"
+            )
         if self.before:
             parts.append(f"{self.before} element(s) before its start (up to {self.farthest_before} before element 0)")
         return f"out-of-bounds write to {self.buffer}: " + " and ".join(parts)

@@ -42,18 +42,66 @@ KEY_BITS = 63  # each of the key's two words: a JSON integer any reader keeps ex
 # r = sqrt(-log(min(u, 1 - u))) in the tails (below and above r = 5). Lowest degree first.
 _CENTRE = 0.425
 _CENTRE_R = 0.180625
-_A = (3.3871328727963666080e0, 1.3314166789178437745e2, 1.9715909503065514427e3, 1.3731693765509461125e4,
-      4.5921953931549871457e4, 6.7265770927008700853e4, 3.3430575583588128105e4, 2.5090809287301226727e3)
-_B = (1.0, 4.2313330701600911252e1, 6.8718700749205790830e2, 5.3941960214247511077e3,
-      2.1213794301586595867e4, 3.9307895800092710610e4, 2.8729085735721942674e4, 5.2264952788528545610e3)
-_C = (1.42343711074968357734e0, 4.63033784615654529590e0, 5.76949722146069140550e0, 3.64784832476320460504e0,
-      1.27045825245236838258e0, 2.41780725177450611770e-1, 2.27238449892691845833e-2, 7.74545014278341407640e-4)
-_D = (1.0, 2.05319162663775882187e0, 1.67638483018380384940e0, 6.89767334985100004550e-1,
-      1.48103976427480074590e-1, 1.51986665636164571966e-2, 5.47593808499534494600e-4, 1.05075007164441684324e-9)
-_E = (6.65790464350110377720e0, 5.46378491116411436990e0, 1.78482653991729133580e0, 2.96560571828504891230e-1,
-      2.65321895265761230930e-2, 1.24266094738807843860e-3, 2.71155556874348757815e-5, 2.01033439929228813265e-7)
-_F = (1.0, 5.99832206555887937690e-1, 1.36929880922735805310e-1, 1.48753612908506148525e-2,
-      7.86869131145613259100e-4, 1.84631831751005468180e-5, 1.42151175831644588870e-7, 2.04426310338993978564e-15)
+_A = (
+    3.3871328727963666080e0,
+    1.3314166789178437745e2,
+    1.9715909503065514427e3,
+    1.3731693765509461125e4,
+    4.5921953931549871457e4,
+    6.7265770927008700853e4,
+    3.3430575583588128105e4,
+    2.5090809287301226727e3,
+)
+_B = (
+    1.0,
+    4.2313330701600911252e1,
+    6.8718700749205790830e2,
+    5.3941960214247511077e3,
+    2.1213794301586595867e4,
+    3.9307895800092710610e4,
+    2.8729085735721942674e4,
+    5.2264952788528545610e3,
+)
+_C = (
+    1.42343711074968357734e0,
+    4.63033784615654529590e0,
+    5.76949722146069140550e0,
+    3.64784832476320460504e0,
+    1.27045825245236838258e0,
+    2.41780725177450611770e-1,
+    2.27238449892691845833e-2,
+    7.74545014278341407640e-4,
+)
+_D = (
+    1.0,
+    2.05319162663775882187e0,
+    1.67638483018380384940e0,
+    6.89767334985100004550e-1,
+    1.48103976427480074590e-1,
+    1.51986665636164571966e-2,
+    5.47593808499534494600e-4,
+    1.05075007164441684324e-9,
+)
+_E = (
+    6.65790464350110377720e0,
+    5.46378491116411436990e0,
+    1.78482653991729133580e0,
+    2.96560571828504891230e-1,
+    2.65321895265761230930e-2,
+    1.24266094738807843860e-3,
+    2.71155556874348757815e-5,
+    2.01033439929228813265e-7,
+)
+_F = (
+    1.0,
+    5.99832206555887937690e-1,
+    1.36929880922735805310e-1,
+    1.48753612908506148525e-2,
+    7.86869131145613259100e-4,
+    1.84631831751005468180e-5,
+    1.42151175831644588870e-7,
+    2.04426310338993978564e-15,
+)
 _SPLIT = 1.6
 _FAR = 5.0
 
@@ -71,14 +119,18 @@ def set_shapes(rows: int, prefix: int, pages: int | None = None) -> dict[str, tu
     return {"q": (rows, QUERY_HEADS, HEAD_DIM), "k": (keys, KV_HEADS, HEAD_DIM), "v": (keys, KV_HEADS, HEAD_DIM)}
 
 
-def make_set(key: tuple[int, int], number: int, rows: int, prefix: int, pages: int | None = None) -> dict[str, np.ndarray]:
+def make_set(
+    key: tuple[int, int], number: int, rows: int, prefix: int, pages: int | None = None
+) -> dict[str, np.ndarray]:
     """Set `number` of the pool under `key`, in numpy: what the CUDA twin writes, bit for bit."""
     shapes = set_shapes(rows, prefix, pages)
     counts = [int(np.prod(s)) for s in shapes.values()]
     values = normals(raw_bits(key, number, 0, sum(counts)))
     ends = np.cumsum(counts)
-    return {name: values[end - count:end].reshape(shape)
-            for (name, shape), count, end in zip(shapes.items(), counts, ends)}
+    return {
+        name: values[end - count : end].reshape(shape)
+        for (name, shape), count, end in zip(shapes.items(), counts, ends)
+    }
 
 
 def raw_bits(key: tuple[int, int], number: int, start: int, count: int) -> np.ndarray:
@@ -97,7 +149,7 @@ def check_key(key: tuple[int, int]) -> None:
 
 def normals(bits: np.ndarray) -> np.ndarray:
     """64 random bits each -> standard normal float32, by the inverse CDF (no sampling loop)."""
-    u = ((bits >> np.uint64(12)).astype(np.float64) + 0.5) * 2.0 ** -52  # exact: 53 significant bits
+    u = ((bits >> np.uint64(12)).astype(np.float64) + 0.5) * 2.0**-52  # exact: 53 significant bits
     q = u - 0.5
     out = np.empty_like(u)
     centre = np.abs(q) <= _CENTRE
@@ -249,8 +301,20 @@ extern "C" void attnlab_timing_set(float* q, float* k, float* v, u64 q_count, u6
         fill_block(b, q, k, v, q_count, kv_count, key0, key1, number);
 }
 #endif
-""" % {"A": _hex_list(_A), "B": _hex_list(_B), "C": _hex_list(_C), "D": _hex_list(_D), "E": _hex_list(_E),
-       "F": _hex_list(_F), "ATANH": _hex_list(_ATANH), "SQRT_HALF": _SQRT_HALF.hex(), "LN2": _LN2.hex(),
-       "ULP": (2.0 ** -52).hex(), "CENTRE": _CENTRE.hex(), "CENTRE_R": _CENTRE_R.hex(), "FAR": _FAR.hex(),
-       "SPLIT": _SPLIT.hex()}
+""" % {
+    "A": _hex_list(_A),
+    "B": _hex_list(_B),
+    "C": _hex_list(_C),
+    "D": _hex_list(_D),
+    "E": _hex_list(_E),
+    "F": _hex_list(_F),
+    "ATANH": _hex_list(_ATANH),
+    "SQRT_HALF": _SQRT_HALF.hex(),
+    "LN2": _LN2.hex(),
+    "ULP": (2.0**-52).hex(),
+    "CENTRE": _CENTRE.hex(),
+    "CENTRE_R": _CENTRE_R.hex(),
+    "FAR": _FAR.hex(),
+    "SPLIT": _SPLIT.hex(),
+}
 CUDA_KERNEL = "attnlab_timing_set"

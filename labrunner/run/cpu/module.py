@@ -134,8 +134,26 @@ def cpu_compiler_available() -> str | None:
 # ----------------------------------------------------------- source rewrite
 
 _KEYWORDS = {
-    "const", "volatile", "unsigned", "signed", "int", "float", "double", "char", "short", "long", "bool",
-    "void", "static", "struct", "typename", "auto", "__restrict__", "__align__", "alignas", "__attribute__",
+    "const",
+    "volatile",
+    "unsigned",
+    "signed",
+    "int",
+    "float",
+    "double",
+    "char",
+    "short",
+    "long",
+    "bool",
+    "void",
+    "static",
+    "struct",
+    "typename",
+    "auto",
+    "__restrict__",
+    "__align__",
+    "alignas",
+    "__attribute__",
 }
 
 
@@ -206,13 +224,11 @@ def rewrite_source(src: str) -> str:
     masked = _mask_code(src)
     pieces, last = [], 0
     for m in _EXTERN_SHARED_RE.finditer(masked):
-        typ = _ALIGN_RE.sub(" ", src[m.start(1):m.end(1)]).strip() or "unsigned char"
+        typ = _ALIGN_RE.sub(" ", src[m.start(1) : m.end(1)]).strip() or "unsigned char"
         name = m.group(2)
         nl = src.count("\n", m.start(), m.end())
-        pieces.append(src[last:m.start()])
-        pieces.append(
-            f"{typ}* const {name} = reinterpret_cast<{typ}*>(::attnlab::g_dyn_shared);" + "\n" * nl
-        )
+        pieces.append(src[last : m.start()])
+        pieces.append(f"{typ}* const {name} = reinterpret_cast<{typ}*>(::attnlab::g_dyn_shared);" + "\n" * nl)
         last = m.end()
     pieces.append(src[last:])
     src = "".join(pieces)
@@ -225,16 +241,16 @@ def rewrite_source(src: str) -> str:
     registered = 0
     for m in _SHARED_RE.finditer(masked):
         line_start = masked.rfind("\n", 0, m.start()) + 1
-        if masked[line_start:m.start()].lstrip().startswith("#"):
+        if masked[line_start : m.start()].lstrip().startswith("#"):
             continue  # inside a macro definition: leave it to the plain `static`
-        if re.search(r"\bextern\s+$", masked[max(0, m.start() - 40):m.start()]):
+        if re.search(r"\bextern\s+$", masked[max(0, m.start() - 40) : m.start()]):
             continue  # an extern __shared__ declaration not rewritten above: the compiler will say
         # a `static` next to __shared__ would make `static static`
-        before = re.search(r"\bstatic\s+$", masked[max(0, m.start() - 40):m.start()])
+        before = re.search(r"\bstatic\s+$", masked[max(0, m.start() - 40) : m.start()])
         if before:
             s0 = m.start() - len(before.group(0))
             edits.append((s0, s0 + 6, "      "))
-        after = re.match(r"\s+static\b", masked[m.end():m.end() + 40])
+        after = re.match(r"\s+static\b", masked[m.end() : m.end() + 40])
         if after:
             s0 = m.end() + after.group(0).index("static")
             edits.append((s0, s0 + 6, "      "))
@@ -251,12 +267,12 @@ def rewrite_source(src: str) -> str:
             elif c == ";" and depth == 0:
                 end = j
                 break
-            elif c == "\n" and masked[j + 1:].lstrip(" \t").startswith("#"):
+            elif c == "\n" and masked[j + 1 :].lstrip(" \t").startswith("#"):
                 break
             j += 1
         if end is None:
             continue
-        decl = _ALIGN_RE.sub(" ", masked[m.end():end])
+        decl = _ALIGN_RE.sub(" ", masked[m.end() : end])
         names = [_declarator_name(p) for p in _split_top(decl)]
         if not names or any(n is None for n in names):
             continue
@@ -351,7 +367,6 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
     return t  # type: ignore[return-value]
 
 
-
 # ------------------------------------------------------------------ build
 
 # The compiler child: its own session (so one kill reaches cc1plus and as too), a memory limit
@@ -370,18 +385,31 @@ _LIMITED_EXEC = (
     "ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG\n"
     "os.execvp(sys.argv[3], sys.argv[3:])\n"
 )
-_OUT_OF_MEMORY = ("virtual memory exhausted", "out of memory", "cannot allocate memory", "std::bad_alloc",
-                  "failed to map segment")
+_OUT_OF_MEMORY = (
+    "virtual memory exhausted",
+    "out of memory",
+    "cannot allocate memory",
+    "std::bad_alloc",
+    "failed to map segment",
+)
 
 
-def run_compiler(cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int,
-                 label: str = "attention.cu") -> subprocess.CompletedProcess:
+def run_compiler(
+    cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int, label: str = "attention.cu"
+) -> subprocess.CompletedProcess:
     """Run a compiler command under the wall-clock and memory limits; CpuCompileError past either."""
     too_slow = f"{label}: error: the compiler did not finish in {timeout_s:g} s (the CPU build)"
     cpu_s = int(timeout_s) + 5
-    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _LIMITED_EXEC, str(memory_bytes), str(cpu_s), *cmd],
-                            cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _LIMITED_EXEC, str(memory_bytes), str(cpu_s), *cmd],
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -394,8 +422,9 @@ def run_compiler(cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int,
     if proc.returncode != 0 and ("cpu time limit exceeded" in said or proc.returncode == -signal.SIGXCPU):
         raise CpuCompileError(too_slow)
     if proc.returncode != 0 and any(words in said for words in _OUT_OF_MEMORY):
-        raise CpuCompileError(f"{label}: error: the compiler needed more than {memory_bytes // 1024**2} MiB "
-                              "(the CPU build)")
+        raise CpuCompileError(
+            f"{label}: error: the compiler needed more than {memory_bytes // 1024**2} MiB (the CPU build)"
+        )
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -466,9 +495,27 @@ def build_object(
         view_path = Path(tmp) / "attnlab_nvrtc_view.h"
         view_path.write_text(view)
         student_path = Path(tmp) / "student.ii"
-        cmd = [cxx, *CXXFLAGS, *STUDENT_PREPROCESS_FLAGS, "-E", "-I", str(_STUDENT_INCLUDE), "-I", str(_INCLUDE),
-               "-I", str(NVRTC_STANDARD_HEADERS), "-include", str(view_path), "-include", str(_MACROS),
-               "-x", "c++", str(src_path), "-o", str(student_path)]
+        cmd = [
+            cxx,
+            *CXXFLAGS,
+            *STUDENT_PREPROCESS_FLAGS,
+            "-E",
+            "-I",
+            str(_STUDENT_INCLUDE),
+            "-I",
+            str(_INCLUDE),
+            "-I",
+            str(NVRTC_STANDARD_HEADERS),
+            "-include",
+            str(view_path),
+            "-include",
+            str(_MACROS),
+            "-x",
+            "c++",
+            str(src_path),
+            "-o",
+            str(student_path),
+        ]
         res = run_compiler(cmd, tmp, timeout_s, memory_bytes, filename)
         if res.returncode != 0:
             raise _compile_failed(res, tmp, filename)
@@ -513,13 +560,18 @@ def _runtime_text(cxx: str, cache: Path) -> str:
             # An empty main file of this name: the unit's first line marker (and the name g++ derives
             # the runtime's own initialiser symbols from) reads `attnlab-runtime.cpp`.
             (Path(tmp) / "attnlab-runtime.cpp").write_text("")
-            done = subprocess.run([cxx, *CXXFLAGS, "-E", "-include", str(_SHIM), "-x", "c++", "attnlab-runtime.cpp"],
-                                  cwd=tmp, capture_output=True, text=True, encoding="utf-8", timeout=120)
+            done = subprocess.run(
+                [cxx, *CXXFLAGS, "-E", "-include", str(_SHIM), "-x", "c++", "attnlab-runtime.cpp"],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                timeout=120,
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         raise CpuKernelError(f"the CPU backend's runtime could not be preprocessed with {cxx} ({exc})") from None
     if done.returncode != 0:
-        raise CpuKernelError(f"the CPU backend's runtime does not preprocess with {cxx}: "
-                             f"{done.stderr.strip()[-500:]}")
+        raise CpuKernelError(f"the CPU backend's runtime does not preprocess with {cxx}: {done.stderr.strip()[-500:]}")
     part = cache / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
     part.write_text(done.stdout, encoding="utf-8")
     os.replace(part, path)
@@ -546,8 +598,9 @@ def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _baseline_facts(cache_key: str, cache_dir: str | None, timeout_s: float) -> ElfFacts:
-    so_path = build_object("", "attnlab-empty.cu", {}, Path(cache_dir) if cache_dir else None,
-                           timeout_s=max(timeout_s, 60.0))
+    so_path = build_object(
+        "", "attnlab-empty.cu", {}, Path(cache_dir) if cache_dir else None, timeout_s=max(timeout_s, 60.0)
+    )
     return read_elf(so_path)
 
 
@@ -557,8 +610,9 @@ def baseline_facts(cache_dir: Path | None = None, timeout_s: float = BUILD_TIMEO
     return _baseline_facts(_runtime_digest(cxx, "baseline"), str(cache_dir) if cache_dir else None, timeout_s)
 
 
-def check_built_object(so_path: Path, filename: str, cache_dir: Path | None = None,
-                       timeout_s: float = BUILD_TIMEOUT_S) -> None:
+def check_built_object(
+    so_path: Path, filename: str, cache_dir: Path | None = None, timeout_s: float = BUILD_TIMEOUT_S
+) -> None:
     """The object check (object_check.py) against the shim's baseline; CpuCompileError when refused."""
     try:
         check_object(so_path, baseline_facts(cache_dir, timeout_s), filename)
@@ -580,8 +634,13 @@ class CpuModule:
             fn = getattr(lib, f"attnlab_launch_{i}")
             fn.restype = ctypes.c_int
             fn.argtypes = [
-                ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
-                ctypes.c_longlong, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                ctypes.POINTER(ctypes.c_void_p),
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.POINTER(ctypes.c_int),
+                ctypes.c_longlong,
+                ctypes.c_int,
+                ctypes.c_char_p,
+                ctypes.c_int,
             ]
             self._fns[name] = fn
         self._static_shared = lib.attnlab_static_shared_bytes
@@ -688,8 +747,10 @@ class CpuModule:
             pass
         stack_kb = os.environ.get("ATTNLAB_CPU_STACK_KB", "")
         with _LAUNCH_LOCK:
-            self._set_options(int(stack_kb) if stack_kb.isdigit() else 128,
-                              1 if os.environ.get("ATTNLAB_CPU_FIBERS") == "ucontext" else 0)
+            self._set_options(
+                int(stack_kb) if stack_kb.isdigit() else 128,
+                1 if os.environ.get("ATTNLAB_CPU_FIBERS") == "ucontext" else 0,
+            )
             # reverse_threads is the schedule: False/0 in order, True/1 reversed, 2 and up seeded random orders
             rc = fn(ptrs, gi, bi, shared_bytes, int(reverse_threads), err, len(err))
         del keep

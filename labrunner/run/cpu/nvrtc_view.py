@@ -38,15 +38,45 @@ from labrunner.build.nvrtc import run_nvrtc
 # NVRTC's own names, beyond the ones g++ shares. Found by probing NVRTC 13 with these and more
 # candidates; a name NVRTC does not define is simply not defined on the CPU either.
 NVRTC_CANDIDATES = (
-    "CUDART_VERSION", "__CUDACC__", "__CUDACC_RTC__", "__CUDACC_VER_MAJOR__", "__CUDACC_VER_MINOR__",
-    "__CUDACC_VER_BUILD__", "__CUDACC_DEVICE_ATOMIC_BUILTINS__", "__CUDACC_RDC__", "__CUDACC_EWP__",
-    "__CUDACC_DEBUG__", "__CUDACC_RELAXED_CONSTEXPR__", "__CUDACC_EXTENDED_LAMBDA__", "__CUDACC_RTC_INT128__",
-    "__CUDACC_RTC_FLOAT128__", "__CUDACC_RTC_MINIMAL__", "__CUDACC_PER_THREAD_DEFAULT_STREAM__",
-    "__CUDA_ARCH__", "__CUDA_ARCH_LIST__", "__CUDA_ARCH_SPECIFIC__", "__CUDA_ARCH_FAMILY_SPECIFIC__",
-    "__CUDA_FTZ", "__CUDA_PREC_DIV", "__CUDA_PREC_SQRT", "__CUDA_RUNTIME_H__", "__CUDA_NO_HALF__",
-    "__EDG__", "__EDG_VERSION__", "__EDG_IA64_ABI", "__EDG_TYPE_TRAITS_ENABLED", "__NVCC__",
-    "__NVCC_DIAG_PRAGMA_SUPPORT__", "__NV_BUILTIN_MOVE_FORWARD", "__NVCOMPILER", "_NVHPC_CUDA", "__clang__",
-    "_MSC_VER", "_WIN32", "_WIN64", "__CHAR_UNSIGNED__",
+    "CUDART_VERSION",
+    "__CUDACC__",
+    "__CUDACC_RTC__",
+    "__CUDACC_VER_MAJOR__",
+    "__CUDACC_VER_MINOR__",
+    "__CUDACC_VER_BUILD__",
+    "__CUDACC_DEVICE_ATOMIC_BUILTINS__",
+    "__CUDACC_RDC__",
+    "__CUDACC_EWP__",
+    "__CUDACC_DEBUG__",
+    "__CUDACC_RELAXED_CONSTEXPR__",
+    "__CUDACC_EXTENDED_LAMBDA__",
+    "__CUDACC_RTC_INT128__",
+    "__CUDACC_RTC_FLOAT128__",
+    "__CUDACC_RTC_MINIMAL__",
+    "__CUDACC_PER_THREAD_DEFAULT_STREAM__",
+    "__CUDA_ARCH__",
+    "__CUDA_ARCH_LIST__",
+    "__CUDA_ARCH_SPECIFIC__",
+    "__CUDA_ARCH_FAMILY_SPECIFIC__",
+    "__CUDA_FTZ",
+    "__CUDA_PREC_DIV",
+    "__CUDA_PREC_SQRT",
+    "__CUDA_RUNTIME_H__",
+    "__CUDA_NO_HALF__",
+    "__EDG__",
+    "__EDG_VERSION__",
+    "__EDG_IA64_ABI",
+    "__EDG_TYPE_TRAITS_ENABLED",
+    "__NVCC__",
+    "__NVCC_DIAG_PRAGMA_SUPPORT__",
+    "__NV_BUILTIN_MOVE_FORWARD",
+    "__NVCOMPILER",
+    "_NVHPC_CUDA",
+    "__clang__",
+    "_MSC_VER",
+    "_WIN32",
+    "_WIN64",
+    "__CHAR_UNSIGNED__",
 )
 
 # How module.py preprocesses the student's file: none of g++'s own predefined macros (the standard's
@@ -61,8 +91,9 @@ _FEATURE = "__CUDA_ARCH_HAS_FEATURE__"
 @functools.lru_cache(maxsize=None)
 def gxx_predefined(cxx: str, flags: tuple[str, ...]) -> dict[str, str]:
     """Every macro g++ predefines with these flags: name -> definition (after the name)."""
-    out = subprocess.run([cxx, *flags, "-dM", "-E", "-x", "c++", "/dev/null"], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [cxx, *flags, "-dM", "-E", "-x", "c++", "/dev/null"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     macros = {}
     for line in out.splitlines():
         match = _DEFINE.match(line)
@@ -77,7 +108,9 @@ _DEFINE = re.compile(r"#define (\w+)(?:\([^)]*\))? ?(.*)")
 def _probe_source(names: list[str], feature: str) -> str:
     lines = ["#define ATTNLAB_PROBE_S2(...) #__VA_ARGS__", "#define ATTNLAB_PROBE_S(...) ATTNLAB_PROBE_S2(__VA_ARGS__)"]
     for i, name in enumerate(names):
-        lines.append(f'#ifdef {name}\nextern "C" __device__ const char attnlab_probe_{i}[] = ATTNLAB_PROBE_S({name});\n#endif')
+        lines.append(
+            f'#ifdef {name}\nextern "C" __device__ const char attnlab_probe_{i}[] = ATTNLAB_PROBE_S({name});\n#endif'
+        )
     lines.append(f'#if {_FEATURE}({feature})\nextern "C" __device__ int attnlab_probe_feature = 1;\n#endif')
     return "\n".join(lines) + "\n"
 

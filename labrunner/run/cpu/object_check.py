@@ -31,37 +31,167 @@ from pathlib import Path
 from labrunner.run.untrusted_text import shown
 
 # What kernels and the shim's runtime may import, and nothing more. Grouped by why.
-ALLOWED_IMPORTS = frozenset({
-    # The C runtime's own weak references in every shared object g++ links.
-    "__cxa_finalize", "__gmon_start__", "_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable",
-    # Memory and strings, which the compiler also emits for struct copies and array fills.
-    "memcpy", "memmove", "memset", "strcmp",
-    # The math library (the shim maps CUDA's math onto it; g++ calls what it cannot inline), and
-    # libgcc's helpers for bit operations.
-    "expf", "exp", "exp2f", "exp2", "expm1f", "expm1", "logf", "log", "log2f", "log2", "log10f", "log10",
-    "log1pf", "log1p", "powf", "pow", "sqrtf", "sqrt", "cbrtf", "cbrt", "hypotf", "hypot",
-    "sinf", "sin", "cosf", "cos", "tanf", "tan", "sincosf", "sincos", "asinf", "asin", "acosf", "acos",
-    "atanf", "atan", "atan2f", "atan2", "sinhf", "sinh", "coshf", "cosh", "tanhf", "tanh",
-    "erff", "erf", "erfcf", "erfc", "fmaf", "fma", "fmodf", "fmod", "remainderf", "remainder",
-    "floorf", "floor", "ceilf", "ceil", "truncf", "trunc", "roundf", "round", "nearbyintf", "nearbyint",
-    "rintf", "rint", "lrintf", "lrint", "llrintf", "llrint", "lroundf", "lround", "ldexpf", "ldexp",
-    "frexpf", "frexp", "modff", "modf", "fminf", "fmin", "fmaxf", "fmax", "fdimf", "fdim", "copysignf",
-    "copysign", "nextafterf", "nextafter", "scalbnf", "scalbn", "ilogbf", "ilogb", "logbf", "logb",
-    "exp10f", "exp10", "tgammaf", "tgamma", "lgammaf", "lgamma",
-    "__popcountdi2", "__popcountsi2", "__clzdi2", "__ctzdi2", "__ffsdi2",
-    # Device printf (to the worker's stdout), device malloc and new/delete, clock().
-    "printf", "puts", "putchar", "fflush", "stdout", "snprintf", "vsnprintf",
-    "malloc", "calloc", "free", "realloc", "_Znwm", "_Znam", "_ZdlPv", "_ZdaPv", "_ZdlPvm", "_ZdaPvm",
-    "clock", "clock_gettime",
-    # The fiber runtime: stacks, fault handling, ucontext fibers, launch errors.
-    "mmap", "munmap", "mprotect", "sysconf", "sigaction", "sigaltstack", "sigemptyset", "__sigsetjmp",
-    "siglongjmp", "getcontext", "makecontext", "swapcontext", "abort",
-    # libstdc++ and libgcc: the personality routine and unwinder g++ references, pure virtual calls.
-    # Not the guards of function-local statics (module.py builds with -fno-threadsafe-statics: one
-    # OS thread runs every fiber), and not __cxa_atexit: a static with a destructor would run code at exit.
-    "__gxx_personality_v0",
-    "_Unwind_Resume", "__cxa_pure_virtual",
-})
+ALLOWED_IMPORTS = frozenset(
+    {
+        # The C runtime's own weak references in every shared object g++ links.
+        "__cxa_finalize",
+        "__gmon_start__",
+        "_ITM_deregisterTMCloneTable",
+        "_ITM_registerTMCloneTable",
+        # Memory and strings, which the compiler also emits for struct copies and array fills.
+        "memcpy",
+        "memmove",
+        "memset",
+        "strcmp",
+        # The math library (the shim maps CUDA's math onto it; g++ calls what it cannot inline), and
+        # libgcc's helpers for bit operations.
+        "expf",
+        "exp",
+        "exp2f",
+        "exp2",
+        "expm1f",
+        "expm1",
+        "logf",
+        "log",
+        "log2f",
+        "log2",
+        "log10f",
+        "log10",
+        "log1pf",
+        "log1p",
+        "powf",
+        "pow",
+        "sqrtf",
+        "sqrt",
+        "cbrtf",
+        "cbrt",
+        "hypotf",
+        "hypot",
+        "sinf",
+        "sin",
+        "cosf",
+        "cos",
+        "tanf",
+        "tan",
+        "sincosf",
+        "sincos",
+        "asinf",
+        "asin",
+        "acosf",
+        "acos",
+        "atanf",
+        "atan",
+        "atan2f",
+        "atan2",
+        "sinhf",
+        "sinh",
+        "coshf",
+        "cosh",
+        "tanhf",
+        "tanh",
+        "erff",
+        "erf",
+        "erfcf",
+        "erfc",
+        "fmaf",
+        "fma",
+        "fmodf",
+        "fmod",
+        "remainderf",
+        "remainder",
+        "floorf",
+        "floor",
+        "ceilf",
+        "ceil",
+        "truncf",
+        "trunc",
+        "roundf",
+        "round",
+        "nearbyintf",
+        "nearbyint",
+        "rintf",
+        "rint",
+        "lrintf",
+        "lrint",
+        "llrintf",
+        "llrint",
+        "lroundf",
+        "lround",
+        "ldexpf",
+        "ldexp",
+        "frexpf",
+        "frexp",
+        "modff",
+        "modf",
+        "fminf",
+        "fmin",
+        "fmaxf",
+        "fmax",
+        "fdimf",
+        "fdim",
+        "copysignf",
+        "copysign",
+        "nextafterf",
+        "nextafter",
+        "scalbnf",
+        "scalbn",
+        "ilogbf",
+        "ilogb",
+        "logbf",
+        "logb",
+        "exp10f",
+        "exp10",
+        "tgammaf",
+        "tgamma",
+        "lgammaf",
+        "lgamma",
+        "__popcountdi2",
+        "__popcountsi2",
+        "__clzdi2",
+        "__ctzdi2",
+        "__ffsdi2",
+        # Device printf (to the worker's stdout), device malloc and new/delete, clock().
+        "printf",
+        "puts",
+        "putchar",
+        "fflush",
+        "stdout",
+        "snprintf",
+        "vsnprintf",
+        "malloc",
+        "calloc",
+        "free",
+        "realloc",
+        "_Znwm",
+        "_Znam",
+        "_ZdlPv",
+        "_ZdaPv",
+        "_ZdlPvm",
+        "_ZdaPvm",
+        "clock",
+        "clock_gettime",
+        # The fiber runtime: stacks, fault handling, ucontext fibers, launch errors.
+        "mmap",
+        "munmap",
+        "mprotect",
+        "sysconf",
+        "sigaction",
+        "sigaltstack",
+        "sigemptyset",
+        "__sigsetjmp",
+        "siglongjmp",
+        "getcontext",
+        "makecontext",
+        "swapcontext",
+        "abort",
+        # libstdc++ and libgcc: the personality routine and unwinder g++ references, pure virtual calls.
+        # Not the guards of function-local statics (module.py builds with -fno-threadsafe-statics: one
+        # OS thread runs every fiber), and not __cxa_atexit: a static with a destructor would run code at exit.
+        "__gxx_personality_v0",
+        "_Unwind_Resume",
+        "__cxa_pure_virtual",
+    }
+)
 
 # The libraries a module may need, all loaded by the worker before it seals itself.
 ALLOWED_LIBRARIES = frozenset({"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "libc.so.6"})
@@ -72,9 +202,13 @@ ALLOWED_LIBRARIES = frozenset({"libstdc++.so.6", "libm.so.6", "libgcc_s.so.1", "
 # refers to them (weakly: each is called only if it exists), so a definition here is code that runs
 # inside dlopen. Also refused: any other name the empty file's build imports.
 LOAD_TIME_HOOKS = {
-    "_ITM_registerTMCloneTable": "load", "__gmon_start__": "load", "__register_frame_info": "load",
+    "_ITM_registerTMCloneTable": "load",
+    "__gmon_start__": "load",
+    "__register_frame_info": "load",
     "_Jv_RegisterClasses": "load",
-    "_ITM_deregisterTMCloneTable": "unload", "__cxa_finalize": "unload", "__deregister_frame_info": "unload",
+    "_ITM_deregisterTMCloneTable": "unload",
+    "__cxa_finalize": "unload",
+    "__deregister_frame_info": "unload",
 }
 
 # Sections an ordinary kernel's build has beyond the empty file's (which imports nothing and has no
@@ -82,11 +216,25 @@ LOAD_TIME_HOOKS = {
 # relocated read-only data (vtables, tables of pointers); with a g++ that links libstdc++ statically,
 # what the exception runtime brings (its tables, thread-local data, SystemTap notes). Anything else
 # was placed there by a `section` attribute or assembly.
-ORDINARY_SECTIONS = frozenset({
-    ".gnu.version", ".gnu.version_r", ".gnu.version_d", ".rela.plt", ".plt.sec", ".hash", ".rodata",
-    ".data.rel.ro", ".gcc_except_table", ".tdata", ".tbss", ".note.stapsdt", ".stapsdt.base",
-    ".note.gnu.property", ".note.ABI-tag",
-})
+ORDINARY_SECTIONS = frozenset(
+    {
+        ".gnu.version",
+        ".gnu.version_r",
+        ".gnu.version_d",
+        ".rela.plt",
+        ".plt.sec",
+        ".hash",
+        ".rodata",
+        ".data.rel.ro",
+        ".gcc_except_table",
+        ".tdata",
+        ".tbss",
+        ".note.stapsdt",
+        ".stapsdt.base",
+        ".note.gnu.property",
+        ".note.ABI-tag",
+    }
+)
 # Sections the loader or the start-up code reads to run code: their size must be the empty file's.
 LOAD_TIME_SECTIONS = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors", ".init", ".fini")
 
@@ -99,8 +247,16 @@ _R_ABS64 = {1, 257}
 _DT_NEEDED = 1
 # The dynamic tags the loader itself follows to run code at load and unload (it reads these, not
 # the section headers): their sizes, or their presence, must be the baseline's.
-_DT_LOAD_TIME = {12: "DT_INIT", 13: "DT_FINI", 25: "DT_INIT_ARRAY", 26: "DT_FINI_ARRAY", 27: "DT_INIT_ARRAYSZ",
-                 28: "DT_FINI_ARRAYSZ", 32: "DT_PREINIT_ARRAY", 33: "DT_PREINIT_ARRAYSZ"}
+_DT_LOAD_TIME = {
+    12: "DT_INIT",
+    13: "DT_FINI",
+    25: "DT_INIT_ARRAY",
+    26: "DT_FINI_ARRAY",
+    27: "DT_INIT_ARRAYSZ",
+    28: "DT_FINI_ARRAYSZ",
+    32: "DT_PREINIT_ARRAY",
+    33: "DT_PREINIT_ARRAYSZ",
+}
 _DT_SIZES = {27, 28, 33}
 _MACHINES = {62: "x86-64", 183: "AArch64"}
 
@@ -124,7 +280,7 @@ class Section:
 class ElfFacts:
     """What the check needs from one shared object."""
 
-    init_entries: list[int] = field(default_factory=list)   # target addresses (or -slot, when a symbol names it)
+    init_entries: list[int] = field(default_factory=list)  # target addresses (or -slot, when a symbol names it)
     fini_entries: list[int] = field(default_factory=list)
     preinit_entries: int = 0
     section_sizes: dict[str, int] = field(default_factory=dict)  # .init, .fini, .ctors, .dtors
@@ -145,14 +301,14 @@ def read_elf(path: Path) -> ElfFacts:
     machine = struct.unpack_from("<H", data, 18)[0]
     if machine not in _MACHINES:
         raise ObjectRefused(f"the built module is for machine {machine}, not x86-64 or AArch64")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
     names = raw[shstrndx]
 
     def cstr(table_offset: int, at: int) -> str:
         end = data.index(b"\0", table_offset + at)
-        return data[table_offset + at:end].decode(errors="replace")
+        return data[table_offset + at : end].decode(errors="replace")
 
     sections = [Section(cstr(names[4], r[0]), r[1], r[3], r[4], r[5], r[6], r[9]) for r in raw]
     facts = ElfFacts()
@@ -243,34 +399,47 @@ def check_object(path: Path, baseline: ElfFacts, filename: str) -> None:
     """Raise ObjectRefused (one line naming the symbol) unless loading `path` runs no code of the file's."""
     facts = read_elf(path)
     prefix = f"{filename}: the CPU build refuses this file:"
-    extra = facts.init_entries[len(baseline.init_entries):] if len(facts.init_entries) > len(baseline.init_entries) else []
+    extra = (
+        facts.init_entries[len(baseline.init_entries) :] if len(facts.init_entries) > len(baseline.init_entries) else []
+    )
     if extra or facts.preinit_entries > baseline.preinit_entries:
         what = _what_runs(extra[0], facts) if extra else "a .preinit_array entry"
-        raise ObjectRefused(f"{prefix} {what} would run when the module loads, outside any kernel "
-                            "(a constructor or a global's initialiser); kernels run only when launched, so remove it")
+        raise ObjectRefused(
+            f"{prefix} {what} would run when the module loads, outside any kernel "
+            "(a constructor or a global's initialiser); kernels run only when launched, so remove it"
+        )
     if len(facts.fini_entries) > len(baseline.fini_entries):
         what = _what_runs(facts.fini_entries[len(baseline.fini_entries)], facts)
-        raise ObjectRefused(f"{prefix} {what} would run when the module unloads, outside any kernel "
-                            "(a destructor); remove it")
+        raise ObjectRefused(
+            f"{prefix} {what} would run when the module unloads, outside any kernel (a destructor); remove it"
+        )
     for tag in sorted(set(facts.load_time_tags) | set(baseline.load_time_tags)):
         if facts.load_time_tags.get(tag) != baseline.load_time_tags.get(tag):
-            raise ObjectRefused(f"{prefix} its dynamic section's {tag} differs from the runtime's own, so code "
-                                "would run when the module loads; remove what places code there")
+            raise ObjectRefused(
+                f"{prefix} its dynamic section's {tag} differs from the runtime's own, so code "
+                "would run when the module loads; remove what places code there"
+            )
     for section in (".init", ".fini", ".ctors", ".dtors"):
         if facts.section_sizes.get(section, 0) != baseline.section_sizes.get(section, 0):
-            raise ObjectRefused(f"{prefix} its {section} section differs from the runtime's own, so code would "
-                                "run when the module loads; remove what places code there")
+            raise ObjectRefused(
+                f"{prefix} its {section} section differs from the runtime's own, so code would "
+                "run when the module loads; remove what places code there"
+            )
     if facts.ifuncs or facts.irelative:
         what = f"`{_demangle(facts.ifuncs[0])}`" if facts.ifuncs else "an indirect function"
-        raise ObjectRefused(f"{prefix} {what} is a GNU indirect function (ifunc), whose resolver runs when "
-                            "the module loads; remove the ifunc attribute")
+        raise ObjectRefused(
+            f"{prefix} {what} is a GNU indirect function (ifunc), whose resolver runs when "
+            "the module loads; remove the ifunc attribute"
+        )
     _check_against_empty_build(facts, baseline, filename)
     foreign = sorted(set(facts.undefined) - ALLOWED_IMPORTS)
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
-        raise ObjectRefused(f"{prefix} it uses `{_demangle(foreign[0])}`{more}, which kernels on the CPU backend "
-                            "may not call (allowed: math functions, memcpy/memset, printf, malloc/free and the "
-                            "shim's CUDA built-ins)")
+        raise ObjectRefused(
+            f"{prefix} it uses `{_demangle(foreign[0])}`{more}, which kernels on the CPU backend "
+            "may not call (allowed: math functions, memcpy/memset, printf, malloc/free and the "
+            "shim's CUDA built-ins)"
+        )
     libraries = sorted(set(facts.needed) - ALLOWED_LIBRARIES)
     if libraries:
         raise ObjectRefused(f"{prefix} it needs the library {libraries[0]}, which the CPU backend does not load")
@@ -286,21 +455,28 @@ def _check_against_empty_build(facts: ElfFacts, baseline: ElfFacts, filename: st
     defined = sorted(facts.defined & hooks)
     if defined:
         when = LOAD_TIME_HOOKS.get(defined[0], "load")
-        raise ObjectRefused(f"{filename}: error: the CPU build defines {defined[0]}, which runs at {when} time; "
-                            "kernels may not define it")
+        raise ObjectRefused(
+            f"{filename}: error: the CPU build defines {defined[0]}, which runs at {when} time; "
+            "kernels may not define it"
+        )
     table = facts.sections.get(".tm_clone_table", 0)
     if table > baseline.sections.get(".tm_clone_table", 0):
-        raise ObjectRefused(f"{filename}: error: the CPU build has {table} bytes in .tm_clone_table, which the C "
-                            "runtime's start-up code hands to _ITM_registerTMCloneTable when the module loads; an "
-                            "empty file's build has none")
+        raise ObjectRefused(
+            f"{filename}: error: the CPU build has {table} bytes in .tm_clone_table, which the C "
+            "runtime's start-up code hands to _ITM_registerTMCloneTable when the module loads; an "
+            "empty file's build has none"
+        )
     for section in LOAD_TIME_SECTIONS:
         size, empty = facts.sections.get(section, 0), baseline.sections.get(section, 0)
         if size != empty:
-            raise ObjectRefused(f"{filename}: error: the CPU build's {section} holds {size} bytes where an empty "
-                                f"file's build holds {empty}, so code would run when the module loads or unloads; "
-                                "remove what puts it there")
+            raise ObjectRefused(
+                f"{filename}: error: the CPU build's {section} holds {size} bytes where an empty "
+                f"file's build holds {empty}, so code would run when the module loads or unloads; "
+                "remove what puts it there"
+            )
     foreign = sorted(set(facts.sections) - set(baseline.sections) - ORDINARY_SECTIONS - {".tm_clone_table"})
     if foreign:
-        raise ObjectRefused(f"{filename}: error: the CPU build has a section {shown(foreign[0])} that an empty file's "
-                            "build does not (a section attribute or assembly put it there); kernels may not add sections")
-
+        raise ObjectRefused(
+            f"{filename}: error: the CPU build has a section {shown(foreign[0])} that an empty file's "
+            "build does not (a section attribute or assembly put it there); kernels may not add sections"
+        )

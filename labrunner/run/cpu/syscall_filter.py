@@ -67,29 +67,77 @@ def _errno_action(code: int) -> int:
 
 
 class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
-                ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 # Everything below is allowed without conditions: none of it reaches outside the process.
 ALLOWED = (
     # descriptors already open
-    "read", "readv", "pread64", "preadv", "preadv2", "write", "writev", "pwrite64", "pwritev", "pwritev2",
-    "lseek", "fstat", "close", "dup", "poll", "ppoll", "select", "pselect6", "epoll_wait",
+    "read",
+    "readv",
+    "pread64",
+    "preadv",
+    "preadv2",
+    "write",
+    "writev",
+    "pwrite64",
+    "pwritev",
+    "pwritev2",
+    "lseek",
+    "fstat",
+    "close",
+    "dup",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "epoll_wait",
     "epoll_pwait",
     # memory
-    "mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "membarrier",
+    "mmap",
+    "munmap",
+    "mremap",
+    "mprotect",
+    "brk",
+    "madvise",
+    "membarrier",
     # time and waiting
-    "futex", "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
-    "sched_yield", "getrusage", "times",
+    "futex",
+    "clock_gettime",
+    "clock_getres",
+    "gettimeofday",
+    "time",
+    "nanosleep",
+    "clock_nanosleep",
+    "sched_yield",
+    "getrusage",
+    "times",
     # signals within the process (the fiber runtime's fault handler; Python's own)
-    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "rt_sigsuspend",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "sigaltstack",
+    "rt_sigsuspend",
     # who am I
-    "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getrandom",
+    "getpid",
+    "gettid",
+    "getppid",
+    "getuid",
+    "geteuid",
+    "getgid",
+    "getegid",
+    "getrandom",
     # more filters (the second step; a filter can only take permissions away)
     "seccomp",
     # leaving
-    "exit", "exit_group", "restart_syscall",
+    "exit",
+    "exit_group",
+    "restart_syscall",
 )
 
 # Conditional rules: (argument index, comparison, datum_a, datum_b) as libseccomp takes them:
@@ -105,9 +153,9 @@ RUN_STAGE_REFUSED = ("openat", "open", "openat2", "newfstatat", "fstatat64")
 
 def _own_pid_rules(pid: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
     return [
-        ("kill", [(0, _SCMP_CMP_EQ, pid, 0)]),        # a signal to ourselves (abort, raise)
+        ("kill", [(0, _SCMP_CMP_EQ, pid, 0)]),  # a signal to ourselves (abort, raise)
         ("tgkill", [(0, _SCMP_CMP_EQ, pid, 0)]),
-        ("ioctl", [(1, _SCMP_CMP_EQ, _TCGETS, 0)]),    # isatty()
+        ("ioctl", [(1, _SCMP_CMP_EQ, _TCGETS, 0)]),  # isatty()
         ("prctl", [(0, _SCMP_CMP_EQ, _PR_SET_NO_NEW_PRIVS, 0)]),  # libseccomp, before the second filter
         # descriptor and status flags only: F_SETOWN would aim SIGIO at another process
         *[("fcntl", [(1, _SCMP_CMP_EQ, command, 0)]) for command in (1, 2, 3, 4)],  # F_GETFD .. F_SETFL
@@ -133,8 +181,13 @@ def _library():
     lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_syscall_resolve_name.restype = ctypes.c_int
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     return lib
 
