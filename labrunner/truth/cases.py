@@ -11,6 +11,7 @@ import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,9 @@ class Case:
     why: str = ""
     cpu: bool = False
     exact: bool = False  # every element must equal the reference exactly (lab 1's single token)
-    lengths: tuple = ()  # decode: each sequence's keys ("2p+1", 17, ...)
-    plants: tuple = ()  # decode: (sequence, key) pairs planted at score 128 (key "L-1": the last)
+    lengths: tuple[int | str, ...] = ()  # decode: each sequence's keys ("2p+1", 17, ...)
+    # decode: (sequence, key) pairs planted at score 128 (key "L-1": the last)
+    plants: tuple[tuple[int, int | str], ...] = ()
     partition: int = 0  # decode: the graded file's own partition size (0: one partition per sequence)
 
     @property
@@ -103,8 +105,8 @@ class Case:
 class Catalogue:
     lab: str
     cases: tuple[Case, ...]
-    timing: dict
-    geometry: dict = field(default_factory=dict)  # how the case derived from a file's launch geometry looks
+    timing: dict[str, Any]  # the catalogue's [timing] table, as TOML gives it
+    geometry: dict[str, Any] = field(default_factory=dict)  # how the case derived from a file's launch geometry looks
 
 
 @dataclass(frozen=True)
@@ -214,18 +216,21 @@ class Inputs:
 
     @property
     def lengths(self) -> list[int]:
+        assert self.seq_lens is not None, "only a decode case's inputs have sequence lengths"
         return [int(n) for n in self.seq_lens]
 
     def buffers(self) -> dict[str, np.ndarray]:
         """The inputs as the kernels receive them, by the names a lab's launches use."""
         given = {"q": self.q, "k": self.k, "v": self.v}
         if self.block_table is not None:
+            assert self.seq_lens is not None  # a decode case's inputs carry both
             given.update(blockTable=self.block_table, seqLens=self.seq_lens)
         return given
 
     def reference(self) -> np.ndarray:
         """The float64 oracle's output for these inputs: `[rows][32][64]`."""
         if self.block_table is not None:
+            assert self.seq_lens is not None  # a decode case's inputs carry both
             return oracle.decode_attention(
                 self.q, self.k, self.v, self.block_table, self.seq_lens, paged_cache.PAGE_TOKENS
             )
@@ -252,7 +257,7 @@ def paged_inputs(rng: np.random.Generator, case: Case) -> Inputs:
     v = paged_cache.fill_pages(rng, table, lengths, pages, (KV_HEADS, HEAD_DIM))
     for b, key in case.plants:
         q[b, 0, :] = PLANT_VALUE
-        k[paged_cache.key_row(table, b, key), 0, :] = PLANT_VALUE
+        k[paged_cache.key_row(table, b, int(key)), 0, :] = PLANT_VALUE  # resolved: every key a number
     return Inputs(q, k, v, block_table=table, seq_lens=np.array(lengths, dtype=np.int32))
 
 

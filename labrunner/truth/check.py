@@ -11,6 +11,7 @@ it, which is a race.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -37,6 +38,16 @@ NEVER_WRITTEN_WORDS = (
 RACE_WORDS = "read shared memory no thread had written since the last barrier: a missing __syncthreads()?"
 
 
+class FirstBad(TypedDict):
+    """The first wrong element, as the JSON shows it."""
+
+    row: int
+    head: int
+    col: int
+    got: float | str | None  # a finite float; "nan", "inf" or "-inf" as text; None where never written
+    expected: float
+
+
 @dataclass
 class OutputCheck:
     status: str  # pass, wrong, never-written or race
@@ -44,7 +55,7 @@ class OutputCheck:
     max_abs_err: float | None  # nan or inf when any element is; None for an empty output
     bad_elements: int
     total_elements: int
-    first_bad: dict | None = None  # {"row", "head", "col", "got", "expected"}
+    first_bad: FirstBad | None = None
     failing_rows: list[int] = field(default_factory=list)
     nonfinite: int = 0  # elements that are NaN or Inf
     workspace_poisoned: int = 0  # elements carrying the workspace's poison: computed from an unwritten workspace
@@ -88,7 +99,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         return OutputCheck(PASS, f"all {out.size} elements within the pass rule", max_abs_err, 0, out.size)
 
     failing_rows = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1)).tolist()
-    got = None
+    got: float | str | None = None
     if raced.any():
         # Severity first: a race makes every other wrong value suspect, so it is the reported bug.
         row, head, col = np.unravel_index(np.flatnonzero(raced)[0], out.shape)
@@ -114,7 +125,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         digits = 9 if exact else 6  # an exact case fails on the last bits: show them
         message = (
             f"row {row}, head {head}, col {col}: got {_number(got, digits)}, expected "
-            f"{_number(ref[row, head, col], digits)} ({EXACT_RULE if exact else PASS_RULE}); "
+            f"{_number(float(ref[row, head, col]), digits)} ({EXACT_RULE if exact else PASS_RULE}); "
             f"{bad_count} of {out.size} elements wrong"
         )
         if workspace_poisoned:
@@ -123,7 +134,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
                 "(the workspace read before it was set?)"
             )
         status = WRONG
-    first_bad = {
+    first_bad: FirstBad = {
         "row": int(row),
         "head": int(head),
         "col": int(col),
@@ -179,7 +190,8 @@ def probabilities_stage_problem(probabilities: np.ndarray, q: np.ndarray, k: np.
 def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """[32][rows][keys] float64 q.k / 8, every query head against its KV head h / 4."""
     k_of_head = k.astype(np.float64)[:, np.arange(QUERY_HEADS) // GROUP, :]  # [keys][32][64]
-    return np.einsum("ihd,jhd->hij", q.astype(np.float64), k_of_head) * SCALE
+    scores: np.ndarray = np.einsum("ihd,jhd->hij", q.astype(np.float64), k_of_head) * SCALE
+    return scores
 
 
 def describe_rows(rows: list[int], total: int) -> str:

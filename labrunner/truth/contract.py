@@ -40,13 +40,14 @@ def within_tolerance(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
     This is the only place the rule is written; every verdict and message goes through it.
     """
     out64 = out.astype(np.float64, copy=False)
-    ok = np.abs(out64 - ref) <= ABS_TOLERANCE + REL_TOLERANCE * np.abs(ref)
-    return ok & np.isfinite(out64)
+    ok: np.ndarray = (np.abs(out64 - ref) <= ABS_TOLERANCE + REL_TOLERANCE * np.abs(ref)) & np.isfinite(out64)
+    return ok
 
 
 def exactly_equal(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """The stricter rule of an exact case: a probability of exactly 1 leaves V's row untouched."""
-    return (out.astype(np.float64, copy=False) == ref) & np.isfinite(out)
+    equal: np.ndarray = (out.astype(np.float64, copy=False) == ref) & np.isfinite(out)
+    return equal
 
 
 def query_shape(rows: int) -> tuple[int, int, int]:

@@ -10,6 +10,7 @@ than 1e-12, nothing the driver says about a kernel can be trusted, so it refuses
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from labrunner.truth.cases import CASES_DIR
 GOLDEN_PATH = CASES_DIR / "golden.npz"
 GOLDEN_DECODE_PATH = CASES_DIR / "golden_decode.npz"
 PROOF_TOLERANCE = 1e-12
+# The oracle's two entry points, passed in so a test can prove a broken one fails.
+Attention = Callable[..., np.ndarray]
 
 
 @dataclass
@@ -30,15 +33,15 @@ class OracleProof:
     passed: bool
     file: str = GOLDEN_PATH.name  # the golden file with the largest error (a failure names it)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, object]:
         return {"case": "golden", "max_error": self.max_error, "tolerance": PROOF_TOLERANCE, "passed": self.passed}
 
 
 def prove_oracle(
     path: Path = GOLDEN_PATH,
-    attention=oracle.attention,
+    attention: Attention = oracle.attention,
     decode_path: Path = GOLDEN_DECODE_PATH,
-    decode=oracle.decode_attention,
+    decode: Attention = oracle.decode_attention,
 ) -> OracleProof:
     """Both golden cases: prefill (`attention`) and decode through a block table (`decode`)."""
     with np.load(path) as golden:
@@ -52,12 +55,12 @@ def prove_oracle(
     return OracleProof(max_error=max_error, passed=not failed, file=file)
 
 
-def _max_error(got, expected) -> float:
+def _max_error(got: np.ndarray, expected: np.ndarray) -> float:
     return float(np.max(np.abs(got - expected)))
 
 
 def require_proven_oracle(
-    path: Path = GOLDEN_PATH, attention=oracle.attention, decode=oracle.decode_attention
+    path: Path = GOLDEN_PATH, attention: Attention = oracle.attention, decode: Attention = oracle.decode_attention
 ) -> OracleProof:
     proof = prove_oracle(path, attention, decode=decode)
     if not proof.passed:

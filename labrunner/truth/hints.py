@@ -16,8 +16,12 @@ every case of a grade.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NotRequired, TypedDict
+
 import numpy as np
 
+from labrunner.truth.cases import Case, Inputs
 from labrunner.truth.contract import GROUP, KV_HEADS, QUERY_HEADS, SCALE, within_tolerance
 from labrunner.truth.paged_cache import PAGE_TOKENS
 from labrunner.truth.poison import WORKSPACE_POISON_BITS, carries
@@ -47,7 +51,7 @@ RESCALE_TILES = (1, 16, 32, 64, 128)
 DECODE_EVIDENCE_LIMIT = 200_000
 # Block-table indices a kernel may compute for key j instead of j // 16 (C's division truncates:
 # (j - 1) / 16 is 0 for key 0).
-PAGE_INDEX_SLIPS = {
+PAGE_INDEX_SLIPS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "next-page": lambda j: j // PAGE_TOKENS + 1,
     "previous-page": lambda j: j // PAGE_TOKENS - 1,
     "key-minus-one": lambda j: np.maximum(j - 1, 0) // PAGE_TOKENS,
@@ -55,9 +59,59 @@ PAGE_INDEX_SLIPS = {
 }
 
 
+class Evidence(TypedDict):
+    """What one failing case shows (`gather_evidence`); the decode keys are there for decode cases only."""
+
+    case: str
+    status: str
+    rows: int
+    prefix: int
+    planted: bool
+    last_key: bool
+    nonfinite: int
+    workspace_poisoned: int
+    failing_rows: list[int]
+    heads_wrong: list[int]
+    matches: list[str]  # the variants that reproduce the output
+    kv_heads_read: dict[int, int]  # wrong query head -> the KV head its output is attention over
+    compared: bool  # the variants were recomputed
+    empty_partition_rows: NotRequired[list[int]]
+    partial_page_rows: NotRequired[list[int]]
+    nonfinite_rows: NotRequired[list[int]]
+
+
+class Hint(TypedDict):
+    hazard: str  # one of HAZARDS
+    text: str
+
+
+class AttentionChange(TypedDict, total=False):
+    """The one thing a prefill variant changes (`variant_attention`'s keywords)."""
+
+    scale: float
+    shift: int
+    kv_head: int
+
+
+class DecodeChange(TypedDict, total=False):
+    """The one thing a decode variant changes (`decode_variant`'s keywords)."""
+
+    scale: float
+    kv_head: int
+    page_index: Callable[[np.ndarray], np.ndarray]
+    keys: Callable[[int], int]
+    unrescaled_partition: int
+
+
 def gather_evidence(
-    case, inputs, out: np.ndarray, reference: np.ndarray, status: str, failing_rows: list[int], compare: bool = True
-) -> dict:
+    case: Case,
+    inputs: Inputs,
+    out: np.ndarray,
+    reference: np.ndarray,
+    status: str,
+    failing_rows: list[int],
+    compare: bool = True,
+) -> Evidence:
     """What one failing case shows: plain data, so hints can be derived and tested without a kernel.
 
     `compare`: also recompute the variant oracles and say which reproduce the output (only a wrong
@@ -65,7 +119,7 @@ def gather_evidence(
     """
     bad = ~within_tolerance(out, reference)
     heads_wrong = sorted(int(h) for h in np.flatnonzero(bad.any(axis=(0, 2))))
-    evidence = {
+    evidence: Evidence = {
         "case": case.name,
         "status": status,
         "rows": case.rows,
@@ -88,14 +142,14 @@ def gather_evidence(
     evidence["compared"] = True
     q, k, v = inputs.q, inputs.k, inputs.v
     variants = {
-        "scale-missing": dict(scale=1.0),
-        "scale-doubled": dict(scale=2 * SCALE),
-        "scale-twice": dict(scale=SCALE * SCALE),
-        "causal-plus-one": dict(shift=1),
-        "causal-minus-one": dict(shift=-1),
+        "scale-missing": AttentionChange(scale=1.0),
+        "scale-doubled": AttentionChange(scale=2 * SCALE),
+        "scale-twice": AttentionChange(scale=SCALE * SCALE),
+        "causal-plus-one": AttentionChange(shift=1),
+        "causal-minus-one": AttentionChange(shift=-1),
     }
     if case.prefix:
-        variants["prefix-ignored"] = dict(shift=-case.prefix)
+        variants["prefix-ignored"] = AttentionChange(shift=-case.prefix)
     for name, change in variants.items():
         if _explains(out, variant_attention(q, k, v, case.prefix, **change)):
             evidence["matches"].append(name)
@@ -112,7 +166,9 @@ def gather_evidence(
     return evidence
 
 
-def _record_kv_heads_read(evidence: dict, out: np.ndarray, heads_wrong, per_kv: list[np.ndarray]) -> None:
+def _record_kv_heads_read(
+    evidence: Evidence, out: np.ndarray, heads_wrong: list[int], per_kv: list[np.ndarray]
+) -> None:
     """Which KV head each wrong query head's output is attention over, where another one explains it."""
     for h in heads_wrong:
         for g in range(KV_HEADS):
@@ -121,7 +177,9 @@ def _record_kv_heads_read(evidence: dict, out: np.ndarray, heads_wrong, per_kv: 
                 break
 
 
-def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: np.ndarray, compare: bool) -> dict:
+def _decode_evidence(
+    evidence: Evidence, case: Case, inputs: Inputs, out: np.ndarray, reference: np.ndarray, compare: bool
+) -> Evidence:
     """What a failing decode case shows: which sequences have empty partitions or a partly used last
     page, and which decode variants (a combine without rescaling, a dropped last partition, a slipped
     block-table index, another scale or KV head) reproduce the output."""
@@ -136,14 +194,14 @@ def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: n
         return evidence
     evidence["compared"] = True
     variants = {
-        "scale-missing": dict(scale=1.0),
-        "scale-doubled": dict(scale=2 * SCALE),
-        "scale-twice": dict(scale=SCALE * SCALE),
+        "scale-missing": DecodeChange(scale=1.0),
+        "scale-doubled": DecodeChange(scale=2 * SCALE),
+        "scale-twice": DecodeChange(scale=SCALE * SCALE),
     }
     if partition:
-        variants["combine-no-rescale"] = dict(unrescaled_partition=partition)
-        variants["partition-tail"] = dict(keys=lambda n: n // partition * partition)
-    variants.update({f"page-{name}": dict(page_index=slip) for name, slip in PAGE_INDEX_SLIPS.items()})
+        variants["combine-no-rescale"] = DecodeChange(unrescaled_partition=partition)
+        variants["partition-tail"] = DecodeChange(keys=lambda n: n // partition * partition)
+    variants.update({f"page-{name}": DecodeChange(page_index=slip) for name, slip in PAGE_INDEX_SLIPS.items()})
     for name, change in variants.items():
         if _explains_rows(out, decode_variant(inputs, **change)):
             evidence["matches"].append(name)
@@ -155,11 +213,11 @@ def _decode_evidence(evidence: dict, case, inputs, out: np.ndarray, reference: n
 
 
 def decode_variant(
-    inputs,
+    inputs: Inputs,
     scale: float = SCALE,
     kv_head: int | None = None,
-    page_index=lambda j: j // PAGE_TOKENS,
-    keys=lambda n: n,
+    page_index: Callable[[np.ndarray], np.ndarray] = lambda j: j // PAGE_TOKENS,
+    keys: Callable[[int], int] = lambda n: n,
     unrescaled_partition: int = 0,
 ) -> np.ndarray:
     """Decode through the block table with one thing changed: the scale, one KV head read by every
@@ -167,6 +225,7 @@ def decode_variant(
     (`keys`), or partitions of `unrescaled_partition` keys added up without rescaling each by its
     max. A sequence the change leaves without keys, or sends to a -1 entry, is NaN. float64 `[B][32][64]`."""
     table = inputs.block_table
+    assert table is not None, "a decode variant needs a decode case's inputs"
     heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
     out = np.full(inputs.q.shape, np.nan)
     for b, n in enumerate(inputs.lengths):
@@ -220,27 +279,29 @@ def variant_attention(
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
     vh = np.ascontiguousarray(v.astype(np.float64)[:, heads, :].transpose(1, 0, 2))  # [32][keys][64]
-    return np.matmul(weights, vh).transpose(1, 0, 2)
+    attended: np.ndarray = np.matmul(weights, vh).transpose(1, 0, 2)
+    return attended
 
 
 def _head_scores(q: np.ndarray, k: np.ndarray, heads: np.ndarray) -> np.ndarray:
     """[32][rows][keys] float64 q.k / 8, query head h against KV head heads[h]."""
     kh = np.ascontiguousarray(k.astype(np.float64)[:, heads, :].transpose(1, 2, 0))  # [32][64][keys]
-    return np.matmul(np.ascontiguousarray(q.astype(np.float64).transpose(1, 0, 2)), kh) * SCALE
+    scores: np.ndarray = np.matmul(np.ascontiguousarray(q.astype(np.float64).transpose(1, 0, 2)), kh) * SCALE
+    return scores
 
 
 def online_without_rescale(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int, tile: int, rescaled: str
 ) -> np.ndarray:
-    """The online softmax over key tiles of `tile`, rescaling only `rescaled` ("l", "acc"; "both" is the correct softmax) by
-    exp(m_old - m_new) when a tile raises the max: what a kernel that forgot the other computes."""
+    """The online softmax over key tiles of `tile`, rescaling only `rescaled` ("l", "acc"; "both" is the correct
+    softmax) by exp(m_old - m_new) when a tile raises the max: what a kernel that forgot the other computes."""
     rows, keys = q.shape[0], k.shape[0]
     heads = np.arange(QUERY_HEADS) // GROUP
     vh = np.ascontiguousarray(v.astype(np.float64)[:, heads, :].transpose(1, 0, 2))  # [32][keys][64]
     scores = _head_scores(q, k, heads)
     scores[:, np.arange(keys)[None, :] > (prefix + np.arange(rows))[:, None]] = -np.inf
     m = np.full(scores.shape[:2], -np.inf)
-    l = np.zeros(scores.shape[:2])
+    row_sum = np.zeros(scores.shape[:2])  # the softmax's running denominator, l
     acc = np.zeros((*scores.shape[:2], vh.shape[2]))
     with np.errstate(invalid="ignore"):
         for start in range(0, keys, tile):
@@ -248,12 +309,12 @@ def online_without_rescale(
             m_new = np.maximum(m, s.max(axis=-1))
             alpha = np.where(np.isneginf(m_new), 1.0, np.exp(m - m_new))
             p = np.where(np.isneginf(s), 0.0, np.exp(s - m_new[..., None]))
-            l = (alpha * l if rescaled in ("l", "both") else l) + p.sum(axis=-1)
+            row_sum = (alpha * row_sum if rescaled in ("l", "both") else row_sum) + p.sum(axis=-1)
             acc = (alpha[..., None] * acc if rescaled in ("acc", "both") else acc) + np.matmul(
                 p, vh[:, start : start + tile]
             )
             m = m_new
-    return (acc / l[..., None]).transpose(1, 0, 2)
+    return (acc / row_sum[..., None]).transpose(1, 0, 2)
 
 
 def _explains(out: np.ndarray, variant: np.ndarray) -> bool:
@@ -262,7 +323,7 @@ def _explains(out: np.ndarray, variant: np.ndarray) -> bool:
     return bool(defined.any()) and bool(within_tolerance(out[defined], variant[defined]).all())
 
 
-def derive_hints(evidence: list[dict]) -> list[dict]:
+def derive_hints(evidence: list[Evidence]) -> list[Hint]:
     """At most two hints for a grade, from the evidence of its failing cases (`gather_evidence`)."""
     failing = [e for e in evidence if e.get("status") in ("wrong", "never-written", "race")]
     if not failing:
@@ -375,10 +436,10 @@ def derive_hints(evidence: list[dict]) -> list[dict]:
             "some outputs were never written, or were computed from a value never written: "
             "write every row, head and dim, and read no buffer before it is set"
         )
-    return [{"hazard": hazard, "text": found[hazard]} for hazard in HAZARDS if hazard in found][:MAX_HINTS]
+    return [Hint(hazard=hazard, text=found[hazard]) for hazard in HAZARDS if hazard in found][:MAX_HINTS]
 
 
-def _all_match(failing: list[dict], variant: str) -> bool:
+def _all_match(failing: list[Evidence], variant: str) -> bool:
     """The variant reproduces every failing case it was compared with, and no failure is of another kind."""
     checked = [e for e in failing if e["compared"]]
     return (
@@ -386,7 +447,7 @@ def _all_match(failing: list[dict], variant: str) -> bool:
     )
 
 
-def _failing_suffix(failing: list[dict]) -> int | None:
+def _failing_suffix(failing: list[Evidence]) -> int | None:
     """The first failing row, when every failing case fails exactly on its last row, or on every row
     from a multiple of 8 (where the tiles kernels use begin) to its end, and in at least one case
     that run starts past row 0 (the largest such start); else None."""

@@ -12,6 +12,8 @@ calls on its own GPU (`labrunner.run.gpu_oracle`), so there is one definition, n
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
@@ -20,7 +22,7 @@ from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCA
 _ROW_BLOCK = 256
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp=np) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp: ModuleType = np) -> np.ndarray:
     """Causal grouped-query attention in float64.
 
     q: `[rows][32][64]`; k, v: `[prefix + rows][8][64]`; row i sees keys j <= prefix + i.
@@ -51,7 +53,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp=n
         weights = xp.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
         out[:, :, start:stop, :] = xp.matmul(weights, v64[:, None, :visible_keys, :])
-    return out.transpose(2, 0, 1, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)
+    result: np.ndarray = out.transpose(2, 0, 1, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)
+    return result
 
 
 def decode_attention(
@@ -61,7 +64,7 @@ def decode_attention(
     block_table: np.ndarray,
     seq_lens: np.ndarray,
     page_tokens: int = 16,
-    xp=np,
+    xp: ModuleType = np,
 ) -> np.ndarray:
     """Decode through a block table, in float64: each sequence's one new row against its own keys.
 
@@ -85,4 +88,5 @@ def decode_attention(
             raise ValueError(f"sequence {b}: its {length} keys reach a block-table entry of -1")
         rows = xp.asarray(rows)
         out[b] = attention(q[b : b + 1], k_rows[rows], v_rows[rows], prefix=length - 1, xp=xp)[0]
-    return out
+    result: np.ndarray = out
+    return result

@@ -35,6 +35,7 @@ def evaluate(expression: str | int, partition: int, length: int = 0) -> int:
     total, at = 0, 0
     while at < len(text) or not text:
         match = _TERM.match(text, at)
+        assert match is not None  # every part of the pattern is optional: it matches anywhere
         sign, digits, unit = match.groups()
         if not digits and not unit or (at > 0 and not sign):
             raise ValueError(f"cannot read {expression!r}: terms are integers, p, L or n*p, joined by + and -")

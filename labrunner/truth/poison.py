@@ -43,7 +43,8 @@ def never_written(out: np.ndarray) -> np.ndarray:
 
 def carries(values: np.ndarray, bits: int) -> np.ndarray:
     """True where a float32 holds exactly this NaN: a poison itself, or a value computed from it."""
-    return np.ascontiguousarray(values).view(np.uint32) == bits
+    carried: np.ndarray = np.ascontiguousarray(values).view(np.uint32) == bits
+    return carried
 
 
 @dataclass

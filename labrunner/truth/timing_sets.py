@@ -184,10 +184,11 @@ def _log(x: np.ndarray) -> np.ndarray:
     f = m - 1.0
     s = f / (f + 2.0)
     z = s * s
-    return e * _LN2 + (s + s) * _horner(_ATANH, z)
+    log: np.ndarray = e * _LN2 + (s + s) * _horner(_ATANH, z)
+    return log
 
 
-def _hex_list(values) -> str:
+def _hex_list(values: tuple[float, ...]) -> str:
     return ", ".join(float(v).hex() for v in values)
 
 
