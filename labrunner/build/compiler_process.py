@@ -32,6 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from labrunner import box as boxes
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
@@ -77,7 +78,11 @@ def child_environment(workdir: str) -> dict[str, str]:
     return env
 
 
-def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
+# The child's reply: JSON, checked for the shape it must have (`_parse`) before anything reads it.
+Reply = dict[str, Any]
+
+
+def run_compiler(request: dict[str, object], label: str, limits: CompileLimits) -> Reply:
     """One compile in a limited child: its JSON reply, or a compile error saying which limit it hit."""
     cpu_seconds = int(limits.timeout_s) + 2  # the wall clock decides; this only backs it up
     library = nvrtc_library()
@@ -152,7 +157,7 @@ def run_compiler(request: dict, label: str, limits: CompileLimits) -> dict:
     return reply
 
 
-def _end_group(process: subprocess.Popen) -> None:
+def _end_group(process: subprocess.Popen[bytes]) -> None:
     """Kill the child's whole session; a group already gone is fine."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -160,7 +165,7 @@ def _end_group(process: subprocess.Popen) -> None:
         pass
 
 
-def _parse(out: bytes) -> dict | None:
+def _parse(out: bytes) -> Reply | None:
     try:
         reply = json.loads(out)
     except (ValueError, UnicodeDecodeError):

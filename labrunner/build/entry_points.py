@@ -68,7 +68,8 @@ _MISMATCH = re.compile(r'\[with T=(?P<type>[^\]]+)\]"? at line (?P<line>\d+) of 
 
 def signature_probe(lab: Lab) -> tuple[str, list[tuple[EntryPoint, int]]]:
     """C++ that checks every parameter's type, one line each, and which (kernel, index) each line checks."""
-    lines, checked = [], []
+    lines: list[str] = []
+    checked: list[tuple[EntryPoint, int]] = []
     for kernel in lab.entry_points:
         for index, parameter in enumerate(kernel.parameters):
             rule = PARAMETER_RULES.get(parameter.c_type)

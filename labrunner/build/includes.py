@@ -226,7 +226,9 @@ class _Lexer:
                 line_start, i = True, i + 1
                 continue
             if c in _HSPACE:
-                i = _SPACES.match(text, i).end()
+                spaces = _SPACES.match(text, i)
+                assert spaces is not None  # text[i] is one of them
+                i = spaces.end()
                 continue
             if text.startswith("//", i):
                 i = self._line_end(i)

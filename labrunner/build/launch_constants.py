@@ -14,7 +14,7 @@ on the numbers: a file that asks for terabytes is refused in the time it takes t
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
@@ -92,7 +92,7 @@ def build_plan(lab: Lab, constants: dict[str, int]) -> None:
         lab.workspace(constants, rows, prefix)
 
 
-def timing_shapes(timing: dict) -> list[tuple[int, int]]:
+def timing_shapes(timing: dict[str, Any]) -> list[tuple[int, int]]:
     """(rows, prefix) of every shape the catalogue times: lab 1's pipeline sizes, or one (rows, prefix)."""
     if "sizes" in timing:
         return [(t, 0) for t in timing["sizes"]]

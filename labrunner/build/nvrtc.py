@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import Literal, overload
 
 from labrunner.build.compiler_process import CompileLimits, run_compiler
 from labrunner.build.diagnostics import compiler_error_message, nvrtc_diagnostics
@@ -64,7 +66,7 @@ def compose_source(user_source: str, filename: str) -> str:
     return f'{PRELUDE_INCLUDE}\n#line 1 "{quoted}"\n{user_source}'
 
 
-def _nvrtc():
+def _nvrtc() -> ModuleType:
     try:
         from cuda.bindings import nvrtc
     except ImportError as exc:  # cuda-bindings missing altogether
@@ -72,7 +74,8 @@ def _nvrtc():
             f"NVRTC is not available ({exc}): install attnlab with its dependencies "
             "(pip install -e .) so cuda-bindings and nvidia-cuda-nvrtc are present"
         ) from None
-    return nvrtc
+    module: ModuleType = nvrtc  # cuda-bindings ships no type information
+    return module
 
 
 def nvrtc_version() -> str:
@@ -112,6 +115,35 @@ def compile_module(
     )
 
 
+@overload
+def run_nvrtc(
+    source: str,
+    filename: str,
+    arch: str,
+    extra_options: list[str],
+    limits: CompileLimits = ...,
+    with_binary: Literal[False] = False,
+) -> tuple[bool, str, str]: ...
+
+
+@overload
+def run_nvrtc(
+    source: str, filename: str, arch: str, extra_options: list[str], limits: CompileLimits, with_binary: Literal[True]
+) -> tuple[bool, str, str, bytes]: ...
+
+
+@overload
+def run_nvrtc(
+    source: str,
+    filename: str,
+    arch: str,
+    extra_options: list[str],
+    limits: CompileLimits = ...,
+    *,
+    with_binary: Literal[True],
+) -> tuple[bool, str, str, bytes]: ...
+
+
 def run_nvrtc(
     source: str,
     filename: str,
@@ -119,7 +151,7 @@ def run_nvrtc(
     extra_options: list[str],
     limits: CompileLimits = CompileLimits(),
     with_binary: bool = False,
-):
+) -> tuple[bool, str, str] | tuple[bool, str, str, bytes]:
     """One NVRTC compile, in a limited child process, with the driver's include folders and nothing
     else: (compiled, log, PTX), and the machine code after them when `with_binary`. The log is NVRTC's
     own; show it only through `diagnostics`."""
