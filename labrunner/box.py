@@ -147,10 +147,12 @@ def boxed() -> bool:
 def describe() -> str:
     """One line for `attnlab doctor`: which tool made the box, and its version."""
     tool = bwrap_path()
-    try:
-        version = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError, TypeError):
-        version = "bubblewrap"
+    version = "bubblewrap"  # what it says where bwrap is missing, or does not answer
+    if tool is not None:
+        try:
+            version = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
     return f"{version} ({tool}): mount, PID, IPC, UTS, network and user namespaces, read-only toolchain, /job tmpfs"
 
 

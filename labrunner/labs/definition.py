@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypedDict
+
+import numpy as np
 
 from labrunner import data_dir
+from labrunner.truth.cases import Inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.memory_bound import check_buffers
 
@@ -64,6 +67,18 @@ class Launch:
     args: tuple[str | int, ...]  # buffer names ("q", "k", "v", "out", workspace names) or integers
 
 
+class TimingLayout(TypedDict, total=False):
+    """What a timed call's inputs hold beside the random Q, K and V; empty: nothing."""
+
+    pages: int  # a paged cache's page count
+    fixed: dict[str, np.ndarray]  # the int32 arrays every timed call shares (the block table and lengths)
+
+
+# The check of the buffer a kernel wrote against its definition: (buffer, inputs, rows) -> a problem in words,
+# or None where it agrees.
+StageCheck = Callable[[np.ndarray, Inputs, int], str | None]
+
+
 def attention_flops(rows: int, prefix: int) -> float:
     """4 * 64 FLOPs per visible (query, key) pair per query head: QK^T and PV, a multiply and an add each."""
     visible_pairs = rows * prefix + rows * (rows + 1) // 2
@@ -88,30 +103,30 @@ class Lab:
     baseline: str = "starter"
     # For every grid dimension that runs over rows (or keys): how many one block covers (0: all of them).
     row_tiles: Callable[[dict[str, int]], list[int]] = lambda constants: []
-    # Kernel -> the check of the buffer it writes against the definition ((buffer, inputs, rows) -> a
-    # problem in words, or None), for every kernel but the last: the stage check of a wrong output.
-    stages: dict[str, Callable] = field(default_factory=dict)
+    # Kernel -> the check of the buffer it writes (`StageCheck`), for every kernel but the last: the stage
+    # check of a wrong output.
+    stages: dict[str, StageCheck] = field(default_factory=dict)
     # The file's own partition size (keys per partition; 0: one partition per sequence), from its constants:
     # a decode catalogue's lengths are written against it (see `[geometry] partition_when_whole`).
     partition: Callable[[dict[str, int]], int] = lambda constants: 0
     # What a timed call's inputs hold beside the random Q, K and V, at (rows, prefix, seed): for a paged
     # cache {"pages": how many, "fixed": {name: int32 array}} (the block table and lengths); {}: nothing.
-    timing_layout: Callable[[int, int, int], dict] = lambda rows, prefix, seed: {}
+    timing_layout: Callable[[int, int, int], TimingLayout] = lambda rows, prefix, seed: {}
     # The bytes one call must move at the least, from the timing layout, for a lab graded on bandwidth
     # (its time is also set against a device copy timed in the same run); None: SPEEDUP alone.
-    bytes_to_move: Callable[[int, int, dict], int] | None = None
+    bytes_to_move: Callable[[int, int, TimingLayout], int] | None = None
     # The PyTorch peer `bench --vs <peer>` times beside the student's kernel (`measure.peers`), if any.
     peer: str | None = None
     # The FLOPs of one call at (rows, prefix, timing layout): the roofline's numerator. A prefill's by
     # default (every visible query-key pair); a decode batch counts its sequences' keys from the layout.
-    flops: Callable[[int, int, dict], float] = lambda rows, prefix, layout: attention_flops(rows, prefix)
+    flops: Callable[[int, int, TimingLayout], float] = lambda rows, prefix, layout: attention_flops(rows, prefix)
     # Kernel -> its share of those FLOPs, for a lab of several kernels (a kernel not named does none);
     # a lab of one kernel needs none: it does them all.
     flop_shares: dict[str, float] = field(default_factory=dict)
     # How `profile` names a timing shape (rows, prefix) on the terminal and in the trace.
     shape_label: Callable[[int, int], str] = lambda rows, prefix: f"C = {rows}, P = {prefix}"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         unbounded = [name for name in self.launch_defaults if name not in self.bounds]
         if unbounded or set(self.bounds) - set(self.launch_defaults):
             raise ValueError(

@@ -72,7 +72,8 @@ LAB2 = Lab(
         entry(
             "flash_prefill",
             "const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, int prefixLen",
-            "out[i][h] = softmax over keys j <= prefixLen + i of (q[i][h] . kCache[j][h/4]) / 8, weighting vCache[j][h/4]",
+            "out[i][h] = softmax over keys j <= prefixLen + i of (q[i][h] . kCache[j][h/4]) / 8, "
+            "weighting vCache[j][h/4]",
         ),
     ),
     launch_defaults=DEFAULTS,

@@ -9,6 +9,7 @@ from labrunner.labs.definition import (
     MAX_THREADS_PER_BLOCK,
     Lab,
     Launch,
+    TimingLayout,
     bounded_workspace,
     check_block,
     check_nonnegative,
@@ -91,17 +92,17 @@ def validate(c: dict[str, int]) -> list[str]:
     return problems
 
 
-def timing_layout(batch: int, longest: int, seed: int) -> dict:
+def timing_layout(batch: int, longest: int, seed: int) -> TimingLayout:
     """The timing shape's cache: seeded lengths (one of exactly `longest`), every page used, shuffled."""
     lengths, table = timing_batch(batch, longest, seed)
     return {"pages": int(table.max()) + 1, "fixed": {"blockTable": table, "seqLens": np.array(lengths, dtype=np.int32)}}
 
 
-def timed_bytes(batch: int, longest: int, layout: dict) -> int:
+def timed_bytes(batch: int, longest: int, layout: TimingLayout) -> int:
     return bytes_to_move(layout["fixed"]["seqLens"].tolist(), QUERY_HEADS, KV_HEADS, HEAD_DIM)
 
 
-def timed_flops(batch: int, longest: int, layout: dict) -> float:
+def timed_flops(batch: int, longest: int, layout: TimingLayout) -> float:
     """About 2 FLOPs per byte that must move: 256 per key and query head, 8,192 per key for the 32 heads,
     against the 4,096 bytes of that key's K and V rows (8 KV heads of 64 floats each). That is far left
     of any GPU's ridge point (about 14 FLOP/B on an H200), so decode is memory-bound."""
