@@ -1,5 +1,5 @@
 """`python -m labrunner` is the `attnlab` command."""
 
-from labrunner.commands.cli import main
+from labrunner.cli import main
 
 main(prog_name="attnlab")

@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labrunner.commands.runs import BenchRequest, bench_submission
+from labrunner.pipeline.bench import bench_submission
+from labrunner.pipeline.requests import BenchRequest
 from labrunner.report.results import RunResult
 
 RUNS = 5

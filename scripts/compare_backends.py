@@ -11,8 +11,8 @@ import sys
 import numpy as np
 
 from labrunner.build.gate import load_submission
-from labrunner.commands.grade import resolved_cases
 from labrunner.labs import LABS
+from labrunner.pipeline.cases import resolved_cases
 from labrunner.run.worker import Worker
 from labrunner.truth.cases import DEFAULT_SEED, load_catalogue, make_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS

@@ -29,13 +29,14 @@ import cupy
 
 from labrunner.build.gate import load_submission
 from labrunner.build.nvrtc import compose_source
-from labrunner.commands.benchmark import new_key, per_input_set_medians
-from labrunner.commands.runs import BenchRequest, bench_submission
 from labrunner.labs import get_lab
 from labrunner.measure.gpu_timer import CupyTimer
 from labrunner.measure.input_pool import InputPool
 from labrunner.measure.timed_runs import INPUT_SLOTS, KernelCall
 from labrunner.measure.timing import TimingOptions, compare
+from labrunner.pipeline.bench import bench_submission
+from labrunner.pipeline.requests import BenchRequest
+from labrunner.pipeline.timing import new_key, per_input_set_medians
 from labrunner.report.results import RunResult
 from labrunner.run.gpu_device import GpuDevice
 

@@ -10,7 +10,7 @@ import pytest
 
 @functools.lru_cache(maxsize=1)
 def gpu_reason() -> str | None:
-    from labrunner.commands.grade import gpu_status
+    from labrunner.pipeline.backend import gpu_status
 
     available, words = gpu_status()
     return None if available else words

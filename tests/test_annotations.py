@@ -61,7 +61,7 @@ def test_a_pass_has_no_annotations():
 def test_a_single_file_prints_its_annotations_after_the_verdict(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from labrunner.commands.cli import main
+    from labrunner.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "broken.cu").write_text("// one\nint int x;\n")

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from fixture_suite import FIXTURES, REPO, load_fixtures
 from result_schema import validate_file
 
-from labrunner.commands import batch
-from labrunner.commands.cli import main
+from labrunner.cli import main
 from labrunner.exit_codes import ExitCode
+from labrunner.pipeline import batch
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 COMPILE_ERROR = FIXTURES / "lab2/hostile/foreign_include.cu"

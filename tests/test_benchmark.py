@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 
-import labrunner.commands.benchmark as benchmark
-from labrunner.commands.benchmark import (
+import labrunner.pipeline.timing as benchmark
+from labrunner.labs import get_lab
+from labrunner.measure.timing import Stats, TimingOptions
+from labrunner.pipeline.timing import (
     CpuReferences,
     per_input_set_medians,
     time_pipeline,
     time_speedup,
     verify_timed_outputs,
 )
-from labrunner.labs import get_lab
-from labrunner.measure.timing import Stats, TimingOptions
 from labrunner.truth import oracle
 from labrunner.truth.poison import POISON_BITS
 from labrunner.truth.timing_sets import make_set

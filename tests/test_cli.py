@@ -1,6 +1,6 @@
 """The command line: what each command prints, writes and exits with, on a machine without a GPU.
 
-Most tests call `labrunner.commands.cli.main` through click's CliRunner; a few run `python -m labrunner`
+Most tests call `labrunner.cli.main` through click's CliRunner; a few run `python -m labrunner`
 as a user would, to prove the module entry point and that errors never end in a traceback.
 """
 
@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from labrunner import box as boxes
-from labrunner.commands import grade as grade_module
-from labrunner.commands.cli import main
+from labrunner.cli import main
+from labrunner.pipeline import backend as backend_module
 
 REPO = Path(__file__).resolve().parent.parent
 STARTER = REPO / "kernels/lab2/starter.cu"
@@ -42,11 +42,11 @@ def runner(tmp_path, monkeypatch):
 @pytest.fixture
 def no_gpu(monkeypatch):
     """The same answer on every machine: CuPy sees no GPU."""
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, "no GPU found"))
 
 
 def has_gpu() -> bool:
-    return grade_module.gpu_status()[0]
+    return backend_module.gpu_status()[0]
 
 
 def cpu_backend_ready() -> bool:
@@ -486,7 +486,7 @@ def test_device_gpu_requires_a_gpu_and_says_so_with_exit_6(tmp_path):
     if has_gpu():
         pytest.skip("this machine has a GPU")
     completed = attnlab("grade", "lab2", str(STARTER), "--device", "gpu", "--json", str(tmp_path / "g.json"))
-    words = grade_module.gpu_status()[1]
+    words = backend_module.gpu_status()[1]
     assert completed.returncode == 6
     assert completed.stderr == (
         f"error: {words}. Grade on the CPU instead with --device cpu (correctness only), "

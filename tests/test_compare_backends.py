@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from labrunner.build.gate import load_submission
-from labrunner.commands.grade import resolved_cases
 from labrunner.labs import LABS
+from labrunner.pipeline.cases import resolved_cases
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.truth.cases import load_catalogue
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from labrunner.commands import grade as grade_module
-from labrunner.commands.cli import main
+from labrunner.cli import main
+from labrunner.pipeline import backend as backend_module
 from labrunner.run.cpu.syscall_filter import availability
 from labrunner.run.sandbox import landlock_abi
 
@@ -234,7 +234,7 @@ def no_seccomp(monkeypatch, tmp_path):
     monkeypatch.setattr(
         cpu_device, "cpu_sandbox_status", lambda: "libseccomp is not installed (apt-get install libseccomp2)"
     )
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, "no GPU found"))
     monkeypatch.chdir(tmp_path)
     return CliRunner(env={"COLUMNS": "200"})
 

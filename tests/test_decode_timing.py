@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 
-import labrunner.commands.benchmark as benchmark
-from labrunner.commands.benchmark import CpuReferences, time_speedup
+import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
 from labrunner.measure.gates import apply_bandwidth_gate
 from labrunner.measure.timing import TimingOptions
+from labrunner.pipeline.timing import CpuReferences, time_speedup
 from labrunner.truth.paged_cache import bytes_to_move, timing_batch
 
 LAB = get_lab("lab3")
@@ -155,14 +155,18 @@ def small_catalogue(copy_fraction: float):
 
 @pytest.fixture
 def standin_gpu(monkeypatch, tmp_path, in_process):
-    from labrunner.commands import grade as grade_module
-    from labrunner.commands import runs as runs_module
     from labrunner.measure import device_state
     from labrunner.measure.device_state import DeviceState
+    from labrunner.pipeline import backend as backend_module
+    from labrunner.pipeline import bench as bench_pipeline
+    from labrunner.pipeline import cases as cases_module
+    from labrunner.pipeline import grade as grade_pipeline
+    from labrunner.pipeline import timing as timing_module
 
     device = NumpyGpu()
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, "NVIDIA H200"))
-    monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(device))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
+    monkeypatch.setattr(grade_pipeline, "Worker", lambda backend: InProcessWorker(device))
+    monkeypatch.setattr(bench_pipeline, "Worker", lambda backend: InProcessWorker(device))
     monkeypatch.setattr(
         device_state, "read_device_state", lambda index=0: DeviceState(name="NVIDIA H200", sm_clock_mhz=1980)
     )
@@ -175,10 +179,11 @@ def standin_gpu(monkeypatch, tmp_path, in_process):
 
         from click.testing import CliRunner
 
-        from labrunner.commands.cli import main
+        from labrunner.cli import main
 
-        monkeypatch.setattr(grade_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
-        monkeypatch.setattr(runs_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
+        monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
+        monkeypatch.setattr(timing_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
+        monkeypatch.setattr(bench_pipeline, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
         result = CliRunner(env={"COLUMNS": "200"}).invoke(
             main, ["grade", "lab3", str(LAB.solution_path), "--device", "gpu", "--budget", "0.05", "--json", "r.json"]
         )
@@ -214,11 +219,11 @@ def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_
 
     from click.testing import CliRunner
 
-    from labrunner.commands import runs as runs_module
-    from labrunner.commands.cli import main
+    from labrunner.cli import main
+    from labrunner.pipeline import bench as bench_pipeline
 
     standin_gpu(0.1)  # the catalogue patched in; this grade's own report is not read
-    monkeypatch.setattr(runs_module, "refuse_bench_without_gpu", lambda device: None)
+    monkeypatch.setattr(bench_pipeline, "refuse_bench_without_gpu", lambda device: None)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(
         main, ["bench", "lab3", "--device", "gpu", "--budget", "0.05", "--json", "b.json"]
     )
@@ -233,10 +238,10 @@ def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_
 def test_profile_lab3_no_longer_refuses_it_compiles_the_file_then_asks_for_the_gpu(monkeypatch):
     from click.testing import CliRunner
 
-    from labrunner.commands import grade as grade_module
-    from labrunner.commands.cli import main
+    from labrunner.cli import main
+    from labrunner.pipeline import backend as backend_module
 
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, "no GPU found"))
     result = CliRunner().invoke(main, ["profile", "lab3", str(LAB.solution_path)])
     assert result.exit_code == 6
     assert result.stderr == (

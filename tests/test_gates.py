@@ -9,7 +9,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from labrunner.commands.cli import main
+from labrunner.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.measure.gates import SCHEMA, apply_gate, load_gates, write_gate
 

@@ -56,12 +56,12 @@ def test_another_gpu_is_another_lock(lock_dir):
 
 
 def test_grading_locks_the_gpu_it_runs_on_and_nothing_on_the_cpu(lock_dir, monkeypatch):
-    from labrunner.commands import runs
+    from labrunner.pipeline import backend as backend_module
 
-    monkeypatch.setattr(runs, "gpu_key", lambda: "bus-0000_01_00.0")
-    with runs.gpu_share("gpu", "checking"):
+    monkeypatch.setattr(backend_module, "gpu_key", lambda: "bus-0000_01_00.0")
+    with backend_module.gpu_share("gpu", "checking"):
         assert (probe("shared"), probe("exclusive")) == ("free", "held")
-    with runs.gpu_share("gpu", "timing"):
+    with backend_module.gpu_share("gpu", "timing"):
         assert probe("shared") == "held"
-    with runs.gpu_share("cpu", "timing"):
+    with backend_module.gpu_share("cpu", "timing"):
         assert probe("exclusive") == "free"

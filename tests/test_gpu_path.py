@@ -17,12 +17,15 @@ import pytest
 from click.testing import CliRunner
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu, WritesPastTheEnd
 
-from labrunner.commands import grade as grade_module
-from labrunner.commands import runs as runs_module
-from labrunner.commands.cli import main
+from labrunner.cli import main
 from labrunner.exit_codes import ExitCode
 from labrunner.measure import device_state
 from labrunner.measure.device_state import DeviceState
+from labrunner.pipeline import backend as backend_module
+from labrunner.pipeline import bench as bench_pipeline
+from labrunner.pipeline import cases as cases_module
+from labrunner.pipeline import grade as grade_pipeline
+from labrunner.pipeline import timing as timing_module
 from labrunner.run.gpu_device import GuardedBuffer
 from labrunner.truth.cases import Case, Catalogue
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, inspect_guards
@@ -48,14 +51,16 @@ class StandinGpu:
 @pytest.fixture
 def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
     gpu = StandinGpu()
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, GPU))
-    monkeypatch.setattr(runs_module, "Worker", gpu.worker)
-    monkeypatch.setattr(grade_module, "load_catalogue", lambda lab: SMALL)
-    monkeypatch.setattr(runs_module, "load_catalogue", lambda lab: SMALL)
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, GPU))
+    monkeypatch.setattr(grade_pipeline, "Worker", gpu.worker)
+    monkeypatch.setattr(bench_pipeline, "Worker", gpu.worker)
+    monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: SMALL)
+    monkeypatch.setattr(timing_module, "load_catalogue", lambda lab: SMALL)
+    monkeypatch.setattr(bench_pipeline, "load_catalogue", lambda lab: SMALL)
     monkeypatch.setattr(device_state, "read_device_state", lambda index=0: DeviceState(name=GPU, sm_clock_mhz=1980))
-    import labrunner.commands.benchmark as benchmark
     import labrunner.measure.gpu_timer
     import labrunner.measure.input_pool as input_pool
+    import labrunner.pipeline.timing as benchmark
 
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)  # the sets' definition, in numpy

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from labrunner.build import nvrtc
 from labrunner.build.includes import refuse_foreign_includes
-from labrunner.commands.cli import main
+from labrunner.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"

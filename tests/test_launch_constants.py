@@ -24,10 +24,10 @@ from result_schema import validate_file
 from labrunner.build import launch_constants
 from labrunner.build.gate import load_submission
 from labrunner.build.launch_constants import build_plan, check_launch_constants, planned_shapes
-from labrunner.commands.grade import CaseOptions, select_cases
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
 from labrunner.labs.definition import MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, Lab
+from labrunner.pipeline.cases import CaseOptions, select_cases
 from labrunner.truth import memory_bound
 from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue
 from labrunner.truth.memory_bound import MAX_BUFFER_BYTES, OverBound
@@ -313,7 +313,7 @@ def test_the_hostile_fixtures_expect_a_compile_error():
 # every child it waited for.
 MEASURED = """
 import json, resource, sys
-from labrunner.commands.cli import main
+from labrunner.cli import main
 report, args = sys.argv[1], sys.argv[2:]
 before = resource.getrusage(resource.RUSAGE_SELF)
 try:

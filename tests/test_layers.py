@@ -31,11 +31,11 @@ def test_the_package_keeps_every_contract():
 def test_a_lower_stage_importing_a_higher_one_breaks_the_layers(tmp_path):
     root = copy_of_the_package(tmp_path)
     oracle = root / "labrunner/truth/oracle.py"
-    oracle.write_text(oracle.read_text() + "\nfrom labrunner.commands import grade  # noqa\n")
+    oracle.write_text(oracle.read_text() + "\nfrom labrunner.pipeline import grade  # noqa\n")
     completed = lint_imports(root)
     assert completed.returncode == 1
     assert "Stages import downward only BROKEN" in completed.stdout
-    assert "labrunner.truth.oracle -> labrunner.commands.grade" in completed.stdout
+    assert "labrunner.truth.oracle -> labrunner.pipeline.grade" in completed.stdout
 
 
 def test_timing_that_imports_the_checker_breaks_its_contract(tmp_path):

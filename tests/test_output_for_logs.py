@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from labrunner.commands import grade as grade_module
-from labrunner.commands.cli import main
+from labrunner.cli import main
+from labrunner.pipeline import backend as backend_module
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTION = REPO / "kernels/lab2/solution.cu"
@@ -45,7 +45,7 @@ def piped(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, "no GPU found"))
 
 
 @needs_cpu_backend
@@ -101,7 +101,7 @@ def test_columns_is_honoured_for_what_fits():
 def test_a_message_with_brackets_keeps_them(runner_no_gpu):
     runner, monkeypatch = runner_no_gpu
     message = "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, message))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, message))
     result = runner.invoke(main, ["grade", "lab2", str(SOLUTION)])
     assert result.exit_code == 6
     assert result.stderr == (

@@ -17,12 +17,12 @@ import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu, NumpyPeer
 from result_schema import validate_result
 
-import labrunner.commands.benchmark as benchmark
 import labrunner.measure.timed_runs as timed_runs
-from labrunner.commands.benchmark import CpuReferences, check_peer, time_pipeline, time_speedup
+import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
 from labrunner.measure import peers
 from labrunner.measure.timing import TimingOptions
+from labrunner.pipeline.timing import CpuReferences, check_peer, time_pipeline, time_speedup
 from labrunner.report.results import RunResult
 
 LAB2, LAB1 = get_lab("lab2"), get_lab("lab1")
@@ -342,13 +342,13 @@ def printed(monkeypatch):
 
 
 def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=ROWS, prefix=PREFIX):
-    """`runs.run_lab_timing` as bench runs it, on the stand-in GPU, the references in numpy."""
+    """`timing_module.run_lab_timing` as bench runs it, on the stand-in GPU, the references in numpy."""
     from labrunner.build.gate import load_submission
-    from labrunner.commands import runs
+    from labrunner.pipeline import timing as timing_module
 
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
     monkeypatch.setattr(
-        runs,
+        timing_module,
         "load_catalogue",
         lambda name: type("Catalogue", (), {"timing": {"rows": rows, "prefix": prefix, "sizes": [16]}}),
     )
@@ -356,7 +356,7 @@ def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=RO
     result = RunResult("bench", lab.name)
     worker = InProcessWorker(NumpyGpu(None))
     worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
-    runs.run_lab_timing(lab, submission, worker, 3, OPTIONS, result, None, baseline, "sm_90", peer=peer)
+    timing_module.run_lab_timing(lab, submission, worker, 3, OPTIONS, result, None, baseline, "sm_90", peer=peer)
     return result
 
 
@@ -428,7 +428,7 @@ def test_bench_lab1_with_a_peer_that_fails_its_check_times_the_pipeline_alone(in
 def cli(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from labrunner.commands.cli import main
+    from labrunner.cli import main
 
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
@@ -464,7 +464,7 @@ def test_bench_vs_expert_without_the_file_is_a_usage_error(cli, kernels_without_
 
 
 def test_bench_vs_expert_resolves_to_the_labs_expert_file(kernels_without_expert):
-    from labrunner.commands.runs import resolve_baseline
+    from labrunner.pipeline.bench import resolve_baseline
 
     expert = kernels_without_expert / "lab2" / "expert.cu"
     expert.write_text("// the expert reference\n")
@@ -600,21 +600,27 @@ def standin_bench(monkeypatch, tmp_path):
     """`--device gpu` finds a GPU whose worker runs on the numpy stand-in (as in test_gpu_path.py)."""
     import labrunner.measure.gpu_timer
     import labrunner.measure.input_pool as input_pool
-    from labrunner.commands import grade as grade_module
-    from labrunner.commands import runs as runs_module
     from labrunner.measure import device_state
+    from labrunner.pipeline import backend as backend_module
+    from labrunner.pipeline import bench as bench_pipeline
+    from labrunner.pipeline import grade as grade_pipeline
+    from labrunner.pipeline import timing as timing_module
     from labrunner.truth.cases import Case, Catalogue
 
     catalogues = {
         "lab2": Catalogue(lab="lab2", cases=(), timing={"rows": ROWS, "prefix": PREFIX}),
         "lab1": Catalogue(lab="lab1", cases=(), timing={"sizes": [16, 32]}),
     }
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (True, "NVIDIA H200"))
-    monkeypatch.setattr(runs_module, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
-    monkeypatch.setattr(runs_module, "load_catalogue", catalogues.get)
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
+    monkeypatch.setattr(grade_pipeline, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
+    monkeypatch.setattr(bench_pipeline, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
+    monkeypatch.setattr(timing_module, "load_catalogue", catalogues.get)
+    monkeypatch.setattr(bench_pipeline, "load_catalogue", catalogues.get)
     checks = {"lab2": Case("C3-P31", ROWS, PREFIX), "lab1": Case("T16", 16, 0)}  # small: the stand-in is the oracle
     monkeypatch.setattr(
-        runs_module, "bench_check_case", lambda lab, catalogue, request, constants=None: checks[lab.name]
+        bench_pipeline,
+        "bench_check_case",
+        lambda lab, catalogue, constants=None, chunk=None, prefix=None: checks[lab.name],
     )
     monkeypatch.setattr(
         device_state,
@@ -633,7 +639,7 @@ def bench(*args: str):
 
     from click.testing import CliRunner
 
-    from labrunner.commands.cli import main
+    from labrunner.cli import main
 
     result = CliRunner(env={"COLUMNS": "250"}).invoke(
         main, ["bench", *args, "--device", "gpu", "--budget", "0.05", "--json", "r.json", "--junit", "r.xml"]

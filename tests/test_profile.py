@@ -16,14 +16,14 @@ from rich.console import Console
 from test_range_pass import stand_in_ncu
 from test_trace import ClockGpu, FakeCupti
 
-import labrunner.commands.profile as profile_module
-import labrunner.commands.runs as runs_module
 import labrunner.measure.gpu_facts as gpu_facts
-from labrunner.commands import grade as grade_module
-from labrunner.commands.cli import main
-from labrunner.commands.profile import ProfileRequest, profile_submission
+import labrunner.pipeline.profile as profile_module
+from labrunner.cli import main
 from labrunner.labs import get_lab
 from labrunner.measure.trace import run_trace
+from labrunner.pipeline import backend as backend_module
+from labrunner.pipeline import prepare as prepare_module
+from labrunner.pipeline.profile import ProfileRequest, profile_submission
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
 from labrunner.run.worker import CaseRun
@@ -102,7 +102,7 @@ def stand_ins(tmp_path, monkeypatch):
     csv_file = tmp_path / "lab1.csv"
     csv_file.write_text(lab1_csv())
     args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(csv_file))} "$log"\n')
-    monkeypatch.setattr(runs_module, "resolve_backend", lambda device, unsafe_cpu=False: ("gpu", []))
+    monkeypatch.setattr(prepare_module, "resolve_backend", lambda device, unsafe_cpu=False: ("gpu", []))
     monkeypatch.setattr(profile_module, "device_facts", lambda backend: {"name": "NVIDIA H200"})
     monkeypatch.setattr(gpu_facts, "read_gpu_facts", lambda *a, **k: dict(H200_FACTS))
     monkeypatch.setitem(__import__("sys").modules, "cupti", None)  # no cupti-python: the trace uses events
@@ -197,7 +197,7 @@ def runner(tmp_path, monkeypatch):
 
 
 def test_profile_without_a_gpu_is_exit_6_after_the_compile_gate(runner, monkeypatch):
-    monkeypatch.setattr(grade_module, "gpu_status", lambda: (False, "no GPU found"))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, "no GPU found"))
     result = runner.invoke(main, ["profile", "lab2", str(get_lab("lab2").solution_path)])
     assert result.exit_code == 6
     assert result.stderr == (
@@ -243,7 +243,7 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
 
     result = RunResult("grade", "lab2", "solution.cu", backend="gpu")
     profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
-    starter = runs_module.display_path(lab.starter_path)
+    starter = prepare_module.display_path(lab.starter_path)
     assert printed.getvalue() == (
         "Range pass at C = 2048, P = 2048 (ncu): solution.cu 2.177 ms, DRAM 52.4 MB, SM 74%, compute-bound: "
         f"23.7 TFLOP/s, 35% of the FP32 roof | {starter} 28.413 ms, DRAM 65.0 MB, SM 55%, compute-bound: "
@@ -352,7 +352,7 @@ def lab3_contenders():
     from labrunner.build.gate import load_submission
 
     lab = get_lab("lab3")
-    starter = runs_module.display_path(lab.starter_path)
+    starter = prepare_module.display_path(lab.starter_path)
     return lab, [
         ("solution.cu", "student", load_submission(lab, lab.solution_path, "solution.cu")),
         (starter, "starter", load_submission(lab, lab.starter_path, starter)),
@@ -377,7 +377,7 @@ def test_decode_at_lab3s_timing_shape_does_2_flop_per_byte_that_must_move():
 
 def kernel_flops_of(lab):
     """The partial kernel does every q . k and p * v; the combine's rescaling counts for none."""
-    from labrunner.commands.profile import kernel_flops
+    from labrunner.pipeline.profile import kernel_flops
 
     return kernel_flops(lab, "decode_partial", 9_516_892_160.0), kernel_flops(lab, "decode_combine", 9_516_892_160.0)
 
@@ -385,8 +385,8 @@ def kernel_flops_of(lab):
 def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_layout_not_its_values(
     tmp_path, monkeypatch
 ):
-    from labrunner.commands.profile import PROFILE_KEY_WORD, range_pass
     from labrunner.measure.roofline import ceilings_from_facts
+    from labrunner.pipeline.profile import PROFILE_KEY_WORD, range_pass
 
     _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
     lab, contenders = lab3_contenders()
@@ -545,7 +545,7 @@ def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender
 ):
     import labrunner.measure.input_pool as input_pool
     import labrunner.run.profile_target as target
-    from labrunner.commands.profile import range_pass
+    from labrunner.pipeline.profile import range_pass
     from labrunner.truth.timing_sets import make_set
 
     _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
@@ -580,8 +580,8 @@ def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender
     assert [(who, kernel) for who, kernel, _ in launched] == [
         ("solution.cu", "decode_partial"),
         ("solution.cu", "decode_combine"),
-        (runs_module.display_path(lab.starter_path), "decode_partial"),
-        (runs_module.display_path(lab.starter_path), "decode_combine"),
+        (prepare_module.display_path(lab.starter_path), "decode_partial"),
+        (prepare_module.display_path(lab.starter_path), "decode_combine"),
     ] * 4
     solution, starter = launched[0][2], launched[2][2]
     for name in ("q", "k", "v"):

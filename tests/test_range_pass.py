@@ -22,10 +22,10 @@ from box_paths import tmp_entries_of
 
 from labrunner import box as boxes
 from labrunner.build.gate import load_submission
-from labrunner.commands.profile import range_pass
 from labrunner.labs import get_lab
 from labrunner.measure.range_pass import METRICS, RangePassUnavailable, parse_ncu_csv, parse_number, run_ncu
 from labrunner.measure.roofline import ceilings_from_facts
+from labrunner.pipeline.profile import range_pass
 
 DATA = Path(__file__).parent / "data" / "ncu_lab2_solution_starter.csv"
 H200, _ = ceilings_from_facts(

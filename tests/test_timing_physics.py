@@ -17,8 +17,12 @@ import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 from result_schema import validate_result
 
-import labrunner.commands.benchmark as benchmark
-from labrunner.commands.benchmark import (
+import labrunner.pipeline.timing as benchmark
+from labrunner.labs import get_lab
+from labrunner.measure.physics import MIB, Limits, impossible, limits
+from labrunner.measure.roofline import tensor_core_peak
+from labrunner.measure.timing import Stats, TimingOptions
+from labrunner.pipeline.timing import (
     CpuReferences,
     attention_bytes_must_move,
     bytes_each_kernel_must_move,
@@ -26,10 +30,6 @@ from labrunner.commands.benchmark import (
     time_pipeline,
     time_speedup,
 )
-from labrunner.labs import get_lab
-from labrunner.measure.physics import MIB, Limits, impossible, limits
-from labrunner.measure.roofline import tensor_core_peak
-from labrunner.measure.timing import Stats, TimingOptions
 from labrunner.report.results import RunResult
 
 LAB1, LAB2, LAB3 = get_lab("lab1"), get_lab("lab2"), get_lab("lab3")
@@ -454,18 +454,18 @@ def test_a_kernel_the_timer_reports_impossibly_fast_gets_no_time(standin):
 def test_bench_lab1_past_the_copy_is_wrong_exit_1_with_the_message_and_no_timing(monkeypatch):
     from rich.console import Console
 
-    from labrunner.commands import runs
+    from labrunner.pipeline import timing as timing_module
     from labrunner.report import terminal
 
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(terminal, "stdout", Console(file=out, width=2000, highlight=False))
     monkeypatch.setattr(terminal, "stderr", Console(file=err, width=2000, highlight=False))
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
-    monkeypatch.setattr(runs, "load_catalogue", lambda name: SimpleNamespace(timing={"sizes": [2048]}))
+    monkeypatch.setattr(timing_module, "load_catalogue", lambda name: SimpleNamespace(timing={"sizes": [2048]}))
     result = RunResult("bench", "lab1", backend="gpu")
     submission = SimpleNamespace(constants=LAB1.constants({}), label="skip_when_alone.cu")
     worker = ScriptedPipeline({**HONEST_KERNELS, "attn_softmax": [0.205, 0.100]})
-    runs.run_lab_timing(LAB1, submission, worker, 3, NO_CHECKS, result, None, None, "sm_90")
+    timing_module.run_lab_timing(LAB1, submission, worker, 3, NO_CHECKS, result, None, None, "sm_90")
     data = result.to_json()
     assert (data["verdict"], data["exit_code"], data["decisive_case"], data["timing"]) == (
         "wrong",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from labrunner.commands.cli import main
+from labrunner.cli import main
 from labrunner.measure.traffic import TrafficShape, traffic
 
 LESSON_TABLE = [

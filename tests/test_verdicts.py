@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 
 from labrunner.build.diagnostics import gcc_diagnostics
-from labrunner.commands.grade import CaseOptions, select_cases
 from labrunner.labs import get_lab
+from labrunner.pipeline.cases import CaseOptions, select_cases
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
 from labrunner.report.results import CaseResult, RunResult, write_json

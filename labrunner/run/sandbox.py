@@ -21,7 +21,7 @@ outside, modelled on ioi/isolate's checklist (environment, directories, limits):
 Where no box can be made (`box.availability()` says why), a process starts as before the box
 existed: in a private host folder, with the same environment, limits and confinements, and, where
 the kernel allows it, as the first process of a PID namespace of its own. The CPU backend then
-refuses to grade unless `--unsafe-cpu` (see `commands/grade.py`); the GPU path says it runs unboxed.
+refuses to grade unless `--unsafe-cpu` (see `pipeline/backend.py`); the GPU path says it runs unboxed.
 """
 
 from __future__ import annotations

@@ -5,16 +5,18 @@ from __future__ import annotations
 import platform
 
 from labrunner import box as boxes
+from labrunner.build.nvrtc import nvrtc_version
+from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
+from labrunner.pipeline import backend
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.cpu_device import cpu_backend_status
+from labrunner.truth.golden import prove_oracle
 
 
 def diagnose() -> list[tuple[str, bool, str]]:
-    from labrunner.build.nvrtc import nvrtc_version
-    from labrunner.commands.grade import gpu_status
-    from labrunner.exit_codes import AttnlabError
-    from labrunner.truth.golden import prove_oracle
-
     rows: list[tuple[str, bool, str]] = []
-    gpu_ok, words = gpu_status()
+    gpu_ok, words = backend.gpu_status()
     rows.append(("GPU and driver", gpu_ok, words if gpu_ok else f"{words}: grade with --device cpu (correctness only)"))
     try:
         import cupy
@@ -26,8 +28,6 @@ def diagnose() -> list[tuple[str, bool, str]]:
         rows.append(("NVRTC (compile gate)", True, nvrtc_version()))
     except AttnlabError as exc:
         rows.append(("NVRTC (compile gate)", False, exc.message))
-    from labrunner.run.cpu_device import cpu_backend_status
-
     cpu_ok, cpu_words = cpu_backend_status()
     rows.append(("C++ compiler (CPU backend)", cpu_ok, cpu_words))
     unboxed = boxes.availability()
@@ -48,8 +48,6 @@ def diagnose() -> list[tuple[str, bool, str]]:
 
 def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
     """The backend `--device` would grade on here; exit 6 naming the ones that work when it is unusable."""
-    from labrunner.exit_codes import environment_error
-
     found = {name: (ok, words) for name, ok, words in rows}
     usable = {
         "gpu": found["GPU and driver"][0] and found["CuPy"][0] and found["NVRTC (compile gate)"][0],
@@ -57,9 +55,9 @@ def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
     }
     working = [name for name, ok in usable.items() if ok]
     chosen = {"gpu": ["gpu"], "cpu": ["cpu"], "auto": ["gpu", "cpu"]}[device]
-    for backend in chosen:
-        if usable[backend]:
-            return backend
+    for candidate in chosen:
+        if usable[candidate]:
+            return candidate
     others = (
         f"usable here: {', '.join(working)} (grade with --device {working[0]})"
         if working
@@ -69,3 +67,14 @@ def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
         f"--device {device}: {'no backend' if device == 'auto' else f'the {device} backend'} "
         f"is unusable on this machine; {others}"
     )
+
+
+def doctor_machine(device: str, result: RunResult) -> None:
+    """The rows, the oracle's own proof, and exit 6 where the backend asked for is unusable here."""
+    rows = diagnose()
+    result.notes = [f"{name}: {'ok' if ok else 'missing'}: {words}" for name, ok, words in rows]
+    result.oracle_proof = prove_oracle().to_json()
+    terminal.doctor_report(rows)
+    if not result.oracle_proof["passed"]:
+        raise AttnlabError("the oracle failed its golden proof", ExitCode.ENVIRONMENT)
+    require_backend(device, rows)

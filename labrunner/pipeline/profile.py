@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,16 +38,20 @@ import numpy as np
 import labrunner
 from labrunner import box as boxes
 from labrunner.build.gate import Submission, load_submission
-from labrunner.commands.grade import CaseOptions, load_student, run_one_case
-from labrunner.commands.runs import BenchRequest, bench_check_case, device_facts, display_path, prepare
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
 from labrunner.measure.roofline import Ceilings, Point, ceilings_from_facts
 from labrunner.measure.trace import KernelSlice, slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.pipeline.backend import device_facts
+from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
+from labrunner.pipeline.prepare import display_path, load_student, prepare
+from labrunner.pipeline.requests import ProfileRequest
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
+from labrunner.report.roofline_plot import plot_roofline, require_matplotlib
+from labrunner.report.trace_events import write_trace
 from labrunner.run.sandbox import scrubbed_environment
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import load_catalogue, random_inputs
@@ -55,28 +59,12 @@ from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS
 
 SCHEMA = "attnlab.profile/1"
-DEFAULT_CALLS = 5
 WARMUP_CALLS = 3  # unprofiled calls of every contender before ncu's one, so the clocks are up
 RANGE_TIMEOUT_S = 600.0
 TRACE_TIMEOUT_S = 300.0
 # A profile's inputs' own stream, beside the seed: in the prefill generator's seed and as the second
 # word of a paged cache's timing-set key alike.
 PROFILE_KEY_WORD = 0x70F11E
-
-
-@dataclass
-class ProfileRequest:
-    lab: str
-    file: Path
-    seed: int | None = None
-    timeout_s: float | None = None
-    arch: str = "sm_90"
-    calls: int = DEFAULT_CALLS
-    trace_path: Path | None = None
-    plot_path: Path | None = None
-    ncu_csv_path: Path | None = None
-    range_pass: bool = True
-    cupti: bool = True
 
 
 def profile_inputs(seed: int, rows: int, prefix: int) -> dict:
@@ -120,15 +108,13 @@ def kernel_flops(lab: Lab, kernel: str, call_flops: float) -> float:
 
 def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     if request.plot_path:
-        from labrunner.report.roofline_plot import require_matplotlib
-
         require_matplotlib()
     lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
     result.device = device_facts(backend)
     profile: dict = {"schema": SCHEMA}
     result.profile = profile
     catalogue = load_catalogue(lab.name)
-    check_case = bench_check_case(lab, catalogue, BenchRequest(lab=lab.name, file=None), submission.constants)
+    check_case = bench_check_case(lab, catalogue, submission.constants)
     shapes = timing_shapes(lab)
     with Worker(backend) as worker:
         load_student(worker, lab, submission)
@@ -184,8 +170,6 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     profile["ceilings"] = ceilings.to_json() if ceilings else None
     terminal.trace_report(profile["trace"])
     if request.trace_path:
-        from labrunner.report.trace_events import write_trace
-
         write_trace(
             profile["trace"]["slices"],
             (result.device or {}).get("name") or "GPU",
@@ -228,8 +212,6 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     terminal.traffic_beside_measured(profile)
     terminal.must_move_beside_measured(profile)
     if request.plot_path:
-        from labrunner.report.roofline_plot import plot_roofline
-
         points = roofline_points(profile)
         if profile["ceilings"] is None:
             terminal.note(f"--plot: nothing drawn, the ceilings are unknown ({profile['ceilings_problem']})")
@@ -264,8 +246,6 @@ def trace_source_words(source: str) -> str:
 
 def fill_from_compile(slices: list[KernelSlice], submission: Submission) -> list[KernelSlice]:
     """Events know no registers or static shared memory: take them from the compile gate's report."""
-    from dataclasses import replace
-
     resources = submission.module.resources
     filled = []
     for s in slices:

@@ -18,22 +18,30 @@ from __future__ import annotations
 
 import random
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from labrunner.build.compiler_process import CompileLimits
+from labrunner.build.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.device_state import clock_drop_warning
+from labrunner.measure.gates import DEFAULT_COPY_FRACTION
 from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.physics import Limits, impossible, limits
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.measure.traffic import TrafficShape, traffic
-from labrunner.report.results import CaseResult
-from labrunner.run.untrusted_text import shown
+from labrunner.pipeline.prepare import display_path
+from labrunner.report import terminal
+from labrunner.report.results import CaseResult, RunResult
+from labrunner.run.gpu_oracle import GpuOracle
+from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
+from labrunner.truth.cases import load_catalogue
 from labrunner.truth.check import OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS, make_set
@@ -74,8 +82,6 @@ class CpuReferences:
 
 def gpu_references() -> References:
     """The driver's GPU oracle, proven; a GPU the driver cannot use is an environment error (exit 6)."""
-    from labrunner.run.gpu_oracle import GpuOracle
-
     try:
         return GpuOracle()
     except AttnlabError:
@@ -637,3 +643,99 @@ def _common(first: dict, last: dict) -> dict:
         "l2_flush_bytes": first["l2_flush_bytes"],
         "warnings": warnings,
     }
+
+
+def run_lab_timing(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    seed: int,
+    options: TimingOptions,
+    result: RunResult,
+    timeout_s: float | None,
+    baseline: Path | None,
+    arch: str,
+    chunk: int | None = None,
+    prefix: int | None = None,
+    limits: CompileLimits = CompileLimits(),
+    peer: str | None = None,
+) -> None:
+    catalogue = load_catalogue(lab.name)
+    if lab.baseline == "none":
+        sizes = catalogue.timing["sizes"]
+        checked = peer_checked(peer, worker, sizes[0], 0, result)
+        terminal.note(
+            "timing the pipeline at "
+            + ", ".join(f"T = {t}" for t in sizes)
+            + (f", interleaved with {checked['label']}" if ready(checked) else "")
+        )
+        timing, failure = time_pipeline(
+            lab, worker, submission.constants, sizes, seed, options, peer=peer if ready(checked) else None
+        )
+    else:
+        rows = chunk or catalogue.timing["rows"]
+        cached = catalogue.timing["prefix"] if prefix is None else prefix
+        checked = peer_checked(peer, worker, rows, cached, result)
+        if ready(checked):
+            rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
+            terminal.note(
+                f"timing {submission.label} against {checked['label']} at C = {rows}, P = {cached}, interleaved{rounds}"
+            )
+            timing, failure = time_speedup(
+                lab,
+                worker,
+                submission.constants,
+                None,
+                rows,
+                cached,
+                seed,
+                options,
+                submission.label,
+                checked["label"],
+                baseline_peer=peer,
+            )
+            finish_timing(result, timing, failure, checked)
+            return
+        baseline = baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
+        base = load_submission(lab, baseline, shown_path(display_path(baseline)), arch, limits)
+        worker.load(
+            "baseline",
+            base.module.composed_source,
+            base.label,
+            lab.entry_point_types(),
+            binary=(base.module.arch, base.module.cubin),
+        )
+        rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
+        shape = f"B = {rows}, longest {cached}" if lab.bytes_to_move else f"C = {rows}, P = {cached}"
+        terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
+        timing, failure = time_speedup(
+            lab, worker, submission.constants, base.constants, rows, cached, seed, options, submission.label, base.label
+        )
+        if timing and "bandwidth" in timing:
+            timing["bandwidth"]["required_fraction"] = catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
+    finish_timing(result, timing, failure, checked)
+
+
+def peer_checked(peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult) -> dict | None:
+    """The peer's record after its check before timing (`check_peer` above); one line where it is
+    not timed (a note where PyTorch is missing, an error where it ran and failed)."""
+    if peer is None:
+        return None
+    checked = check_peer(peer, worker, rows, prefix)
+    if not ready(checked):
+        (terminal.note if checked["status"] == "missing" else terminal.error)(checked["message"])
+        result.notes.append(checked["message"])
+    return checked
+
+
+def ready(checked: dict | None) -> bool:
+    return checked is not None and checked["status"] == "checked"
+
+
+def finish_timing(result: RunResult, timing: dict | None, failure, checked: dict | None) -> None:
+    if failure:
+        result.cases.append(failure)
+        terminal.error(f"{failure.name}: {failure.message}")
+    if timing is not None and checked is not None and "peer" not in timing:
+        timing["peer"] = checked  # a peer that was asked for and not timed: the record says why
+    result.timing = timing

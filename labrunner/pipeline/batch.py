@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import click
-
-from labrunner.commands.runs import gates_not_applied
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
+from labrunner.labs import get_lab
+from labrunner.pipeline.backend import resolve_backend
+from labrunner.pipeline.grade import gates_not_applied
+from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
 from labrunner.report.gradebook import row as gradebook_row
@@ -299,31 +300,6 @@ def report_names(files: list[Path]) -> list[str]:
     return names
 
 
-def passed_options(command: click.Command, params: dict, leave_out: set[str]) -> tuple[str, ...]:
-    """The grade command's options as the user gave them, spelled again for each submission's process.
-
-    Read from click's own definitions, so an option added to `grade` passes through unchanged. A seed
-    taken from $ATTNLAB_SEED is never written out: each process reads it from its environment, so a
-    secret seed never appears on a command line."""
-    words: list[str] = []
-    for option in command.params:
-        if not isinstance(option, click.Option) or option.name in leave_out or option.name not in params:
-            continue
-        value = params[option.name]
-        if value is None or value == option.default or (option.multiple and not value):
-            continue
-        if option.is_flag and option.secondary_opts:
-            words.append(option.opts[0] if value else option.secondary_opts[0])
-        elif option.is_flag:
-            words += [option.opts[0]] if value else []
-        elif option.multiple:
-            for item in value:
-                words += [option.opts[0], str(item)]
-        else:
-            words += [option.opts[0], str(value)]
-    return tuple(words)
-
-
 # --- the executors ----------------------------------------------------------------------------
 
 
@@ -479,15 +455,11 @@ def grade_batch(
     """Grade every submission, write the reports, print the gradebook; returns the batch's exit code.
 
     `job` and `executor` are for tests: a job that dies, submitit's local executor injected."""
-    from labrunner.labs import get_lab
-
     get_lab(lab)  # an unknown lab is one usage error, not one per submission
     files = expand_submissions(paths)
     prepare_outputs(batch)
     backend, gpus = "gpu", []
     if batch.executor == "local":
-        from labrunner.commands.grade import resolve_backend
-
         backend, notes = resolve_backend(device)
         if "--gates" in options and backend != "gpu":
             notes.append(gates_not_applied(options[options.index("--gates") + 1], backend))
@@ -525,8 +497,6 @@ def grade_batch(
 
 def prepare_outputs(batch: BatchOptions) -> None:
     """--out-dir is created if missing; every report path is checked before any grading, so none is lost."""
-    from labrunner.commands.cli import unwritable
-
     if batch.out_dir:
         try:
             batch.out_dir.mkdir(parents=True, exist_ok=True)

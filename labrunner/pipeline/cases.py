@@ -1,6 +1,6 @@
-"""Grading: the golden proof, the compile gate, every case in an isolated worker, the verdicts.
+"""The correctness cases: which run, each one run in the worker and judged, the sanitizer's reports.
 
-Correctness gates timing: nothing is timed (see `benchmark.py`) until every case passed.
+Correctness gates timing: nothing is timed (`timing.py`) until every case passed.
 """
 
 from __future__ import annotations
@@ -9,21 +9,26 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from labrunner import box as boxes
 from labrunner.build.gate import Submission
-from labrunner.exit_codes import environment_error, usage_error
+from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
+from labrunner.pipeline.backend import DEFAULT_TIMEOUT_S
+from labrunner.pipeline.explain import explain_failure, same_values
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
+from labrunner.run.diagnose import replay_under_sanitizer
+from labrunner.run.racecheck import find_hazard
 from labrunner.run.worker import Worker, WorkerFailure
-from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue, make_inputs
+from labrunner.truth.cases import (
+    Case,
+    Seed,
+    geometry_case,
+    load_catalogue,
+    make_inputs,
+)
 from labrunner.truth.check import check_output, describe_rows
-from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
-from labrunner.truth.hints import gather_evidence
-from labrunner.truth.poison import SHARED_POISON_BITS, carries, inspect_guards
-
-DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
-BACKENDS = ("gpu", "cpu", "auto")
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.truth.poison import inspect_guards
 
 
 @dataclass
@@ -39,6 +44,7 @@ class CaseOptions:
 # Failing cases whose output is compared with the variant oracles for hints (the first ones).
 EXPLAINED_FAILURES = 3
 
+
 # The CPU schedules --race-check runs each case under besides the first (threads in order), by the
 # number the CPU backend knows them by: reversed, then seeded random priorities (run/cpu/fiber.h).
 # Reversal alone misses a warp that runs ahead through a reduction before a slower warp has read
@@ -50,76 +56,6 @@ RACE_SCHEDULES: tuple[tuple[int, str], ...] = (
     (4, "random order (seed 4)"),
     (5, "random order (seed 5)"),
 )
-
-
-def gpu_status() -> tuple[bool, str]:
-    """Whether CuPy sees a GPU, and the words to say so (one line)."""
-    try:
-        import cupy
-    except ImportError:
-        return False, "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, or a driver too old for this CuPy
-        reason = str(exc).split(":")[0]
-        if reason in ("cudaErrorInsufficientDriver", "cudaErrorNoDevice"):
-            return False, f"no GPU present (CUDA reports {reason}: no NVIDIA GPU or driver on this machine)"
-        return False, f"no usable GPU ({reason})"
-    if count == 0:
-        return False, "no GPU found"
-    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
-    return True, name.decode() if isinstance(name, bytes) else str(name)
-
-
-def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list[str]]:
-    """gpu, cpu, or auto (the GPU where there is one, else the CPU, said plainly). Returns notes.
-
-    The CPU backend runs the file as native code, so it grades only where its worker can seal
-    itself with seccomp, unless `--unsafe-cpu` says the file is the user's own."""
-    if requested not in BACKENDS:
-        raise usage_error(f"--device {requested}: choose gpu, cpu or auto")
-    if requested == "cpu":
-        return "cpu", cpu_sandbox_notes(unsafe_cpu)
-    available, words = gpu_status()
-    if available:
-        return "gpu", gpu_box_notes()
-    if requested == "auto":
-        notes = cpu_sandbox_notes(unsafe_cpu)
-        return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)", *notes]
-    raise environment_error(
-        f"{words}. Grade on the CPU instead with --device cpu (correctness only), "
-        "or --device auto to fall back to it automatically"
-    )
-
-
-def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
-    """Refuses the CPU backend where it cannot be sealed (exit 6), unless --unsafe-cpu; the notes to print."""
-    from labrunner.run.cpu_device import cpu_sandbox_status
-
-    unboxed = boxes.availability()
-    if unsafe_cpu:
-        notes = [
-            "--unsafe-cpu: the CPU worker runs this file's code without a syscall filter; grade only files you trust"
-        ]
-        return notes + ([f"--unsafe-cpu: the CPU worker runs unboxed ({unboxed})"] if unboxed else [])
-    if unboxed is not None:
-        raise environment_error(
-            f"the CPU backend cannot box its worker here: {unboxed}. It runs the file as native "
-            "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself"
-        )
-    reason = cpu_sandbox_status()
-    if reason is not None:
-        raise environment_error(
-            f"the CPU backend cannot seal its worker here: {reason}. It runs the file as native "
-            "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself"
-        )
-    return []
-
-
-def gpu_box_notes() -> list[str]:
-    """The GPU path grades unboxed where no box can be made, and says so (`--require-box` refuses)."""
-    unboxed = boxes.availability()
-    return [f"the GPU worker and the compiler run unboxed: {unboxed}"] if unboxed else []
 
 
 def select_cases(
@@ -262,111 +198,6 @@ def run_one_case(
     return result
 
 
-def explain_failure(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    case: Case,
-    inputs,
-    run,
-    reference,
-    result: CaseResult,
-    schedules: dict[int, str],
-    timeout_s: float,
-    explain: bool = True,
-    stage_check: bool = True,
-) -> None:
-    """What a student needs beyond where: the kernel a race is in, lab 1's first wrong stage, the evidence for hints.
-
-    A diagnosis only: nothing here changes a verdict. A kernel that misbehaves while being
-    explained (it passed once, so it should not) leaves the explanation out.
-    """
-    out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
-    result.evidence = gather_evidence(case, inputs, out, reference, result.status, result.failing_rows, explain)
-    launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
-    try:
-        if result.status == "race":
-            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, result, schedules, timeout_s)
-            result.message += f"; in kernel {kernel}"
-        elif lab.stages and stage_check:
-            stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s)
-            if stage:
-                result.message += f"; stage check: {stage}"
-    except WorkerFailure:
-        pass
-
-
-def stage_buffers(
-    lab: Lab,
-    worker: Worker,
-    case: Case,
-    inputs,
-    launches: list,
-    timeout_s: float,
-    schedule: int = 0,
-    constants: dict[str, int] | None = None,
-) -> list[tuple[str, np.ndarray]]:
-    """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote.
-    `constants`: the file's launch geometry, where its workspace depends on it (the defaults otherwise)."""
-    given = inputs.buffers()
-    workspace = lab.workspace(constants or lab.constants({}), case.rows, case.prefix)
-    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **workspace}
-    stages = []
-    for count, launch in enumerate(launches, start=1):
-        written = next(a for a in reversed(launch.args) if isinstance(a, str) and a in writable)
-        run = worker.run_case(
-            "student", launches[:count], given, writable, (written,), timeout_s, reverse_threads=schedule
-        )
-        stages.append((launch.kernel, run.outputs[written]))
-    return stages
-
-
-def racing_kernel(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    case: Case,
-    inputs,
-    launches: list,
-    result: CaseResult,
-    schedules: dict[int, str],
-    timeout_s: float,
-) -> str:
-    """The first kernel whose own result carries the shared-memory poison, or differs between schedules."""
-    if len(launches) == 1:
-        return launches[0].kernel
-    first = stage_buffers(lab, worker, case, inputs, launches, timeout_s, constants=submission.constants)
-    for kernel, buffer in first:
-        if carries(buffer, SHARED_POISON_BITS).any():
-            return kernel
-    for number in schedules:
-        other = stage_buffers(lab, worker, case, inputs, launches, timeout_s, number, submission.constants)
-        for (kernel, a), (_, b) in zip(first, other):
-            if not same_values(a, b).all():
-                return kernel
-    return launches[-1].kernel
-
-
-def first_wrong_stage(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float) -> str | None:
-    """Lab 1's stage check: the first kernel whose result disagrees with the definition, in words.
-
-    A stage that disagrees but is made good by the next one (scores left unscaled, scaled inside
-    the softmax) is a different split of the same work, not the bug: the stage named is the first
-    that disagrees after the last one that agrees. The last stage is the output, already wrong.
-    """
-    stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
-    problems = [lab.stages[kernel](buffer, inputs, case.rows) for kernel, buffer in stages]
-    kernels = [kernel for kernel, _ in stages] + [launches[-1].kernel]
-    agreeing = [i for i, problem in enumerate(problems) if problem is None]
-    first = (agreeing[-1] + 1) if agreeing else 0
-    if first == len(stages):
-        return (
-            f"{kernels[first]} is the first kernel whose result disagrees with the definition "
-            "(every kernel before it agrees)"
-        )
-    return f"{kernels[first]} is the first kernel whose result disagrees with the definition: {problems[first]}"
-
-
 def add_race_report(
     lab: Lab,
     submission: Submission,
@@ -377,8 +208,6 @@ def add_race_report(
 ) -> None:
     """GPU --race-check: the small cases under compute-sanitizer's racecheck and synccheck; the first
     hazard makes its case a race, with the kernel and line the tool names."""
-    from labrunner.run.racecheck import find_hazard
-
     for case in cases:
         result = next((r for r in results if r.name == case.name), None)
         if result is None or result.status not in ("pass", "wrong", "never-written"):
@@ -414,8 +243,6 @@ def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOpti
 def add_diagnosis(
     lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float, result: CaseResult
 ) -> None:
-    from labrunner.run.diagnose import replay_under_sanitizer
-
     report = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
     if report:
         result.diagnosis = report
@@ -490,23 +317,20 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Two runs agree on an element when both are NaN, or equal within the pass rule."""
-    return (np.isnan(a) & np.isnan(b)) | within_tolerance(a, b.astype(np.float64))
-
-
 def _value(x) -> str:
     return f"{float(x):.6g}" if np.isfinite(x) else str(float(x))
 
 
-def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
-    """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
-    its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
-    worker.load(
-        "student",
-        submission.module.composed_source,
-        submission.label,
-        lab.entry_point_types(),
-        options,
-        binary=(submission.module.arch, submission.module.cubin),
-    )
+def bench_check_case(
+    lab: Lab, catalogue, constants: dict | None = None, chunk: int | None = None, prefix: int | None = None
+) -> Case:
+    """The one correctness check before timing: at the timed shape itself (a decode batch: the case of
+    the catalogue with the longest sequence, since the timed batch's gigabytes would cross the pipe)."""
+    decode = [c for c in resolved_cases(lab, catalogue, constants) if c.decode]
+    if decode:
+        return max(decode, key=lambda c: c.prefix)
+    if lab.baseline == "none":
+        return next(c for c in catalogue.cases if c.rows == max(c.rows for c in catalogue.cases))
+    rows = chunk or catalogue.timing["rows"]
+    cached = catalogue.timing["prefix"] if prefix is None else prefix
+    return Case(f"C{rows}-P{cached}", rows, cached, why="the timed shape, checked once before timing")

@@ -1,0 +1,105 @@
+"""What every command does around its work: refuse unwritable outputs first, turn every error and
+signal into one line and an exit code (never a traceback), write --json and --junit, exit.
+
+Exit codes are documented in `exit_codes.py` and README.md. Every error is one line on stderr;
+results go to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from labrunner.build.source import submission_sha256
+from labrunner.exit_codes import AttnlabError, ExitCode, Terminated
+from labrunner.pipeline.outputs import unwritable
+from labrunner.report import terminal
+from labrunner.report.junit import write_junit
+from labrunner.report.results import RunResult, write_json
+
+
+def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None, after=None) -> None:
+    """Render what is there, write --json and --junit, exit with the result's code. Never a traceback."""
+    if result.error:
+        terminal.error(result.error)
+    if after:
+        after(result)
+    for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
+        if path:
+            try:
+                write(result, path)
+            except OSError as exc:
+                terminal.error(f"{option} {path}: cannot write ({exc.strerror})")
+                sys.exit(int(ExitCode.USAGE))
+    sys.exit(int(result.exit_code))
+
+
+def guarded(
+    result: RunResult,
+    json_path: Path | None,
+    body,
+    junit_path: Path | None = None,
+    also_writes: tuple[tuple[str, Path], ...] = (),
+    after=None,
+) -> None:
+    for option, path in (("--json", json_path), ("--junit", junit_path), *also_writes):
+        problem = path and unwritable(path)
+        if problem:
+            terminal.error(f"{option} {path}: cannot write ({problem})")
+            sys.exit(int(ExitCode.USAGE))
+    started = time.perf_counter()
+    previous = _on_sigterm(_terminate)
+    try:
+        body()
+    except AttnlabError as exc:
+        result.error, result.error_code = exc.message, exc.exit_code
+    except (KeyboardInterrupt, Terminated) as exc:
+        name, result.error_code = (
+            ("SIGINT", ExitCode.INTERRUPTED) if isinstance(exc, KeyboardInterrupt) else ("SIGTERM", ExitCode.TERMINATED)
+        )
+        kept = len([c for c in result.cases if c.status != "skipped"])
+        result.error = f"interrupted by {name}: {kept} case{'s' if kept != 1 else ''} finished before it are kept"
+        terminal.cases_report(result)
+    finally:
+        _on_sigterm(previous)
+    result.seconds = round(time.perf_counter() - started, 3)
+    describe_run(result)
+    finish(result, json_path, junit_path, after)
+
+
+def describe_run(result: RunResult) -> None:
+    """What the JSON records about the run itself: the command's options and the hash of the file graded.
+
+    The file is hashed as the grade read it (no link followed, nothing but a regular file of at most
+    1 MiB): a link to a secret or a 1.5 GB file gets no hash, and costs no memory."""
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        result.options = {name: plain_option(value) for name, value in context.params.items()}
+    if result.file:
+        result.sha256 = submission_sha256(Path(result.file))  # None where the run itself says why not
+
+
+def plain_option(value):
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return [plain_option(v) for v in value]
+    return value
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def _on_sigterm(handler):
+    """Installs a SIGTERM handler and returns the previous one (only the main thread may; elsewhere, none)."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None

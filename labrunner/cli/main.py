@@ -1,0 +1,279 @@
+"""The `attnlab` command line: click alone. Each command parses its options into a request
+(`labrunner/pipeline/requests.py`) and hands it to the pipeline step that does the work; `guarded`
+(`guard.py`) turns whatever happens into one line, the reports asked for, and an exit code.
+
+Exit codes are documented in `exit_codes.py` and README.md. Every error is one line on stderr;
+results go to stdout, progress to stderr, and `--json PATH` writes the versioned result.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from labrunner.cli.guard import guarded
+from labrunner.cli.options import (
+    BATCH_ONLY,
+    batch_options,
+    bench_options,
+    calibrate_options,
+    comma_separated_ints,
+    compile_options,
+    grade_options,
+    passed_options,
+    profile_options,
+    report_options,
+    run_options,
+)
+from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.labs import LABS
+from labrunner.pipeline.batch import BatchOptions, grade_batch
+from labrunner.pipeline.bench import bench_submission
+from labrunner.pipeline.calibrate import calibrate_gate
+from labrunner.pipeline.check import check_submission
+from labrunner.pipeline.doctor import doctor_machine
+from labrunner.pipeline.grade import grade_submission
+from labrunner.pipeline.profile import profile_submission
+from labrunner.pipeline.requests import (
+    BenchRequest,
+    CalibrateRequest,
+    CheckRequest,
+    GradeRequest,
+    ProfileRequest,
+    default,
+)
+from labrunner.pipeline.starter import starter_text, write_starter
+from labrunner.pipeline.traffic import show_traffic
+from labrunner.report import terminal
+from labrunner.report.annotations import github_annotations
+from labrunner.report.results import RunResult
+from labrunner.run.sandbox import forget_environment_variable, keep_driver_private
+from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, keep_environment_seed
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="attnlab")
+def main() -> None:
+    """attnlab: compile, check and time CUDA attention labs against a float64 oracle.
+
+    \b
+    Exit codes: 0 pass, 1 wrong answer, 2 usage error, 3 compile error,
+    4 misbehaving kernel (crash, timeout, out-of-bounds, mutated input, race),
+    5 speed gate missed, 6 environment missing (GPU, driver, compiler),
+    130 interrupted (SIGINT), 143 terminated (SIGTERM).
+    """
+    terminal.prepare_streams()
+    # The driver alone holds the seed: out of its environment (and of /proc/self/environ) before any
+    # process starts, and the driver non-dumpable, so no other process of this user can read its memory.
+    keep_environment_seed(forget_environment_variable(SEED_ENVIRONMENT_VARIABLE))
+    keep_driver_private()
+
+
+@main.command(context_settings=CONTEXT)
+def labs() -> None:
+    """List the labs, one line on what each teaches."""
+    terminal.labs_table(LABS.values())
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the starter (default: print it to stdout).",
+)
+@click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+def starter(lab: str, output: Path | None, force: bool) -> None:
+    """Write the .cu file a student starts LAB from."""
+
+    def body() -> None:
+        if output is None:
+            click.echo(starter_text(lab), nl=False)
+        else:
+            write_starter(lab, output, force)
+
+    guarded(RunResult("starter", lab), None, body)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--arch", default=default(CheckRequest, "arch"), show_default=True, help="GPU architecture to compile for."
+)
+@compile_options
+@report_options
+def check(json_path: Path | None, junit_path: Path | None, **options: Any) -> None:
+    """Compile FILE for LAB through NVRTC (no GPU needed) and show its kernels' resources."""
+    request = CheckRequest.from_options(options)
+    result = RunResult("check", request.lab, str(request.file))
+    guarded(result, json_path, lambda: check_submission(request, result), junit_path)
+
+
+@main.command(context_settings=CONTEXT)
+@click.option(
+    "--device",
+    type=click.Choice(["gpu", "cpu", "auto"]),
+    default="auto",
+    show_default=True,
+    help="The backend you mean to grade on: exit 6 when it is unusable here (auto: either one).",
+)
+@report_options
+def doctor(device: str, json_path: Path | None, junit_path: Path | None) -> None:
+    """Check this machine: GPU and driver, CuPy, NVRTC, a C++ compiler, and the oracle's golden proof."""
+    result = RunResult("doctor")
+    guarded(result, json_path, lambda: doctor_machine(device, result), junit_path)
+
+
+def wants_batch(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
+    """One file with no batch option is graded as it always was; anything more is a batch."""
+    given = any(options[name] not in (None, "local") for name in ("jobs", "executor", "out_dir", "csv_path"))
+    return len(files) != 1 or files[0].is_dir() or given
+
+
+def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> None:
+    """A batch: every file graded by its own `attnlab grade` process, with grade's options passed on."""
+    context = click.get_current_context()
+    if options["json_path"]:
+        terminal.error(
+            f"--json {options['json_path']}: one result per file; for a batch, --out-dir writes a JSON per submission"
+        )
+        sys.exit(int(ExitCode.USAGE))
+    batch = BatchOptions(**{name: options[name] for name in (*BATCH_ONLY, "junit_path", "annotations")})
+    forwarded = passed_options(context.command, context.params, {"json_path", "junit_path", "annotations", *BATCH_ONLY})
+    try:
+        code = grade_batch(lab, files, options["device"], forwarded, batch)
+    except AttnlabError as exc:
+        terminal.error(exc.message)
+        code = int(exc.exit_code)
+    except KeyboardInterrupt:
+        terminal.error("interrupted")
+        code = int(ExitCode.ENVIRONMENT)
+    sys.exit(code)
+
+
+def annotate(kind: str | None) -> Callable[[RunResult], None] | None:
+    """The step that prints a single run's CI annotations, after its verdict."""
+    if kind != "github":
+        return None
+    return lambda result: terminal.plain_lines(github_annotations(result.to_json()))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@click.argument("file", nargs=-1, required=True, type=click.Path(path_type=Path))
+@run_options
+@batch_options
+@grade_options
+def grade(lab: str, file: tuple[Path, ...], **options: Any) -> None:
+    """Grade FILE for LAB: compile, prove the oracle, check every case, then time it.
+
+    Several files, or a folder (its .cu files, sorted), are graded as a batch: --jobs at once, a
+    progress bar over submissions, a gradebook (--csv), reports per submission (--out-dir), and the
+    worst submission's exit code.
+    """
+    if wants_batch(file, options):
+        grade_many(lab, file, options)
+    request = GradeRequest.from_options(options, lab=lab, file=file[0])  # one file: graded as it always was
+    result = RunResult("grade", lab, str(request.file))
+    guarded(
+        result,
+        options["json_path"],
+        lambda: grade_submission(request, result),
+        options["junit_path"],
+        after=annotate(options["annotations"]),
+    )
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@click.argument("file", type=click.Path(path_type=Path), required=False)
+@run_options
+@bench_options
+def bench(json_path: Path | None, junit_path: Path | None, **options: Any) -> None:
+    """Time FILE for LAB (default: the shipped solution) after one correctness check."""
+    request = BenchRequest.from_options(options)
+    result = RunResult("bench", request.lab, str(request.file) if request.file else None)
+    guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@calibrate_options
+@run_options
+def calibrate(json_path: Path | None, junit_path: Path | None, **options: Any) -> None:
+    """Time the shipped solution against the starter on this GPU and write its speed gate."""
+    request = CalibrateRequest.from_options(options, file=None)
+    result = RunResult("calibrate", request.lab)
+    guarded(
+        result,
+        json_path,
+        lambda: calibrate_gate(request, result),
+        junit_path,
+        also_writes=(("-o", request.output),),
+    )
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lab")
+@click.argument("file", type=click.Path(path_type=Path))
+@profile_options
+def profile(json_path: Path | None, **options: Any) -> None:
+    """Look inside FILE for LAB on the GPU: the Trace timeline, Nsight Compute's Range pass, the roofline.
+
+    One correctness check first (as bench does); then every kernel of a few calls at each timing shape,
+    the counters of one call of your kernels and the starter's, the verdict against this GPU's FP32 and
+    HBM ceilings, and the lesson's traffic model beside the DRAM bytes measured.
+    """
+    request = ProfileRequest.from_options(options)
+    result = RunResult("profile", request.lab, str(request.file))
+    writes = tuple(
+        (option, path)
+        for option, path in (
+            ("--trace", request.trace_path),
+            ("--plot", request.plot_path),
+            ("--ncu-csv", request.ncu_csv_path),
+        )
+        if path
+    )
+    guarded(result, json_path, lambda: profile_submission(request, result), also_writes=writes)
+
+
+@main.command(context_settings=CONTEXT)
+@click.option(
+    "--seq",
+    default="512,1024,2048",
+    show_default=True,
+    callback=comma_separated_ints,
+    help="Sequence lengths N, comma separated (default: lab 1's timing sizes).",
+)
+@click.option("--heads", type=click.IntRange(min=1), default=32, show_default=True, help="Query heads.")
+@click.option(
+    "--kv-heads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="KV heads (grouped-query attention); default one per 4 query heads, at least 1 (8 for 32).",
+)
+@click.option("--d-head", type=click.IntRange(min=1), default=64, show_default=True, help="Head size.")
+@click.option(
+    "--dtype-bytes",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Bytes per element (4: float32, the labs; 2: the lesson's half precision).",
+)
+def traffic(seq: tuple[int, ...], heads: int, kv_heads: int | None, d_head: int, dtype_bytes: int) -> None:
+    """The lesson's HBM traffic model: bytes naive and flash attention move, no GPU needed.
+
+    \b
+    The lesson's table: attnlab traffic --seq 1024,4096,16384 --heads 1 --d-head 64 --dtype-bytes 2
+    """
+    guarded(RunResult("traffic"), None, lambda: show_traffic(seq, heads, kv_heads, d_head, dtype_bytes))

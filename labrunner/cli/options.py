@@ -1,0 +1,363 @@
+"""Every option of the command line, declared once: its flag, type and help here, its default read
+from the request field it fills (`labrunner/pipeline/requests.py`), so a default is written once.
+
+A command takes its options as `**options` and builds its request with `Request.from_options`:
+an option added here reaches the pipeline without being spelled again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from labrunner import box as boxes
+from labrunner.pipeline.batch import BatchOptions
+from labrunner.pipeline.requests import CalibrateRequest, GradeRequest, ProfileRequest, default
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+FILE_PATH = click.Path(dir_okay=False, path_type=Path)
+
+
+def stacked(*decorators: Decorator) -> Decorator:
+    """Several options as one decorator, in the order `--help` lists them."""
+    return lambda command: functools.reduce(lambda c, d: d(c), reversed(decorators), command)
+
+
+def _require_box(context: click.Context, parameter: click.Parameter, value: bool) -> None:
+    boxes.REQUIRED = bool(value)  # read where each process starts: one that cannot be boxed is refused
+
+
+def arch_option(help: str) -> Decorator:
+    return click.option("--arch", default=default(GradeRequest, "arch"), show_default=True, help=help)
+
+
+# --compile-timeout and --require-box: every command that compiles a file takes both.
+compile_options = stacked(
+    click.option(
+        "--compile-timeout",
+        "compile_timeout_s",
+        type=click.FloatRange(min=0.5),
+        default=default(GradeRequest, "compile_timeout_s"),
+        show_default=True,
+        help="Seconds the compiler may take on the file; past it the verdict is compile-error.",
+    ),
+    click.option(
+        "--require-box",
+        is_flag=True,
+        expose_value=False,
+        callback=_require_box,
+        help="Refuse to start any compiler or worker outside the box (bubblewrap), on the GPU "
+        "too, where it otherwise runs unboxed with a note (exit 6).",
+    ),
+)
+
+report_options = stacked(
+    click.option(
+        "--json",
+        "json_path",
+        type=FILE_PATH,
+        help="Also write the result as JSON (schema attnlab.result/1) to this file.",
+    ),
+    click.option(
+        "--junit",
+        "junit_path",
+        type=FILE_PATH,
+        help="Also write the cases as a JUnit XML report (one test case per case).",
+    ),
+)
+
+seed_option = click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed for every case's inputs (default: $ATTNLAB_SEED, else the public default).",
+)
+
+# grade, bench and calibrate: where and how the kernels run.
+run_options = stacked(
+    click.option(
+        "--device",
+        "device",
+        type=click.Choice(["gpu", "cpu", "auto"]),
+        default=default(GradeRequest, "device"),
+        show_default=True,
+        help="Backend: gpu (CuPy), cpu (the same .cu on the CPU, correctness only), or auto "
+        "(the GPU where there is one, else the CPU).",
+    ),
+    click.option(
+        "--unsafe-cpu",
+        "unsafe_cpu",
+        is_flag=True,
+        help="CPU backend: run the file without the worker's seccomp filter, where this machine "
+        "has none (a student grading their own file; never for files you did not write).",
+    ),
+    seed_option,
+    click.option(
+        "--timeout",
+        "timeout_s",
+        type=click.FloatRange(min=0.1),
+        default=None,
+        help="Seconds one case may take before its kernel is stopped (default 20 on the GPU, 120 on the CPU).",
+    ),
+    arch_option("GPU architecture for the compile gate."),
+    compile_options,
+    click.option(
+        "--budget",
+        "budget_s",
+        type=click.FloatRange(min=0.05),
+        default=default(GradeRequest, "budget_s"),
+        show_default=True,
+        help="Seconds of sampling per timed kernel.",
+    ),
+    click.option(
+        "--noise",
+        "noise_target",
+        type=click.FloatRange(min=1e-5, max=0.5),
+        default=default(GradeRequest, "noise_target"),
+        show_default=True,
+        help="Stop sampling once the relative standard error is below this.",
+    ),
+    click.option(
+        "--rounds",
+        type=click.IntRange(min=1, max=20),
+        default=default(GradeRequest, "rounds"),
+        show_default=True,
+        help="Lab 2: time the comparison this many times, each in a fresh worker process on fresh "
+        "buffers, and pool them; SPEEDUP's interval then includes the spread between rounds.",
+    ),
+    report_options,
+)
+
+# grade's options for many submissions (see pipeline/batch.py).
+batch_options = stacked(
+    click.option(
+        "--jobs",
+        type=click.IntRange(min=1),
+        default=default(BatchOptions, "jobs"),
+        help="Submissions graded at once (default: one per GPU; on the CPU backend, one per core).",
+    ),
+    click.option(
+        "--executor",
+        type=click.Choice(["local", "slurm", "submitit-local"]),
+        default=default(BatchOptions, "executor"),
+        show_default=True,
+        help="Where the submissions run: this machine, a Slurm job array "
+        "(submitit; pip install 'attnlab[cluster]'), or submitit's local executor.",
+    ),
+    click.option(
+        "--out-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Folder (created if missing) for one JSON, JUnit and log per submission, the aggregated "
+        "junit.xml and gradebook.csv.",
+    ),
+    click.option(
+        "--csv",
+        "csv_path",
+        type=FILE_PATH,
+        default=None,
+        help="Write the gradebook (a row per submission) to this CSV file.",
+    ),
+    click.option(
+        "--annotations",
+        type=click.Choice(["github"]),
+        default=None,
+        help="Also print GitHub Actions ::error annotations for compile errors and failing cases.",
+    ),
+    click.option("--partition", default=None, help="Slurm: the partition to submit to."),
+    click.option(
+        "--gpus-per-job",
+        type=click.IntRange(min=0),
+        default=default(BatchOptions, "gpus_per_job"),
+        show_default=True,
+        help="Slurm: GPUs each array task asks for.",
+    ),
+    click.option(
+        "--time-limit",
+        "time_limit_min",
+        type=click.IntRange(min=1),
+        default=default(BatchOptions, "time_limit_min"),
+        show_default=True,
+        help="Slurm: minutes each array task may run.",
+    ),
+    click.option("--account", default=None, help="Slurm: the account to charge."),
+)
+
+# The batch options a single submission's own process never sees.
+BATCH_ONLY = ("jobs", "executor", "out_dir", "csv_path", "partition", "gpus_per_job", "time_limit_min", "account")
+
+grade_options = stacked(
+    click.option("--full", is_flag=True, help="CPU backend: also run the cases outside its time budget."),
+    click.option(
+        "--race-check",
+        is_flag=True,
+        help="CPU: run every case again under other thread orders (reversed, seeded random); different "
+        "outputs mean a missing __syncthreads(). GPU: the small cases under compute-sanitizer's "
+        "racecheck and synccheck.",
+    ),
+    click.option("--case", "only", multiple=True, help="Run only this case (repeatable)."),
+    click.option(
+        "--diagnose/--no-diagnose",
+        default=default(GradeRequest, "diagnose"),
+        show_default=True,
+        help="GPU: after a crash, replay that case under compute-sanitizer (where installed) to name the line.",
+    ),
+    click.option(
+        "--gates",
+        "gates_path",
+        type=FILE_PATH,
+        default=None,
+        help="Speed gates file written by `attnlab calibrate` (applied when this GPU's name is in it).",
+    ),
+    click.option("--no-timing", is_flag=True, help="Check correctness only."),
+    click.option(
+        "--profile",
+        "with_profile",
+        is_flag=True,
+        help="GPU: after a correct run, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).",
+    ),
+)
+
+bench_options = stacked(
+    click.option("--chunk", type=click.IntRange(min=1), default=None, help="lab2: rows in the chunk (default 2048)."),
+    click.option(
+        "--prefix", type=click.IntRange(min=0), default=None, help="lab2: cached prefix length (default 2048)."
+    ),
+    click.option(
+        "--vs",
+        "versus",
+        default=default(CalibrateRequest, "versus"),
+        show_default=True,
+        help="lab2 baseline: starter, solution, expert, sdpa (PyTorch's fused attention), or a .cu file; "
+        "lab1: torch (eager PyTorch, interleaved with the whole call). PyTorch peers: pip install "
+        "'attnlab[peers]'.",
+    ),
+    click.option(
+        "--profile",
+        "with_profile",
+        is_flag=True,
+        help="After timing, Nsight Compute's Range pass in one line (slow; see `attnlab profile`).",
+    ),
+)
+
+calibrate_options = stacked(
+    click.option(
+        "-o",
+        "--output",
+        type=FILE_PATH,
+        default=default(CalibrateRequest, "output"),
+        show_default=True,
+        help="Gates file to create or update (one entry per GPU model).",
+    ),
+    click.option(
+        "--fraction",
+        type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+        default=default(CalibrateRequest, "fraction"),
+        show_default=True,
+        help="Fraction of the solution's SPEEDUP a student needs to pass the gate.",
+    ),
+)
+
+profile_options = stacked(
+    click.option(
+        "--calls",
+        type=click.IntRange(min=1, max=100),
+        default=default(ProfileRequest, "calls"),
+        show_default=True,
+        help="Calls traced at each timing shape.",
+    ),
+    click.option(
+        "--trace",
+        "trace_path",
+        type=FILE_PATH,
+        default=None,
+        help="Write the trace as Chrome trace-event JSON, which Perfetto's UI (ui.perfetto.dev) opens.",
+    ),
+    click.option(
+        "--plot",
+        "plot_path",
+        type=FILE_PATH,
+        default=None,
+        help="Draw the roofline (both ceilings, the ridge, every kernel) to this PNG (needs matplotlib).",
+    ),
+    click.option(
+        "--ncu-csv",
+        "ncu_csv_path",
+        type=FILE_PATH,
+        default=None,
+        help="Also save Nsight Compute's raw CSV of the Range pass to this file.",
+    ),
+    click.option(
+        "--range/--no-range",
+        "range_pass",
+        default=default(ProfileRequest, "range_pass"),
+        show_default=True,
+        help="Run the Range pass (Nsight Compute's counters; slow, and needs permission to read them).",
+    ),
+    click.option(
+        "--cupti/--no-cupti",
+        default=default(ProfileRequest, "cupti"),
+        show_default=True,
+        help="Trace with CUPTI's activity records where cupti-python is installed; else CUDA events.",
+    ),
+    click.option(
+        "--seed",
+        type=int,
+        default=None,
+        help="Seed for the inputs (default: $ATTNLAB_SEED, else the public default).",
+    ),
+    click.option(
+        "--timeout",
+        "timeout_s",
+        type=click.FloatRange(min=0.1),
+        default=None,
+        help="Seconds the correctness check may take before its kernel is stopped (default 60).",
+    ),
+    arch_option("GPU architecture for the compile gate."),
+    click.option(
+        "--json",
+        "json_path",
+        type=FILE_PATH,
+        help='Also write the result as JSON (the profile is under "profile", schema attnlab.profile/1).',
+    ),
+)
+
+
+def comma_separated_ints(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        numbers = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 1024,4096") from None
+    if any(n <= 0 for n in numbers):
+        raise click.BadParameter(f"{value!r}: every length must be positive")
+    return numbers
+
+
+def passed_options(command: click.Command, params: dict[str, Any], leave_out: set[str]) -> tuple[str, ...]:
+    """The grade command's options as the user gave them, spelled again for each submission's process.
+
+    Read from click's own definitions, so an option added to `grade` passes through unchanged. A seed
+    taken from $ATTNLAB_SEED is never written out: each process reads it from its environment, so a
+    secret seed never appears on a command line."""
+    words: list[str] = []
+    for option in command.params:
+        if not isinstance(option, click.Option) or option.name in leave_out or option.name not in params:
+            continue
+        value = params[option.name]
+        if value is None or value == option.default or (option.multiple and not value):
+            continue
+        if option.is_flag and option.secondary_opts:
+            words.append(option.opts[0] if value else option.secondary_opts[0])
+        elif option.is_flag:
+            words += [option.opts[0]] if value else []
+        elif option.multiple:
+            for item in value:
+                words += [option.opts[0], str(item)]
+        else:
+            words += [option.opts[0], str(value)]
+    return tuple(words)

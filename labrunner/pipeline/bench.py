@@ -1,0 +1,115 @@
+"""`attnlab bench`: one correctness check at the timed shape, then the timing against a baseline or peer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
+from labrunner.pipeline import backend
+from labrunner.pipeline.backend import device_facts, gpu_share
+from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
+from labrunner.pipeline.grade import close_report
+from labrunner.pipeline.prepare import display_path, load_student, prepare
+from labrunner.pipeline.requests import BenchRequest, refuse_speedup_options
+from labrunner.pipeline.timing import run_lab_timing
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.worker import Worker
+from labrunner.truth.cases import (
+    load_catalogue,
+)
+
+
+def bench_submission(request: BenchRequest, result: RunResult) -> None:
+    lab = get_lab(request.lab)
+    refuse_speedup_options(lab, request)
+    path = request.file or lab.solution_path
+    result.file = display_path(path)
+    peer = request.versus if lab.peer is not None and request.versus == lab.peer else None
+    baseline = None if peer else resolve_baseline(lab, request.versus)  # a usage error comes before all else
+    refuse_bench_without_gpu(request.device)
+    lab, submission, backend, seed = prepare(
+        result,
+        request.lab,
+        Path(result.file),
+        request.device,
+        request.arch,
+        request.seed,
+        request.compile_limits,
+        request.unsafe_cpu,
+    )
+    if backend != "gpu":
+        raise bench_needs_a_gpu(None)
+    result.device = device_facts(backend)
+    catalogue = load_catalogue(lab.name)
+    check_case = bench_check_case(lab, catalogue, submission.constants, request.chunk, request.prefix)
+    with Worker(backend) as worker:
+        load_student(worker, lab, submission, request.load_options)
+        options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
+        result.cases = [run_one_case(lab, submission, worker, check_case, options, request.timeout_s or 60.0)]
+        if result.decisive_case is None:
+            timing_options = request.timing_options(seed.value)
+            with gpu_share(backend, "timing"):
+                run_lab_timing(
+                    lab,
+                    submission,
+                    worker,
+                    seed.value,
+                    timing_options,
+                    result,
+                    request.timeout_s,
+                    baseline,
+                    request.arch,
+                    request.chunk,
+                    request.prefix,
+                    request.compile_limits,
+                    peer,
+                )
+        result.kernel_output = worker.kernel_output()
+    terminal.cases_report(result)
+    terminal.timing_report(result)
+    terminal.kernel_output(result.kernel_output)
+    close_report(lab, submission, result, request, seed.value)
+
+
+def bench_needs_a_gpu(why: str | None) -> AttnlabError:
+    """The one message for bench on a backend that cannot time, whichever way the CPU was chosen."""
+    reason = f" ({why})" if why else ""
+    return AttnlabError(
+        f"bench times kernels, which needs a GPU{reason}; check correctness on the CPU with "
+        "`attnlab grade LAB FILE --device cpu`",
+        ExitCode.ENVIRONMENT,
+    )
+
+
+def refuse_bench_without_gpu(device: str) -> None:
+    """Asked before the compile gate, so `--device auto` never announces a CPU fall-back that bench then refuses."""
+    if device == "cpu":
+        raise bench_needs_a_gpu("--device cpu")
+    if device == "auto":
+        available, words = backend.gpu_status()
+        if not available:
+            raise bench_needs_a_gpu(words)
+
+
+def resolve_baseline(lab: Lab, versus: str) -> Path | None:
+    if lab.baseline == "none":
+        return None
+    if versus == "starter":
+        return lab.starter_path
+    if versus == "solution":
+        return lab.solution_path
+    if versus == "expert":
+        if not lab.expert_path.exists():
+            raise usage_error(
+                f"--vs expert: {lab.name}'s expert reference ({display_path(lab.expert_path)}) is not "
+                "in this copy of attnlab; choose starter, solution, or a .cu file"
+            )
+        return lab.expert_path
+    path = Path(versus)
+    if not path.exists():
+        peer = f", {lab.peer}" if lab.peer else ""
+        raise usage_error(f"--vs {versus}: choose starter, solution, expert{peer}, or the path of an existing .cu file")
+    return path

@@ -1,0 +1,53 @@
+"""`attnlab calibrate`: time the shipped solution against the starter and write this GPU's speed gate."""
+
+from __future__ import annotations
+
+from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.labs import get_lab
+from labrunner.measure.gates import (
+    DEFAULT_FRACTION,
+    load_gates,
+    write_gate,
+)
+from labrunner.pipeline.bench import bench_submission
+from labrunner.pipeline.requests import CalibrateRequest
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+
+
+def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
+    lab = get_lab(request.lab)
+    output, fraction = request.output, request.fraction
+    if lab.baseline == "none":
+        raise usage_error(f"{lab.name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
+    if output.exists():
+        load_gates(output, "-o")  # a broken file is refused now, not after the timing
+    bench_submission(request, result)
+    if result.decisive_case is not None or not result.timing:
+        raise AttnlabError("calibration needs a correct, timed solution; see the failure above", ExitCode.WRONG_ANSWER)
+    name = (result.device or {}).get("name") or "unknown GPU"
+    comparison = result.timing["comparison"]
+    entry = write_gate(
+        output,
+        lab.name,
+        name,
+        result.timing["speedup"],
+        fraction or DEFAULT_FRACTION,
+        {
+            "ci_low": comparison["ci_low"],
+            "ci_high": comparison["ci_high"],
+            "solution_ms": comparison["student"]["median_ms"],
+            "starter_ms": comparison["baseline"]["median_ms"],
+            "shape": {"rows": result.timing["rows"], "prefix": result.timing["prefix"]},
+        },
+    )
+    result.gate = {
+        "status": "calibrated",
+        "passed": True,
+        "file": str(output),
+        **entry,
+        "message": f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
+        f"{entry['fraction'] * entry['solution_speedup']:.2f}x "
+        f"({entry['fraction']:g} of the solution's {entry['solution_speedup']:.2f}x)",
+    }
+    terminal.gate_report(result)

@@ -1,0 +1,110 @@
+"""`attnlab grade`: the oracle's proof, the gate, every case, then timing and the speed gate.
+
+Order matters: prove the oracle, compile-gate the file, pick the backend, run every case in the
+worker, and only then time. Rendering happens as each step finishes, so a long run shows its cases
+before its timing starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labrunner.build.gate import Submission
+from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
+from labrunner.measure.gates import (
+    apply_bandwidth_gate,
+    apply_gate,
+    load_gates,
+)
+from labrunner.pipeline.backend import device_facts, gpu_share
+from labrunner.pipeline.cases import CaseOptions, run_cases
+from labrunner.pipeline.prepare import load_student, prepare
+from labrunner.pipeline.profile import append_range_summary
+from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options
+from labrunner.pipeline.timing import run_lab_timing
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.worker import Worker
+from labrunner.truth.hints import derive_hints
+
+
+def grade_submission(request: GradeRequest, result: RunResult) -> None:
+    refuse_speedup_options(get_lab(request.lab), request)
+    lab, submission, backend, seed = prepare(
+        result,
+        request.lab,
+        request.file,
+        request.device,
+        request.arch,
+        request.seed,
+        request.compile_limits,
+        request.unsafe_cpu,
+    )
+    gates = load_gates_where_timed(request.gates_path, backend, result)
+    options = CaseOptions(
+        seed=seed,
+        timeout_s=request.timeout_s,
+        full=request.full,
+        race_check=request.race_check,
+        only=request.only,
+        diagnose=request.diagnose,
+    )
+    result.device = device_facts(backend)
+    with Worker(backend) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
+        load_student(worker, lab, submission, request.load_options)
+        with terminal.progress_display() as progress, gpu_share(backend, "checking"):
+            run_cases(lab, submission, worker, backend, options, progress, results=result.cases)
+        result.hints = derive_hints([c.evidence for c in result.cases if c.evidence])
+        terminal.cases_report(result)
+        correct = result.decisive_case is None
+        if correct and not request.no_timing and backend == "gpu" and not request.only:
+            timing_options = request.timing_options(seed.value)
+            with gpu_share(backend, "timing"):
+                run_lab_timing(
+                    lab,
+                    submission,
+                    worker,
+                    seed.value,
+                    timing_options,
+                    result,
+                    request.timeout_s,
+                    baseline=lab.starter_path if lab.baseline == "starter" else None,
+                    arch=request.arch,
+                    limits=request.compile_limits,
+                )
+            if result.timing and "bandwidth" in result.timing:
+                result.gate = apply_bandwidth_gate(result.timing["bandwidth"], (result.device or {}).get("name"))
+            elif result.timing and result.timing.get("kind") == "speedup":
+                result.gate = apply_gate(gates, lab.name, (result.device or {}).get("name"), result.timing["speedup"])
+        elif correct and backend == "cpu":
+            result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
+        result.kernel_output = worker.kernel_output()
+    terminal.timing_report(result)
+    terminal.gate_report(result)
+    terminal.kernel_output(result.kernel_output)
+    close_report(lab, submission, result, request, seed.value)
+
+
+def close_report(lab: Lab, submission: Submission, result: RunResult, request: RunRequest, seed: int) -> None:
+    """What grade and bench print last: the Range pass's one line where --profile asks, then the verdict."""
+    if request.with_profile:
+        append_range_summary(lab, submission, result, request.arch, seed)
+    terminal.verdict_line(result)
+
+
+def load_gates_where_timed(path: Path | None, backend: str, result: RunResult) -> dict | None:
+    """Gates apply only where a GPU times; on the CPU a gates file is noted and left unread, so one course
+    command runs on GPU and CPU runners alike."""
+    if path is None:
+        return None
+    if backend != "gpu":
+        words = gates_not_applied(path, backend)
+        terminal.note(words)
+        result.notes.append(words)
+        return None
+    return load_gates(path)
+
+
+def gates_not_applied(path, backend: str) -> str:
+    return f"--gates {path}: not applied on the {backend} backend, which takes no timings"

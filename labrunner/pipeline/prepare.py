@@ -1,0 +1,65 @@
+"""Everything before the first kernel runs: the oracle's proof, the compile gate, the backend, the seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from labrunner.build.compiler_process import CompileLimits
+from labrunner.build.gate import Submission, load_submission
+from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
+from labrunner.pipeline.backend import resolve_backend
+from labrunner.report import terminal
+from labrunner.report.results import RunResult
+from labrunner.run.untrusted_text import shown_path
+from labrunner.run.worker import Worker
+from labrunner.truth.cases import (
+    resolve_seed,
+)
+from labrunner.truth.golden import require_proven_oracle
+
+
+def prepare(
+    result: RunResult,
+    lab_name: str,
+    path: Path,
+    device: str,
+    arch: str,
+    seed: int | None,
+    limits: CompileLimits = CompileLimits(),
+    unsafe_cpu: bool = False,
+):
+    """Oracle proof, compile gate, backend: everything before the first kernel runs."""
+    lab = get_lab(lab_name)
+    result.oracle_proof = require_proven_oracle().to_json()
+    submission = load_submission(lab, path, shown_path(path), arch, limits)  # the name as every message shows it
+    backend, notes = resolve_backend(device, unsafe_cpu)
+    for words in notes:
+        terminal.note(words)
+    result.backend, result.notes = backend, result.notes + notes
+    chosen = resolve_seed(seed)
+    result.seed = chosen.shown
+    return lab, submission, backend, chosen
+
+
+def display_path(path: Path) -> str:
+    """A path as short as it can be said: relative to the working folder when it lies inside it.
+
+    Never resolved through links: the file read is the one named (a link named is refused as one)."""
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
+    """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
+    its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
+    worker.load(
+        "student",
+        submission.module.composed_source,
+        submission.label,
+        lab.entry_point_types(),
+        options,
+        binary=(submission.module.arch, submission.module.cubin),
+    )

@@ -1,0 +1,137 @@
+"""What a command asks for, as frozen records built from the command line's options.
+
+Each option is declared once, in `labrunner/cli/options.py`, whose defaults are read from these
+fields: a default is stated here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
+from labrunner.build.nvrtc import DEFAULT_ARCH
+from labrunner.exit_codes import usage_error
+from labrunner.labs.definition import Lab
+from labrunner.measure.timing import TimingOptions
+
+_TIMING = TimingOptions()  # the sampling loop's own defaults, which the command line shows
+
+
+class FromOptions:
+    """Built from click's parameters by name: a field is filled by the option of the same name."""
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], **given: Any) -> Any:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{name: value for name, value in options.items() if name in names}, **given)
+
+
+@dataclass(frozen=True)
+class RunRequest(FromOptions):
+    """What grade, bench and calibrate share: the file, the backend, and how to time."""
+
+    lab: str
+    file: Path | None
+    device: str = "gpu"
+    seed: int | None = None
+    timeout_s: float | None = None
+    arch: str = DEFAULT_ARCH
+    compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
+    budget_s: float = _TIMING.budget_s
+    noise_target: float = _TIMING.noise_target
+    rounds: int = 1
+    unsafe_cpu: bool = False  # --unsafe-cpu: the CPU worker without its syscall filter
+    with_profile: bool = False  # --profile: the Range pass's one line after a correct GPU run
+
+    @property
+    def compile_limits(self) -> CompileLimits:
+        return CompileLimits(timeout_s=self.compile_timeout_s)
+
+    def timing_options(self, seed: int) -> TimingOptions:
+        return TimingOptions(budget_s=self.budget_s, noise_target=self.noise_target, seed=seed, rounds=self.rounds)
+
+    @property
+    def load_options(self) -> dict[str, Any]:
+        """What the worker's compile needs beyond the source: the CPU build defines the arch the gate compiled for."""
+        return {"arch": self.arch, "sandboxed": not self.unsafe_cpu, "timeout_s": self.compile_timeout_s}
+
+
+@dataclass(frozen=True)
+class GradeRequest(RunRequest):
+    full: bool = False
+    race_check: bool = False
+    only: tuple[str, ...] = ()
+    diagnose: bool = True
+    gates_path: Path | None = None
+    no_timing: bool = False  # --no-timing: correctness only
+
+
+@dataclass(frozen=True)
+class BenchRequest(RunRequest):
+    chunk: int | None = None
+    prefix: int | None = None
+    versus: str = "starter"
+
+
+@dataclass(frozen=True)
+class CalibrateRequest(BenchRequest):
+    output: Path = Path("gates.json")
+    fraction: float = 0.5
+
+
+@dataclass(frozen=True)
+class CheckRequest(FromOptions):
+    lab: str
+    file: Path
+    arch: str = DEFAULT_ARCH
+    compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
+
+    @property
+    def compile_limits(self) -> CompileLimits:
+        return CompileLimits(timeout_s=self.compile_timeout_s)
+
+
+@dataclass(frozen=True)
+class ProfileRequest(FromOptions):
+    lab: str
+    file: Path
+    seed: int | None = None
+    timeout_s: float | None = None
+    arch: str = DEFAULT_ARCH
+    calls: int = 5
+    trace_path: Path | None = None
+    plot_path: Path | None = None
+    ncu_csv_path: Path | None = None
+    range_pass: bool = True
+    cupti: bool = True
+
+
+def default(request: type, name: str) -> Any:
+    """A field's default, for the option that fills it: the one place each default is written."""
+    return next(f.default for f in fields(request) if f.name == name)
+
+
+def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
+    """Options that shape a SPEEDUP mean nothing to a lab that times a pipeline: say so before any work."""
+    if lab.baseline != "none":
+        return
+    given = [
+        flag
+        for flag, present in (
+            ("--chunk", getattr(request, "chunk", None) is not None),
+            ("--prefix", getattr(request, "prefix", None) is not None),
+            ("--vs", getattr(request, "versus", "starter") not in ("starter", lab.peer)),
+            ("--rounds", request.rounds > 1),
+        )
+        if present
+    ]
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        peer = (
+            f" (its --vs takes {lab.peer} only: PyTorch beside the whole call)" if "--vs" in given and lab.peer else ""
+        )
+        raise usage_error(
+            f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline at fixed sizes{peer}"
+        )
