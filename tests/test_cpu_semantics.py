@@ -1,10 +1,10 @@
 """The CPU backend's barrier, vote, shuffle and thread-order rules, and proof that the probes of them bite.
 
-Those rules live in C++ (`labrunner/run/cpu/fiber.h`, `shim.h`), where a Python mutation tool
-cannot reach. So the probes in `cpu_kernels/probes.cu` are checked twice: against the real
-backend (every answer exact, worked out from CUDA's documented rules, not from the backend), and
-against copies of the backend with one wrong rule planted in each (`MUTANTS`), where at least one
-probe must fail. A planted rule that no probe notices would be a rule no test pins.
+Those rules live in C++ (`labrunner/run/cpu/fiber.h` and its parts `fiber_*.h`, `shim.h`), where
+a Python mutation tool cannot reach. So the probes in `cpu_kernels/probes.cu` are checked twice:
+against the real backend (every answer exact, worked out from CUDA's documented rules, not from the
+backend), and against copies of the backend with one wrong rule planted in each (`MUTANTS`), where
+at least one probe must fail. A planted rule that no probe notices would be a rule no test pins.
 """
 
 from __future__ import annotations
@@ -133,11 +133,21 @@ def test_the_backend_answers_every_probe_exactly(real_backend, probe):
 
 # (name, file, the real code, the wrong rule): each a bug a plausible edit could introduce.
 MUTANTS = [
-    ("syncthreads_and is any", "fiber.h", "case BK_AND: f.result = count == n;", "case BK_AND: f.result = count > 0;"),
-    ("syncthreads_or is all", "fiber.h", "case BK_OR: f.result = count > 0;", "case BK_OR: f.result = count == n;"),
+    (
+        "syncthreads_and is any",
+        "fiber_barriers.h",
+        "case BK_AND: f.result = count == n;",
+        "case BK_AND: f.result = count > 0;",
+    ),
+    (
+        "syncthreads_or is all",
+        "fiber_barriers.h",
+        "case BK_OR: f.result = count > 0;",
+        "case BK_OR: f.result = count == n;",
+    ),
     (
         "syncthreads_count counts arrivals",
-        "fiber.h",
+        "fiber_barriers.h",
         "case BK_COUNT: f.result = (uint64_t)count;",
         "case BK_COUNT: f.result = (uint64_t)n;",
     ),
@@ -151,23 +161,28 @@ MUTANTS = [
     ),
     (
         "release after a barrier ignores the reverse order",
-        "fiber.h",
+        "fiber_barriers.h",
         "int i = rt.reverse ? rt.nthreads - 1 - k : k;",
         "int i = k;",
     ),
     (
         "a block starts in launch order when reversed",
-        "fiber.h",
+        "fiber_launch.h",
         "push(rt.reverse ? rt.nthreads - 1 - k : k);",
         "push(k);",
     ),
     (
         "release after a warp sync ignores the reverse order",
-        "fiber.h",
+        "fiber_warp.h",
         "int j = rt.reverse ? 31 - k : k;",
         "int j = k;",
     ),
-    ("ballot ignores the predicate", "fiber.h", "if (lane_fiber(w, j).pred) ballot |= 1u << j;", "ballot |= 1u << j;"),
+    (
+        "ballot ignores the predicate",
+        "fiber_warp.h",
+        "if (lane_fiber(w, j).pred) ballot |= 1u << j;",
+        "ballot |= 1u << j;",
+    ),
     (
         "all_sync is any",
         "shim.h",
@@ -217,7 +232,7 @@ def planted(tmp_path, monkeypatch):
                 text = text.replace(real, wrong)
             (copy / path.name).write_text(text)
         monkeypatch.setattr(cpu_module, "_SHIM", copy / "shim.h")
-        monkeypatch.setattr(cpu_module, "_RUNTIME_FILES", (copy / "shim.h", copy / "fiber.h"))
+        monkeypatch.setattr(cpu_module, "_RUNTIME_FILES", tuple(copy / p.name for p in cpu_module._RUNTIME_FILES))
         return build(tmp_path / "cache")
 
     return plant

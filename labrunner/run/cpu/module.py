@@ -39,7 +39,15 @@ _SHIM = _HERE / "shim.h"
 # the CPU build serves them: see "How it works" in README.md.
 _MACROS = _HERE / "cuda_macros.h"
 _STUDENT_INCLUDE = _HERE / "include"
-_RUNTIME_FILES = (_HERE / "shim.h", _HERE / "fiber.h", _HERE / "ptx.h", _HERE / "cuda_macros.h")
+# Every header of the runtime, fiber.h's parts (fiber_*.h) among them: the build caches are keyed on
+# their bytes, so an edit to any of them rebuilds the runtime's text, the baseline and every module.
+_RUNTIME_FILES = (
+    _HERE / "shim.h",
+    _HERE / "fiber.h",
+    *sorted(_HERE.glob("fiber_*.h")),
+    _HERE / "ptx.h",
+    _HERE / "cuda_macros.h",
+)
 
 SHARED_LIMIT = 227 * 1024
 # Launches run on the calling OS thread; a library loaded twice is one copy,
