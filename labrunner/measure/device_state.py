@@ -12,7 +12,12 @@ missing thermometer must never stop a grading run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,7 +35,7 @@ class DeviceState:
     driver_release: str | None = None
     pci_bus_id: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -39,7 +44,7 @@ def cuda_version_text(encoded: int) -> str:
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
 
 
-def as_text(value) -> str:
+def as_text(value: object) -> str:
     """Older NVML bindings and CUDA properties hand back bytes."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -106,7 +111,7 @@ def read_nvml_facts(state: DeviceState, device_index: int) -> None:
             pass
 
 
-def nvml_handle(pynvml, pci_bus_id: str | None, device_index: int):
+def nvml_handle(pynvml: ModuleType, pci_bus_id: str | None, device_index: int) -> object:
     """The NVML handle of the GPU CUDA calls `device_index`.
 
     NVML and CUDA may number GPUs differently (CUDA_VISIBLE_DEVICES, or CUDA
@@ -120,7 +125,7 @@ def nvml_handle(pynvml, pci_bus_id: str | None, device_index: int):
     return nvml_read(lambda: pynvml.nvmlDeviceGetHandleByIndex(device_index))
 
 
-def nvml_read(read):
+def nvml_read(read: Callable[[], T]) -> T | None:
     """One NVML query, with None for "this GPU or driver does not say"."""
     try:
         return read()

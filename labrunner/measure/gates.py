@@ -12,14 +12,17 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from typing import Any
 
 from labrunner.exit_codes import usage_error
 
 SCHEMA = "attnlab.gates/1"
 DEFAULT_FRACTION = 0.5
+# A gates file as JSON: {"schema": SCHEMA, lab: {GPU name: gate}}, each gate {"fraction", "solution_speedup", ...}.
+Gates = dict[str, Any]
 
 
-def load_gates(path: Path, option: str = "--gates") -> dict:
+def load_gates(path: Path, option: str = "--gates") -> Gates:
     """Read and check a gates file; every problem is a usage error naming the file and the entry."""
     try:
         data = json.loads(path.read_text())
@@ -28,7 +31,7 @@ def load_gates(path: Path, option: str = "--gates") -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise usage_error(f"{option} {path}: not a gates file ({exc})") from None
     schema = data.get("schema") if isinstance(data, dict) else None
-    if schema != SCHEMA:
+    if not isinstance(data, dict) or schema != SCHEMA:
         raise usage_error(f"{option} {path}: schema is {schema!r}, expected {SCHEMA!r}")
     for lab, gpus in data.items():
         if lab == "schema":
@@ -49,17 +52,18 @@ def load_gates(path: Path, option: str = "--gates") -> dict:
     return data
 
 
-def positive_number(value) -> bool:
+def positive_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def gate_for(gates: dict | None, lab: str, gpu_name: str | None) -> dict | None:
+def gate_for(gates: Gates | None, lab: str, gpu_name: str | None) -> dict[str, Any] | None:
     if not gates or not gpu_name:
         return None
-    return gates.get(lab, {}).get(gpu_name)
+    gate: dict[str, Any] | None = gates.get(lab, {}).get(gpu_name)
+    return gate
 
 
-def apply_gate(gates: dict | None, lab: str, gpu_name: str | None, speedup: float) -> dict:
+def apply_gate(gates: Gates | None, lab: str, gpu_name: str | None, speedup: float) -> dict[str, Any]:
     gate = gate_for(gates, lab, gpu_name)
     if gate is None:
         return {"status": "none", "passed": True, "message": f"no speed gate for {gpu_name or 'this device'}"}
@@ -83,7 +87,7 @@ def apply_gate(gates: dict | None, lab: str, gpu_name: str | None, speedup: floa
 DEFAULT_COPY_FRACTION = 0.8
 
 
-def apply_bandwidth_gate(bandwidth: dict, gpu_name: str | None) -> dict:
+def apply_bandwidth_gate(bandwidth: dict[str, Any], gpu_name: str | None) -> dict[str, Any]:
     """`bandwidth`: the timing's figures (`copy_fraction` reached, `required_fraction`, TB/s of both)."""
     reached, required = bandwidth["copy_fraction"], bandwidth["required_fraction"]
     passed = reached >= required
@@ -101,8 +105,10 @@ def apply_bandwidth_gate(bandwidth: dict, gpu_name: str | None) -> dict:
     }
 
 
-def write_gate(path: Path, lab: str, gpu_name: str, solution_speedup: float, fraction: float, details: dict) -> dict:
-    gates = load_gates(path, "-o") if path.exists() else {"schema": SCHEMA}
+def write_gate(
+    path: Path, lab: str, gpu_name: str, solution_speedup: float, fraction: float, details: dict[str, Any]
+) -> dict[str, Any]:
+    gates: Gates = load_gates(path, "-o") if path.exists() else {"schema": SCHEMA}
     entry = {
         "solution_speedup": round(solution_speedup, 3),
         "fraction": fraction,

@@ -9,14 +9,15 @@ how the facts become the two ceilings.
 from __future__ import annotations
 
 from labrunner.measure.device_state import nvml_handle, nvml_read
+from labrunner.measure.roofline import GpuFacts
 
 
-def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> dict:
+def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> GpuFacts:
     """What the ceilings need, from CuPy and NVML, each fact None where it cannot be read; never raises.
 
     Runs on the GPU side (the worker, or the process Nsight Compute watches), never in the driver.
     """
-    facts: dict = {
+    facts: GpuFacts = {
         "sm_count": None,
         "compute_capability": None,
         "max_sm_clock_mhz": None,
@@ -68,7 +69,7 @@ def measured_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float | 
         source = cupy.empty(nbytes, dtype=cupy.uint8)
         target = cupy.empty_like(source)
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        best = None
+        best: float | None = None
         for _ in range(repeats):
             start.record()
             target.data.copy_from_device_async(source.data, nbytes)
@@ -76,6 +77,6 @@ def measured_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float | 
             end.synchronize()
             ms = cupy.cuda.get_elapsed_time(start, end)
             best = ms if best is None else min(best, ms)
-        return 2 * nbytes / (best * 1e-3)
+        return None if best is None else 2 * nbytes / (best * 1e-3)
     except Exception:
         return None

@@ -23,6 +23,7 @@ import fcntl
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,7 +61,7 @@ def gpu_key(device_index: int = 0) -> str:
 
 
 @contextmanager
-def _flock(path: Path, mode: int):
+def _flock(path: Path, mode: int) -> Iterator[None]:
     handle = open_lock_file(path)
     try:
         fcntl.flock(handle, mode)
@@ -70,7 +71,7 @@ def _flock(path: Path, mode: int):
 
 
 @contextmanager
-def exclusive_timing(key: str):
+def exclusive_timing(key: str) -> Iterator[None]:
     """Hold the GPU alone while timing: wait for running checks, keep new ones out."""
     folder = lock_folder()
     handle = open_lock_file(folder / f"{key}.lock")
@@ -83,7 +84,7 @@ def exclusive_timing(key: str):
 
 
 @contextmanager
-def shared_checking(key: str):
+def shared_checking(key: str) -> Iterator[None]:
     """Run correctness cases beside other checks, but never while a kernel is being timed."""
     folder = lock_folder()
     with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):

@@ -28,6 +28,8 @@ from labrunner.measure.timing import Stats, TimingOptions, measure
 if TYPE_CHECKING:
     import cupy
 
+    from labrunner.measure.roofline import GpuFacts
+
 EMPTY_KERNEL_SOURCE = 'extern "C" __global__ void attnlab_empty() {}'
 # One thread that waits on the GPU's nanosecond clock: a head start for a contender whose host
 # side is slow to queue its work (see `hold`).
@@ -63,7 +65,7 @@ def reset_persisting_l2() -> bool:
         (error,) = runtime.cudaCtxResetPersistingL2Cache()
     except Exception:
         return False
-    return error == runtime.cudaError_t.cudaSuccess
+    return bool(error == runtime.cudaError_t.cudaSuccess)
 
 
 class CupyTimer:
@@ -120,7 +122,7 @@ class CupyTimer:
         launch()
         self._end.record()
         self._end.synchronize()
-        return self._cupy.cuda.get_elapsed_time(self._start, self._end)
+        return float(self._cupy.cuda.get_elapsed_time(self._start, self._end))
 
     def time_stages_ms(self, launches: list[Callable[[], None]]) -> list[float]:
         """Each launch's time within one call: an event before the first launch and after every one.
@@ -140,7 +142,7 @@ class CupyTimer:
         events[-1].synchronize()
         return [self._cupy.cuda.get_elapsed_time(before, after) for before, after in zip(events, events[1:])]
 
-    def gpu_facts(self) -> dict:
+    def gpu_facts(self) -> GpuFacts:
         """What the timing's physics needs of this GPU (SMs, compute capability, maximum SM clock):
         `gpu_facts.read_gpu_facts`, each fact None where it cannot be read."""
         from labrunner.measure.gpu_facts import read_gpu_facts

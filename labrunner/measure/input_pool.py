@@ -15,25 +15,32 @@ number, so whatever the student's kernel did to its inputs, the baseline reads t
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from labrunner.measure.device import Device, DeviceArray
 from labrunner.truth.timing_sets import CUDA_KERNEL, CUDA_SOURCE, check_key, make_set, set_shapes
+
+if TYPE_CHECKING:
+    import cupy
 
 THREADS = 256
 MAX_BLOCKS = 4096  # a grid-stride loop covers the rest
+# A slot's buffers by the names the launches use (q, k, v, and a paged cache's blockTable and seqLens).
+Slot = dict[str, DeviceArray]
 
 
 class CudaSets:
     """Makes set n on the GPU, in place, with the CUDA twin of the numpy definition."""
 
-    def __init__(self, device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
+    def __init__(self, device: Device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
         check_key(key)
         self.key = key
         self.rows, self.prefix = rows, prefix
         self._kernel = timing_set_kernel()
 
-    def fill(self, buffers: dict, number: int) -> None:
+    def fill(self, buffers: Slot, number: int) -> None:
         q_count, kv_count = buffers["q"].size, buffers["k"].size
         blocks = (q_count + 2 * kv_count) // 4
         grid = min(MAX_BLOCKS, -(-blocks // THREADS))
@@ -54,7 +61,7 @@ class CudaSets:
 
 
 @cache
-def timing_set_kernel():
+def timing_set_kernel() -> cupy.RawKernel:
     import cupy
 
     # --fmad=false as well as the intrinsics: no multiply and add may become one FMA
@@ -64,12 +71,12 @@ def timing_set_kernel():
 class NumpySets:
     """The definition itself, for a device whose buffers are numpy arrays (the tests' stand-in GPU)."""
 
-    def __init__(self, device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
+    def __init__(self, device: Device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
         check_key(key)
         self.key = key
         self.rows, self.prefix, self.pages = rows, prefix, pages
 
-    def fill(self, buffers: dict, number: int) -> None:
+    def fill(self, buffers: Slot, number: int) -> None:
         for name, values in make_set(self.key, number, self.rows, self.prefix, self.pages).items():
             buffers[name][...] = values
 
@@ -81,11 +88,11 @@ class InputPool:
     inputs (its block table and lengths): uploaded once and shared by every slot. They are the
     shape of the work, not its values: the values in the pages are every call's own."""
 
-    def __init__(self, device, request: dict, slots: int):
+    def __init__(self, device: Device, request: dict[str, Any], slots: int):
         rows, prefix, pages = request["rows"], request["prefix"], request.get("pages")
-        self.maker = CudaSets(device, tuple(request["key"]), rows, prefix, pages)
+        self.maker: CudaSets | NumpySets = CudaSets(device, tuple(request["key"]), rows, prefix, pages)
         fixed = {name: device.upload(array) for name, array in request.get("fixed", {}).items()}
-        self.slots = [
+        self.slots: list[Slot] = [
             {
                 **{
                     name: device.upload(np.zeros(shape, dtype=np.float32))
@@ -108,10 +115,12 @@ class InputPool:
 
     def refill(self, slot: int) -> None:
         """The set `slot` holds, made again: what a kernel changed in it is undone."""
-        self.maker.fill(self.slots[slot], self.holds[slot])
+        number = self.holds[slot]
+        assert number is not None, "a slot is refilled only after a set was drawn into it"
+        self.maker.fill(self.slots[slot], number)
 
 
-def first_set(device, request: dict) -> dict:
+def first_set(device: Device, request: dict[str, Any]) -> Slot:
     """Set 0 of a request, alone, on the device: the inputs of a run that is traced or profiled, not
     timed against a pool (the fill is the timing sets' generator, not a lab kernel)."""
     pool = InputPool(device, request, 1)

@@ -28,11 +28,19 @@ DLPack (CuPy arrays on the GPU, numpy arrays in the tests), so the peer reads th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
 
 INSTALL_HINT = "pip install 'attnlab[peers]'"
 HEAD_START_US = 1000.0  # the GPU's wait before each peer call: well above PyTorch's host time for one call
+# A torch.Tensor: PyTorch is optional, and imported only where a peer runs, never for an annotation.
+Tensor = Any
+# A peer's zero-copy tensors over one slot's q, k and v.
+Views = dict[str, Tensor]
 HIDDEN = f"GPU time only, PyTorch's host dispatch hidden behind a {HEAD_START_US / 1000:g} ms head start"
 
 
@@ -69,7 +77,7 @@ class PeerMissing(Exception):
     """The peer cannot run here (no PyTorch, or one without CUDA); the words say which, and the fix."""
 
 
-def load(name: str, on_gpu: bool = True):
+def load(name: str, on_gpu: bool = True) -> TorchPeer:
     """The peer called `name`, ready to run; `on_gpu`: the worker's buffers are CUDA memory."""
     try:
         import torch
@@ -89,40 +97,41 @@ def load(name: str, on_gpu: bool = True):
 class TorchPeer:
     """What both peers share: views of the worker's buffers, the stream, the output read back."""
 
-    def __init__(self, torch, on_gpu: bool):
+    def __init__(self, torch: ModuleType, on_gpu: bool) -> None:
         self.torch = torch
-        self.stream = None
+        self.stream: Any = None  # a torch.cuda.ExternalStream over CuPy's current stream
         if on_gpu:
             import cupy
 
             # The timer's events are recorded on CuPy's current stream; the peer must queue there too.
             pointer = cupy.cuda.get_current_stream().ptr
             self.stream = torch.cuda.ExternalStream(pointer) if pointer else None
-        self.bias = {}
+        self.bias: dict[int, Tensor] = {}
 
-    def wrap(self, slot: dict) -> dict:
+    def wrap(self, slot: dict[str, Any]) -> Views:
         """Zero-copy tensors over a slot's q, k and v (made once per slot, outside any timing)."""
         views = {name: self.torch.from_dlpack(slot[name]) for name in ("q", "k", "v")}
         self.prepare(views)
         return views
 
-    def prepare(self, views: dict) -> None:
+    def prepare(self, views: Views) -> None:
         """What a peer may make once per shape, before timing (lab 1's causal bias)."""
 
-    def launch(self, views: dict):
+    def launch(self, views: Views) -> Tensor:
         if self.stream is None:
             return self.compute(views)
         with self.torch.cuda.stream(self.stream):
             return self.compute(views)
 
-    def compute(self, views: dict):
+    def compute(self, views: Views) -> Tensor:
         raise NotImplementedError
 
-    def to_host(self, out):
+    def to_host(self, out: Tensor) -> np.ndarray:
         """The output as the lab lays it out, `float32 [rows * 32 * 64]`, on the host."""
-        return out.detach().to("cpu").contiguous().numpy().reshape(-1)
+        host: np.ndarray = out.detach().to("cpu").contiguous().numpy().reshape(-1)
+        return host
 
-    def heads_first(self, x, heads: int):
+    def heads_first(self, x: Tensor, heads: int) -> Tensor:
         """[rows][heads][64] -> [heads][rows][64] (a view); grouped K and V expanded to 32 heads (a copy:
         query head h reads KV head h // 4). Expand-and-reshape, never `repeat_interleave`, whose output
         size may be read back from the GPU: a synchronisation inside a timed call would stall the
@@ -136,7 +145,7 @@ class TorchPeer:
 class ScaledDotProductPeer(TorchPeer):
     """Lab 2: PyTorch's fused attention on the chunk, its row i seeing keys 0 .. prefix + i."""
 
-    def compute(self, views: dict):
+    def compute(self, views: Views) -> Tensor:
         from torch.nn.attention.bias import causal_lower_right
         from torch.nn.functional import scaled_dot_product_attention
 
@@ -152,7 +161,7 @@ class ScaledDotProductPeer(TorchPeer):
 class EagerThreeOpsPeer(TorchPeer):
     """Lab 1: the lab's three kernels as three PyTorch ops over the whole [32][T][T] matrix."""
 
-    def prepare(self, views: dict) -> None:
+    def prepare(self, views: Views) -> None:
         t = views["q"].shape[0]
         if t not in self.bias:
             torch = self.torch
@@ -161,7 +170,7 @@ class EagerThreeOpsPeer(TorchPeer):
                 above, float("-inf")
             )
 
-    def compute(self, views: dict):
+    def compute(self, views: Views) -> Tensor:
         torch = self.torch
         q = self.heads_first(views["q"], QUERY_HEADS)
         k, v = self.heads_first(views["k"], KV_HEADS), self.heads_first(views["v"], KV_HEADS)

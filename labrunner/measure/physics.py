@@ -35,8 +35,9 @@ out, and the figures say so (`Limits.to_json`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from labrunner.measure.roofline import tensor_core_peak
+from labrunner.measure.roofline import GpuFacts, tensor_core_peak
 
 MIB = 1024 * 1024
 # How far past the same run's device copy a figure's bytes may go (see the module's docstring).
@@ -53,7 +54,7 @@ class Limits:
     peak_flops: float | None
     peak_source: str  # how the peak was counted, or why there is none
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "copy_tb_s": None if self.copy_bytes_per_s is None else self.copy_bytes_per_s / 1e12,
             "copy_margin": COPY_MARGIN,
@@ -63,7 +64,7 @@ class Limits:
         }
 
 
-def limits(copies: list[dict], l2_bytes: int, facts: dict) -> Limits:
+def limits(copies: list[dict[str, Any]], l2_bytes: int, facts: GpuFacts | None) -> Limits:
     """A run's limits from its workers' replies: `copies` are their device copies (`{"bytes", "stats"}`,
     the fastest of them counts), `facts` what the GPU said of itself (`gpu_facts.read_gpu_facts`)."""
     rates = [

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from labrunner import box as boxes
 
@@ -100,7 +101,7 @@ class KernelMetrics:
         read, write = self.values.get("dram_read_bytes"), self.values.get("dram_write_bytes")
         return None if read is None or write is None else read + write
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "kernel": self.kernel,
@@ -227,7 +228,7 @@ def run_ncu(
     target: list[str],
     timeout_s: float,
     cwd: Path | None = None,
-    env: dict | None = None,
+    env: dict[str, str] | None = None,
     box_folder: Path | None = None,
 ) -> NcuRun:
     """Run ncu over `target` and return exactly `count` profiled launches, or raise RangePassUnavailable.
@@ -273,7 +274,7 @@ def ncu_once(
     target: list[str],
     timeout_s: float,
     cwd: Path | None,
-    env: dict | None,
+    env: dict[str, str] | None,
     metrics: list[str],
     box_folder: Path | None = None,
 ) -> NcuRun:

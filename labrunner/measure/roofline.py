@@ -19,11 +19,12 @@ this module is arithmetic only and runs anywhere).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any, TypedDict
 
 # FP32 fused multiply-add lanes per SM, by compute capability (major, minor): the CUDA C++
 # Programming Guide's table of arithmetic instruction throughput. 7.x and 8.0 have 64; 8.6 and
 # later consumer parts, Hopper and Blackwell have 128.
-FP32_LANES_PER_SM = {
+FP32_LANES_PER_SM: dict[tuple[int, ...], int] = {
     (7, 0): 64,
     (7, 2): 64,
     (7, 5): 64,
@@ -48,7 +49,7 @@ FLOPS_PER_FMA = 2
 # reach that precision (an INT8 operand split in two slices makes three products at twice the FP16
 # rate; FP8 and INT4 need more slices), so a float32 product costs them more than one FP16 product;
 # 2:4 sparsity needs zeros the inputs do not have. A capability missing here has no known ceiling.
-TENSOR_FP16_FLOP_PER_CLOCK = {
+TENSOR_FP16_FLOP_PER_CLOCK: dict[tuple[int, ...], int] = {
     (7, 0): 1024,
     (7, 5): 1024,
     (8, 0): 2048,
@@ -60,7 +61,21 @@ TENSOR_FP16_FLOP_PER_CLOCK = {
 }
 
 
-def lesson_roofline(flops: float, bytes_moved: float, peak_flops: float, bw_bytes_per_s: float):
+class GpuFacts(TypedDict, total=False):
+    """What a GPU said of itself (`gpu_facts.read_gpu_facts`), each fact None where it could not be read;
+    a fact left out reads as unknown too."""
+
+    sm_count: int | None
+    compute_capability: list[int] | None  # [major, minor]
+    max_sm_clock_mhz: int | None
+    max_memory_clock_mhz: int | None
+    memory_bus_width_bits: int | None
+    measured_copy_bytes_per_s: float | None  # only where NVML gave no memory clock
+
+
+def lesson_roofline(
+    flops: float, bytes_moved: float, peak_flops: float, bw_bytes_per_s: float
+) -> tuple[float, float, float, str]:
     """The lesson's `roofline`: (intensity, ridge, attainable FLOP/s, "memory-bound" or "compute-bound")."""
     ai = flops / bytes_moved
     ridge = peak_flops / bw_bytes_per_s
@@ -69,7 +84,7 @@ def lesson_roofline(flops: float, bytes_moved: float, peak_flops: float, bw_byte
     return ai, ridge, attainable, bound
 
 
-def fp32_lanes(compute_capability: tuple[int, int]) -> int | None:
+def fp32_lanes(compute_capability: tuple[int, ...]) -> int | None:
     return FP32_LANES_PER_SM.get(tuple(compute_capability))
 
 
@@ -78,7 +93,7 @@ def fp32_peak_flops(sm_count: int, clock_hz: float, lanes_per_sm: int) -> float:
     return sm_count * clock_hz * lanes_per_sm * FLOPS_PER_FMA
 
 
-def tensor_core_peak(facts: dict) -> tuple[float | None, str]:
+def tensor_core_peak(facts: GpuFacts) -> tuple[float | None, str]:
     """The dense FP16 tensor-core peak from what the GPU said of itself (`read_gpu_facts`), FLOP/s,
     with how it was counted; or None and why not."""
     capability = tuple(facts.get("compute_capability") or (0, 0))
@@ -110,11 +125,11 @@ class Ceilings:
         """FLOP per byte where the two roofs meet."""
         return self.peak_flops / self.bandwidth
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "ridge_flop_per_byte": self.ridge}
 
 
-def ceilings_from_facts(facts: dict) -> tuple[Ceilings | None, str | None]:
+def ceilings_from_facts(facts: GpuFacts) -> tuple[Ceilings | None, str | None]:
     """The ceilings from what the GPU said of itself (see `read_gpu_facts`), or None and why not."""
     lanes = fp32_lanes(tuple(facts.get("compute_capability") or (0, 0)))
     sms, clock_mhz = facts.get("sm_count"), facts.get("max_sm_clock_mhz")
@@ -125,11 +140,12 @@ def ceilings_from_facts(facts: dict) -> tuple[Ceilings | None, str | None]:
     peak = fp32_peak_flops(sms, clock_mhz * 1e6, lanes)
     peak_source = f"{sms} SMs x {clock_mhz} MHz x {lanes} FP32 lanes x 2 FLOP per FMA"
     mem_mhz, bus = facts.get("max_memory_clock_mhz"), facts.get("memory_bus_width_bits")
+    measured = facts.get("measured_copy_bytes_per_s")
     if mem_mhz and bus:
         bandwidth = hbm_bandwidth(mem_mhz * 1e6, bus)
         bandwidth_source = f"NVML: {mem_mhz} MHz x 2 (double data rate) x {bus}-bit bus"
-    elif facts.get("measured_copy_bytes_per_s"):
-        bandwidth = facts["measured_copy_bytes_per_s"]
+    elif measured:
+        bandwidth = measured
         bandwidth_source = "a timed device-to-device copy (bytes read plus written), NVML gave no memory clock"
     else:
         return None, "neither NVML nor a device copy gave this GPU's memory bandwidth"
@@ -189,7 +205,7 @@ class Point:
             )
         return f"memory-bound: {self.intensity:.1f} FLOP/B, {100 * self.fraction_of_roof:.0f}% of HBM bandwidth"
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "flops": self.flops,
             "dram_bytes": self.dram_bytes,

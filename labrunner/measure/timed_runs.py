@@ -22,14 +22,21 @@ unseen. Inside the whole call each kernel's time belongs to a call whose output 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from labrunner.labs.definition import Launch
 from labrunner.measure import peers
+from labrunner.measure.device import Device, DeviceArray, GuardedBuffer, Kernels
 from labrunner.measure.input_pool import InputPool
 from labrunner.truth.poison import poison_for
+
+if TYPE_CHECKING:
+    from labrunner.measure.gpu_timer import CupyTimer
 
 INPUT_SLOTS = 3  # sets in buffers at once, rotated call by call (see `timing.sample_interleaved`)
 
@@ -44,15 +51,15 @@ class KernelCall:
     def __init__(
         self,
         name: str,
-        device,
-        kernels,
+        device: Device,
+        kernels: Kernels,
         launches: list[Launch],
         pool: InputPool,
         out_count: int,
-        workspace: dict,
+        workspace: dict[str, GuardedBuffer],
         leads: bool = True,
         each_kernel: bool = False,
-    ):
+    ) -> None:
         self.name = name
         # each_kernel: every launch is timed apart, within the call (its stages, named by kernel)
         self.stages = tuple(launch.kernel for launch in launches) if each_kernel else ()
@@ -64,7 +71,7 @@ class KernelCall:
         self.out_count = out_count
         self.outs = [device.guarded(out_count) for _ in pool.slots]
         self.workspace = workspace  # name -> guarded buffer
-        self.checked_sets: list[int] = []
+        self.checked_sets: list[int | None] = []  # None: never, as a checked call follows a draw
         self.checked_outputs: list[np.ndarray] = []
 
     def prepare(self, input_index: int, verify: bool) -> None:
@@ -79,7 +86,7 @@ class KernelCall:
         else:
             self.pool.refill(input_index)
 
-    def buffers(self, input_index: int) -> dict:
+    def buffers(self, input_index: int) -> dict[str, DeviceArray]:
         return {
             **self.pool.slots[input_index],
             "out": self.outs[input_index].inner,
@@ -91,10 +98,10 @@ class KernelCall:
         for launch in self.launches:
             self.device.launch(self.kernels, launch, buffers)
 
-    def stage_launches(self, input_index: int) -> list:
+    def stage_launches(self, input_index: int) -> list[Callable[[], None]]:
         """The call's launches one by one, for the timer to put an event between every two."""
         buffers = self.buffers(input_index)
-        return [lambda launch=launch: self.device.launch(self.kernels, launch, buffers) for launch in self.launches]
+        return [partial(self.device.launch, self.kernels, launch, buffers) for launch in self.launches]
 
     def collect(self, input_index: int, verify: bool) -> None:
         if verify:
@@ -102,7 +109,7 @@ class KernelCall:
             self.checked_sets.append(self.pool.holds[input_index])
             self.checked_outputs.append(self.device.to_host(self.outs[input_index].inner))
 
-    def checked(self) -> dict:
+    def checked(self) -> dict[str, np.ndarray]:
         """The checked calls for the reply: set numbers `int64 [n]`, outputs `float32 [n][out_count]`."""
         outputs = (
             np.stack(self.checked_outputs) if self.checked_outputs else np.empty((0, self.out_count), dtype=np.float32)
@@ -116,7 +123,7 @@ class KernelCall:
 COPY_BUDGET_S = 0.5
 
 
-def guarded_workspace(device, sizes: dict[str, int]) -> dict:
+def guarded_workspace(device: Device, sizes: dict[str, int]) -> dict[str, GuardedBuffer]:
     """A contender's workspace, poisoned and guarded like a case's (re-poisoned before every call)."""
     return {name: device.guarded(count, poison_for(name)) for name, count in sizes.items()}
 
@@ -127,7 +134,7 @@ class DeviceCopy:
 
     name = "device copy"
 
-    def __init__(self, device, count_bytes: int):
+    def __init__(self, device: Device, count_bytes: int) -> None:
         self.bytes = count_bytes
         xp = device.xp if hasattr(device.xp, "copyto") else np
         self.copyto = xp.copyto
@@ -154,11 +161,13 @@ class PeerCall(KernelCall):
     kept (`enqueue_ms`), so a head start too short to cover it shows.
     """
 
-    def __init__(self, device, peer, pool: InputPool, out_count: int, timer=None):
+    def __init__(
+        self, device: Device, peer: peers.TorchPeer, pool: InputPool, out_count: int, timer: CupyTimer | None = None
+    ) -> None:
         super().__init__("peer", device, None, [], pool, out_count, {}, leads=False)
         self.peer = peer
         self.views = [peer.wrap(slot) for slot in pool.slots]  # made once: no conversion is timed
-        self.last = [None] * len(pool.slots)
+        self.last: list[peers.Tensor | None] = [None] * len(pool.slots)
         self.hold = getattr(timer, "hold", None)
         self.enqueue_ms: list[float] = []
 
@@ -173,7 +182,7 @@ class PeerCall(KernelCall):
         self.last[input_index] = self.peer.launch(self.views[input_index])
         self.enqueue_ms.append((time.perf_counter() - start) * 1e3)
 
-    def enqueue(self) -> dict:
+    def enqueue(self) -> dict[str, float]:
         """The host's time to queue one call, median and worst, against the head start it had."""
         return {
             "median_ms": float(np.median(self.enqueue_ms)),
@@ -188,12 +197,12 @@ class PeerCall(KernelCall):
             self.checked_outputs.append(self.peer.to_host(self.last[input_index]))
 
 
-def load_peer(device, name: str):
+def load_peer(device: Device, name: str) -> peers.TorchPeer:
     """The peer `name` for this device's buffers (`peers.PeerMissing` where it cannot run here)."""
     return peers.load(name, on_gpu=device.name == "gpu")
 
 
-def run_peer_check(device, request: dict) -> dict:
+def run_peer_check(device: Device, request: dict[str, Any]) -> dict[str, Any]:
     """The peer once, on set 0 of the request's key, before any timing: the driver holds its output to
     the oracle and times the peer only if it passes. Where it cannot run, the words why."""
     try:
@@ -210,7 +219,7 @@ def run_peer_check(device, request: dict) -> dict:
     }
 
 
-def run_timing(device, modules: dict, request: dict) -> dict:
+def run_timing(device: Device, modules: dict[str, Kernels], request: dict[str, Any]) -> dict[str, Any]:
     if device.name != "gpu":
         raise RuntimeError("timing needs the GPU backend")
     from labrunner.measure.device_state import read_device_state
@@ -223,7 +232,7 @@ def run_timing(device, modules: dict, request: dict) -> dict:
     # working clock, and a drop during the real timing shows up against it.
     overhead = timer.overhead_ms(TimingOptions(budget_s=0.5, min_samples=20, seed=options.seed))
     state_before = read_device_state()
-    reply: dict = {
+    reply: dict[str, Any] = {
         "overhead": overhead.to_json(),
         "l2_flush_bytes": timer.flush_bytes,
         "persisting_l2_reset": timer.persisting_l2_reset,
@@ -243,6 +252,7 @@ def run_timing(device, modules: dict, request: dict) -> dict:
             request["out_count"],
             guarded_workspace(device, request.get("student_workspace", {})),
         )
+        baseline: KernelCall
         if request.get("baseline_peer"):
             baseline = PeerCall(device, load_peer(device, request["baseline_peer"]), pool, request["out_count"], timer)
         else:

@@ -30,10 +30,12 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol, TypeGuard
 
 import numpy as np
+import numpy.typing as npt
 
 
 class Timer(Protocol):
@@ -68,6 +70,18 @@ class Contender(Protocol):
     def launch(self, input_index: int) -> None: ...
 
     def collect(self, input_index: int, verify: bool) -> None: ...
+
+
+class StagedContender(Contender, Protocol):
+    """A contender whose call is several launches, named in `stages` and given one by one."""
+
+    stages: tuple[str, ...]
+
+    def stage_launches(self, input_index: int) -> list[Callable[[], None]]: ...
+
+
+def has_stages(contender: Contender) -> TypeGuard[StagedContender]:
+    return bool(getattr(contender, "stages", ()))
 
 
 @dataclass
@@ -132,7 +146,7 @@ class Stats:
     # time is their sum). Empty for a call timed as one.
     stages: dict[str, Stats] = field(default_factory=dict, repr=False)
 
-    def to_json(self, include_samples: bool = False) -> dict:
+    def to_json(self, include_samples: bool = False) -> dict[str, Any]:
         data = asdict(self)
         del data["stages"]
         if not include_samples:
@@ -156,7 +170,7 @@ class Comparison:
     ci_high: float
     level: float = 0.95
 
-    def to_json(self, include_samples: bool = False) -> dict:
+    def to_json(self, include_samples: bool = False) -> dict[str, Any]:
         return {
             "student": self.student.to_json(include_samples),
             "baseline": self.baseline.to_json(include_samples),
@@ -240,7 +254,7 @@ class SampleSeries:
     def count(self) -> int:
         return self.moments.count
 
-    def add(self, elapsed_ms: float, verified: bool, stage_ms: list[float] = ()) -> None:
+    def add(self, elapsed_ms: float, verified: bool, stage_ms: Sequence[float] = ()) -> None:
         self.samples_ms.append(elapsed_ms)
         self.moments.add(elapsed_ms)
         self.verified_count += int(verified)
@@ -271,7 +285,7 @@ def run_call(contender: Contender, input_index: int, verify: bool, timer: Timer)
     """
     contender.prepare(input_index, verify)
     timer.flush_caches()
-    if getattr(contender, "stages", ()):
+    if has_stages(contender):
         stage_ms = list(timer.time_stages_ms(contender.stage_launches(input_index)))
         elapsed_ms = sum(stage_ms)
     else:
@@ -418,7 +432,7 @@ def compare(
 
 
 def paired_speedup_ci(
-    student_ms, baseline_ms, level: float = 0.95, resamples: int = 2000, seed: int = 0
+    student_ms: npt.ArrayLike, baseline_ms: npt.ArrayLike, level: float = 0.95, resamples: int = 2000, seed: int = 0
 ) -> tuple[float, float, float]:
     """Speedup median(baseline) / median(student), with a bootstrap confidence interval.
 
@@ -523,10 +537,10 @@ def pool_stats(rounds: list[Stats]) -> Stats:
     )
 
 
-def comparison_from_json(data: dict) -> Comparison:
+def comparison_from_json(data: dict[str, Any]) -> Comparison:
     """The inverse of `Comparison.to_json(include_samples=True)`: a worker's reply, read back."""
 
-    def stats(d: dict) -> Stats:
+    def stats(d: dict[str, Any]) -> Stats:
         stages = {name: stats(stage) for name, stage in d.get("stages", {}).items()}
         return Stats(**{**d, "rse": math.inf if d["rse"] is None else d["rse"], "stages": stages})
 

@@ -19,10 +19,20 @@ out by name: only the lab's entry points are traced.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from types import ModuleType
+from typing import Any, Protocol
+
+from labrunner.labs.definition import Launch
+from labrunner.measure.device import Device, Kernels
 
 CUPTI_BUFFER_BYTES = 8 * 1024 * 1024
 CUPTI_MISSING = "cupti-python is not installed (pip install 'attnlab[profile]')"
+# One launch as a collector saw it: {"kernel", "start_ns", "end_ns", "static_shared_bytes", "registers",
+# "stream"}, the times from the first traced launch (a CUPTI record keeps its raw "start" and "end" too).
+Record = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -34,8 +44,8 @@ class KernelSlice:
     kernel: str
     start_ns: float
     end_ns: float
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
+    grid: tuple[int, ...]  # (x, y, z)
+    block: tuple[int, ...]
     dynamic_shared_bytes: int
     static_shared_bytes: int | None
     registers: int | None
@@ -45,7 +55,7 @@ class KernelSlice:
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "shape": self.shape,
             "call": self.call,
@@ -66,26 +76,36 @@ class TraceMismatch(Exception):
     """The collector's records do not line up with the launches made."""
 
 
+class Collector(Protocol):
+    """Records when each launch ran: `launch` for a traced one, `untraced` for a warm-up."""
+
+    def launch(self, kernel: str, run: Callable[[], None]) -> None: ...
+
+    def untraced(self, kernel: str, run: Callable[[], None]) -> None: ...
+
+    def finish(self) -> list[Record]: ...
+
+
 class EventCollector:
     """CUDA events around every launch, on the launching stream."""
 
     source = "events"
 
-    def __init__(self, xp):
+    def __init__(self, xp: ModuleType) -> None:
         self.xp = xp
-        self.marks: list[tuple[str, object, object]] = []
+        self.marks: list[tuple[str, Any, Any]] = []  # (kernel, start event, end event): CuPy's, untyped
 
-    def launch(self, kernel: str, run) -> None:
+    def launch(self, kernel: str, run: Callable[[], None]) -> None:
         start, end = self.xp.cuda.Event(), self.xp.cuda.Event()
         start.record()
         run()
         end.record()
         self.marks.append((kernel, start, end))
 
-    def untraced(self, kernel: str, run) -> None:
+    def untraced(self, kernel: str, run: Callable[[], None]) -> None:
         run()
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[Record]:
         if not self.marks:
             return []
         self.marks[-1][2].synchronize()
@@ -109,22 +129,22 @@ class CuptiCollector:
 
     source = "cupti"
 
-    def __init__(self, kernel_names: set[str], synchronize):
+    def __init__(self, kernel_names: set[str], synchronize: Callable[[], None]) -> None:
         from cupti import cupti  # ImportError: the caller falls back to events
 
         self.cupti = cupti
         self.kernel_names = kernel_names
         self.synchronize = synchronize
         self.expected: list[tuple[str, bool]] = []  # (kernel, traced) of every lab launch, in order
-        self.records: list[dict] = []
+        self.records: list[Record] = []  # CUPTI's, with its raw "start" and "end"
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
         cupti.activity_enable(cupti.ActivityKind.CONCURRENT_KERNEL)
 
     @staticmethod
-    def _buffer_requested():
+    def _buffer_requested() -> tuple[int, int]:
         return CUPTI_BUFFER_BYTES, 0  # bytes, and no limit on records per buffer
 
-    def _buffer_completed(self, activities) -> None:
+    def _buffer_completed(self, activities: list[Any]) -> None:
         for activity in activities:
             if activity.kind != self.cupti.ActivityKind.CONCURRENT_KERNEL:
                 continue
@@ -143,16 +163,16 @@ class CuptiCollector:
                 }
             )
 
-    def launch(self, kernel: str, run) -> None:
+    def launch(self, kernel: str, run: Callable[[], None]) -> None:
         run()
         self.expected.append((kernel, True))
 
-    def untraced(self, kernel: str, run) -> None:
+    def untraced(self, kernel: str, run: Callable[[], None]) -> None:
         """A warm-up launch: CUPTI records it too, so it is counted, then left out."""
         run()
         self.expected.append((kernel, False))
 
-    def finish(self) -> list[dict]:
+    def finish(self) -> list[Record]:
         self.synchronize()
         self.cupti.activity_flush_all(1)
         self.cupti.activity_disable(self.cupti.ActivityKind.CONCURRENT_KERNEL)
@@ -184,7 +204,13 @@ def cupti_version() -> str | None:
         return None
 
 
-def run_trace(device, modules: dict, request: dict, flush=None, make_cupti=None) -> dict:
+def run_trace(
+    device: Device,
+    modules: dict[str, Kernels],
+    request: dict[str, Any],
+    flush: Callable[[], None] | None = None,
+    make_cupti: Callable[[], Collector] | None = None,
+) -> dict[str, Any]:
     """The worker's side: CUPTI where it works, else CUDA events; the reply says which, and why.
 
     `flush` clears the L2 before each call (a CupyTimer's by default); `make_cupti` builds the CUPTI
@@ -201,6 +227,7 @@ def run_trace(device, modules: dict, request: dict, flush=None, make_cupti=None)
     if make_cupti is None:
         make_cupti = lambda: CuptiCollector(names, device.synchronize)  # noqa: E731
     why_not_cupti = None
+    collector: Collector | None
     if request.get("use_cupti", True):
         try:
             collector = make_cupti()
@@ -228,21 +255,27 @@ def run_trace(device, modules: dict, request: dict, flush=None, make_cupti=None)
     }
 
 
-def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
+def trace_with(
+    collector: Collector,
+    device: Device,
+    modules: dict[str, Kernels],
+    request: dict[str, Any],
+    flush: Callable[[], None],
+) -> dict[str, Any]:
     """Warm up once per shape (untraced), then K traced calls per shape, each after an L2 flush."""
     kernels = modules["student"]
-    placed: list[tuple[str, int, object]] = []  # (shape label, call, launch) in launch order
+    placed: list[tuple[str, int, Launch]] = []  # (shape label, call, launch) in launch order
     for shape in request["shapes"]:
         buffers = shape_buffers(device, shape)
         buffers["out"] = device.guarded(shape["out_count"]).inner
         buffers.update({name: device.guarded(count).inner for name, count in shape["workspace"].items()})
         for launch in shape["launches"]:  # warm-up: module loading and clocks, never traced
-            collector.untraced(launch.kernel, lambda launch=launch: device.launch(kernels, launch, buffers))
+            collector.untraced(launch.kernel, partial(device.launch, kernels, launch, buffers))
         device.synchronize()
         for call in range(request["calls"]):
             flush()
             for launch in shape["launches"]:
-                collector.launch(launch.kernel, lambda launch=launch: device.launch(kernels, launch, buffers))
+                collector.launch(launch.kernel, partial(device.launch, kernels, launch, buffers))
                 placed.append((shape["label"], call, launch))
         device.synchronize()
         del buffers  # a paged cache's gigabytes go before the next shape's arrive
@@ -267,7 +300,7 @@ def trace_with(collector, device, modules: dict, request: dict, flush) -> dict:
     return {"slices": slices}
 
 
-def shape_buffers(device, shape: dict) -> dict:
+def shape_buffers(device: Device, shape: dict[str, Any]) -> dict[str, Any]:
     """A shape's inputs on the device: the arrays the request carries (`inputs`), or a timing-set
     request (`sets`: a paged cache's key, pages and fixed block table and lengths) made here on the
     GPU, as `bench` makes its timed inputs: gigabytes of K and V never cross the pipe. The fill runs
@@ -279,7 +312,7 @@ def shape_buffers(device, shape: dict) -> dict:
     return first_set(device, shape["sets"])
 
 
-def slices_from_reply(reply: dict, entry_points: set[str]) -> list[KernelSlice]:
+def slices_from_reply(reply: dict[str, Any], entry_points: set[str]) -> list[KernelSlice]:
     """The worker's slices, checked: known kernel names, finite times that end after they start."""
     slices = []
     for data in reply.get("slices", []):

@@ -21,6 +21,7 @@ lesson's square case (rows = keys = N). MB here is 10^6 bytes, as in the lesson.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 LESSON_SEQS = (1024, 4096, 16384)
 
@@ -51,7 +52,7 @@ class Traffic:
     def ratio(self) -> float:
         return self.naive_bytes / self.flash_bytes
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             **asdict(self.shape),
             "q_bytes": self.q_bytes,

@@ -1,0 +1,45 @@
+"""What the worker's measuring code asks of a device, described by what it uses.
+
+The devices themselves live a stage above (`labrunner.run.gpu_device`, and the tests' stand-in whose
+buffers are numpy arrays), and a lower stage never imports a higher one. So the timed runs, the
+input pool and the trace name the device by these `Protocol`s: any class with these members is one,
+and mypy checks that the GPU backend's is.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Protocol
+
+import numpy as np
+
+from labrunner.labs.definition import Launch
+
+# A buffer on the device: a CuPy array on the GPU (CuPy ships no type information), a numpy array on
+# the tests' stand-in.
+DeviceArray = Any
+# A compiled module as the device's `compile` made it: CuPy's RawModule on the GPU.
+Kernels = Any
+
+
+class GuardedBuffer(Protocol):
+    """A device buffer framed by canary bands (`run.gpu_device.GuardedBuffer`)."""
+
+    inner: DeviceArray  # what the kernel is given
+
+    def repoison(self) -> None: ...
+
+
+class Device(Protocol):
+    name: str  # "gpu", or "cpu"
+    xp: ModuleType  # the array module its buffers belong to: cupy, or numpy
+
+    def upload(self, array: np.ndarray) -> DeviceArray: ...
+
+    def to_host(self, buffer: DeviceArray) -> np.ndarray: ...
+
+    def guarded(self, count: int, fill_bits: int = ...) -> GuardedBuffer: ...
+
+    def launch(self, kernels: Kernels, launch: Launch, buffers: dict[str, DeviceArray]) -> None: ...
+
+    def synchronize(self) -> None: ...
