@@ -1,0 +1,52 @@
+"""What the compile gate found in a file: `attnlab check`'s report and the `compile` of its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from labrunner.build.nvrtc import KernelResources
+
+
+@dataclass(frozen=True)
+class CompileSummary:
+    """One successful compile: the target, the compiler, and what each kernel and constant came out as.
+
+    `constants` is the launch geometry the run uses (the file's exported `attnlab_*` constants, the lab's
+    defaults for the rest); `exported` is what the file itself exported. `resources` is NVRTC's report
+    per kernel (registers, shared and stack bytes, spills), a field None where NVRTC said nothing."""
+
+    arch: str
+    nvrtc: str
+    entry_points: dict[str, list[str]]  # kernel name -> its PTX parameter types
+    constants: dict[str, int]
+    exported: dict[str, int]
+    resources: dict[str, KernelResources]
+    warnings: list[str]
+
+    def constant_source(self, name: str) -> str:
+        """Where a launch constant's value came from: "file" (exported by it), else "default" (the lab's)."""
+        return "file" if name in self.exported else "default"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "nvrtc": self.nvrtc,
+            "entry_points": self.entry_points,
+            "constants": self.constants,
+            "exported": self.exported,
+            "resources": {name: asdict(r) for name, r in self.resources.items()},
+            "warnings": self.warnings,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CompileSummary:
+        return cls(
+            arch=data["arch"],
+            nvrtc=data["nvrtc"],
+            entry_points=data["entry_points"],
+            constants=data["constants"],
+            exported=data["exported"],
+            resources={name: KernelResources(**r) for name, r in data["resources"].items()},
+            warnings=data["warnings"],
+        )
