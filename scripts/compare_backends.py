@@ -14,7 +14,7 @@ from labrunner.build.gate import load_submission
 from labrunner.labs import LABS
 from labrunner.pipeline.cases import resolved_cases
 from labrunner.run.worker import Worker
-from labrunner.truth.cases import DEFAULT_SEED, load_catalogue, make_inputs
+from labrunner.truth.cases import DEFAULT_SEED, make_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 AGREEMENT = 1e-5
@@ -50,7 +50,7 @@ def main(backends: tuple[str, str] = ("gpu", "cpu")) -> None:
         submission = load_submission(
             lab, lab.solution_path, str(lab.solution_path.relative_to(lab.solution_path.parents[2]))
         )
-        cases = [c for c in resolved_cases(lab, load_catalogue(lab.name), submission.constants) if c.cpu]
+        cases = [c for c in resolved_cases(lab, lab.catalogue, submission.constants) if c.cpu]
         gpu, cpu = outputs(backends[0], lab, submission, cases), outputs(backends[1], lab, submission, cases)
         for case in cases:
             difference = float(np.max(np.abs(gpu[case.name].astype(np.float64) - cpu[case.name])))

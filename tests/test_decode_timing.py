@@ -10,6 +10,7 @@ from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 
 import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
 from labrunner.measure.gates import apply_bandwidth_gate
 from labrunner.measure.timing import TimingOptions
 from labrunner.pipeline.timing import CpuReferences, time_speedup
@@ -159,9 +160,7 @@ def standin_gpu(monkeypatch, tmp_path, in_process):
     from labrunner.measure.device_state import DeviceState
     from labrunner.pipeline import backend as backend_module
     from labrunner.pipeline import bench as bench_pipeline
-    from labrunner.pipeline import cases as cases_module
     from labrunner.pipeline import grade as grade_pipeline
-    from labrunner.pipeline import timing as timing_module
 
     device = NumpyGpu()
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
@@ -181,9 +180,7 @@ def standin_gpu(monkeypatch, tmp_path, in_process):
 
         from labrunner.cli import main
 
-        monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
-        monkeypatch.setattr(timing_module, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
-        monkeypatch.setattr(bench_pipeline, "load_catalogue", lambda lab: small_catalogue(copy_fraction))
+        monkeypatch.setattr(Lab, "catalogue", property(lambda lab: small_catalogue(copy_fraction)))
         result = CliRunner(env={"COLUMNS": "200"}).invoke(
             main, ["grade", "lab3", str(LAB.solution_path), "--device", "gpu", "--budget", "0.05", "--json", "r.json"]
         )

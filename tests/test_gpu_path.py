@@ -19,13 +19,12 @@ from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu, WritesPastTheE
 
 from labrunner.cli import main
 from labrunner.exit_codes import ExitCode
+from labrunner.labs.definition import Lab
 from labrunner.measure import device_state
 from labrunner.measure.device_state import DeviceState
 from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import bench as bench_pipeline
-from labrunner.pipeline import cases as cases_module
 from labrunner.pipeline import grade as grade_pipeline
-from labrunner.pipeline import timing as timing_module
 from labrunner.run.gpu_device import GuardedBuffer
 from labrunner.truth.cases import Case, Catalogue
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, inspect_guards
@@ -54,9 +53,7 @@ def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, GPU))
     monkeypatch.setattr(grade_pipeline, "Worker", gpu.worker)
     monkeypatch.setattr(bench_pipeline, "Worker", gpu.worker)
-    monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: SMALL)
-    monkeypatch.setattr(timing_module, "load_catalogue", lambda lab: SMALL)
-    monkeypatch.setattr(bench_pipeline, "load_catalogue", lambda lab: SMALL)
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: SMALL))
     monkeypatch.setattr(device_state, "read_device_state", lambda index=0: DeviceState(name=GPU, sm_clock_mhz=1980))
     import labrunner.measure.gpu_timer
     import labrunner.measure.input_pool as input_pool

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from result_schema import validate_result
 import labrunner.measure.timed_runs as timed_runs
 import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
 from labrunner.measure import peers
 from labrunner.measure.timing import TimingOptions
 from labrunner.pipeline.timing import CpuReferences, check_peer, time_pipeline, time_speedup
@@ -347,11 +349,9 @@ def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=RO
     from labrunner.pipeline import timing as timing_module
 
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
-    monkeypatch.setattr(
-        timing_module,
-        "load_catalogue",
-        lambda name: type("Catalogue", (), {"timing": {"rows": rows, "prefix": prefix, "sizes": [16]}}),
-    )
+    # the lab's own cases (the compile gate sizes their buffers), timed at a small shape
+    small = replace(lab.catalogue, timing={"rows": rows, "prefix": prefix, "sizes": [16]})
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: small))
     submission = load_submission(lab, lab.solution_path, "solution.cu", "sm_90")
     result = RunResult("bench", lab.name)
     worker = InProcessWorker(NumpyGpu(None))
@@ -604,7 +604,6 @@ def standin_bench(monkeypatch, tmp_path):
     from labrunner.pipeline import backend as backend_module
     from labrunner.pipeline import bench as bench_pipeline
     from labrunner.pipeline import grade as grade_pipeline
-    from labrunner.pipeline import timing as timing_module
     from labrunner.truth.cases import Case, Catalogue
 
     catalogues = {
@@ -614,13 +613,12 @@ def standin_bench(monkeypatch, tmp_path):
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
     monkeypatch.setattr(grade_pipeline, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
     monkeypatch.setattr(bench_pipeline, "Worker", lambda backend: InProcessWorker(NumpyGpu()))
-    monkeypatch.setattr(timing_module, "load_catalogue", catalogues.get)
-    monkeypatch.setattr(bench_pipeline, "load_catalogue", catalogues.get)
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: catalogues[lab.name]))
     checks = {"lab2": Case("C3-P31", ROWS, PREFIX), "lab1": Case("T16", 16, 0)}  # small: the stand-in is the oracle
     monkeypatch.setattr(
         bench_pipeline,
         "bench_check_case",
-        lambda lab, catalogue, constants=None, chunk=None, prefix=None: checks[lab.name],
+        lambda lab, constants=None, chunk=None, prefix=None: checks[lab.name],
     )
     monkeypatch.setattr(
         device_state,

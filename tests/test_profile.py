@@ -20,6 +20,7 @@ import labrunner.measure.gpu_facts as gpu_facts
 import labrunner.pipeline.profile as profile_module
 from labrunner.cli import main
 from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
 from labrunner.measure.trace import run_trace
 from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import prepare as prepare_module
@@ -466,7 +467,7 @@ def lab3_stand_ins(stand_ins, tmp_path, monkeypatch):
         cases=(Case("small", rows=0, lengths=(1, 17, "p+3")),),
         timing={"rows": 3, "prefix": 40, "copy_fraction": 0.8},
     )
-    monkeypatch.setattr(profile_module, "load_catalogue", lambda lab: catalogue)
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: catalogue))
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)
     monkeypatch.setitem(test_trace.DURATION_NS, "decode_partial", 40_000)
     monkeypatch.setitem(test_trace.DURATION_NS, "decode_combine", 5_000)

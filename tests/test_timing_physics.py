@@ -19,6 +19,7 @@ from result_schema import validate_result
 
 import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
 from labrunner.measure.physics import MIB, Limits, impossible, limits
 from labrunner.measure.roofline import tensor_core_peak
 from labrunner.measure.timing import Stats, TimingOptions
@@ -461,7 +462,7 @@ def test_bench_lab1_past_the_copy_is_wrong_exit_1_with_the_message_and_no_timing
     monkeypatch.setattr(terminal, "stdout", Console(file=out, width=2000, highlight=False))
     monkeypatch.setattr(terminal, "stderr", Console(file=err, width=2000, highlight=False))
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
-    monkeypatch.setattr(timing_module, "load_catalogue", lambda name: SimpleNamespace(timing={"sizes": [2048]}))
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: SimpleNamespace(timing={"sizes": [2048]})))
     result = RunResult("bench", "lab1", backend="gpu")
     submission = SimpleNamespace(constants=LAB1.constants({}), label="skip_when_alone.cu")
     worker = ScriptedPipeline({**HONEST_KERNELS, "attn_softmax": [0.205, 0.100]})

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
-from labrunner.truth.cases import geometry_case, load_catalogue
+from labrunner.truth.cases import geometry_case
 from labrunner.truth.memory_bound import OverBound
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def planned_shapes(lab: Lab, constants: dict[str, int]) -> list[tuple[int, int]]
     case's lengths written for the file's own partition size, as `grade` and `bench` resolve them), the
     case its geometry adds, and the timing shapes. Resolving a case sizes its inputs and output and
     checks them against the memory bound (OverBound past it); nothing is built."""
-    catalogue = load_catalogue(lab.name)
+    catalogue = lab.catalogue
     own = lab.partition(constants)
     cases = [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
     derived = geometry_case(catalogue, lab.row_tiles(constants))

@@ -1,20 +1,24 @@
-"""What a lab is, as data and a few functions: entry points, launch geometry, buffers, files.
+"""What a lab is, as data and a few functions: entry points, launch geometry, buffers, timing, files.
 
 A lab names its kernels with their exact signatures, the launch constants a student may export
 from the `.cu` (`extern "C" __constant__ int attnlab_<name> = <value>;`) with their defaults, and
-turns those constants and a shape into the launches the backends run. Everything else (cases,
-tolerances, seeds) is data in `cases/<lab>.toml`.
+turns those constants and a shape into the launches the backends run. It says how it is timed
+(`timing_strategy`). Everything else (cases, tolerances, seeds) is data in its case file,
+`cases/<lab>.toml`, which the lab parses once (`catalogue`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Protocol, TypedDict
+from typing import Callable, Protocol
 
 import numpy as np
 
 from labrunner import data_dir
+from labrunner.labs.timing_strategy import AgainstBaseline, AgainstCopy, TimingLayout, TimingStrategy
+from labrunner.truth.catalogue import CASES_DIR, Catalogue, load_catalogue
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.memory_bound import check_buffers
 
@@ -66,13 +70,6 @@ class Launch:
     args: tuple[str | int, ...]  # buffer names ("q", "k", "v", "out", workspace names) or integers
 
 
-class TimingLayout(TypedDict, total=False):
-    """What a timed call's inputs hold beside the random Q, K and V; empty: nothing."""
-
-    pages: int  # a paged cache's page count
-    fixed: dict[str, np.ndarray]  # the int32 arrays every timed call shares (the block table and lengths)
-
-
 class StageInputs(Protocol):
     """What a stage check reads of a case's inputs (`truth.cases.Inputs`; not imported, so that the timing,
     which reads the lab's launches, never reaches the oracle through this module)."""
@@ -107,7 +104,8 @@ class Lab:
     # (constants, rows, prefix) -> workspace name -> float count: a workspace may depend on the file's geometry
     workspace: Callable[[dict[str, int], int, int], dict[str, int]] = lambda constants, rows, prefix: {}
     validate: Callable[[dict[str, int]], list[str]] = lambda constants: []
-    baseline: str = "starter"
+    # How a correct kernel is timed (`labs.timing_strategy`): against a baseline kernel by default.
+    timing_strategy: TimingStrategy = AgainstBaseline()
     # For every grid dimension that runs over rows (or keys): how many one block covers (0: all of them).
     row_tiles: Callable[[dict[str, int]], list[int]] = lambda constants: []
     # Kernel -> the check of the buffer it writes (`StageCheck`), for every kernel but the last: the stage
@@ -119,9 +117,6 @@ class Lab:
     # What a timed call's inputs hold beside the random Q, K and V, at (rows, prefix, seed): for a paged
     # cache {"pages": how many, "fixed": {name: int32 array}} (the block table and lengths); {}: nothing.
     timing_layout: Callable[[int, int, int], TimingLayout] = lambda rows, prefix, seed: {}
-    # The bytes one call must move at the least, from the timing layout, for a lab graded on bandwidth
-    # (its time is also set against a device copy timed in the same run); None: SPEEDUP alone.
-    bytes_to_move: Callable[[int, int, TimingLayout], int] | None = None
     # The PyTorch peer `bench --vs <peer>` times beside the student's kernel (`measure.peers`), if any.
     peer: str | None = None
     # The FLOPs of one call at (rows, prefix, timing layout): the roofline's numerator. A prefill's by
@@ -130,8 +125,11 @@ class Lab:
     # Kernel -> its share of those FLOPs, for a lab of several kernels (a kernel not named does none);
     # a lab of one kernel needs none: it does them all.
     flop_shares: dict[str, float] = field(default_factory=dict)
-    # How `profile` names a timing shape (rows, prefix) on the terminal and in the trace.
-    shape_label: Callable[[int, int], str] = lambda rows, prefix: f"C = {rows}, P = {prefix}"
+    # Where the lab's files lie: its case file `<cases_dir>/<name>.toml` and its kernels in
+    # `<kernels_dir>/<name>/` (starter.cu, solution.cu, expert.cu). None: attnlab's own `cases/` and
+    # `kernels/`; a lab defined elsewhere names its own folders.
+    cases_dir: Path | None = None
+    kernels_dir: Path | None = None
 
     def __post_init__(self) -> None:
         unbounded = [name for name in self.launch_defaults if name not in self.bounds]
@@ -151,18 +149,43 @@ class Lab:
         ]
 
     @property
+    def case_file(self) -> Path:
+        return (self.cases_dir or CASES_DIR) / f"{self.name}.toml"
+
+    @cached_property
+    def catalogue(self) -> Catalogue:
+        """The lab's case file, parsed and checked once (`load_catalogue`) the first time it is asked for."""
+        return load_catalogue(self.name, self.case_file.parent)
+
+    @property
+    def kernel_folder(self) -> Path:
+        """`<kernels_dir>/<name>/`, where the starter, the solution and the expert reference lie."""
+        return (self.kernels_dir or KERNELS_DIR) / self.name
+
+    @property
+    def bytes_to_move(self) -> Callable[[int, int, TimingLayout], int] | None:
+        """The lab's model of the bytes one call must move at the least, from the timing layout, for a lab
+        graded on bandwidth (`AgainstCopy`); None: SPEEDUP alone."""
+        strategy = self.timing_strategy
+        return strategy.bytes_to_move if isinstance(strategy, AgainstCopy) else None
+
+    def shape_label(self, rows: int, prefix: int) -> str:
+        """How `profile` names a timing shape (rows, prefix) on the terminal and in the trace."""
+        return self.timing_strategy.shape_label(rows, prefix)
+
+    @property
     def starter_path(self) -> Path:
-        return KERNELS_DIR / self.name / "starter.cu"
+        return self.kernel_folder / "starter.cu"
 
     @property
     def solution_path(self) -> Path:
-        return KERNELS_DIR / self.name / "solution.cu"
+        return self.kernel_folder / "solution.cu"
 
     @property
     def expert_path(self) -> Path:
         """The expert reference (`bench --vs expert`): as fast as the hardware allows, where the solution
         stays the readable one that `calibrate` times."""
-        return KERNELS_DIR / self.name / "expert.cu"
+        return self.kernel_folder / "expert.cu"
 
     def entry_point_types(self) -> dict[str, list[str]]:
         """Kernel name -> "float*"/"int*"/"int" per parameter, for the CPU backend's launch wrappers."""

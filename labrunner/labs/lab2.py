@@ -12,6 +12,7 @@ from labrunner.labs.definition import (
     check_nonnegative,
     entry,
 )
+from labrunner.labs.timing_strategy import AgainstBaseline
 from labrunner.truth.contract import QUERY_HEADS
 
 DEFAULTS = {
@@ -80,6 +81,8 @@ LAB2 = Lab(
     bounds=BOUNDS,
     plan_launches=plan_launches,
     validate=validate,
+    # SPEEDUP against the starter (bench --vs: the solution, the expert, a .cu file or SDPA) at one shape
+    timing_strategy=AgainstBaseline(),
     row_tiles=lambda c: [c["attnlab_rows_per_block"]],
     peer="sdpa",
     flop_shares={"flash_prefill": 1.0},

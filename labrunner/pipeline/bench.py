@@ -17,9 +17,6 @@ from labrunner.pipeline.timing import run_lab_timing
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
-from labrunner.truth.cases import (
-    load_catalogue,
-)
 
 
 def bench_submission(request: BenchRequest, result: RunResult) -> None:
@@ -43,8 +40,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     if backend != "gpu":
         raise bench_needs_a_gpu(None)
     result.device = device_facts(backend)
-    catalogue = load_catalogue(lab.name)
-    check_case = bench_check_case(lab, catalogue, submission.constants, request.chunk, request.prefix)
+    check_case = bench_check_case(lab, submission.constants, request.chunk, request.prefix)
     with Worker(backend) as worker:
         load_student(worker, lab, submission, request.load_options)
         options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
@@ -95,7 +91,7 @@ def refuse_bench_without_gpu(device: str) -> None:
 
 
 def resolve_baseline(lab: Lab, versus: str) -> Path | None:
-    if lab.baseline == "none":
+    if not lab.timing_strategy.baseline_kernel:
         return None
     if versus == "starter":
         return lab.starter_path

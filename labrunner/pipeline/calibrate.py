@@ -18,7 +18,7 @@ from labrunner.report.results import RunResult
 def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
     lab = get_lab(request.lab)
     output, fraction = request.output, request.fraction
-    if lab.baseline == "none":
+    if not lab.timing_strategy.calibrates:
         raise usage_error(f"{lab.name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
     if output.exists():
         load_gates(output, "-o")  # a broken file is refused now, not after the timing

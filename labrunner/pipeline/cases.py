@@ -23,7 +23,6 @@ from labrunner.truth.cases import (
     Case,
     Seed,
     geometry_case,
-    load_catalogue,
     make_inputs,
 )
 from labrunner.truth.check import check_output, describe_rows
@@ -66,7 +65,7 @@ def select_cases(
     `constants`: the submission's launch geometry. Where no case of the default set spans three of
     its blocks, the case derived from it joins the set (`geometry_case`), on every backend.
     """
-    catalogue = load_catalogue(lab.name)
+    catalogue = lab.catalogue
     cases = resolved_cases(lab, catalogue, constants)
     derived = geometry_case(catalogue, lab.row_tiles(constants)) if constants is not None else None
     by_default = [c for c in cases if backend != "cpu" or options.full or c.cpu]
@@ -322,15 +321,9 @@ def _value(x) -> str:
 
 
 def bench_check_case(
-    lab: Lab, catalogue, constants: dict | None = None, chunk: int | None = None, prefix: int | None = None
+    lab: Lab, constants: dict | None = None, chunk: int | None = None, prefix: int | None = None
 ) -> Case:
-    """The one correctness check before timing: at the timed shape itself (a decode batch: the case of
-    the catalogue with the longest sequence, since the timed batch's gigabytes would cross the pipe)."""
-    decode = [c for c in resolved_cases(lab, catalogue, constants) if c.decode]
-    if decode:
-        return max(decode, key=lambda c: c.prefix)
-    if lab.baseline == "none":
-        return next(c for c in catalogue.cases if c.rows == max(c.rows for c in catalogue.cases))
-    rows = chunk or catalogue.timing["rows"]
-    cached = catalogue.timing["prefix"] if prefix is None else prefix
-    return Case(f"C{rows}-P{cached}", rows, cached, why="the timed shape, checked once before timing")
+    """The one correctness check before timing, as the lab's timing strategy picks it: the timed shape
+    itself, a decode batch's longest sequence, or the catalogue's longest case."""
+    catalogue = lab.catalogue
+    return lab.timing_strategy.check_case(resolved_cases(lab, catalogue, constants), catalogue.timing, chunk, prefix)

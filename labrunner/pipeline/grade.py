@@ -69,7 +69,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
                     timing_options,
                     result,
                     request.timeout_s,
-                    baseline=lab.starter_path if lab.baseline == "starter" else None,
+                    baseline=lab.starter_path if lab.timing_strategy.baseline_kernel else None,
                     arch=request.arch,
                     limits=request.compile_limits,
                 )

@@ -54,7 +54,7 @@ from labrunner.report.roofline_plot import plot_roofline, require_matplotlib
 from labrunner.report.trace_events import write_trace
 from labrunner.run.sandbox import scrubbed_environment
 from labrunner.run.worker import Worker, WorkerFailure
-from labrunner.truth.cases import load_catalogue, random_inputs
+from labrunner.truth.cases import random_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS
 
@@ -91,11 +91,12 @@ def shape_inputs(lab: Lab, seed: int, rows: int, prefix: int, layout: dict | Non
 
 
 def timing_shapes(lab: Lab) -> list[tuple[str, int, int]]:
-    """(label, rows, prefix) of every shape the lab times: lab 1's sizes, or the one timed shape."""
-    timing = load_catalogue(lab.name).timing
-    if lab.baseline == "none":
-        return [(lab.shape_label(t, 0), t, 0) for t in timing["sizes"]]
-    return [(lab.shape_label(timing["rows"], timing["prefix"]), timing["rows"], timing["prefix"])]
+    """(label, rows, prefix) of every shape the lab times (its timing strategy's, from its catalogue):
+    lab 1's sizes, or the one timed shape."""
+    return [
+        (lab.shape_label(rows, prefix), rows, prefix)
+        for rows, prefix in lab.timing_strategy.shapes(lab.catalogue.timing)
+    ]
 
 
 def kernel_flops(lab: Lab, kernel: str, call_flops: float) -> float:
@@ -113,8 +114,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     result.device = device_facts(backend)
     profile: dict = {"schema": SCHEMA}
     result.profile = profile
-    catalogue = load_catalogue(lab.name)
-    check_case = bench_check_case(lab, catalogue, submission.constants)
+    check_case = bench_check_case(lab, submission.constants)
     shapes = timing_shapes(lab)
     with Worker(backend) as worker:
         load_student(worker, lab, submission)
@@ -180,7 +180,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
 
     label, rows, prefix = shapes[-1]
     contenders = [(submission.label, "student", submission)]
-    if lab.baseline == "starter":
+    if lab.timing_strategy.baseline_kernel:
         contenders.append(
             (
                 display_path(lab.starter_path),
@@ -192,13 +192,11 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         profile["no_starter_row"] = (
             f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no starter row to compare with"
         )
-    if lab.bytes_to_move is None:
+    moved = lab.timing_strategy.must_move(rows, prefix, lab.timing_layout(rows, prefix, seed.value))
+    if moved is None:
         profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
     else:  # the lab's own model: a decode batch's bytes are its layout's, not a prefill's rows and keys
-        profile["must_move"] = {
-            "label": label,
-            "bytes": lab.bytes_to_move(rows, prefix, lab.timing_layout(rows, prefix, seed.value)),
-        }
+        profile["must_move"] = {"label": label, "bytes": moved}
     if request.range_pass:
         terminal.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
         profile["range"] = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
@@ -441,7 +439,7 @@ def append_range_summary(lab: Lab, submission: Submission, result: RunResult, ar
         return
     label, rows, prefix = timing_shapes(lab)[-1]
     contenders = [(submission.label, "student", submission)]
-    if lab.baseline == "starter":
+    if lab.timing_strategy.baseline_kernel:
         starter = display_path(lab.starter_path)
         contenders.append((starter, "starter", load_submission(lab, lab.starter_path, starter, arch)))
     report = range_pass(lab, contenders, label, rows, prefix, seed, None)

@@ -115,7 +115,7 @@ def default(request: type, name: str) -> Any:
 
 def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
     """Options that shape a SPEEDUP mean nothing to a lab that times a pipeline: say so before any work."""
-    if lab.baseline != "none":
+    if lab.timing_strategy.takes_shape_options:
         return
     given = [
         flag

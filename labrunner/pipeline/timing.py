@@ -27,6 +27,7 @@ from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab
+from labrunner.labs.timing_strategy import TimingKind
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.gates import DEFAULT_COPY_FRACTION
 from labrunner.measure.peers import SPECS as PEER_SPECS
@@ -41,7 +42,6 @@ from labrunner.run.gpu_oracle import GpuOracle
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
-from labrunner.truth.cases import load_catalogue
 from labrunner.truth.check import OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS, make_set
@@ -260,7 +260,7 @@ def time_speedup(
         "baseline_workspace": {} if baseline_peer else lab.workspace(baseline_constants, rows, prefix),
     }
     layout = lab.timing_layout(rows, prefix, seed)
-    moved = lab.bytes_to_move(rows, prefix, layout) if lab.bytes_to_move else None
+    moved = lab.timing_strategy.must_move(rows, prefix, layout)  # a lab timed on bandwidth: its own bytes
     must = moved or attention_bytes_must_move(rows, prefix)
     replies = []
     for round_index in range(options.rounds):
@@ -660,26 +660,29 @@ def run_lab_timing(
     limits: CompileLimits = CompileLimits(),
     peer: str | None = None,
 ) -> None:
-    catalogue = load_catalogue(lab.name)
-    if lab.baseline == "none":
-        sizes = catalogue.timing["sizes"]
+    """Time a correct kernel as its lab's timing strategy says: the whole call at fixed sizes, or against a
+    baseline kernel (or the lab's peer) at one shape, the catalogue's unless `chunk` and `prefix` say."""
+    strategy = lab.timing_strategy
+    shapes = strategy.shapes(lab.catalogue.timing, chunk, prefix)
+    if strategy.kind is TimingKind.PIPELINE:
+        sizes = [rows for rows, _ in shapes]
         checked = peer_checked(peer, worker, sizes[0], 0, result)
         terminal.note(
             "timing the pipeline at "
-            + ", ".join(f"T = {t}" for t in sizes)
+            + ", ".join(strategy.shape_label(t, 0) for t in sizes)
             + (f", interleaved with {checked['label']}" if ready(checked) else "")
         )
         timing, failure = time_pipeline(
             lab, worker, submission.constants, sizes, seed, options, peer=peer if ready(checked) else None
         )
     else:
-        rows = chunk or catalogue.timing["rows"]
-        cached = catalogue.timing["prefix"] if prefix is None else prefix
+        ((rows, cached),) = shapes
         checked = peer_checked(peer, worker, rows, cached, result)
         if ready(checked):
             rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
             terminal.note(
-                f"timing {submission.label} against {checked['label']} at C = {rows}, P = {cached}, interleaved{rounds}"
+                f"timing {submission.label} against {checked['label']} at "
+                f"{strategy.shape_in_note(rows, cached)}, interleaved{rounds}"
             )
             timing, failure = time_speedup(
                 lab,
@@ -706,13 +709,13 @@ def run_lab_timing(
             binary=(base.module.arch, base.module.cubin),
         )
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-        shape = f"B = {rows}, longest {cached}" if lab.bytes_to_move else f"C = {rows}, P = {cached}"
+        shape = strategy.shape_in_note(rows, cached)
         terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
         timing, failure = time_speedup(
             lab, worker, submission.constants, base.constants, rows, cached, seed, options, submission.label, base.label
         )
         if timing and "bandwidth" in timing:
-            timing["bandwidth"]["required_fraction"] = catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
+            timing["bandwidth"]["required_fraction"] = lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
     finish_timing(result, timing, failure, checked)
 
 
