@@ -110,7 +110,7 @@ def sanitizer_replay(
             box.add_file(name, data)
         read_end, write_end = os.pipe()
         try:
-            box.start(
+            process = box.start(
                 [
                     tool,
                     "--tool",
@@ -128,7 +128,7 @@ def sanitizer_replay(
         finally:
             os.close(write_end)
         try:
-            return read_report(read_end, time.monotonic() + limit_s, lambda: box.process.poll() is not None)
+            return read_report(read_end, time.monotonic() + limit_s, lambda: process.poll() is not None)
         finally:
             os.close(read_end)
     finally:

@@ -60,7 +60,7 @@ class GpuOracle:
         pages = (layout or {}).get("pages")
         buffers = {name: cp.empty(shape, dtype=np.float32) for name, shape in set_shapes(rows, prefix, pages).items()}
         self.sets(None, key, rows, prefix, pages).fill(buffers, number)
-        if pages is not None:
+        if layout is not None and pages is not None:  # pages come only with a layout
             fixed = layout["fixed"]
             return oracle.decode_attention(
                 buffers["q"], buffers["k"], buffers["v"], fixed["blockTable"], fixed["seqLens"], xp=cp

@@ -82,8 +82,8 @@ def make_inputs(device, payload: dict) -> dict:
         made = first_set(device, {**request, "fixed": fixed})
         device.synchronize()
         return made
-    made = random_inputs(np.random.default_rng([payload["seed"], rows, prefix]), rows, prefix)
-    return {"q": device.upload(made.q), "k": device.upload(made.k), "v": device.upload(made.v)}
+    inputs = random_inputs(np.random.default_rng([payload["seed"], rows, prefix]), rows, prefix)
+    return {"q": device.upload(inputs.q), "k": device.upload(inputs.k), "v": device.upload(inputs.v)}
 
 
 if __name__ == "__main__":

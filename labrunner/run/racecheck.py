@@ -61,10 +61,9 @@ def parse_hazard(tool: str, report: str) -> str | None:
             accesses = [line] + [more for more in lines[index + 1 : index + 4] if more.startswith("and ")]
             where = [_where(access) for access in accesses[:2]]
             kinds = [
-                (_ACCESS.search(access).group(1).lower() if _ACCESS.search(access) else "access")
-                for access in accesses[:2]
+                (found.group(1).lower() if (found := _ACCESS.search(access)) else "access") for access in accesses[:2]
             ]
-            kernel = next((k for _, k in where if k), "?")
+            kernel: str | None = next((k for _, k in where if k), "?")
             sites = " and ".join(f"a {kind} at {site}" for kind, (site, _) in zip(kinds, where) if site)
             return f"racecheck: shared-memory race in kernel {kernel} between {sites}: a missing __syncthreads()?"
         if tool == "synccheck" and ("Barrier error" in line or "barrier" in line.lower() and "error" in line.lower()):

@@ -22,8 +22,14 @@ def read_case(folder: Path) -> dict:
     case = json.loads((folder / "case.json").read_text())
     case["inputs"] = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in case["inputs"]}
     case["launches"] = [
-        Launch(l["kernel"], tuple(l["grid"]), tuple(l["block"]), l["shared_bytes"], tuple(l["args"]))
-        for l in case["launches"]
+        Launch(
+            launch["kernel"],
+            tuple(launch["grid"]),
+            tuple(launch["block"]),
+            launch["shared_bytes"],
+            tuple(launch["args"]),
+        )
+        for launch in case["launches"]
     ]
     return case
 

@@ -172,7 +172,7 @@ class Sandbox:
         self.purpose = purpose
         self.boxed = boxes.boxed()
         self._host_private = None if self.boxed else Path(tempfile.mkdtemp(prefix=prefix))
-        self.private = Path(boxes.PRIVATE) if self.boxed else self._host_private
+        self.private = Path(boxes.PRIVATE) if self._host_private is None else self._host_private
         self.process: subprocess.Popen | None = None
         self._data: dict[str, int] = {}
 

@@ -162,7 +162,7 @@ def _to_tree(value, path: str, buffers: list):
 def write_message(fd: int, parts: list, deadline: float | None = None) -> None:
     """Write every part; with a deadline the fd must be non-blocking and the write gives up at it."""
     for part in parts:
-        view = memoryview(part).cast("B") if isinstance(part, np.ndarray) else memoryview(part)
+        view = part.data.cast("B") if isinstance(part, np.ndarray) else memoryview(part)
         while len(view):
             if deadline is not None:
                 _wait(fd, select.POLLOUT, deadline, "sending a request")
@@ -215,7 +215,7 @@ class Reader:
         arrays = {}
         for name, spec in declared.items():
             array = np.empty(spec.shape, dtype=spec.dtype)
-            self._fill(memoryview(array.reshape(-1).view(np.uint8)), deadline)
+            self._fill(array.reshape(-1).view(np.uint8).data, deadline)
             arrays[name] = array
         used: set[str] = set()
         body = _from_tree(header["body"], "", arrays, used, records)
@@ -345,7 +345,7 @@ def _wait(fd: int, event: int, deadline: float | None, doing: str) -> None:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         if poller.poll(None if left is None else int(math.ceil(left * 1000))):
             return
-        if left is not None and time.monotonic() >= deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             raise WireTimeout(f"no progress {doing} before the deadline")
 
 

@@ -35,6 +35,7 @@ from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
 from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireError, WireTimeout
+from labrunner.truth.verdict import Status, failure_status
 
 COMPILE_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 60.0  # a fresh Python with numpy, before any CUDA
@@ -56,9 +57,9 @@ class WorkerFailure(Exception):
         self.detail = detail
 
     @property
-    def status(self) -> str:
+    def status(self) -> Status:
         """The case status it means: a time limit is `timeout`, every other failure to answer a `crash`."""
-        return "timeout" if self.kind == "timeout" else "crash"
+        return failure_status(self.kind)
 
 
 @dataclass
@@ -95,7 +96,9 @@ class Worker:
             "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write)
         )
         try:
-            box.start(command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code)
+            process = box.start(
+                command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code
+            )
         except OSError:
             for fd in (request_write, reply_read):
                 os.close(fd)
@@ -106,7 +109,7 @@ class Worker:
                 os.close(fd)
         cookie = secrets.token_bytes(16)
         self._sandbox = box
-        self._channel = Channel(request_write, reply_read, cookie, alive=lambda: box.process.poll() is None)
+        self._channel = Channel(request_write, reply_read, cookie, alive=lambda: process.poll() is None)
         hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
         landlock = hello.get("landlock")  # said before any student code ran: what the box holds
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
@@ -147,13 +150,15 @@ class Worker:
 
     # -- requests ----------------------------------------------------------------------------
     def _call(self, request: dict, timeout_s: float, expected: Expected) -> dict:
-        if self._sandbox is None or self._sandbox.process.poll() is not None:
+        process = self._sandbox.process if self._sandbox is not None else None
+        if process is None or process.poll() is not None:
             self._stop()
             self._start()
         return self._exchange(request, timeout_s, expected)
 
     def _exchange(self, request: dict, timeout_s: float, expected: Expected) -> dict:
         deadline = time.monotonic() + timeout_s
+        assert self._channel is not None, "a request goes to a started worker"
         try:
             self._channel.send(request, deadline)
             reply = self._channel.receive(expected, deadline)
@@ -193,11 +198,12 @@ class Worker:
         return reply
 
     def _wait_exit(self, grace_s: float = 2.0) -> int | None:
-        process = self._sandbox.process if self._sandbox else None
-        if process is None:
+        box = self._sandbox
+        process = box.process if box else None
+        if box is None or process is None:
             return None
         try:
-            return boxes.command_status(process.wait(grace_s)) if self._sandbox.boxed else process.wait(grace_s)
+            return boxes.command_status(process.wait(grace_s)) if box.boxed else process.wait(grace_s)
         except Exception:
             return None
 

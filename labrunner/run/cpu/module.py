@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -300,7 +301,8 @@ def rewrite_source(src: str) -> str:
 
 # ----------------------------------------------------------- launch wrappers
 
-_SCALARS = {
+# A scalar parameter's C type -> (its kind, the ctypes cell that carries it).
+_SCALARS: dict[str, tuple[str, type[ctypes._SimpleCData[Any]]]] = {
     "int": ("int", ctypes.c_int),
     "int32_t": ("int", ctypes.c_int),
     "unsigned": ("unsigned", ctypes.c_uint),
@@ -372,7 +374,7 @@ def _dim3(v, what: str) -> tuple[int, int, int]:
         t = (t[0], t[1], 1)
     if len(t) != 3:
         raise CpuKernelError(f"{what} must have 1 to 3 dimensions, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 # ------------------------------------------------------------------ build
@@ -727,6 +729,7 @@ class CpuModule:
         keep = []
         ptrs = (ctypes.c_void_p * max(1, len(args)))()
         for k, (kind, a) in enumerate(zip(kinds, args)):
+            cell: ctypes._SimpleCData[Any]
             if kind == "ptr":
                 if isinstance(a, np.ndarray):
                     addr = a.ctypes.data

@@ -4,10 +4,10 @@ g++ would hand an `asm` template to the x86 assembler, so no template of a stude
 Before g++ runs, the file is read with the include policy's lexer (`labrunner.build.includes`:
 comments, string and character literals and raw strings read exactly as the compiler reads them),
 and every `asm` statement (`asm`, and g++'s `__asm` and `__asm__`, which NVRTC does not know; with
-`volatile` spelt any of its ways) is parsed here: its template (adjacent string literals, joined and unescaped), its outputs, inputs
-and clobbers. Each PTX instruction in the template must be one of `INSTRUCTIONS`, with its
-operands in register classes the GPU's assembler accepts for it (NVRTC was asked: see
-tests/test_cpu_ptx.py). Such a statement is replaced by plain C++ that loads the operands into
+`volatile` spelt any of its ways) is parsed here: its template (adjacent string literals, joined and
+unescaped), its outputs, inputs and clobbers. Each PTX instruction in the template must be one of
+`INSTRUCTIONS`, with its operands in register classes the GPU's assembler accepts for it (NVRTC was
+asked: see tests/test_cpu_ptx.py). Such a statement is replaced by plain C++ that loads the operands into
 32-bit registers, calls the instruction's emulation in `ptx.h` and stores the outputs back, all on
 the statement's first line, followed by as many line breaks as the statement spanned, so every
 later line keeps its number and g++'s messages still point at the student's lines. Anything else
@@ -344,7 +344,7 @@ class _Reader:
                     f"{_shown(' '.join(t.text for t in piece))}",
                 )
             match = _CONSTRAINT.fullmatch(constraint)
-            mode = match.group("mode") if match else None
+            mode = match.group("mode") if match else ""  # the group always takes part: "" is no mode
             if match is None or (mode == "") == output or (output and match.group("cls") in "ln"):
                 wanted = (
                     '"=r", "=f", "+r" or "+f" (r: a 32-bit integer, f: a float)'
@@ -397,12 +397,15 @@ class _Reader:
             for spec, group in zip(specs, groups):
                 arguments.append(self._operand_arguments(opcode, instruction, spec, group, operands, written, refuse))
             for spec in specs[len(groups) :]:
+                assert spec.absent is not None  # an operand that may be left out names the one it stands for
                 arguments.append(arguments[spec.absent])
             for spec, group in zip(specs, groups):
-                limit = groups[spec.at_most] if spec.at_most is not None else None
+                at_most = spec.at_most
+                limit = groups[at_most] if at_most is not None else None
                 if isinstance(group, _Immediate) and isinstance(limit, _Immediate) and group.value > limit.value:
+                    assert at_most is not None  # a limit is read from the operand it names
                     raise refuse(
-                        f"`{opcode}`'s {spec.name} is at most its {specs[spec.at_most].name}, {limit.value}, "
+                        f"`{opcode}`'s {spec.name} is at most its {specs[at_most].name}, {limit.value}, "
                         f"got {group.value}"
                     )
             for spec, group in zip(specs, groups):
@@ -522,7 +525,8 @@ def _parse_statement(statement: str, refuse) -> tuple[str, list]:
         f"`{_shown(statement)}`: the CPU backend reads operands only as %N, {{%N, ...}}, [%N] or an integer "
         "(no registers by name, predicates or labels)"
     )
-    pieces, at = [], 0
+    pieces: list[int | _Immediate | str] = []
+    at = 0
     while at < len(statement):
         match = _PTX_TOKEN.match(statement, at)
         if match is None:
@@ -672,12 +676,12 @@ def _unescape(body: str, refuse) -> str:
         if nxt in _ESCAPES:
             out.append(_ESCAPES[nxt])
             i += 2
-        elif nxt in "01234567":
-            digits = re.match(r"[0-7]{1,3}", body[i + 1 :]).group()
+        elif nxt in "01234567" and (octal := re.match(r"[0-7]{1,3}", body[i + 1 :])):  # always matches
+            digits = octal.group()
             out.append(chr(int(digits, 8)))
             i += 1 + len(digits)
-        elif nxt == "x" and re.match(r"[0-9a-fA-F]{1,2}", body[i + 2 :]):
-            digits = re.match(r"[0-9a-fA-F]{1,2}", body[i + 2 :]).group()
+        elif nxt == "x" and (hexadecimal := re.match(r"[0-9a-fA-F]{1,2}", body[i + 2 :])):
+            digits = hexadecimal.group()
             out.append(chr(int(digits, 16)))
             i += 2 + len(digits)
         else:
@@ -688,7 +692,8 @@ def _unescape(body: str, refuse) -> str:
 def _split_top_level(tokens: list[Token], separator: str) -> list[list[Token]]:
     """Split at each `separator` outside any bracket: the colons between an asm statement's sections,
     the commas between its operands."""
-    pieces, depth = [[]], 0
+    pieces: list[list[Token]] = [[]]
+    depth = 0
     for token in tokens:
         if token.kind == "punct" and token.text in "([{":
             depth += 1
