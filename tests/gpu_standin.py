@@ -86,7 +86,8 @@ class NumpyGpu:
 
 
 class WritesPastTheEnd(NumpyGpu):
-    """A right answer, plus `past` elements written beyond the output's end (as a GPU kernel would, through the pointer)."""
+    """A right answer, plus `past` elements written beyond the output's end (as a GPU kernel would, through
+    the pointer)."""
 
     def __init__(self, past: int = 1, before: int = 0):
         super().__init__()

@@ -89,7 +89,8 @@ def test_the_untouched_poison_is_never_written():
     assert checked.status == NEVER_WRITTEN
     unwritten = 32 * 54 + 2048
     assert checked.message == (
-        f"row 2, head 0, col 10: never written, or computed from a value never written (an output or shared buffer read before it was set?); "
+        "row 2, head 0, col 10: never written, or computed from a value never written "
+        "(an output or shared buffer read before it was set?); "
         f"{unwritten} of 8192 elements never written"
     )
     assert checked.bad_elements == unwritten
@@ -106,7 +107,8 @@ def test_never_written_wins_and_counts_the_other_wrong_elements():
     checked = check_output(out, ref)
     assert checked.status == NEVER_WRITTEN
     assert checked.message == (
-        "row 1, head 3, col 0: never written, or computed from a value never written (an output or shared buffer read before it was set?); "
+        "row 1, head 3, col 0: never written, or computed from a value never written "
+        "(an output or shared buffer read before it was set?); "
         "64 of 4096 elements never written, 2 more wrong"
     )
     assert checked.failing_rows == [0, 1]

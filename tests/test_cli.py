@@ -372,7 +372,7 @@ def test_doctor_without_a_box_says_what_is_missing_and_what_it_costs(runner, no_
         "availability",
         lambda: "bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)",
     )
-    result = invoke(runner, "doctor", "--json", "d.json")
+    invoke(runner, "doctor", "--json", "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
     assert (
         "box: missing: bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap "

@@ -237,9 +237,15 @@ __device__ unsigned spread(float x) {
         : "memory" );
     return r;
 }
-__device__ unsigned gnu(float x) { unsigned r; __asm__ __volatile__(R"x(cvt.rna.tf32.f32 %0, %1;)x" : "=r"(r) : "f"(x)); return r; }
-__device__ unsigned in_out(float x) { unsigned r = 7; __asm inline("cvt.rna.tf32.f32 %0, %1;" : "+r"(r) : "f"(x)); return r; }
-__device__ unsigned from_bits(float x) { unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "r"(__float_as_uint(x))); return r; }
+__device__ unsigned gnu(float x) {
+    unsigned r; __asm__ __volatile__(R"x(cvt.rna.tf32.f32 %0, %1;)x" : "=r"(r) : "f"(x)); return r;
+}
+__device__ unsigned in_out(float x) {
+    unsigned r = 7; __asm inline("cvt.rna.tf32.f32 %0, %1;" : "+r"(r) : "f"(x)); return r;
+}
+__device__ unsigned from_bits(float x) {
+    unsigned r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "r"(__float_as_uint(x))); return r;
+}
 __device__ unsigned into_int(float x) { int r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return (unsigned)r; }
 __device__ unsigned chained(float x) {
     unsigned r, s;  // the second instruction reads what the first wrote to an output

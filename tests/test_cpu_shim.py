@@ -35,7 +35,7 @@ def build(cache, name: str, entry_points: dict[str, list[str]]) -> CpuModule:
 
 
 def line_of(name: str, needle: str, nth: int = 0) -> int:
-    lines = [i + 1 for i, l in enumerate((KERNELS / name).read_text().splitlines()) if needle in l]
+    lines = [i + 1 for i, line in enumerate((KERNELS / name).read_text().splitlines()) if needle in line]
     return lines[nth]
 
 
@@ -127,7 +127,7 @@ def test_warp_misc_width_masks_votes(cache):
     np.testing.assert_array_equal(out[:, 3], np.where(lane % 8 + 3 < 8, lane + 3, lane))
     np.testing.assert_array_equal(out[:, 4], np.where(lane % 4 >= 2, lane - 2, lane))
     np.testing.assert_array_equal(out[:, 5], np.where(lane < 16, lane ^ 8, lane ^ 4))
-    ballot = sum(1 << l for l in range(32) if l % 3 == 0)
+    ballot = sum(1 << lane for lane in range(32) if lane % 3 == 0)
     np.testing.assert_array_equal(outu[:, 0], ballot)
     np.testing.assert_array_equal(outu[:, 1], 1)
     np.testing.assert_array_equal(outu[:, 2], 0)

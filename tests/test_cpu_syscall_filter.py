@@ -34,8 +34,11 @@ CHILD = textwrap.dedent("""
     libc.syscall.restype = ctypes.c_long
     number = lambda name: _library().seccomp_syscall_resolve_name(name.encode())
     device = CpuDevice()
-    source = compose_source('extern "C" __global__ void twice(float* o) { o[threadIdx.x] = 2.0f * threadIdx.x; '
-                            'if (threadIdx.x == 0) printf("printed by a kernel after the seal\\\\n"); }', "attention.cu")
+    source = compose_source(
+        'extern "C" __global__ void twice(float* o) { o[threadIdx.x] = 2.0f * threadIdx.x; '
+        'if (threadIdx.x == 0) printf("printed by a kernel after the seal\\\\n"); }',
+        "attention.cu",
+    )
     module = device.compile(source, "attention.cu", {"twice": ["float*"]}, sandboxed=sandboxed)
     out = np.zeros(4, np.float32)
     module.launch("twice", (1, 1, 1), (4, 1, 1), 0, [out])

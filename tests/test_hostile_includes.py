@@ -21,7 +21,10 @@ HOSTILE = REPO / "tests/fixtures/lab2/hostile"
 SECRET_SEED = "987654321987"
 MARKER = "attnlab-marker-7d2e41"
 ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"
-ENVIRON = f'`#include "/proc/self/environ"` is refused: a submission may include only {ALLOWED}; paste what you need into the file itself'
+ENVIRON = (
+    f'`#include "/proc/self/environ"` is refused: a submission may include only {ALLOWED}; '
+    "paste what you need into the file itself"
+)
 
 EXPECTED = {
     "include_digit_separator.cu": f"include_digit_separator.cu(5): error: {ENVIRON}",

@@ -19,7 +19,10 @@ from labrunner.build.nvrtc import run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"
-ENVIRON = f'`#include "/proc/self/environ"` is refused: a submission may include only {ALLOWED}; paste what you need into the file itself'
+ENVIRON = (
+    f'`#include "/proc/self/environ"` is refused: a submission may include only {ALLOWED}; '
+    "paste what you need into the file itself"
+)
 
 
 def refused(source: str) -> str:
@@ -84,12 +87,13 @@ def test_a_hidden_include_is_found_and_refused(source, line):
         ),
         (
             '#if __has_include("/proc/self/environ")\n#endif\n',
-            f"a.cu(1): error: `__has_include` is refused: a submission may not probe for files; it may include only {ALLOWED}",
+            "a.cu(1): error: `__has_include` is refused: a submission may not probe for files; it may include only "
+            f"{ALLOWED}",
         ),
         (
             "constexpr bool probe = __has_include_next(<x.h>);\n",
-            f"a.cu(1): error: `__has_include_next` is refused: a submission may not probe for files; it may include only "
-            f"{ALLOWED}",
+            "a.cu(1): error: `__has_include_next` is refused: a submission may not probe for files; "
+            f"it may include only {ALLOWED}",
         ),
         (
             "#include <attnlab/../../x.cuh>\n",

@@ -320,12 +320,15 @@ def test_lab1s_table_has_no_prefix_column():
     ]
 
 
-RACECHECK_REPORT = """========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at flash_prefill+0x1fe0 in /tmp/attention.cu:63:flash_prefill(const float *, const float *, const float *, float *, int, int)
-=========     and Read access at flash_prefill+0x6360 in /tmp/attention.cu:123:flash_prefill(const float *, const float *, const float *, float *, int, int) [1088 hazards]
-=========
-========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
-"""
+RACECHECK_REPORT = (
+    "========= COMPUTE-SANITIZER\n"
+    "========= Error: Race reported between Write access at flash_prefill+0x1fe0 in /tmp/attention.cu:63:"
+    "flash_prefill(const float *, const float *, const float *, float *, int, int)\n"
+    "=========     and Read access at flash_prefill+0x6360 in /tmp/attention.cu:123:"
+    "flash_prefill(const float *, const float *, const float *, float *, int, int) [1088 hazards]\n"
+    "=========\n"
+    "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n"
+)
 
 SYNCCHECK_REPORT = """========= COMPUTE-SANITIZER
 ========= Barrier error detected. Divergent thread(s) in block
