@@ -19,6 +19,7 @@ from gpu_standin import InProcessWorker, NumpyGpu
 
 from labrunner.cli import main
 from labrunner.exit_codes import ExitCode
+from labrunner.labs.definition import Lab
 from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import cases as cases_module
 from labrunner.pipeline import grade as grade_pipeline
@@ -102,7 +103,9 @@ def standin(monkeypatch, tmp_path):
         monkeypatch.setattr(cases_module, "find_hazard", find_hazard)
 
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
-    monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: CATALOGUE)
+    # the catalogue wherever the pipeline reads it: the lab's own, or the cases module's loader
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: CATALOGUE), raising=False)
+    monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: CATALOGUE, raising=False)
     monkeypatch.setattr(cases_module, "replay_under_sanitizer", lambda payload, case_timeout_s: None)
     monkeypatch.chdir(tmp_path)
     setup.replayed = replayed
@@ -197,9 +200,13 @@ def test_an_output_that_carries_the_race_is_not_replayed_and_the_next_small_case
     assert report["cases"][1]["message"] == HAZARD
 
 
-def test_a_crash_stops_the_run_and_the_sanitizer_checks_only_the_cases_before_it(standin):
+def test_a_crash_stops_the_run_and_the_cases_before_it_keep_their_own_verdicts(standin):
+    # each case is judged once, with the sanitizer's word, before the next one runs: a crash later on
+    # leaves an earlier case's race standing (the crash, more severe, is the run's verdict)
     standin({3: (HAZARD, None)}, crash=(9,))
     _, report = grade()
-    assert standin.replayed == []
-    assert statuses(report) == [("C3-P31", "pass"), ("C5-P7", "pass"), ("C9-P2", "crash"), ("C2-P0", "not-run")]
+    assert standin.replayed == [3]
+    assert statuses(report) == [("C3-P31", "race"), ("C5-P7", "pass"), ("C9-P2", "crash"), ("C2-P0", "not-run")]
+    assert report["cases"][0]["message"] == HAZARD
+    assert report["cases"][3]["message"] == "not run: case C9-P2 ended in a crash"
     assert (report["verdict"], report["exit_code"], report["decisive_case"]) == ("crash", 4, "C9-P2")

@@ -49,30 +49,10 @@ from labrunner.report.junit import write_aggregate
 from labrunner.report.results import SCHEMA
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, environment_seed
+from labrunner.truth.verdict import BATCH_EXIT_CODES, Status, worst_exit_code
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 
-# Which failure most needs a look when a batch ends: a grader that could not run at all, then a
-# command that was wrong, then the submissions' own faults from the worst down. The batch exits
-# with the first of these that any submission has.
-WORST_FIRST = (
-    ExitCode.ENVIRONMENT,
-    ExitCode.USAGE,
-    ExitCode.COMPILE_ERROR,
-    ExitCode.MISBEHAVED,
-    ExitCode.WRONG_ANSWER,
-    ExitCode.SPEED_GATE,
-    ExitCode.PASS,
-)
-MEANING = {
-    ExitCode.PASS: "pass",
-    ExitCode.WRONG_ANSWER: "wrong answer",
-    ExitCode.USAGE: "usage error",
-    ExitCode.COMPILE_ERROR: "compile error",
-    ExitCode.MISBEHAVED: "misbehaving kernel",
-    ExitCode.SPEED_GATE: "speed gate missed",
-    ExitCode.ENVIRONMENT: "environment missing",
-}
 RESERVED_NAMES = ("junit", "gradebook")  # the batch's own files in --out-dir
 
 
@@ -203,8 +183,8 @@ def dead_result(task: SubmissionTask, reason: str) -> dict:
         "backend": None,
         "device": None,
         "seed": None,
-        "verdict": "environment-missing",
-        "summary": "environment-missing",
+        "verdict": Status.ENVIRONMENT_MISSING,
+        "summary": Status.ENVIRONMENT_MISSING,
         "exit_code": int(ExitCode.ENVIRONMENT),
         "error": reason,
         "skipped": 0,
@@ -435,12 +415,14 @@ def run_submitit(
 
 
 def worst_code(codes: list[int]) -> ExitCode:
-    present = set(codes)
-    return next((code for code in WORST_FIRST if int(code) in present), ExitCode.PASS)
+    """The batch's exit code: the worst of its submissions' (truth/verdict.py's WORST_FIRST)."""
+    return worst_exit_code(codes)
 
 
 def code_counts(codes: list[int]) -> list[tuple[int, str, int]]:
-    return [(int(code), MEANING[code], codes.count(int(code))) for code in sorted(ExitCode) if int(code) in codes]
+    return [
+        (int(code), BATCH_EXIT_CODES[code], codes.count(int(code))) for code in sorted(ExitCode) if int(code) in codes
+    ]
 
 
 def grade_batch(

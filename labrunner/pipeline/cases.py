@@ -1,4 +1,5 @@
-"""The correctness cases: which run, each one run in the worker and judged, the sanitizer's reports.
+"""The correctness cases: which run, and each one run in the worker with its evidence gathered
+(other thread schedules, compute-sanitizer's report) and judged once (`truth/judge.py`).
 
 Correctness gates timing: nothing is timed (`timing.py`) until every case passed.
 """
@@ -7,13 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from labrunner.build.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.backend import DEFAULT_TIMEOUT_S
-from labrunner.pipeline.explain import explain_failure, same_values
+from labrunner.pipeline.explain import explain_failure
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
 from labrunner.run.diagnose import replay_under_sanitizer
@@ -25,9 +24,9 @@ from labrunner.truth.cases import (
     geometry_case,
     make_inputs,
 )
-from labrunner.truth.check import check_output, describe_rows
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
-from labrunner.truth.poison import inspect_guards
+from labrunner.truth.judge import Judgement, SanitizerReport, judge, judge_failure
+from labrunner.truth.verdict import Status
 
 
 @dataclass
@@ -107,15 +106,20 @@ def run_cases(
     results = [] if results is None else results
     progress.start("checking cases", len(cases))
     stopped_by: str | None = None
+    # Explanations cost time, so only the first cases whose own run failed get them (a hazard that
+    # compute-sanitizer reports names its kernel and line itself, and counts for none).
+    failures = 0
+    # GPU --race-check: the small cases, in order, each under compute-sanitizer after its own run,
+    # until its first report (a hazard, or a check it could not finish) has decided a case.
+    sanitizing = options.race_check and backend == "gpu"
     for case in cases:
         if stopped_by:
-            results.append(CaseResult(case.name, "not-run", f"not run: {stopped_by}", case.rows, case.prefix))
+            results.append(CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix))
             continue
         progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
-        failures = sum(1 for r in results if r.status != "pass")
         # Once a race is found the verdict is race: later cases need no more schedules to say so.
-        raced = any(r.status == "race" for r in results)
-        result = run_one_case(
+        raced = any(r.status == Status.RACE for r in results)
+        result, judgement = judged_case(
             lab,
             submission,
             worker,
@@ -124,18 +128,17 @@ def run_cases(
             timeout,
             explain=failures < EXPLAINED_FAILURES,
             stage_check=failures == 0,
+            sanitize=sanitizing and case.cpu,
+            diagnose=backend == "gpu" and options.diagnose,
+            progress=progress,
         )
-        if result.status == "crash" and backend == "gpu" and options.diagnose:
-            progress.advance(f"{case.name}: replaying under compute-sanitizer")
-            add_diagnosis(lab, submission, case, options, timeout, result)
         results.append(result)
-        if result.status in ("crash", "timeout"):
+        failures += judgement.run_failed
+        sanitizing = sanitizing and not judgement.by_sanitizer
+        if result.status in (Status.CRASH, Status.TIMEOUT):
             stopped_by = f"case {case.name} ended in a {result.status}"
-    if options.race_check and backend == "gpu" and not stopped_by:
-        progress.advance("racecheck and synccheck under compute-sanitizer")
-        add_race_report(lab, submission, [c for c in cases if c.cpu], options, timeout, results)
     progress.done()
-    results += [CaseResult(c.name, "skipped", f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
+    results += [CaseResult(c.name, Status.SKIPPED, f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
     return results
 
 
@@ -149,9 +152,31 @@ def run_one_case(
     explain: bool = True,
     stage_check: bool = True,
 ) -> CaseResult:
-    """One case, judged; a failure explained. `explain`: compare a wrong output with the variant
-    oracles the hints read; `stage_check`: rerun a wrong pipeline kernel by kernel (lab 1). The driver
-    does both for the first failures only, since each costs time."""
+    """One case, judged; a failure explained (`judged_case`). The one check before timing uses it."""
+    return judged_case(lab, submission, worker, case, options, timeout_s, explain, stage_check)[0]
+
+
+def judged_case(
+    lab: Lab,
+    submission: Submission,
+    worker: Worker,
+    case: Case,
+    options: CaseOptions,
+    timeout_s: float,
+    explain: bool = True,
+    stage_check: bool = True,
+    sanitize: bool = False,
+    diagnose: bool = False,
+    progress: Progress = Progress(),
+) -> tuple[CaseResult, Judgement]:
+    """One case: its run, its evidence handed to the judge, the judgement explained; its result is made
+    once, from all of them.
+
+    `explain`: compare a wrong output with the variant oracles the hints read; `stage_check`: rerun a
+    wrong pipeline kernel by kernel (lab 1); the driver does both for the first failures only, since
+    each costs time. `sanitize`: the judge may ask compute-sanitizer's racecheck and synccheck about
+    the case (GPU --race-check). `diagnose`: a crash is replayed under compute-sanitizer's memcheck,
+    to name the kernel and the line (GPU)."""
     inputs = make_inputs(case, options.seed.value)
     given = inputs.buffers()
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
@@ -163,7 +188,7 @@ def run_one_case(
     tried: list[tuple[int, str]] = []
 
     def under_other_schedules():
-        # Run one at a time, as judge_case asks: the first schedule that disagrees ends the search.
+        # Run one at a time, as the judge asks: the first schedule that disagrees ends the search.
         # The worker's reverse_threads carries the CPU schedule's number (True and False keep their meaning).
         for number, label in schedules:
             tried.append((number, label))
@@ -172,15 +197,31 @@ def run_one_case(
                 worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=number),
             )
 
+    def under_sanitizer() -> SanitizerReport:
+        # Asked by the judge only once the guards, the inputs and the output showed no race.
+        progress.advance(f"{case.name}: racecheck and synccheck under compute-sanitizer")
+        return find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
+
     try:
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
         reference = inputs.reference()
-        result = judge_case(case, run, given, writable, reference, under_other_schedules())
+        judgement = judge(
+            case, run, given, writable, reference, under_other_schedules(), under_sanitizer if sanitize else None
+        )
     except WorkerFailure as failure:
-        return misbehaved(case, failure)
-    if result.status in ("wrong", "never-written", "race"):
+        judgement = judge_failure(failure.kind, failure.detail)
+        message, diagnosis = judgement.message, None
+        if diagnose and judgement.status == Status.CRASH:
+            progress.advance(f"{case.name}: replaying under compute-sanitizer")
+            diagnosis = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
+            if diagnosis:
+                message += "; compute-sanitizer: " + " | ".join(line.strip() for line in diagnosis.splitlines())
+        return CaseResult(case.name, judgement.status, message, case.rows, case.prefix, diagnosis=diagnosis), judgement
+    evidence: dict = {}
+    words = ""
+    if judgement.output in (Status.WRONG, Status.NEVER_WRITTEN, Status.RACE):
         # the schedule that disagreed is the last one tried: the kernel search replays only that one
-        explain_failure(
+        evidence, words = explain_failure(
             lab,
             submission,
             worker,
@@ -188,34 +229,28 @@ def run_one_case(
             inputs,
             run,
             reference,
-            result,
+            judgement.output,
+            list(judgement.failing_rows),
             dict(tried[-1:]),
             timeout_s,
             explain,
             stage_check,
+            words=not judgement.by_sanitizer,
         )
-    return result
-
-
-def add_race_report(
-    lab: Lab,
-    submission: Submission,
-    cases: list[Case],
-    options: CaseOptions,
-    timeout_s: float,
-    results: list[CaseResult],
-) -> None:
-    """GPU --race-check: the small cases under compute-sanitizer's racecheck and synccheck; the first
-    hazard makes its case a race, with the kernel and line the tool names."""
-    for case in cases:
-        result = next((r for r in results if r.name == case.name), None)
-        if result is None or result.status not in ("pass", "wrong", "never-written"):
-            continue
-        hazard, inconclusive = find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
-        if hazard or inconclusive:
-            result.status = "race" if hazard else "race-check-inconclusive"
-            result.message = hazard or inconclusive
-            return
+    result = CaseResult(
+        case.name,
+        judgement.status,
+        judgement.message + words,
+        case.rows,
+        case.prefix,
+        judgement.max_abs_err,
+        judgement.bad_elements,
+        judgement.first_bad,
+        list(judgement.failing_rows),
+        nonfinite=judgement.nonfinite,
+        evidence=evidence,
+    )
+    return result, judgement
 
 
 def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> dict:
@@ -237,87 +272,6 @@ def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOpti
         "entry_types": lab.entry_point_types(),
         "request": request,
     }
-
-
-def add_diagnosis(
-    lab: Lab, submission: Submission, case: Case, options: CaseOptions, timeout_s: float, result: CaseResult
-) -> None:
-    report = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
-    if report:
-        result.diagnosis = report
-        result.message += "; compute-sanitizer: " + " | ".join(line.strip() for line in report.splitlines())
-
-
-def misbehaved(case: Case, failure: WorkerFailure) -> CaseResult:
-    message = failure.detail if failure.kind != "error" else f"the run failed in a kernel launch: {failure.detail}"
-    return CaseResult(case.name, failure.status, message, case.rows, case.prefix)
-
-
-def judge_case(
-    case: Case, run, given: dict[str, np.ndarray], writable: dict[str, int], reference: np.ndarray, others=()
-) -> CaseResult:
-    """Guards first (they explain everything after them), then inputs, then every output value.
-
-    `others`: (label, run) of the same case under other thread schedules (--race-check on the CPU),
-    taken one at a time. Any difference from the first run is a race, whether or not the first run
-    passed.
-    """
-    for name in writable:
-        damage = inspect_guards(name, *run.bands[name])
-        if damage:
-            return CaseResult(case.name, "out-of-bounds", damage.describe(writable[name]), case.rows, case.prefix)
-    for name, original in given.items():
-        after = run.inputs_after[name]
-        changed = np.flatnonzero(after.view(np.uint32).ravel() != original.view(np.uint32).ravel())
-        if changed.size:
-            return CaseResult(
-                case.name,
-                "input-mutated",
-                f"input {name} was modified: {changed.size} element(s) changed, the first at flat "
-                f"index {changed[0]}; kernels must treat {_listed(list(given))} as read-only",
-                case.rows,
-                case.prefix,
-            )
-    out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
-    checked = check_output(out, reference, exact=case.exact)
-    result = CaseResult(
-        case.name,
-        checked.status,
-        checked.message,
-        case.rows,
-        case.prefix,
-        checked.max_abs_err,
-        checked.bad_elements,
-        checked.first_bad,
-        checked.failing_rows,
-        nonfinite=checked.nonfinite,
-    )
-    if not checked.passed:
-        result.message += f"; {describe_rows(checked.failing_rows, case.rows)}"
-    if checked.status == "race":
-        return result
-    for label, other_run in others:
-        other = other_run.outputs["out"].reshape(out.shape)
-        agree = same_values(other, out)
-        if not agree.all():
-            row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
-            result.status = "race"
-            result.message = (
-                f"the output depends on thread order: with each block's threads in {label} between "
-                f"barriers, row {row}, head {head}, col {col} is {_value(other[row, head, col])} "
-                f"instead of {_value(out[row, head, col])}: a missing __syncthreads()?"
-            )
-            break
-    return result
-
-
-def _listed(names: list[str]) -> str:
-    """`q, k and v`: the inputs a lab's kernels receive, in words."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def _value(x) -> str:
-    return f"{float(x):.6g}" if np.isfinite(x) else str(float(x))
 
 
 def bench_check_case(

@@ -1,6 +1,8 @@
 """What a student needs beyond where a case failed: the kernel a race is in, lab 1's first wrong stage.
 
-A diagnosis only: nothing here changes a verdict.
+A diagnosis only: it reads a case's output once the judge (truth/judge.py) has decided the case,
+and gives the words its message ends with before the case's result is made; nothing here changes
+a verdict.
 """
 
 from __future__ import annotations
@@ -9,14 +11,15 @@ import numpy as np
 
 from labrunner.build.gate import Submission
 from labrunner.labs.definition import Lab
-from labrunner.report.results import CaseResult
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import (
     Case,
 )
-from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
-from labrunner.truth.hints import gather_evidence
+from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.truth.hints import Evidence, gather_evidence
+from labrunner.truth.judge import same_values
 from labrunner.truth.poison import SHARED_POISON_BITS, carries
+from labrunner.truth.verdict import Status
 
 
 def explain_failure(
@@ -27,30 +30,37 @@ def explain_failure(
     inputs,
     run,
     reference,
-    result: CaseResult,
+    status: Status,
+    failing_rows: list[int],
     schedules: dict[int, str],
     timeout_s: float,
     explain: bool = True,
     stage_check: bool = True,
-) -> None:
-    """What a student needs beyond where: the kernel a race is in, lab 1's first wrong stage, the evidence for hints.
+    words: bool = True,
+) -> tuple[Evidence, str]:
+    """The evidence for hints, and the words the message ends with: the kernel a race is in, or lab 1's
+    first wrong stage. `status`: what the output showed (wrong, never-written or race); `words`: False
+    where the message takes none (compute-sanitizer's own names the kernel and the line).
 
     A diagnosis only: nothing here changes a verdict. A kernel that misbehaves while being
-    explained (it passed once, so it should not) leaves the explanation out.
+    explained (it passed once, so it should not) leaves the words out.
     """
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
-    result.evidence = gather_evidence(case, inputs, out, reference, result.status, result.failing_rows, explain)
+    evidence = gather_evidence(case, inputs, out, reference, status, failing_rows, explain)
+    if not words:
+        return evidence, ""
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     try:
-        if result.status == "race":
-            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, result, schedules, timeout_s)
-            result.message += f"; in kernel {kernel}"
-        elif lab.stages and stage_check:
+        if status == Status.RACE:
+            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, schedules, timeout_s)
+            return evidence, f"; in kernel {kernel}"
+        if lab.stages and stage_check:
             stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s)
             if stage:
-                result.message += f"; stage check: {stage}"
+                return evidence, f"; stage check: {stage}"
     except WorkerFailure:
         pass
+    return evidence, ""
 
 
 def stage_buffers(
@@ -85,7 +95,6 @@ def racing_kernel(
     case: Case,
     inputs,
     launches: list,
-    result: CaseResult,
     schedules: dict[int, str],
     timeout_s: float,
 ) -> str:
@@ -122,8 +131,3 @@ def first_wrong_stage(lab: Lab, worker: Worker, case: Case, inputs, launches: li
             "(every kernel before it agrees)"
         )
     return f"{kernels[first]} is the first kernel whose result disagrees with the definition: {problems[first]}"
-
-
-def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Two runs agree on an element when both are NaN, or equal within the pass rule."""
-    return (np.isnan(a) & np.isnan(b)) | within_tolerance(a, b.astype(np.float64))

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from labrunner.build.source import read_source
 from labrunner.exit_codes import AttnlabError
-from labrunner.report.results import NOT_RUN
 from labrunner.run.untrusted_text import shown, shown_text
+from labrunner.truth.verdict import NOT_RUN, Status
 
 COMPILER_LINE = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<kind>error|warning): (?P<text>.*)$")
 
@@ -65,7 +65,7 @@ def github_annotations(data: dict) -> list[str]:
     lab = data.get("lab") or ""
     lines: list[str] = []
     error = data.get("error")
-    if error and data.get("verdict") == "compile-error":
+    if error and data.get("verdict") == Status.COMPILE_ERROR:
         for text in error.splitlines():
             found = COMPILER_LINE.match(text)
             if found and found["kind"] == "error":
@@ -75,7 +75,7 @@ def github_annotations(data: dict) -> list[str]:
         return lines
     if error:
         return [command("error", file, error, title=f"attnlab {lab}: {data.get('verdict')}")]
-    failing = [c for c in data.get("cases") or [] if c["status"] not in ("pass", *NOT_RUN)]
+    failing = [c for c in data.get("cases") or [] if c["status"] not in (Status.PASS, *NOT_RUN)]
     gate = data.get("gate") or {}
     if not failing and gate.get("passed", True):
         return []

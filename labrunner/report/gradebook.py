@@ -24,8 +24,8 @@ import csv
 import re
 from pathlib import Path
 
-from labrunner.report.results import NOT_RUN
 from labrunner.run.untrusted_text import shown
+from labrunner.truth.verdict import NOT_RUN, Status
 
 COLUMNS = ("file", "sha256", "verdict", "exit_code", "speedup", "gate_met", "first_failing_case", "hints", "seconds")
 NUMBERS = ("exit_code", "speedup", "seconds")  # the grader's own numbers; every other column is text
@@ -41,8 +41,8 @@ def row(data: dict, seconds: float | None = None) -> dict:
     """A gradebook row from one submission's JSON result; `seconds` is the batch's own clock where it has one."""
     timing = data.get("timing") or {}
     gate = data.get("gate") or {}
-    failing = next((c["name"] for c in data.get("cases") or [] if c["status"] not in ("pass", *NOT_RUN)), None)
-    if failing is None and data.get("verdict") == "compile-error":
+    failing = next((c["name"] for c in data.get("cases") or [] if c["status"] not in (Status.PASS, *NOT_RUN)), None)
+    if failing is None and data.get("verdict") == Status.COMPILE_ERROR:
         failing = "compile"
     taken = seconds if seconds is not None else data.get("seconds")
     return {

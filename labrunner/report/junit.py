@@ -23,10 +23,12 @@ import re
 from pathlib import Path
 from xml.etree import ElementTree
 
-from labrunner.report.results import NOT_RUN, RunResult
+from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown, shown_text
+from labrunner.truth.verdict import NOT_RUN, Status
 
-GRADER_FAULTS = ("environment-missing", "usage-error", "error", "interrupted")  # <error>, not <failure>
+# <error>, not <failure>: the grader could not grade, which says nothing against the submission
+GRADER_FAULTS = (Status.ENVIRONMENT_MISSING, Status.USAGE_ERROR, Status.ERROR, Status.INTERRUPTED)
 
 
 def xml_text(text: str | None) -> str:
@@ -65,18 +67,18 @@ def testsuite(data: dict) -> ElementTree.Element:
         if item["status"] in NOT_RUN:
             counts["skipped"] += 1
             ElementTree.SubElement(element, "skipped", message=xml_text(item["message"]))
-        elif item["status"] != "pass":
+        elif item["status"] != Status.PASS:
             body = item["message"] + (f"\n\ncompute-sanitizer:\n{item['diagnosis']}" if item.get("diagnosis") else "")
             outcome(element, "failure", item["status"], body)
     if data.get("error"):
-        verdict = data.get("verdict") or "error"
-        element = case("compile" if verdict == "compile-error" else verdict)
+        verdict = data.get("verdict") or Status.ERROR
+        element = case("compile" if verdict == Status.COMPILE_ERROR else verdict)
         outcome(element, "error" if verdict in GRADER_FAULTS else "failure", verdict, data["error"])
     gate = data.get("gate") or {}
     if gate.get("status") in ("met", "missed"):
         element = case("speed-gate")
         if not gate.get("passed", True):
-            outcome(element, "failure", "speed-gate", gate["message"])
+            outcome(element, "failure", Status.SPEED_GATE, gate["message"])
     if data.get("kernel_output"):  # already escaped in the JSON: shown, never interpreted
         ElementTree.SubElement(suite, "system-out").text = xml_text("\n".join(data["kernel_output"]))
     for key, value in counts.items():

@@ -1,7 +1,7 @@
 """Results: what a case and a run ended as, their exit codes, and the versioned JSON schema.
 
-Statuses, most severe first. A run's verdict is its most severe case status (ties: the first
-such case), and its exit code follows from that verdict alone.
+The rules that decide a verdict and its exit code (statuses, most severe first; ties: the first
+such case) are truth/verdict.py's; a result only reads them.
 """
 
 from __future__ import annotations
@@ -12,23 +12,11 @@ from pathlib import Path
 
 from labrunner.exit_codes import ExitCode
 from labrunner.run.untrusted_text import shown, shown_text
+from labrunner.truth.verdict import CASE_EXIT_CODES, Status, decisive_index, run_exit_code, run_verdict
+from labrunner.truth.verdict import NOT_RUN as NOT_RUN
 
 SCHEMA = "attnlab.result/1"
-
-STATUS_EXIT_CODES: dict[str, ExitCode] = {
-    "crash": ExitCode.MISBEHAVED,
-    "timeout": ExitCode.MISBEHAVED,
-    "out-of-bounds": ExitCode.MISBEHAVED,
-    "input-mutated": ExitCode.MISBEHAVED,
-    "race": ExitCode.MISBEHAVED,
-    "race-check-inconclusive": ExitCode.MISBEHAVED,  # --race-check could not finish: never read as no race
-    "never-written": ExitCode.WRONG_ANSWER,
-    "wrong": ExitCode.WRONG_ANSWER,
-    "speed-gate": ExitCode.SPEED_GATE,
-    "pass": ExitCode.PASS,
-}
-SEVERITY = list(STATUS_EXIT_CODES)
-NOT_RUN = ("not-run", "skipped")  # cases that say nothing about the kernel
+STATUS_EXIT_CODES = CASE_EXIT_CODES  # the case statuses, most severe first, with their exit codes
 
 
 @dataclass
@@ -87,7 +75,7 @@ class RunResult:
 
     @property
     def skipped(self) -> int:
-        return sum(1 for c in self.cases if c.status == "skipped")
+        return sum(1 for c in self.cases if c.status == Status.SKIPPED)
 
     @property
     def summary(self) -> str:
@@ -100,35 +88,18 @@ class RunResult:
 
     @property
     def decisive_case(self) -> CaseResult | None:
-        ran = [c for c in self.cases if c.status not in NOT_RUN]
-        failing = [c for c in ran if c.status != "pass"]
-        if not failing:
-            return None
-        return min(failing, key=lambda c: SEVERITY.index(c.status))
+        index = decisive_index([c.status for c in self.cases])
+        return None if index is None else self.cases[index]
 
     @property
-    def verdict(self) -> str:
-        if self.error_code is not None:
-            return {
-                ExitCode.COMPILE_ERROR: "compile-error",
-                ExitCode.USAGE: "usage-error",
-                ExitCode.ENVIRONMENT: "environment-missing",
-                ExitCode.MISBEHAVED: "crash",
-                ExitCode.INTERRUPTED: "interrupted",
-                ExitCode.TERMINATED: "interrupted",
-            }.get(self.error_code, "error")
+    def verdict(self) -> Status:
         case = self.decisive_case
-        if case is not None:
-            return case.status
-        if self.gate and not self.gate.get("passed", True):
-            return "speed-gate"
-        return "pass"
+        gate_passed = not (self.gate and not self.gate.get("passed", True))
+        return run_verdict(self.error_code, None if case is None else case.status, gate_passed)
 
     @property
     def exit_code(self) -> ExitCode:
-        if self.error_code is not None:
-            return self.error_code
-        return STATUS_EXIT_CODES.get(self.verdict, ExitCode.PASS)
+        return run_exit_code(self.error_code, self.verdict)
 
     def to_json(self) -> dict:
         return {

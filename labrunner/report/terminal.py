@@ -17,6 +17,7 @@ from rich.table import Table
 from labrunner.report.progress import Progress
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown, shown_text
+from labrunner.truth.verdict import Status
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
@@ -24,7 +25,7 @@ stderr = Console(stderr=True, highlight=False)
 # `FILE: error: ...` or `FILE(LINE): error: ...`, as the compile gate writes its messages.
 _SAYS_ERROR = re.compile(r"^\S[^\n]*?(?:\(\d+\))?: (?:catastrophic )?error: ")
 MEBIBYTE = 1024 * 1024
-STATUS_STYLE = {"pass": "green", "skipped": "dim", "not-run": "dim"}
+STATUS_STYLE = {Status.PASS: "green", Status.SKIPPED: "dim", Status.NOT_RUN: "dim"}
 
 
 # Messages can quote a student's file or what its code printed: control characters are shown
@@ -151,7 +152,7 @@ def cases_report(result: RunResult) -> None:
             *((str(case.prefix),) if with_prefix else ()),
             f"[{style}]{case.status}[/]",
             _error(case.max_abs_err),
-            "" if case.status == "pass" else escape(shown_text(case.message)),
+            "" if case.status == Status.PASS else escape(shown_text(case.message)),
         )
     print_unwrapped(table)
 
@@ -324,7 +325,7 @@ def gate_report(result: RunResult) -> None:
 
 def verdict_line(result: RunResult) -> None:
     verdict = result.verdict
-    style = "bold green" if verdict == "pass" else "bold red"
+    style = "bold green" if verdict == Status.PASS else "bold red"
     decisive = result.decisive_case
     where = f" in case {decisive.name}" if decisive else ""
     # A CPU verdict speaks for the CPU build only; say which backend gave it (the skipped count,
@@ -675,7 +676,7 @@ def batch_report(lab: str, rows: list[dict], counts: list[tuple[int, str, int]],
     for column in ("file", "verdict", "exit", "SPEEDUP", "gate", "first failing case", "s"):
         table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
     for row in rows:
-        style = "green" if row["verdict"] == "pass" else "bold red"
+        style = "green" if row["verdict"] == Status.PASS else "bold red"
         table.add_row(
             escape(shown(row["file"])),
             f"[{style}]{escape(row['verdict'])}[/]",

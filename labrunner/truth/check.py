@@ -26,11 +26,13 @@ from labrunner.truth.contract import (
     within_tolerance,
 )
 from labrunner.truth.poison import SHARED_POISON_BITS, WORKSPACE_POISON_BITS, carries, never_written
+from labrunner.truth.verdict import Status
 
-PASS = "pass"
-WRONG = "wrong"
-NEVER_WRITTEN = "never-written"
-RACE = "race"
+# What the values alone can show (truth/verdict.py holds every status).
+PASS = Status.PASS
+WRONG = Status.WRONG
+NEVER_WRITTEN = Status.NEVER_WRITTEN
+RACE = Status.RACE
 
 NEVER_WRITTEN_WORDS = (
     "never written, or computed from a value never written (an output or shared buffer read before it was set?)"
@@ -50,7 +52,7 @@ class FirstBad(TypedDict):
 
 @dataclass
 class OutputCheck:
-    status: str  # pass, wrong, never-written or race
+    status: Status  # pass, wrong, never-written or race
     message: str
     max_abs_err: float | None  # nan or inf when any element is; None for an empty output
     bad_elements: int

@@ -25,6 +25,7 @@ from labrunner.truth.cases import Case, Inputs
 from labrunner.truth.contract import GROUP, KV_HEADS, QUERY_HEADS, SCALE, within_tolerance
 from labrunner.truth.paged_cache import PAGE_TOKENS
 from labrunner.truth.poison import WORKSPACE_POISON_BITS, carries
+from labrunner.truth.verdict import Status
 
 # The hazards, most specific first: the order hints are given in.
 HAZARDS = (
@@ -137,7 +138,7 @@ def gather_evidence(
     }
     if inputs.block_table is not None:
         return _decode_evidence(evidence, case, inputs, out, reference, compare)
-    if not compare or status != "wrong" or case.rows * case.keys > EVIDENCE_LIMIT or not heads_wrong:
+    if not compare or status != Status.WRONG or case.rows * case.keys > EVIDENCE_LIMIT or not heads_wrong:
         return evidence
     evidence["compared"] = True
     q, k, v = inputs.q, inputs.k, inputs.v
@@ -190,7 +191,7 @@ def _decode_evidence(
     evidence["partial_page_rows"] = np.flatnonzero(lengths % PAGE_TOKENS).tolist()
     evidence["nonfinite_rows"] = np.flatnonzero((~np.isfinite(out)).any(axis=(1, 2))).tolist()
     heads_wrong = evidence["heads_wrong"]
-    if not compare or evidence["status"] != "wrong" or lengths.sum() > DECODE_EVIDENCE_LIMIT or not heads_wrong:
+    if not compare or evidence["status"] != Status.WRONG or lengths.sum() > DECODE_EVIDENCE_LIMIT or not heads_wrong:
         return evidence
     evidence["compared"] = True
     variants = {
@@ -325,12 +326,12 @@ def _explains(out: np.ndarray, variant: np.ndarray) -> bool:
 
 def derive_hints(evidence: list[Evidence]) -> list[Hint]:
     """At most two hints for a grade, from the evidence of its failing cases (`gather_evidence`)."""
-    failing = [e for e in evidence if e.get("status") in ("wrong", "never-written", "race")]
+    failing = [e for e in evidence if e.get("status") in (Status.WRONG, Status.NEVER_WRITTEN, Status.RACE)]
     if not failing:
         return []
     found: dict[str, str] = {}
 
-    if any(e["status"] == "race" for e in failing):
+    if any(e["status"] == Status.RACE for e in failing):
         # A race makes every other pattern in the failures an accident of the thread order: it is the one hint.
         return [
             {
@@ -431,7 +432,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             f"{next(e['case'] for e in failing if e['failing_rows'] and e['failing_rows'][0] == suffix_from)}): "
             "check the bounds of your row loops and how each block finds its first row"
         )
-    if any(e["status"] == "never-written" or e["workspace_poisoned"] for e in failing):
+    if any(e["status"] == Status.NEVER_WRITTEN or e["workspace_poisoned"] for e in failing):
         found["unwritten"] = (
             "some outputs were never written, or were computed from a value never written: "
             "write every row, head and dim, and read no buffer before it is set"
@@ -443,7 +444,9 @@ def _all_match(failing: list[Evidence], variant: str) -> bool:
     """The variant reproduces every failing case it was compared with, and no failure is of another kind."""
     checked = [e for e in failing if e["compared"]]
     return (
-        bool(checked) and all(variant in e["matches"] for e in checked) and all(e["status"] == "wrong" for e in failing)
+        bool(checked)
+        and all(variant in e["matches"] for e in checked)
+        and all(e["status"] == Status.WRONG for e in failing)
     )
 
 
