@@ -103,9 +103,7 @@ def standin(monkeypatch, tmp_path):
         monkeypatch.setattr(cases_module, "find_hazard", find_hazard)
 
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
-    # the catalogue wherever the pipeline reads it: the lab's own, or the cases module's loader
-    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: CATALOGUE), raising=False)
-    monkeypatch.setattr(cases_module, "load_catalogue", lambda lab: CATALOGUE, raising=False)
+    monkeypatch.setattr(Lab, "catalogue", property(lambda lab: CATALOGUE))
     monkeypatch.setattr(cases_module, "replay_under_sanitizer", lambda payload, case_timeout_s: None)
     monkeypatch.chdir(tmp_path)
     setup.replayed = replayed
