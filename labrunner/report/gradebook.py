@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import re
 from pathlib import Path
+from typing import Any
 
 from labrunner.run.untrusted_text import shown
 from labrunner.truth.verdict import NOT_RUN, Status
@@ -40,7 +41,7 @@ _FORMULA_HERE = re.compile(f"(^|[{re.escape(''.join(SEPARATORS))}])(?= *[{re.esc
 def row(data: dict, seconds: float | None = None) -> dict:
     """A gradebook row from one submission's JSON result; `seconds` is the batch's own clock where it has one."""
     timing = data.get("timing") or {}
-    gate = data.get("gate") or {}
+    gate: dict[str, Any] = data.get("gate") or {}
     failing = next((c["name"] for c in data.get("cases") or [] if c["status"] not in (Status.PASS, *NOT_RUN)), None)
     if failing is None and data.get("verdict") == Status.COMPILE_ERROR:
         failing = "compile"
@@ -51,7 +52,7 @@ def row(data: dict, seconds: float | None = None) -> dict:
         "verdict": data.get("verdict") or "",
         "exit_code": data.get("exit_code"),
         "speedup": f"{timing['speedup']:.3f}" if timing.get("kind") == "speedup" else "",
-        "gate_met": {"met": "yes", "missed": "no"}.get(gate.get("status"), ""),
+        "gate_met": {"met": "yes", "missed": "no"}.get(gate.get("status", ""), ""),
         "first_failing_case": failing or "",
         "hints": hints_text(data.get("hints")),
         "seconds": "" if taken is None else f"{taken:.1f}",

@@ -101,8 +101,8 @@ def write_aggregate(results: list[dict], path: Path, name: str) -> None:
         suite = testsuite(data)
         root.append(suite)
         for key in totals:
-            totals[key] += int(suite.get(key))
-        seconds += float(suite.get("time"))
+            totals[key] += int(suite.attrib[key])
+        seconds += float(suite.attrib["time"])
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{seconds:.3f}")
