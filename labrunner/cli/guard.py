@@ -20,6 +20,7 @@ from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
 from labrunner.report.results import RunResult, write_json
+from labrunner.truth.verdict import Status
 
 
 def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None, after=None) -> None:
@@ -61,7 +62,7 @@ def guarded(
         name, result.error_code = (
             ("SIGINT", ExitCode.INTERRUPTED) if isinstance(exc, KeyboardInterrupt) else ("SIGTERM", ExitCode.TERMINATED)
         )
-        kept = len([c for c in result.cases if c.status != "skipped"])
+        kept = len([c for c in result.cases if c.status != Status.SKIPPED])
         result.error = f"interrupted by {name}: {kept} case{'s' if kept != 1 else ''} finished before it are kept"
         terminal.cases_report(result)
     finally:
