@@ -28,7 +28,8 @@ def require_matplotlib():
 
 
 def plot_roofline(ceilings: dict, points: list[dict], title: str, path: Path) -> None:
-    """`ceilings` and each point as in the profile's JSON (`label`, `intensity_flop_per_byte`, `achieved_flops_per_s`)."""
+    """`ceilings` and each point as in the profile's JSON (`label`, `intensity_flop_per_byte`,
+    `achieved_flops_per_s`)."""
     plt = require_matplotlib()
     peak, bandwidth, ridge = ceilings["peak_flops"], ceilings["bandwidth"], ceilings["ridge_flop_per_byte"]
     placed = [p for p in points if p.get("intensity_flop_per_byte")]
