@@ -39,7 +39,8 @@ H200_FACTS = {
     "memory_bus_width_bits": 6144,
     "measured_copy_bytes_per_s": None,
 }
-# one call of lab 1 at T = 2048: scores writes the 512 MiB matrix, softmax reads and writes it, the weighted sum reads it
+# one call of lab 1 at T = 2048: scores writes the 512 MiB matrix, softmax reads and writes it, the weighted sum
+# reads it
 LAB1_METRICS = [
     ("attn_scores", "1,500,000", "20,971,520", "536,870,912"),
     ("attn_softmax", "250,000", "536,870,912", "536,870,912"),
