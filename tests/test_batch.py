@@ -90,9 +90,10 @@ def twenty(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_twenty_submissions_get_the_verdicts_they_get_alone(twenty):
     assert sum(len(fixtures) for fixtures, *_ in twenty.values()) == 20
-    for lab, (fixtures, completed, out, _) in twenty.items():
+    for fixtures, completed, out, _ in twenty.values():
         results = {r["file"]: r for r in (validate_file(p) for p in sorted(out.glob("*.json")))}
         assert sorted(results) == sorted(str(f.path) for f in fixtures), completed.stderr[-2000:]
         for fixture in fixtures:  # the expectations test_fixtures_cpu holds each file to when graded alone
@@ -113,6 +114,7 @@ def batch_sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_the_batch_exits_with_the_worst_code_and_counts_each(twenty):
     fixtures, completed, _, _ = twenty["lab2"]
     codes = [f.expected["exit_code"] for f in fixtures]
@@ -128,8 +130,9 @@ def test_the_batch_exits_with_the_worst_code_and_counts_each(twenty):
     assert completed.returncode == 1  # the unfilled starter
 
 
+@pytest.mark.slow
 def test_the_gradebook_has_a_row_per_submission_matching_its_json(twenty):
-    for lab, (fixtures, _, out, csv_path) in twenty.items():
+    for fixtures, _, out, csv_path in twenty.values():
         with open(csv_path, newline="") as handle:
             rows = list(csv.DictReader(handle))
         assert [r["file"] for r in rows] == [str(f.path) for f in fixtures]
@@ -149,6 +152,7 @@ def test_the_gradebook_has_a_row_per_submission_matching_its_json(twenty):
         assert (out / "gradebook.csv").read_text() == csv_path.read_text()  # --out-dir keeps one too
 
 
+@pytest.mark.slow
 def test_the_junit_reports_parse_and_add_up(twenty):
     fixtures, _, out, _ = twenty["lab2"]
     total = junitparser.JUnitXml.fromfile(str(out / "junit.xml"))
@@ -172,6 +176,7 @@ def test_the_junit_reports_parse_and_add_up(twenty):
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_the_submitit_path_grades_like_the_local_one(tmp_path):
     completed = attnlab(
         "grade",
@@ -199,6 +204,7 @@ def test_the_submitit_path_grades_like_the_local_one(tmp_path):
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_a_job_that_dies_costs_its_submission_only(tmp_path, monkeypatch):
     import batch_jobs
     import cloudpickle

@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import labrunner
@@ -283,8 +284,8 @@ def end_process_tree(root: int) -> None:
         if not found:
             break
         for pid in found:
-            _signal(lambda: os.kill(pid, signal.SIGKILL))
-            _signal(lambda: os.killpg(pid, signal.SIGKILL))  # a leader of a group of its own
+            _signal(partial(os.kill, pid, signal.SIGKILL))
+            _signal(partial(os.killpg, pid, signal.SIGKILL))  # a leader of a group of its own
         time.sleep(0.01)
     _signal(lambda: os.killpg(root, signal.SIGKILL))
     _signal(lambda: os.kill(root, signal.SIGKILL))
