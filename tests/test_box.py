@@ -15,6 +15,8 @@ import pytest
 from labrunner import box as boxes
 from labrunner.run.sandbox import descendants
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 HANG = REPO / "tests" / "fixtures" / "lab2" / "hostile" / "hang.cu"
 needs_box = pytest.mark.skipif(boxes.availability() is not None, reason=f"no box here: {boxes.availability()}")

@@ -70,6 +70,7 @@ def readme_block(heading: str) -> str:
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_the_readmes_course_ci_block_runs_unchanged_without_a_gpu(course):
     folder, environment = course
     completed = run_bash(readme_block("### In a course's CI"), folder, environment)
@@ -95,6 +96,7 @@ def grading_commands(path: Path) -> list[tuple[str, str]]:
 
 @needs_cpu_backend
 @pytest.mark.parametrize("example", ["github-actions.yml", "gitlab-ci.yml"])
+@pytest.mark.slow
 def test_the_examples_grading_commands_run_on_the_cpu(course, example):
     folder, environment = course
     commands = grading_commands(REPO / "examples" / example)

@@ -291,6 +291,7 @@ def test_bench_lab1_names_every_speedup_option_given(runner):
     )
 
 
+@pytest.mark.slow
 def test_grade_with_an_unknown_case_is_a_usage_error(runner):
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")
@@ -319,6 +320,7 @@ def test_grade_on_the_cpu_writes_the_cases_to_json(runner, tmp_path, monkeypatch
     assert result.stdout.rstrip().endswith("PASS on the CPU backend (exit 0)")
 
 
+@pytest.mark.slow
 def test_grading_leaves_no_kernel_output_log_behind(runner, tmp_path, monkeypatch):
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")
@@ -447,12 +449,14 @@ def test_dash_h_shows_each_commands_help(runner, name):
 # --- as a user runs it -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_python_m_labrunner_labs():
     completed = attnlab("labs")
     assert completed.returncode == 0
     assert "│ lab1 " in completed.stdout and "│ lab2 " in completed.stdout
 
 
+@pytest.mark.slow
 def test_python_m_labrunner_unknown_lab_has_no_traceback():
     completed = attnlab("starter", "lab9")
     assert completed.returncode == 2
@@ -460,6 +464,7 @@ def test_python_m_labrunner_unknown_lab_has_no_traceback():
     assert completed.stdout == ""
 
 
+@pytest.mark.slow
 def test_python_m_labrunner_check_with_a_syntax_error(tmp_path):
     write(tmp_path / "attention.cu", "// one\n// two\nint int x;\n")
     completed = attnlab("check", "lab2", "attention.cu", cwd=tmp_path)
@@ -468,6 +473,7 @@ def test_python_m_labrunner_check_with_a_syntax_error(tmp_path):
     assert "Traceback" not in completed.stderr
 
 
+@pytest.mark.slow
 def test_python_m_labrunner_grade_without_a_gpu_exits_6():
     if has_gpu():
         pytest.skip("this machine has a GPU")
@@ -480,6 +486,7 @@ def test_python_m_labrunner_grade_without_a_gpu_exits_6():
     )
 
 
+@pytest.mark.slow
 def test_device_gpu_requires_a_gpu_and_says_so_with_exit_6(tmp_path):
     """A course that wants GPU verdicts only passes --device gpu: on a machine without one it never
     falls back to the CPU."""
@@ -496,6 +503,7 @@ def test_device_gpu_requires_a_gpu_and_says_so_with_exit_6(tmp_path):
     assert (data["verdict"], data["backend"], data["cases"]) == ("environment-missing", None, [])
 
 
+@pytest.mark.slow
 def test_python_m_labrunner_doctor_without_a_gpu():
     if has_gpu():
         pytest.skip("this machine has a GPU")
@@ -505,6 +513,7 @@ def test_python_m_labrunner_doctor_without_a_gpu():
     assert re.search(r"│ oracle golden proof +│ ok +│", completed.stdout)
 
 
+@pytest.mark.slow
 def test_the_built_package_runs_outside_the_source_tree(tmp_path):
     """A wheel built by pip and installed into a folder of its own runs from anywhere.
 
@@ -561,6 +570,7 @@ def test_the_built_package_runs_outside_the_source_tree(tmp_path):
     assert checked.stdout.rstrip().endswith("PASS (exit 0)")
 
 
+@pytest.mark.slow
 def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_path):
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")

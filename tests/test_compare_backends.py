@@ -15,6 +15,8 @@ from labrunner.pipeline.cases import resolved_cases
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.truth.cases import load_catalogue
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 CPU = cpu_compiler_available() is None
 

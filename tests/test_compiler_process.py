@@ -55,6 +55,7 @@ def started(monkeypatch):
 # --- the clock and the memory ceiling ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_macro_bomb_is_a_compile_error_when_the_clock_runs_out(started):
     began = time.monotonic()
     message = compile_error(BOMB, "macro_bomb.cu", CompileLimits(timeout_s=2))
@@ -66,6 +67,7 @@ def test_the_macro_bomb_is_a_compile_error_when_the_clock_runs_out(started):
         os.killpg(process.pid, 0)  # the compiler's whole process group is gone
 
 
+@pytest.mark.slow
 def test_the_macro_bomb_is_a_compile_error_when_memory_runs_out():
     message = compile_error(BOMB, "macro_bomb.cu", CompileLimits(timeout_s=120, memory_mib=300))
     assert message == "macro_bomb.cu: error: the compiler needed more than 300 MiB"
@@ -214,6 +216,7 @@ def test_a_compiler_message_names_the_students_line_once():
 
 
 @pytest.mark.parametrize("command", ["check", "bench"])
+@pytest.mark.slow
 def test_compile_timeout_is_an_option_of_each_command_that_compiles(tmp_path, command):
     report = tmp_path / "result.json"
     completed = subprocess.run(

@@ -122,6 +122,7 @@ def test_a_constructor_is_refused_before_any_compiler_runs(lab, relative, line, 
 
 
 @needs_seccomp
+@pytest.mark.slow
 def test_the_object_check_stands_under_unsafe_cpu_too(tmp_path):
     """A load-time initialiser the gate cannot see (an object with a constructor; NVRTC takes it, the
     constructor being empty) is refused by the object check, with or without the filter."""
@@ -171,6 +172,7 @@ def test_what_a_section_attribute_would_do_is_refused_before_any_compiler_runs(r
 
 
 @needs_seccomp
+@pytest.mark.slow
 def test_a_kernel_learns_nothing_of_other_files_by_stat(tmp_path):
     """fstat() is newfstatat(fd, "", AT_EMPTY_PATH), and with a path it is a stat() of that path; the
     run-stage filter refuses every system call that takes a path, so the probe learns nothing and
@@ -185,6 +187,7 @@ def test_a_kernel_learns_nothing_of_other_files_by_stat(tmp_path):
     assert "attnlab-leak" not in completed.stdout + completed.stderr + json.dumps(result)
 
 
+@pytest.mark.slow
 def test_the_stat_probe_is_real_without_the_filter(tmp_path):
     """The control for the test above: unsealed, the same kernel learns the metadata of / (it exists
     in every box) and says so, and its output is poisoned."""
@@ -194,6 +197,7 @@ def test_the_stat_probe_is_real_without_the_filter(tmp_path):
 
 
 @needs_seccomp
+@pytest.mark.slow
 def test_the_runtimes_macros_are_invisible_to_a_kernel_file(tmp_path):
     """A file that would poison its output on seeing any macro of the runtime, its headers or g++
     gets the GPU's verdict: pass."""
@@ -202,6 +206,7 @@ def test_the_runtimes_macros_are_invisible_to_a_kernel_file(tmp_path):
 
 
 @needs_seccomp
+@pytest.mark.slow
 def test_system_calls_from_inside_a_kernel_are_refused_and_the_true_verdict_stands(tmp_path):
     """The kernel finds fork, open, socket and system in the C library's symbol table and calls them;
     had any succeeded it would have poisoned its own output (and left a file or a process)."""
@@ -211,6 +216,7 @@ def test_system_calls_from_inside_a_kernel_are_refused_and_the_true_verdict_stan
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
 
 
+@pytest.mark.slow
 def test_the_libc_attack_is_real_without_the_filter(tmp_path):
     """The control for the test above: with --unsafe-cpu the same kernel's calls go through (it
     finds the C library, and a call that succeeds poisons its output: wrong), so its pass under the
@@ -255,6 +261,7 @@ def test_without_seccomp_the_cpu_backend_refuses_to_grade(no_seccomp, device):
     assert (data["verdict"], data["exit_code"], data["cases"]) == ("environment-missing", 6, [])
 
 
+@pytest.mark.slow
 def test_unsafe_cpu_grades_without_seccomp_and_says_so(no_seccomp):
     result = no_seccomp.invoke(
         main,

@@ -42,6 +42,7 @@ def meant_to_be_seen() -> set[str]:
     return set(nvrtc) | cuda | {"__CUDA_ARCH_HAS_FEATURE__", "INFINITY"}
 
 
+@pytest.mark.slow
 def test_no_macro_of_the_runtime_is_visible_to_a_kernel_file(cache):
     """Each of the ~3,000 macros of the runtime's preprocessing is tested with #ifdef inside a kernel
     built for the CPU; the ones defined there are exactly those the file is meant to see."""

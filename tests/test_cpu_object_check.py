@@ -58,6 +58,7 @@ AT_LOAD = (
 )
 
 
+@pytest.mark.slow
 def test_a_global_with_a_dynamic_initialiser_is_refused(cache):
     assert refusal(cache, "__device__ int f() { return 3; }\nint attnlab_x = f();\n") == (
         PREFIX + "the dynamic initialiser of a namespace-scope variable (like `int x = f();`)" + AT_LOAD
@@ -249,6 +250,7 @@ def test_an_old_style_constructor_table_entry_is_refused(cache):
     assert refusal(cache, code) == PREFIX + "`attnlab_old_style`" + AT_LOAD
 
 
+@pytest.mark.slow
 def test_every_shipped_kernel_builds_no_section_beyond_the_ordinary_ones(cache):
     """The rule above must not refuse real kernels: the sections the shipped references build beyond
     the empty file's are all on ORDINARY_SECTIONS (and they do build more than it: imports, constants)."""

@@ -212,6 +212,7 @@ def planted(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("real", "wrong"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+@pytest.mark.slow
 def test_every_planted_wrong_rule_fails_a_probe(planted, real, wrong):
     module = planted(real, wrong)
     caught = []
@@ -670,6 +671,7 @@ def nvrtc_accepts(source: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90():
     """For each operand of each instruction, every class letter: the CPU backend allows it exactly when
     NVRTC (and ptxas behind it) compiles it, with the operand declared in that class's C++ type."""

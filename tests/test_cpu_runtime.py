@@ -105,6 +105,7 @@ def test_a_name_that_is_no_check_exits_2(checks_binary):
     )
 
 
+@pytest.mark.slow
 def test_a_planted_wrong_rule_fails_its_check_and_the_exit_status(tmp_path):
     """The program's own comparisons bite: with the barrier releasing in launch order even when the
     schedule is reversed, order_reversed says FAILED and the program exits 1."""

@@ -239,6 +239,7 @@ def planted(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("file", "real", "wrong"), [m[1:] for m in MUTANTS], ids=[m[0] for m in MUTANTS])
+@pytest.mark.slow
 def test_every_planted_wrong_rule_fails_a_probe(planted, file, real, wrong):
     module = planted(file, real, wrong)
     caught = []

@@ -100,6 +100,7 @@ def run_child(tmp_path: Path, mode: str) -> dict:
     return json.loads(completed.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_sealed_worker_runs_kernels_and_nothing_else(tmp_path):
     seen = run_child(tmp_path, "sealed")
     refused = "Operation not permitted"

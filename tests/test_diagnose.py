@@ -10,6 +10,7 @@ import os
 import stat
 
 import numpy as np
+import pytest
 from box_paths import tmp_entries_of
 
 from labrunner.run.diagnose import replay_under_sanitizer
@@ -56,6 +57,7 @@ def test_a_sanitizer_that_reports_nothing_gives_no_diagnosis(tmp_path, monkeypat
     assert replay_under_sanitizer({"source": ""}, case_timeout_s=10) is None
 
 
+@pytest.mark.slow
 def test_a_sanitizer_that_hangs_is_stopped_and_said_so(tmp_path, monkeypatch):
     fake_sanitizer(tmp_path, monkeypatch, "exec sleep 30\n")
     assert replay_under_sanitizer({"source": ""}, case_timeout_s=0.5) == (
@@ -144,6 +146,7 @@ def test_race_check_reads_the_tools_own_report_however_much_the_kernel_prints(tm
     )
 
 
+@pytest.mark.slow
 def test_a_race_check_that_does_not_finish_is_inconclusive_never_clean(tmp_path, monkeypatch):
     fake_sanitizer(tmp_path, monkeypatch, "exec sleep 30\n")
     assert find_hazard({"source": ""}, case_timeout_s=0.5) == (

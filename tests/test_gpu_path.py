@@ -85,6 +85,7 @@ def grade(*extra: str):
     return result, json.loads(Path("result.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_missed_speed_gate_is_exit_5_with_both_numbers(standin_gpu, tmp_path):
     result, report = grade("--gates", str(gates(tmp_path, fraction=0.5)))
     assert result.exit_code == ExitCode.SPEED_GATE == 5
@@ -103,6 +104,7 @@ def test_a_missed_speed_gate_is_exit_5_with_both_numbers(standin_gpu, tmp_path):
     assert result.output.rstrip().endswith("SPEED-GATE on the GPU (exit 5)")
 
 
+@pytest.mark.slow
 def test_a_gate_met_exactly_is_a_pass(standin_gpu, tmp_path):
     # 0.125 * 8 = 1.0 exactly: a student at the bar passes it
     result, report = grade("--gates", str(gates(tmp_path, fraction=0.125, solution_speedup=8.0)))
@@ -115,6 +117,7 @@ def test_a_gate_met_exactly_is_a_pass(standin_gpu, tmp_path):
     assert result.output.rstrip().endswith("PASS on the GPU (exit 0)")
 
 
+@pytest.mark.slow
 def test_a_gate_for_another_gpu_says_so_and_passes(standin_gpu, tmp_path):
     path = tmp_path / "gates.json"
     path.write_text(
@@ -130,6 +133,7 @@ def test_a_gate_for_another_gpu_says_so_and_passes(standin_gpu, tmp_path):
     assert report["gate"] == {"status": "none", "passed": True, "message": "no speed gate for NVIDIA H200"}
 
 
+@pytest.mark.slow
 def test_a_wrong_answer_outranks_a_missed_gate_and_is_never_timed(standin_gpu, tmp_path):
     standin_gpu.device = WrongInLastColumn()
     result, report = grade("--gates", str(gates(tmp_path, fraction=0.5)))
@@ -215,6 +219,7 @@ def test_writing_every_element_and_no_more_is_clean():
         ),
     ],
 )
+@pytest.mark.slow
 def test_grading_on_the_gpu_path_names_an_out_of_bounds_write(standin_gpu, past, before, expected):
     standin_gpu.device = WritesPastTheEnd(past=past, before=before)
     result, report = grade("--no-timing")

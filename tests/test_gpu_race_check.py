@@ -122,6 +122,7 @@ def statuses(report):
     return [(c["name"], c["status"]) for c in report["cases"]]
 
 
+@pytest.mark.slow
 def test_the_first_hazard_decides_its_case_and_no_later_case_is_replayed(standin):
     standin({5: (HAZARD, None), 2: (HAZARD, None)})
     result, report = grade()
@@ -136,6 +137,7 @@ def test_the_first_hazard_decides_its_case_and_no_later_case_is_replayed(standin
     assert result.exit_code == ExitCode.MISBEHAVED
 
 
+@pytest.mark.slow
 def test_a_check_that_could_not_finish_is_inconclusive_and_ends_the_search(standin):
     standin({3: (None, INCONCLUSIVE), 5: (HAZARD, None)})
     _, report = grade()
@@ -145,6 +147,7 @@ def test_a_check_that_could_not_finish_is_inconclusive_and_ends_the_search(stand
     assert (report["verdict"], report["exit_code"]) == ("race-check-inconclusive", 4)
 
 
+@pytest.mark.slow
 def test_an_unwritten_output_with_a_hazard_is_a_race_and_keeps_its_numbers_and_evidence(standin):
     standin({5: (HAZARD, None)}, Misbehaving(unwritten=(5,)))
     _, report = grade()
@@ -169,6 +172,7 @@ def test_an_unwritten_output_with_a_hazard_is_a_race_and_keeps_its_numbers_and_e
     assert (report["verdict"], report["decisive_case"]) == ("race", "C5-P7")
 
 
+@pytest.mark.slow
 def test_a_case_whose_guards_failed_keeps_its_verdict_and_the_next_small_case_is_checked(standin):
     standin({3: (HAZARD, None), 5: (HAZARD, None)}, Misbehaving(past=(3,)))
     _, report = grade()
@@ -177,6 +181,7 @@ def test_a_case_whose_guards_failed_keeps_its_verdict_and_the_next_small_case_is
     assert report["decisive_case"] == "C3-P31"
 
 
+@pytest.mark.slow
 def test_no_hazard_anywhere_leaves_every_case_as_its_run_judged_it(standin):
     standin({})
     _, report = grade()
@@ -185,6 +190,7 @@ def test_no_hazard_anywhere_leaves_every_case_as_its_run_judged_it(standin):
     assert (report["verdict"], report["exit_code"]) == ("pass", 0)
 
 
+@pytest.mark.slow
 def test_an_output_that_carries_the_race_is_not_replayed_and_the_next_small_case_is(standin):
     standin({3: (HAZARD, None), 5: (HAZARD, None)}, Misbehaving(poisoned=(3,)))
     _, report = grade()
@@ -198,6 +204,7 @@ def test_an_output_that_carries_the_race_is_not_replayed_and_the_next_small_case
     assert report["cases"][1]["message"] == HAZARD
 
 
+@pytest.mark.slow
 def test_a_crash_stops_the_run_and_the_cases_before_it_keep_their_own_verdicts(standin):
     # each case is judged once, with the sanitizer's word, before the next one runs: a crash later on
     # leaves an earlier case's race standing (the crash, more severe, is the run's verdict)

@@ -47,6 +47,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.slow
 def test_an_include_attack_is_a_compile_error_and_leaks_nothing(tmp_path, name):
     report, junit = tmp_path / "result.json", tmp_path / "result.xml"
     env = {**os.environ, "ATTNLAB_SEED": SECRET_SEED, "ATTNLAB_TEST_MARKER": MARKER}

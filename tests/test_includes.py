@@ -272,6 +272,7 @@ DIFFERENTIAL = [
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
 @pytest.mark.parametrize("source", DIFFERENTIAL)
+@pytest.mark.slow
 def test_every_include_either_compiler_sees_is_seen_or_the_file_is_refused(tmp_path, source):
     _, log, _ = run_nvrtc('#line 1 "t.cu"\n' + source, "t.cu", "sm_90", ["--fdevice-syntax-only"])
     nvrtc_saw = set(re.findall(r'cannot open source file "(MARK\d)\.h"', log))

@@ -16,6 +16,8 @@ import pytest
 
 from labrunner.run.cpu.module import cpu_compiler_available
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 STARTER = REPO / "kernels" / "lab2" / "starter.cu"
 

@@ -202,6 +202,7 @@ ADMITTED = sorted({*REPO.glob("kernels/lab*/*.cu"), *FIXTURES.glob("lab*/correct
 
 
 @pytest.mark.parametrize("path", ADMITTED, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.slow
 def test_shipped_kernels_and_correct_fixtures_are_within_every_bound(path):
     lab = LABS[next(part for part in path.parts if part.startswith("lab"))]
     submission = load_submission(lab, path)
@@ -329,6 +330,7 @@ with open(report, "w") as handle:
 
 
 @pytest.mark.parametrize("path", sorted(REFUSALS), ids=lambda p: p.name)
+@pytest.mark.slow
 def test_a_hostile_constant_is_refused_in_under_a_second_and_allocates_nothing_large(path, tmp_path):
     lab = path.parent.parent.name
     # Started by a small shell, not straight from pytest: Linux carries a process's peak memory across
@@ -376,6 +378,7 @@ def cpu_backend_ready() -> bool:
 @pytest.mark.parametrize(
     "lab, hostile, case", [("lab3", HUGE_PARTITION, "single-token"), ("lab2", HUGE_ROWS, "C1-P31")]
 )
+@pytest.mark.slow
 def test_a_batch_with_a_hostile_constant_grades_every_other_file(lab, hostile, case, tmp_path):
     solution = REPO / "kernels" / lab / "solution.cu"
     completed = attnlab(

@@ -72,6 +72,7 @@ def test_row_blocks_do_not_change_the_answer(monkeypatch, row_block):
     assert np.max(np.abs(got - slow_attention(q, k, v, 7))) <= 1e-12
 
 
+@pytest.mark.slow
 def test_rows_either_side_of_the_real_row_block():
     """Rows 255, 256 and 259 straddle the 256-row block: spot-checked head by head."""
     rows = 260

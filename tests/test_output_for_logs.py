@@ -49,6 +49,7 @@ def no_gpu(monkeypatch):
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_a_correct_solution_graded_with_an_ascii_stream_exits_0_in_ascii():
     completed = piped("grade", "lab2", str(SOLUTION), "--device", "cpu", PYTHONIOENCODING="ascii")
     assert completed.returncode == 0, completed.stderr[-1000:]
@@ -60,6 +61,7 @@ def test_a_correct_solution_graded_with_an_ascii_stream_exits_0_in_ascii():
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_the_c_locale_gives_ascii_too():
     completed = piped("grade", "lab2", str(SOLUTION), "--device", "cpu", "--case", "C1-P31", LANG="C")
     assert completed.returncode == 0
@@ -67,6 +69,7 @@ def test_the_c_locale_gives_ascii_too():
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_piped_case_rows_never_wrap_even_at_80_columns():
     completed = piped("grade", "lab2", str(PREFIX_IGNORED), "--device", "cpu", "--no-timing")
     assert completed.returncode == 1
@@ -91,6 +94,7 @@ def test_piped_case_rows_never_wrap_even_at_80_columns():
     assert len(completed.stdout.decode().splitlines()) == 19  # heading, 4 rules, header, 12 rows, a hint, verdict
 
 
+@pytest.mark.slow
 def test_columns_is_honoured_for_what_fits():
     completed = piped("labs", COLUMNS="60")
     assert completed.returncode == 0
@@ -98,6 +102,7 @@ def test_columns_is_honoured_for_what_fits():
     assert max(len(line) for line in lines) == 60
 
 
+@pytest.mark.slow
 def test_a_message_with_brackets_keeps_them(runner_no_gpu):
     runner, monkeypatch = runner_no_gpu
     message = "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"

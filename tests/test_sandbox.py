@@ -207,6 +207,7 @@ def grade_hostile(
 
 
 @needs_gxx
+@pytest.mark.slow
 def test_code_outside_any_kernel_is_refused_before_it_runs_and_leaves_no_trace(tmp_path):
     """The gate refuses the constructor's attribute before any compiler runs; nothing of it ran."""
     seed = str(secrets.randbelow(10**12) + 10**12)
@@ -249,6 +250,7 @@ def first_bad_row(result: dict) -> int:
 
 
 @needs_gxx
+@pytest.mark.slow
 def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_leaves_no_trace(
     tmp_path, runtime_escape
 ):
@@ -279,6 +281,7 @@ def test_code_inside_a_kernel_without_the_syscall_filter_is_held_by_the_box_and_
 
 @needs_gxx
 @pytest.mark.skipif(landlock_abi() == 0, reason="this kernel has no Landlock: writes outside are not confined")
+@pytest.mark.slow
 def test_code_inside_a_kernel_without_the_syscall_filter_cannot_write_outside_its_private_directory(
     tmp_path, runtime_escape
 ):
@@ -292,6 +295,7 @@ def test_code_inside_a_kernel_without_the_syscall_filter_cannot_write_outside_it
 
 @needs_gxx
 @needs_seccomp
+@pytest.mark.slow
 def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_true_verdict_stands(
     tmp_path, runtime_escape
 ):
@@ -319,6 +323,7 @@ def test_code_inside_a_kernel_under_the_syscall_filter_reaches_nothing_and_the_t
 
 
 @needs_gxx
+@pytest.mark.slow
 def test_kernel_output_shows_controls_escaped_everywhere_and_junit_stays_xml(tmp_path):
     completed, result, junit, _ = grade_hostile(tmp_path, "printf_controls.cu", "1")
     assert (completed.returncode, result["verdict"]) == (1, "wrong")
@@ -334,6 +339,7 @@ def test_kernel_output_shows_controls_escaped_everywhere_and_junit_stays_xml(tmp
 
 
 @needs_gxx
+@pytest.mark.slow
 def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_path):
     completed, result, junit, _ = grade_hostile(tmp_path, "printf_flood.cu", "1")
     assert (completed.returncode, result["verdict"]) == (1, "wrong")
@@ -353,6 +359,7 @@ def test_ninety_megabytes_of_printf_are_cut_to_the_first_64_kib_and_counted(tmp_
         ("cpu_build_error.cu", "compile-error", 3, "the CPU build (g++) failed: C++ compile failed:"),
     ],
 )
+@pytest.mark.slow
 def test_a_worker_that_fails_while_loading_gives_a_verdict_and_both_reports(tmp_path, name, verdict, code, words):
     completed, result, junit, _ = grade_hostile(tmp_path, name, "1")
     assert (completed.returncode, result["verdict"], result["exit_code"]) == (code, verdict, code)

@@ -105,6 +105,7 @@ def cpu_values(module, kernel: str, dtype, count: int) -> np.ndarray:
     return out
 
 
+@pytest.mark.slow
 def test_float_constants_are_the_same_bits_on_both_backends(nvrtc_module, cpu_module):
     stores = nvrtc_stores(nvrtc_module.ptx, "floats", 32)
     nvrtc_bits = [stores[4 * i] for i in range(len(FLOATS))]

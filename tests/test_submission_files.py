@@ -313,6 +313,7 @@ def every_output(batch) -> dict[str, bytes]:
     return outputs
 
 
+@pytest.mark.slow
 def test_every_entry_has_its_row_and_the_batch_ends_on_the_worst(hostile_batch):
     completed = hostile_batch["completed"]
     assert completed.returncode == 2, hostile_batch["stderr"][-3000:]  # usage errors outrank compile errors
@@ -335,6 +336,7 @@ def spreadsheet(shown: str) -> str:
     return shown.replace(";=", ";'=")  # the one cell here a spreadsheet could run
 
 
+@pytest.mark.slow
 def test_each_refusal_is_its_exact_message_and_each_name_is_shown(hostile_batch):
     out = hostile_batch["work"] / "out"
     results = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
@@ -349,11 +351,13 @@ def test_each_refusal_is_its_exact_message_and_each_name_is_shown(hostile_batch)
             assert got["error"].startswith(f"{shown}(1): error: "), got["error"]
 
 
+@pytest.mark.slow
 def test_the_secret_appears_in_no_output(hostile_batch):
     for where, data in every_output(hostile_batch).items():
         assert SECRET.encode() not in data, where
 
 
+@pytest.mark.slow
 def test_no_students_name_reaches_an_output_raw(hostile_batch):
     """No escape sequence, no carriage return, no byte that is not UTF-8, and no line a CI runner
     would read as a workflow command but the annotations attnlab writes itself."""
@@ -370,6 +374,7 @@ def test_no_students_name_reaches_an_output_raw(hostile_batch):
                 assert where == "stdout" and line.startswith("::error file="), (where, line)
 
 
+@pytest.mark.slow
 def test_the_annotations_name_each_file_in_one_escaped_property(hostile_batch):
     stdout = hostile_batch["completed"].stdout.decode()
     annotations = [line for line in stdout.splitlines() if line.startswith("::")]
@@ -381,6 +386,7 @@ def test_the_annotations_name_each_file_in_one_escaped_property(hostile_batch):
     assert link == f"::error file=subs/link.cu,title=attnlab lab1%3A usage-error::subs/link.cu: {LINK}"
 
 
+@pytest.mark.slow
 def test_the_progress_lines_name_each_file_escaped(hostile_batch):
     progress = [line for line in hostile_batch["stderr"].splitlines() if re.match(r"\[\d/9\] ", line)]
     assert sorted(line.split("] ", 1)[1] for line in progress) == sorted(
@@ -388,6 +394,7 @@ def test_the_progress_lines_name_each_file_escaped(hostile_batch):
     )
 
 
+@pytest.mark.slow
 def test_the_csv_quotes_every_field_and_keeps_the_formula_as_text(hostile_batch):
     lines = (hostile_batch["work"] / "gradebook.csv").read_text(encoding="utf-8").splitlines()
     assert (
@@ -398,6 +405,7 @@ def test_the_csv_quotes_every_field_and_keeps_the_formula_as_text(hostile_batch)
     assert ',"compile-error","3","","","compile",' in formula
 
 
+@pytest.mark.slow
 def test_the_reports_have_safe_file_names(hostile_batch):
     names = sorted(p.name for p in (hostile_batch["work"] / "out").iterdir() if p.suffix == ".json")
     assert names == [
@@ -414,10 +422,12 @@ def test_the_reports_have_safe_file_names(hostile_batch):
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", p.name) for p in (hostile_batch["work"] / "out").iterdir())
 
 
+@pytest.mark.slow
 def test_the_batch_stays_small_in_memory(hostile_batch):
     assert hostile_batch["peak_kib"] * 1024 < 200 * 1000 * 1000, f"{hostile_batch['peak_kib']} KiB"
 
 
+@pytest.mark.slow
 def test_a_correct_kernel_under_a_long_hostile_name_is_graded_as_itself(tmp_path):
     """A name whose escaped form is longer than a file name may be (70 control characters, each
     written as four) builds and passes on the CPU like the same file under a plain name."""

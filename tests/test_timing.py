@@ -618,6 +618,7 @@ def test_pooling_nothing_is_refused_by_name():
         pool_rounds([bare, bare])
 
 
+@pytest.mark.slow
 def test_the_pooled_interval_is_the_central_95_percent_of_the_two_level_bootstrap():
     rng = np.random.default_rng(8)
     rounds = [paired_round(list(2.0 + rng.random(30)), list(20.0 + rng.random(30))) for _ in range(2)]

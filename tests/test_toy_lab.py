@@ -80,6 +80,7 @@ def test_the_toy_labs_catalogue_is_its_own_case_file_parsed_once(toy_lab):
     assert toy_lab.solution_path == TOY_DIR / "toy" / "solution.cu"
 
 
+@pytest.mark.slow
 def test_a_registered_toy_lab_grades_its_correct_kernel_pass_exit_0(toy_lab, tmp_path):
     result, data = grade(toy_lab.solution_path, tmp_path)
     assert (result.exit_code, data["verdict"], data["decisive_case"], data["lab"]) == (0, "pass", None, "toy")
@@ -92,6 +93,7 @@ def test_a_registered_toy_lab_grades_its_correct_kernel_pass_exit_0(toy_lab, tmp
     assert result.output.rstrip().endswith("PASS (1 case skipped on the CPU backend; --full runs them) (exit 0)")
 
 
+@pytest.mark.slow
 def test_a_registered_toy_lab_grades_its_kernel_without_the_causal_mask_wrong_exit_1(toy_lab, tmp_path):
     result, data = grade(TOY_DIR / "toy" / "wrong.cu", tmp_path)
     assert (result.exit_code, data["verdict"], data["decisive_case"]) == (1, "wrong", "C5-P7")

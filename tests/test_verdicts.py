@@ -178,6 +178,7 @@ def test_the_shipped_solutions_have_the_barriers_the_variants_remove():
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 @pytest.mark.parametrize("lab, line, text", [pytest.param(*v, id=f"{v[0]}-line-{v[1]}") for v in variants()])
+@pytest.mark.slow
 def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(tmp_path, lab, line, text):
     kernel = tmp_path / f"{lab}_without_barrier_{line}.cu"
     kernel.write_text(text)
@@ -195,6 +196,7 @@ def test_removing_any_barrier_of_a_shipped_solution_is_a_race_under_race_check(t
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
 @pytest.mark.parametrize("wait", [";", "cp_async_wait<2>();"], ids=["no-wait", "one-group-too-many-pending"])
+@pytest.mark.slow
 def test_the_lab1_weighted_sum_reading_p_before_its_copy_lands_is_a_race_under_race_check(tmp_path, wait):
     """P reaches shared memory by cp.async, and a thread may read its slots only once
     cp.async.wait_group has completed their group. Without the wait, or with one group too many
@@ -501,6 +503,7 @@ def test_the_hazard_list_is_fixed():
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
+@pytest.mark.slow
 def test_the_stage_check_names_the_softmax_when_its_rows_do_not_sum_to_one(tmp_path):
     report = tmp_path / "r.json"
     attnlab(
@@ -522,6 +525,7 @@ def test_the_stage_check_names_the_softmax_when_its_rows_do_not_sum_to_one(tmp_p
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
+@pytest.mark.slow
 def test_the_stage_check_names_the_scores_kernel_when_its_scores_are_wrong(tmp_path):
     report = tmp_path / "r.json"
     attnlab(
@@ -547,6 +551,7 @@ def test_the_stage_check_names_the_scores_kernel_when_its_scores_are_wrong(tmp_p
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
+@pytest.mark.slow
 def test_seeded_random_schedules_find_the_race_that_order_and_reverse_miss(tmp_path):
     from labrunner.run.cpu.module import CpuModule
 
@@ -578,6 +583,7 @@ def test_seeded_random_schedules_find_the_race_that_order_and_reverse_miss(tmp_p
 
 
 @pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
+@pytest.mark.slow
 def test_a_misaligned_float4_names_the_address_and_the_alignment(tmp_path):
     report = tmp_path / "r.json"
     completed = attnlab(

@@ -18,7 +18,10 @@ from labrunner.truth.cases import random_inputs
 from labrunner.truth.check import check_output
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
-pytestmark = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend"),
+]
 
 LAB = get_lab("lab2")
 STARTER = load_submission(LAB, LAB.starter_path, "starter.cu")
