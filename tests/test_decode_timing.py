@@ -210,6 +210,7 @@ def test_grade_lab3_prints_bandwidth_and_gates_on_the_copy_fraction(standin_gpu,
     assert "at B = 3, longest 40, interleaved" in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_gpu, monkeypatch):
     import json
     from pathlib import Path

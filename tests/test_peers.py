@@ -360,6 +360,7 @@ def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=RO
     return result
 
 
+@pytest.mark.slow
 def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process, monkeypatch, printed):
     monkeypatch.setitem(sys.modules, "torch", None)
     result = bench_timing(monkeypatch, "sdpa")
@@ -371,6 +372,7 @@ def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process
     validate_result(result.to_json())
 
 
+@pytest.mark.slow
 def test_bench_lab2_vs_sdpa_prints_the_peer_and_what_its_time_includes(in_process, monkeypatch, printed):
     standin_peer(monkeypatch, NumpyPeer())
     result = bench_timing(monkeypatch, "sdpa")
@@ -386,6 +388,7 @@ def test_bench_lab2_vs_sdpa_prints_the_peer_and_what_its_time_includes(in_proces
     validate_result(result.to_json())
 
 
+@pytest.mark.slow
 def test_bench_lab1_vs_torch_adds_the_peers_columns(in_process, monkeypatch, printed):
     standin_peer(monkeypatch, NumpyPeer())
     result = bench_timing(monkeypatch, "torch", lab=LAB1)
@@ -406,6 +409,7 @@ def test_bench_lab1_vs_torch_adds_the_peers_columns(in_process, monkeypatch, pri
     validate_result(result.to_json())
 
 
+@pytest.mark.slow
 def test_bench_lab1_with_a_peer_that_fails_its_check_times_the_pipeline_alone(in_process, monkeypatch, printed):
     standin_peer(monkeypatch, NumpyPeer(wrong_after=0))
     result = bench_timing(monkeypatch, "torch", lab=LAB1)
@@ -646,6 +650,7 @@ def bench(*args: str):
     return result, validate_result(json.loads(Path("r.json").read_text())), Path("r.xml").read_text()
 
 
+@pytest.mark.slow
 def test_bench_lab2_vs_sdpa_end_to_end(standin_bench, monkeypatch):
     standin_peer(monkeypatch, NumpyPeer())
     result, report, junit = bench("lab2", "--vs", "sdpa")
@@ -661,6 +666,7 @@ def test_bench_lab2_vs_sdpa_end_to_end(standin_bench, monkeypatch):
     assert 'tests="1"' in junit  # the one correctness check; the peer adds no test case
 
 
+@pytest.mark.slow
 def test_bench_lab1_vs_torch_end_to_end_without_pytorch(standin_bench, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     result, report, junit = bench("lab1", "--vs", "torch")

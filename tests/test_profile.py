@@ -114,6 +114,7 @@ def stand_ins(tmp_path, monkeypatch):
     return printed, args_file
 
 
+@pytest.mark.slow
 def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kernel(stand_ins, tmp_path):
     printed, args_file = stand_ins
     lab = get_lab("lab1")
@@ -175,6 +176,7 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     )
 
 
+@pytest.mark.slow
 def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_ins, monkeypatch):
     cupti = FakeCupti()
     monkeypatch.setitem(__import__("sys").modules, "cupti", type("module", (), {"cupti": cupti}))
@@ -224,6 +226,7 @@ def test_profile_of_a_file_that_does_not_compile_is_exit_3(runner, tmp_path):
     assert "profile" not in data  # nothing was profiled
 
 
+@pytest.mark.slow
 def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch):
     from test_range_pass import DATA
 
@@ -254,6 +257,7 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
     assert result.profile["schema"] == "attnlab.profile/1" and result.profile["range"]["available"]
 
 
+@pytest.mark.slow
 def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsys):
     lab = get_lab("lab2")
     from labrunner.build.gate import load_submission
@@ -264,6 +268,7 @@ def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsy
     assert capsys.readouterr().err == "note: --profile: no Range pass, since the kernel was not timed on the GPU\n"
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins, monkeypatch):
     from labrunner.run.worker import WorkerFailure
 
@@ -304,6 +309,7 @@ def test_the_roofline_plot_draws_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_a_malformed_trace_from_the_worker_is_an_error_with_its_reason_not_a_traceback(stand_ins, monkeypatch):
     from labrunner.exit_codes import AttnlabError
 
@@ -384,6 +390,7 @@ def kernel_flops_of(lab):
     return kernel_flops(lab, "decode_partial", 9_516_892_160.0), kernel_flops(lab, "decode_combine", 9_516_892_160.0)
 
 
+@pytest.mark.slow
 def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_layout_not_its_values(
     tmp_path, monkeypatch
 ):
@@ -478,6 +485,7 @@ def lab3_stand_ins(stand_ins, tmp_path, monkeypatch):
     return stand_ins[0], payload_file
 
 
+@pytest.mark.slow
 def test_profile_lab3_traces_both_kernels_of_every_call_on_paged_inputs_made_in_the_worker(lab3_stand_ins, tmp_path):
     from result_schema import validate_file
 
@@ -528,6 +536,7 @@ def test_profile_lab3_traces_both_kernels_of_every_call_on_paged_inputs_made_in_
     assert (written["command"], written["lab"], len(written["profile"]["trace"]["slices"])) == ("profile", "lab3", 10)
 
 
+@pytest.mark.slow
 def test_grade_profile_of_lab3_appends_the_range_pass_in_one_line(tmp_path, monkeypatch):
     saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
     printed = io.StringIO()
@@ -542,6 +551,7 @@ def test_grade_profile_of_lab3_appends_the_range_pass_in_one_line(tmp_path, monk
     )
 
 
+@pytest.mark.slow
 def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender_its_own_partials(
     tmp_path, monkeypatch
 ):

@@ -67,6 +67,7 @@ def stand_in_ncu(tmp_path: Path, monkeypatch, body: str) -> Path:
 
 
 @pytest.mark.skipif(boxes.availability() is not None, reason=f"no box here: {boxes.availability()}")
+@pytest.mark.slow
 def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
     """The Range pass's ncu (and so the target that runs the student's kernels) starts in a PROFILE box:
     its report goes to /job (a host folder the driver reads), and it sees nothing else of the host."""
@@ -194,6 +195,7 @@ def lab2_contenders():
     ]
 
 
+@pytest.mark.slow
 def test_the_range_report_places_both_kernels_under_the_roofline(tmp_path, monkeypatch):
     args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(DATA))} "$log"\n')
     lab, contenders = lab2_contenders()
@@ -219,6 +221,7 @@ def test_the_range_report_places_both_kernels_under_the_roofline(tmp_path, monke
     assert csv_copy.read_text() == DATA.read_text()
 
 
+@pytest.mark.slow
 def test_launches_that_are_not_the_ones_made_give_no_report(tmp_path, monkeypatch):
     swapped = DATA.read_text().replace('"flash_prefill"', '"attn_scores"')
     recorded = tmp_path / "other.csv"
@@ -230,6 +233,7 @@ def test_launches_that_are_not_the_ones_made_give_no_report(tmp_path, monkeypatc
     assert report["message"] == "ncu profiled attn_scores, attn_scores where flash_prefill, flash_prefill were launched"
 
 
+@pytest.mark.slow
 def test_the_range_report_without_permission_carries_the_message(tmp_path, monkeypatch):
     stand_in_ncu(tmp_path, monkeypatch, "echo '==ERROR== ERR_NVGPUCTRPERM - no permission' > \"$log\"\nexit 1\n")
     lab, contenders = lab2_contenders()
@@ -253,6 +257,7 @@ def test_a_metric_ncu_does_not_know_is_dropped_and_the_rest_collected(tmp_path, 
     assert len(run.launches) == 2
 
 
+@pytest.mark.slow
 def test_the_target_warms_up_then_makes_one_call_of_each_contender_and_runs_no_other_kernel(tmp_path, monkeypatch):
     import labrunner.run.profile_target as target
 

@@ -484,6 +484,7 @@ def test_bench_lab1_past_the_copy_is_wrong_exit_1_with_the_message_and_no_timing
 # --- the fixtures, on the CPU (which checks correctness only) ----------------------------------------
 
 
+@pytest.mark.slow
 def test_the_fixture_that_leaves_its_softmax_to_the_weighted_sum_is_right_on_the_cpu():
     # on the GPU its softmax's time is impossible (tests/fixtures/lab1/expected.toml); its output is right
     from fixture_suite import FIXTURES, Fixture, grade
