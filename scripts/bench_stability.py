@@ -68,14 +68,12 @@ def ncu_starter_ms() -> list[float] | None:
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     results = bench_runs(rounds)
-    speedups = [r.timing["speedup"] for r in results]
-    starter_ms = [r.timing["comparison"]["baseline"]["median_ms"] for r in results]
+    speedups = [r.timing.speedup for r in results]
+    starter_ms = [r.timing.comparison.baseline.median_ms for r in results]
     median = statistics.median(speedups)
     print("\nrun  SPEEDUP  vs median   starter ms  solution ms per input set, each round")
     for i, (result, s, t) in enumerate(zip(results, speedups, starter_ms), 1):
-        per_set = " | ".join(
-            ", ".join(f"{x:.3f}" for x in r["student_per_input_set_ms"]) for r in result.timing["rounds"]
-        )
+        per_set = " | ".join(", ".join(f"{x:.3f}" for x in r.student_per_input_set_ms) for r in result.timing.rounds)
         print(f"{i:>3}  {s:7.3f}  {100 * (s / median - 1):+8.2f}%  {t:10.3f}  {per_set}")
     print(
         f"--rounds {rounds}: SPEEDUP median {median:.3f}, spread {100 * (max(speedups) - min(speedups)) / median:.2f}% "

@@ -99,11 +99,11 @@ def bench_runs(sampler: ClockSampler) -> None:
         start = time.monotonic()
         result = RunResult("bench", "lab2")
         bench_submission(BenchRequest(lab="lab2", file=None), result)
-        c = result.timing["comparison"]
+        c = result.timing.comparison
         print(
-            f"run {run}: solution {c['student']['median_ms']:.4f} ms (rse {100 * c['student']['rse']:.2f}%, "
-            f"n={c['student']['count']}), starter {c['baseline']['median_ms']:.3f} ms, "
-            f"SPEEDUP {c['speedup']:.3f}; {sampler.between(start, time.monotonic())}"
+            f"run {run}: solution {c.student.median_ms:.4f} ms (rse {100 * c.student.rse:.2f}%, "
+            f"n={c.student.count}), starter {c.baseline.median_ms:.3f} ms, "
+            f"SPEEDUP {c.speedup:.3f}; {sampler.between(start, time.monotonic())}"
         )
 
 

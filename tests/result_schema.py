@@ -34,3 +34,14 @@ def validate_result(data: dict) -> dict:
 
 def validate_file(path: Path) -> dict:
     return validate_result(json.loads(Path(path).read_text()))
+
+
+def timing_json(outcome: tuple) -> tuple:
+    """(timing, failure) as `time_speedup` and `time_pipeline` return them, the timing written as the JSON
+    carries it (the result's `timing`), checked against the schema on the way."""
+    from labrunner.report.results import RunResult
+
+    timing, failure = outcome
+    if timing is None:
+        return None, failure
+    return validate_result(RunResult("bench", timing=timing).to_json())["timing"], failure

@@ -15,6 +15,7 @@ import hashlib
 import numpy as np
 import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
+from result_schema import timing_json
 
 import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
@@ -115,18 +116,20 @@ def fixed_key(monkeypatch):
 
 def run(worker: ScriptedWorker, rounds: int):
     constants = LAB.constants({})
-    return time_speedup(
-        LAB,
-        worker,
-        constants,
-        constants,
-        ROWS,
-        PREFIX,
-        seed=7,
-        options=TimingOptions(rounds=rounds, seed=7, min_verified=1),
-        student_label="flash.cu",
-        baseline_label="starter.cu",
-        references=CpuReferences(),
+    return timing_json(
+        time_speedup(
+            LAB,
+            worker,
+            constants,
+            constants,
+            ROWS,
+            PREFIX,
+            seed=7,
+            options=TimingOptions(rounds=rounds, seed=7, min_verified=1),
+            student_label="flash.cu",
+            baseline_label="starter.cu",
+            references=CpuReferences(),
+        )
     )
 
 
@@ -248,18 +251,20 @@ def in_process(monkeypatch):
 
 def timed(worker, rounds):
     constants = LAB.constants({})
-    return time_speedup(
-        LAB,
-        worker,
-        constants,
-        constants,
-        ROWS,
-        PREFIX,
-        seed=3,
-        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
-        student_label="flash.cu",
-        baseline_label="starter.cu",
-        references=CpuReferences(),
+    return timing_json(
+        time_speedup(
+            LAB,
+            worker,
+            constants,
+            constants,
+            ROWS,
+            PREFIX,
+            seed=3,
+            options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+            student_label="flash.cu",
+            baseline_label="starter.cu",
+            references=CpuReferences(),
+        )
     )
 
 
@@ -315,18 +320,20 @@ def test_each_checked_call_is_judged_against_the_reference_of_its_own_set(in_pro
     device = NumpyGpu(PREFIX)
     worker = InProcessWorker(device)
     constants = LAB.constants({})
-    timing, failure = time_speedup(
-        LAB,
-        worker,
-        constants,
-        constants,
-        ROWS,
-        PREFIX,
-        seed=3,
-        options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-        student_label="flash.cu",
-        baseline_label="starter.cu",
-        references=Recording(),
+    timing, failure = timing_json(
+        time_speedup(
+            LAB,
+            worker,
+            constants,
+            constants,
+            ROWS,
+            PREFIX,
+            seed=3,
+            options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
+            student_label="flash.cu",
+            baseline_label="starter.cu",
+            references=Recording(),
+        )
     )
     assert failure is None
     checked = worker.replies[0]["checked"]["student"]
@@ -349,14 +356,16 @@ def test_lab_1s_pipeline_timing_goes_through_the_same_worker_code(in_process):
     lab1 = get_lab("lab1")
     device = NumpyGpu(prefix=0)
     worker = InProcessWorker(device)
-    timing, failure = time_pipeline(
-        lab1,
-        worker,
-        lab1.constants({}),
-        [16, 32],
-        seed=3,
-        options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-        references=CpuReferences(),
+    timing, failure = timing_json(
+        time_pipeline(
+            lab1,
+            worker,
+            lab1.constants({}),
+            [16, 32],
+            seed=3,
+            options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
+            references=CpuReferences(),
+        )
     )
     assert failure is None
     assert [row["T"] for row in timing["rows"]] == [16, 32]
@@ -531,32 +540,36 @@ def test_a_gpu_whose_sets_differ_from_the_definition_refuses_to_time():
 def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_cheat(in_process):
     constants = LAB.constants({})
     options = TimingOptions(seed=3, min_samples=6, budget_s=0.05)
-    honest, failure = time_speedup(
-        LAB,
-        InProcessWorker(NumpyGpu(PREFIX)),
-        constants,
-        constants,
-        ROWS,
-        PREFIX,
-        3,
-        options,
-        "flash.cu",
-        "starter.cu",
-        references=numpy_gpu_oracle(),
+    honest, failure = timing_json(
+        time_speedup(
+            LAB,
+            InProcessWorker(NumpyGpu(PREFIX)),
+            constants,
+            constants,
+            ROWS,
+            PREFIX,
+            3,
+            options,
+            "flash.cu",
+            "starter.cu",
+            references=numpy_gpu_oracle(),
+        )
     )
     assert failure is None and honest["oracle_proof"]["golden_max_error"] <= 1e-12
-    cheat, failure = time_speedup(
-        LAB,
-        InProcessWorker(RescalesKept(PREFIX, by="slot")),
-        constants,
-        constants,
-        ROWS,
-        PREFIX,
-        3,
-        options,
-        "flash.cu",
-        "starter.cu",
-        references=numpy_gpu_oracle(),
+    cheat, failure = timing_json(
+        time_speedup(
+            LAB,
+            InProcessWorker(RescalesKept(PREFIX, by="slot")),
+            constants,
+            constants,
+            ROWS,
+            PREFIX,
+            3,
+            options,
+            "flash.cu",
+            "starter.cu",
+            references=numpy_gpu_oracle(),
+        )
     )
     assert cheat is None and failure.status == "wrong"
 

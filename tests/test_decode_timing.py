@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
+from result_schema import timing_json
 
 import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
@@ -34,18 +35,20 @@ def in_process(monkeypatch):
 
 
 def timed(worker, rounds=1):
-    return time_speedup(
-        LAB,
-        worker,
-        SOLUTION,
-        STARTER,
-        ROWS,
-        LONGEST,
-        seed=3,
-        options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
-        student_label="solution.cu",
-        baseline_label="starter.cu",
-        references=CpuReferences(),
+    return timing_json(
+        time_speedup(
+            LAB,
+            worker,
+            SOLUTION,
+            STARTER,
+            ROWS,
+            LONGEST,
+            seed=3,
+            options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+            student_label="solution.cu",
+            baseline_label="starter.cu",
+            references=CpuReferences(),
+        )
     )
 
 

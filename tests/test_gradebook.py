@@ -6,6 +6,8 @@ import csv
 
 from labrunner.exit_codes import ExitCode
 from labrunner.report.gradebook import COLUMNS, hints_text, row, spreadsheet_safe, write_gradebook
+from labrunner.report.records.gate import Gate
+from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.results import CaseResult, RunResult
 
 SHA = "ab" * 32
@@ -20,8 +22,15 @@ def test_a_timed_gated_pass_fills_every_column():
         sha256=SHA,
         seconds=41.0,
         cases=[CaseResult("C1-P31", "pass", "ok", 1, 31)],
-        timing={"kind": "speedup", "speedup": 12.9871},
-        gate={"status": "met", "passed": True, "message": "met"},
+        timing=SpeedupTiming(
+            31,
+            31,
+            0.016,
+            "subs/ana.cu",
+            "starter.cu",
+            Comparison(Series({"median_ms": 2.0}), Series({"median_ms": 25.9742}), 12.9871, 12.9, 13.1),
+        ),
+        gate=Gate("met", True, "met"),
     )
     assert row(result.to_json(), seconds=43.26) == {
         "file": "subs/ana.cu",

@@ -9,6 +9,7 @@ import pytest
 
 from labrunner.exit_codes import ExitCode
 from labrunner.report.junit import classname, write_aggregate, write_junit
+from labrunner.report.records.gate import Gate
 from labrunner.report.results import CaseResult, RunResult
 
 
@@ -106,7 +107,7 @@ def test_a_missed_speed_gate_is_a_failing_test_case(tmp_path):
         "attention.cu",
         backend="gpu",
         cases=[CaseResult("C1-P31", "pass", "all 2048 elements within the pass rule", 1, 31)],
-        gate=gate,
+        gate=Gate.from_json(gate),
     )
     write_junit(result, tmp_path / "r.xml")
     suite = parse(tmp_path / "r.xml")

@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu, NumpyPeer
-from result_schema import validate_result
+from result_schema import timing_json, validate_result
 
 import labrunner.measure.timed_runs as timed_runs
 import labrunner.pipeline.timing as benchmark
@@ -25,6 +25,7 @@ from labrunner.labs.definition import Lab
 from labrunner.measure import peers
 from labrunner.measure.timing import TimingOptions
 from labrunner.pipeline.timing import CpuReferences, check_peer, time_pipeline, time_speedup
+from labrunner.report.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report.results import RunResult
 
 LAB2, LAB1 = get_lab("lab2"), get_lab("lab1")
@@ -62,19 +63,21 @@ def torch_on_the_cpu(monkeypatch):
 
 def speedup_vs_peer(worker, rows=ROWS, prefix=PREFIX):
     constants = LAB2.constants({})
-    return time_speedup(
-        LAB2,
-        worker,
-        constants,
-        None,
-        rows,
-        prefix,
-        seed=3,
-        options=OPTIONS,
-        student_label="flash.cu",
-        baseline_label=SDPA.label,
-        references=CpuReferences(),
-        baseline_peer="sdpa",
+    return timing_json(
+        time_speedup(
+            LAB2,
+            worker,
+            constants,
+            None,
+            rows,
+            prefix,
+            seed=3,
+            options=OPTIONS,
+            student_label="flash.cu",
+            baseline_label=SDPA.label,
+            references=CpuReferences(),
+            baseline_peer="sdpa",
+        )
     )
 
 
@@ -198,15 +201,17 @@ def test_a_pytorch_without_cuda_is_missing_on_the_gpu():
 def test_lab1_vs_torch_interleaves_the_peer_with_the_whole_call(in_process, monkeypatch):
     device = NumpyGpu(prefix=0)
     peer = standin_peer(monkeypatch, NumpyPeer())
-    timing, failure = time_pipeline(
-        LAB1,
-        InProcessWorker(device),
-        LAB1.constants({}),
-        [16, 32],
-        seed=3,
-        options=OPTIONS,
-        references=CpuReferences(),
-        peer="torch",
+    timing, failure = timing_json(
+        time_pipeline(
+            LAB1,
+            InProcessWorker(device),
+            LAB1.constants({}),
+            [16, 32],
+            seed=3,
+            options=OPTIONS,
+            references=CpuReferences(),
+            peer="torch",
+        )
     )
     assert failure is None
     assert timing["peer"] == {
@@ -225,14 +230,16 @@ def test_lab1_vs_torch_interleaves_the_peer_with_the_whole_call(in_process, monk
 
 
 def test_lab1_without_a_peer_has_no_peer_columns(in_process):
-    timing, failure = time_pipeline(
-        LAB1,
-        InProcessWorker(NumpyGpu(prefix=0)),
-        LAB1.constants({}),
-        [16],
-        seed=3,
-        options=OPTIONS,
-        references=CpuReferences(),
+    timing, failure = timing_json(
+        time_pipeline(
+            LAB1,
+            InProcessWorker(NumpyGpu(prefix=0)),
+            LAB1.constants({}),
+            [16],
+            seed=3,
+            options=OPTIONS,
+            references=CpuReferences(),
+        )
     )
     assert failure is None and "peer" not in timing and "peer" not in timing["rows"][0]
 
@@ -256,15 +263,17 @@ def test_the_real_sdpa_peer_times_through_the_worker_code(in_process, monkeypatc
 
 def test_the_real_eager_peer_times_through_the_worker_code(in_process, monkeypatch):
     torch_on_the_cpu(monkeypatch)
-    timing, failure = time_pipeline(
-        LAB1,
-        InProcessWorker(NumpyGpu(prefix=0)),
-        LAB1.constants({}),
-        [17],
-        seed=3,
-        options=OPTIONS,
-        references=CpuReferences(),
-        peer="torch",
+    timing, failure = timing_json(
+        time_pipeline(
+            LAB1,
+            InProcessWorker(NumpyGpu(prefix=0)),
+            LAB1.constants({}),
+            [17],
+            seed=3,
+            options=OPTIONS,
+            references=CpuReferences(),
+            peer="torch",
+        )
     )
     assert failure is None
     assert timing["rows"][0]["peer"]["count"] == timing["rows"][0]["total"]["count"] >= 2
@@ -311,17 +320,21 @@ def test_a_timed_peer_and_a_missing_one_keep_the_json_schema():
             "ci_high": 1.95,
         },
     }
-    validate_result(RunResult("bench", "lab2", timing=timed).to_json())
+    validate_result(RunResult("bench", "lab2", timing=SpeedupTiming.from_json(timed)).to_json())
     missing = {
         "kind": "pipeline",
-        "rows": [{"T": 512}],
+        "rows": [benchmark.pipeline_row(512, None).to_json()],
         "peer": {**benchmark.peer_record("torch"), "status": "missing", "message": "--vs torch: ..."},
     }
-    validate_result(RunResult("bench", "lab1", timing=missing).to_json())
+    validate_result(RunResult("bench", "lab1", timing=PipelineTiming.from_json(missing)).to_json())
     with pytest.raises(AssertionError, match=r"timing/peer: 'message' is a required property"):
         validate_result(
             RunResult(
-                "bench", "lab1", timing={**missing, "peer": benchmark.peer_record("torch") | {"status": "wrong"}}
+                "bench",
+                "lab1",
+                timing=PipelineTiming.from_json(
+                    {**missing, "peer": benchmark.peer_record("torch") | {"status": "wrong"}}
+                ),
             ).to_json()
         )
 
@@ -367,8 +380,8 @@ def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process
     words = "--vs sdpa: PyTorch is not installed (pip install 'attnlab[peers]'); the bench goes on without the peer"
     assert result.notes == [words]
     assert printed[1].getvalue().startswith(f"note: {words}\nnote: timing solution.cu against ")
-    assert result.timing["baseline_label"].endswith("kernels/lab2/starter.cu")
-    assert result.timing["peer"] == {**benchmark.peer_record("sdpa"), "status": "missing", "message": words}
+    assert result.timing.to_json()["baseline_label"].endswith("kernels/lab2/starter.cu")
+    assert result.timing.to_json()["peer"] == {**benchmark.peer_record("sdpa"), "status": "missing", "message": words}
     validate_result(result.to_json())
 
 
@@ -376,7 +389,7 @@ def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process
 def test_bench_lab2_vs_sdpa_prints_the_peer_and_what_its_time_includes(in_process, monkeypatch, printed):
     standin_peer(monkeypatch, NumpyPeer())
     result = bench_timing(monkeypatch, "sdpa")
-    assert result.notes == [] and result.timing["peer"]["status"] == "timed"
+    assert result.notes == [] and result.timing.to_json()["peer"]["status"] == "timed"
     assert printed[1].getvalue() == "note: timing solution.cu against PyTorch SDPA fp32 at C = 3, P = 31, interleaved\n"
     from labrunner.report import terminal
 
@@ -413,7 +426,7 @@ def test_bench_lab1_vs_torch_adds_the_peers_columns(in_process, monkeypatch, pri
 def test_bench_lab1_with_a_peer_that_fails_its_check_times_the_pipeline_alone(in_process, monkeypatch, printed):
     standin_peer(monkeypatch, NumpyPeer(wrong_after=0))
     result = bench_timing(monkeypatch, "torch", lab=LAB1)
-    assert result.timing["peer"]["status"] == "wrong" and "peer" not in result.timing["rows"][0]
+    assert result.timing.to_json()["peer"]["status"] == "wrong" and "peer" not in result.timing.to_json()["rows"][0]
     assert (
         printed[1]
         .getvalue()
@@ -421,7 +434,7 @@ def test_bench_lab1_with_a_peer_that_fails_its_check_times_the_pipeline_alone(in
             "error: PyTorch eager fp32 failed the oracle's check on a fresh input set: row 0, head 0, col 0: got "
         )
     )
-    assert result.notes == [result.timing["peer"]["message"]]
+    assert result.notes == [result.timing.to_json()["peer"]["message"]]
     assert result.decisive_case is None  # the student's kernel is not blamed for the peer
 
 

@@ -26,6 +26,7 @@ from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import prepare as prepare_module
 from labrunner.pipeline.profile import ProfileRequest, profile_submission
 from labrunner.report import terminal
+from labrunner.report.records.device import DeviceFacts
 from labrunner.report.results import RunResult
 from labrunner.run.worker import CaseRun
 from labrunner.truth import oracle
@@ -105,7 +106,7 @@ def stand_ins(tmp_path, monkeypatch):
     csv_file.write_text(lab1_csv())
     args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(csv_file))} "$log"\n')
     monkeypatch.setattr(prepare_module, "resolve_backend", lambda device, unsafe_cpu=False: ("gpu", []))
-    monkeypatch.setattr(profile_module, "device_facts", lambda backend: {"name": "NVIDIA H200"})
+    monkeypatch.setattr(profile_module, "device_facts", lambda backend: DeviceFacts("NVIDIA H200"))
     monkeypatch.setattr(gpu_facts, "read_gpu_facts", lambda *a, **k: dict(H200_FACTS))
     monkeypatch.setitem(__import__("sys").modules, "cupti", None)  # no cupti-python: the trace uses events
     monkeypatch.setattr(profile_module, "Worker", StandInWorker)
@@ -123,7 +124,7 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     profile_submission(
         ProfileRequest(lab="lab1", file=lab.solution_path, seed=3, trace_path=trace_path, ncu_csv_path=csv_path), result
     )
-    profile = result.profile
+    profile = result.profile.to_json()
     assert (result.verdict, int(result.exit_code)) == ("pass", 0)
     assert profile["schema"] == "attnlab.profile/1"
     trace = profile["trace"]
@@ -185,10 +186,13 @@ def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_i
     profile_submission(
         ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=2, range_pass=False), result
     )
-    trace = result.profile["trace"]
+    trace = result.profile.to_json()["trace"]
     assert (trace["source"], trace["why_not_cupti"], len(trace["slices"])) == ("cupti", None, 3 * 2 * 3)
     assert {s["registers"] for s in trace["slices"]} == {40}  # the driver's figure, not the compile gate's
-    assert result.profile["range"] == {"available": False, "message": "the Range pass was not asked for (--no-range)"}
+    assert result.profile.to_json()["range"] == {
+        "available": False,
+        "message": "the Range pass was not asked for (--no-range)",
+    }
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -254,7 +258,8 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
         f"23.7 TFLOP/s, 35% of the FP32 roof | {starter} 28.413 ms, DRAM 65.0 MB, SM 55%, compute-bound: "
         "1.8 TFLOP/s, 3% of the FP32 roof\n"
     )
-    assert result.profile["schema"] == "attnlab.profile/1" and result.profile["range"]["available"]
+    profile = result.profile.to_json()
+    assert profile["schema"] == "attnlab.profile/1" and profile["range"]["available"]
 
 
 @pytest.mark.slow
@@ -283,7 +288,7 @@ def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins,
     profile_submission(
         ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False), result
     )
-    trace = result.profile["trace"]
+    trace = result.profile.to_json()["trace"]
     assert trace["source"] == "events" and len(trace["slices"]) == 9
     assert trace["why_not_cupti"] == (
         "the worker died with CUPTI on (the worker process died (SIGSEGV)); the trace was taken again with events"
@@ -400,7 +405,7 @@ def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_la
     _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
     lab, contenders = lab3_contenders()
     ceilings, _ = ceilings_from_facts(H200_FACTS)
-    report = range_pass(lab, contenders, "B = 64, longest 32,768", 64, 32768, LAB3_SEED, ceilings)
+    report = range_pass(lab, contenders, "B = 64, longest 32,768", 64, 32768, LAB3_SEED, ceilings).to_json()
     assert report["available"], report["message"]
     solution, starter = report["contenders"]
     assert (
@@ -507,7 +512,7 @@ def test_profile_lab3_traces_both_kernels_of_every_call_on_paged_inputs_made_in_
     assert (shape["sets"]["key"], shape["sets"]["rows"], shape["sets"]["prefix"]) == ([7, 0x70F11E], 3, 40)
     assert np.array_equal(shape["sets"]["fixed"]["blockTable"], layout["fixed"]["blockTable"])
     assert np.array_equal(shape["sets"]["fixed"]["seqLens"], layout["fixed"]["seqLens"])
-    profile = result.profile
+    profile = result.profile.to_json()
     trace = profile["trace"]
     assert trace["shapes"] == ["B = 3, longest 40"]
     per_call: dict = {}

@@ -10,6 +10,7 @@ from rich.console import Console
 from labrunner.labs.definition import attention_flops
 from labrunner.pipeline.timing import PROJECTED_SIZES, bytes_each_kernel_must_move, pipeline_row
 from labrunner.report import terminal
+from labrunner.report.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report.results import RunResult
 
 
@@ -31,12 +32,9 @@ def test_the_cost_table_shows_sizes_times_traffic_and_projections(printed):
         "attn_weighted_sum": stats(1.25),
         "total": stats(3.0),
     }
-    timing = {
-        "kind": "pipeline",
-        "rows": [pipeline_row(2048, measured)],
-        "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
-        "warnings": [],
-    }
+    timing = PipelineTiming(
+        rows=[pipeline_row(2048, measured)], projections=[pipeline_row(t, None) for t in PROJECTED_SIZES]
+    )
     terminal.timing_report(RunResult("grade", "lab1", timing=timing))
     text = printed.getvalue()
     assert "scores ms" in text and "softmax ms" in text and "weighted_sum ms" in text
@@ -71,18 +69,19 @@ def test_the_floor_table_sets_each_kernel_against_the_same_runs_copy(printed):
     }
     row = pipeline_row(2048, measured, copy_bytes_per_s=4.0e12)
     must = bytes_each_kernel_must_move(2048)
-    assert row["must_move"]["attn_softmax"] == {
+    assert row.to_json()["must_move"]["attn_softmax"] == {
         "bytes": must["attn_softmax"],
         "gb_s": must["attn_softmax"] / 0.2e-3 / 1e9,
+        "copy_fraction": must["attn_softmax"] / 0.2e-3 / 1e9 / 4000.0,  # of the same run's device copy
     }
     floor_ms = sum(must.values()) / 4.0e12 * 1e3
-    assert row["floor"] == {
+    assert row.to_json()["floor"] == {
         "bytes": sum(must.values()),
         "copy_gb_s": 4000.0,
         "ms": floor_ms,
         "times_floor": 0.8 / floor_ms,
     }
-    timing = {"kind": "pipeline", "rows": [row], "projections": [], "warnings": []}
+    timing = PipelineTiming(rows=[row])
     terminal.timing_report(RunResult("grade", "lab1", timing=timing))
     text = printed.getvalue()
     softmax = next(line for line in text.splitlines() if "attn_softmax" in line)
@@ -107,7 +106,7 @@ def test_without_a_timed_copy_the_floor_is_said_to_be_unknown(printed, capsys):
         "attn_weighted_sum": stats(0.35),
         "total": stats(0.8),
     }
-    timing = {"kind": "pipeline", "rows": [pipeline_row(2048, measured)], "projections": [], "warnings": []}
+    timing = PipelineTiming(rows=[pipeline_row(2048, measured)])
     terminal.timing_report(RunResult("grade", "lab1", timing=timing))
     assert capsys.readouterr().err == "note: no device copy was timed in this run, so the floor is not known\n"
     assert "of the copy" not in printed.getvalue()
@@ -126,7 +125,7 @@ def test_the_speedup_line_quotes_its_interval(printed):
         "overhead_ms": 0.0028,
         "warnings": [],
     }
-    terminal.timing_report(RunResult("grade", "lab2", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab2", timing=SpeedupTiming.from_json(timing)))
     text = printed.getvalue()
     assert "SPEEDUP 13.00x (95% CI 12.80x to 13.10x, vs starter.cu)" in text
     assert "51.55 GFLOP" in text
@@ -148,7 +147,7 @@ def test_rounds_are_listed_beside_the_pooled_speedup(printed):
         "overhead_ms": 0.0028,
         "warnings": [],
     }
-    terminal.timing_report(RunResult("grade", "lab2", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab2", timing=SpeedupTiming.from_json(timing)))
     assert (
         "3 rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: 12.70x, 13.00x, 13.30x\n"
         in printed.getvalue()
@@ -169,5 +168,5 @@ def test_one_round_needs_no_rounds_line(printed):
         "overhead_ms": 0.0028,
         "warnings": [],
     }
-    terminal.timing_report(RunResult("grade", "lab2", timing=timing))
+    terminal.timing_report(RunResult("grade", "lab2", timing=SpeedupTiming.from_json(timing)))
     assert "round" not in printed.getvalue()

@@ -16,6 +16,10 @@ import pytest
 
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
 from labrunner.report.junit import write_junit
+from labrunner.report.records.compile import CompileSummary
+from labrunner.report.records.device import DeviceFacts
+from labrunner.report.records.gate import Gate
+from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.results import NOT_RUN, SCHEMA, STATUS_EXIT_CODES, CaseResult, RunResult, write_json
 
 
@@ -23,8 +27,12 @@ def case(name: str, status: str) -> CaseResult:
     return CaseResult(name, status, f"{name} ended {status}", rows=1)
 
 
-def run(*statuses: str, **fields) -> RunResult:
-    return RunResult("grade", "lab2", "flash.cu", cases=[case(f"c{i}", s) for i, s in enumerate(statuses)], **fields)
+def run(*statuses: str, gate: dict | None = None, **fields) -> RunResult:
+    """A run of cases with these statuses; a gate given as its JSON is read into its record."""
+    cases = [case(f"c{i}", s) for i, s in enumerate(statuses)]
+    return RunResult(
+        "grade", "lab2", "flash.cu", cases=cases, gate=None if gate is None else Gate.from_json(gate), **fields
+    )
 
 
 MISSED = {"status": "missed", "passed": False, "message": "missed: SPEEDUP 1.00x against the 6.50x required"}
@@ -100,7 +108,8 @@ def test_a_met_gate_or_no_gate_for_this_gpu_is_a_pass():
     assert (run("pass", gate=MET).verdict, run("pass", gate=MET).exit_code) == ("pass", ExitCode.PASS)
     none = {"status": "none", "passed": True, "message": "no speed gate for NVIDIA H200"}
     assert run("pass", gate=none).exit_code == ExitCode.PASS
-    assert run("pass", gate={"status": "calibrated"}).exit_code == ExitCode.PASS  # calibrate's own record
+    calibrated = {"status": "calibrated", "passed": True, "message": "wrote the lab2 gate for NVIDIA H200"}
+    assert run("pass", gate=calibrated).exit_code == ExitCode.PASS  # calibrate's own record
 
 
 def test_a_wrong_case_outranks_a_missed_gate():
@@ -250,18 +259,20 @@ def test_junit_reports_an_error_as_one_more_failing_case(tmp_path):
 
 
 def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_path):
+    comparison = Comparison(Series({"median_ms": 2.0}), Series({"median_ms": 26.0}), 13.0, 12.8, 13.1)
+    timing = SpeedupTiming(2048, 2048, 51.55, "flash.cu", "starter.cu", comparison)
     result = RunResult(
         "grade",
         "lab2",
         "flash.cu",
         backend="gpu",
-        device={"name": "NVIDIA H200"},
+        device=DeviceFacts.from_json({"name": "NVIDIA H200"}),
         seed="secret",
         oracle_proof={"passed": True, "max_error": 0.0},
         cases=[case("c0", "pass")],
-        timing={"speedup": 13.0},
-        gate=MET,
-        compile={"arch": "sm_90"},
+        timing=timing,
+        gate=Gate.from_json(MET),
+        compile=CompileSummary("sm_90", "13.0", {}, {}, {}, {}, []),
         notes=["a note"],
         kernel_output=["printed"],
     )
@@ -284,8 +295,16 @@ def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_p
         "hints": [],
         "decisive_case": None,
         "oracle_proof": {"passed": True, "max_error": 0.0},
-        "compile": {"arch": "sm_90"},
-        "timing": {"speedup": 13.0},
+        "compile": {
+            "arch": "sm_90",
+            "nvrtc": "13.0",
+            "entry_points": {},
+            "constants": {},
+            "exported": {},
+            "resources": {},
+            "warnings": [],
+        },
+        "timing": timing.to_json(),
         "gate": MET,
         "notes": ["a note"],
         "kernel_output": ["printed"],
@@ -295,6 +314,7 @@ def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_p
         "gpu": "NVIDIA H200",
         "seconds": None,
     }
+    assert (data["timing"]["kind"], data["timing"]["speedup"]) == ("speedup", 13.0)
     assert path.read_text().startswith('{\n  "schema": "attnlab.result/1",\n  "command": "grade",\n')
 
 

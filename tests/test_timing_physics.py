@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
-from result_schema import validate_result
+from result_schema import timing_json, validate_result
 
 import labrunner.pipeline.timing as benchmark
 from labrunner.labs import get_lab
@@ -224,14 +224,16 @@ NO_CHECKS = TimingOptions(min_verified=0)
 
 
 def test_honest_lab1_figures_are_posted_with_the_limits_they_were_held_to():
-    timing, failure = time_pipeline(
-        LAB1,
-        ScriptedPipeline(HONEST_KERNELS),
-        LAB1.constants({}),
-        [2048],
-        seed=3,
-        options=NO_CHECKS,
-        references=CpuReferences(),
+    timing, failure = timing_json(
+        time_pipeline(
+            LAB1,
+            ScriptedPipeline(HONEST_KERNELS),
+            LAB1.constants({}),
+            [2048],
+            seed=3,
+            options=NO_CHECKS,
+            references=CpuReferences(),
+        )
     )
     assert failure is None
     assert timing["physics"] == {
@@ -246,14 +248,16 @@ def test_honest_lab1_figures_are_posted_with_the_limits_they_were_held_to():
 
 def test_one_lab1_kernel_past_the_copy_means_no_time_at_all():
     kernels = {**HONEST_KERNELS, "attn_softmax": [0.205, 0.100]}  # one call of the softmax skipped work
-    timing, failure = time_pipeline(
-        LAB1,
-        ScriptedPipeline(kernels),
-        LAB1.constants({}),
-        [2048],
-        seed=3,
-        options=NO_CHECKS,
-        references=CpuReferences(),
+    timing, failure = timing_json(
+        time_pipeline(
+            LAB1,
+            ScriptedPipeline(kernels),
+            LAB1.constants({}),
+            [2048],
+            seed=3,
+            options=NO_CHECKS,
+            references=CpuReferences(),
+        )
     )
     assert timing is None
     assert (failure.name, failure.status, failure.rows, failure.message) == (
@@ -290,18 +294,20 @@ class ScriptedPair:
 
 def pair(lab, worker, rows, prefix):
     constants = lab.constants({})
-    return time_speedup(
-        lab,
-        worker,
-        constants,
-        constants,
-        rows,
-        prefix,
-        seed=3,
-        options=NO_CHECKS,
-        student_label="flash.cu",
-        baseline_label="starter.cu",
-        references=CpuReferences(),
+    return timing_json(
+        time_speedup(
+            lab,
+            worker,
+            constants,
+            constants,
+            rows,
+            prefix,
+            seed=3,
+            options=NO_CHECKS,
+            student_label="flash.cu",
+            baseline_label="starter.cu",
+            references=CpuReferences(),
+        )
     )
 
 
@@ -403,14 +409,16 @@ def standin(monkeypatch):
 
     def run(device: RecordsKernels, kernel_ms: dict[str, float]):
         monkeypatch.setattr(gpu_timer, "CupyTimer", lambda: KernelTimer(device, kernel_ms, COPY_MS))
-        return time_pipeline(
-            LAB1,
-            InProcessWorker(device),
-            LAB1.constants({}),
-            SIZES,
-            seed=3,
-            options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-            references=CpuReferences(),
+        return timing_json(
+            time_pipeline(
+                LAB1,
+                InProcessWorker(device),
+                LAB1.constants({}),
+                SIZES,
+                seed=3,
+                options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
+                references=CpuReferences(),
+            )
         )
 
     return run

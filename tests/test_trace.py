@@ -21,6 +21,7 @@ from rich.console import Console
 from labrunner.labs import get_lab
 from labrunner.measure.trace import CUPTI_MISSING, run_trace, slices_from_reply
 from labrunner.report import terminal
+from labrunner.report.records.profile import Trace
 from labrunner.report.trace_events import trace_events, write_trace
 
 LAB1 = get_lab("lab1")
@@ -300,14 +301,16 @@ def test_the_terminal_draws_one_line_per_call_with_a_bar_per_kernel(monkeypatch)
     printed = io.StringIO()
     monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=200, highlight=False, color_system=None))
     terminal.trace_report(
-        {
-            "source": "cupti",
-            "why_not_cupti": None,
-            "cupti_version": "13.4.0",
-            "calls": 2,
-            "shapes": ["T = 4", "T = 8"],
-            "slices": reply["slices"],
-        }
+        Trace.from_json(
+            {
+                "source": "cupti",
+                "why_not_cupti": None,
+                "cupti_version": "13.4.0",
+                "calls": 2,
+                "shapes": ["T = 4", "T = 8"],
+                "slices": reply["slices"],
+            }
+        )
     )
     lines = printed.getvalue().splitlines()
     assert lines[0] == (

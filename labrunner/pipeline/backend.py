@@ -8,6 +8,7 @@ from labrunner import box as boxes
 from labrunner.exit_codes import environment_error, usage_error
 from labrunner.measure import device_state
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
+from labrunner.report.records.device import DeviceFacts
 from labrunner.run.cpu_device import cpu_sandbox_status
 
 DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
@@ -84,10 +85,10 @@ def gpu_box_notes() -> list[str]:
     return [f"the GPU worker and the compiler run unboxed: {unboxed}"] if unboxed else []
 
 
-def device_facts(worker_backend: str) -> dict | None:
+def device_facts(worker_backend: str) -> DeviceFacts:
     if worker_backend != "gpu":
-        return {"name": "CPU (attnlab's fiber backend)"}
-    return device_state.read_device_state().to_json()
+        return DeviceFacts.cpu()
+    return DeviceFacts.of_gpu(device_state.read_device_state())
 
 
 @contextmanager

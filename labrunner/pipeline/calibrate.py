@@ -12,6 +12,8 @@ from labrunner.measure.gates import (
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import CalibrateRequest
 from labrunner.report import terminal
+from labrunner.report.records.gate import Gate
+from labrunner.report.records.timing import SpeedupTiming
 from labrunner.report.results import RunResult
 
 
@@ -23,31 +25,32 @@ def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
     if output.exists():
         load_gates(output, "-o")  # a broken file is refused now, not after the timing
     bench_submission(request, result)
-    if result.decisive_case is not None or not result.timing:
+    timing = result.timing
+    if result.decisive_case is not None or not isinstance(timing, SpeedupTiming):
         raise AttnlabError("calibration needs a correct, timed solution; see the failure above", ExitCode.WRONG_ANSWER)
-    name = (result.device or {}).get("name") or "unknown GPU"
-    comparison = result.timing["comparison"]
+    name = result.device_name or "unknown GPU"
+    comparison = timing.comparison
     entry = write_gate(
         output,
         lab.name,
         name,
-        result.timing["speedup"],
+        timing.speedup,
         fraction or DEFAULT_FRACTION,
         {
-            "ci_low": comparison["ci_low"],
-            "ci_high": comparison["ci_high"],
-            "solution_ms": comparison["student"]["median_ms"],
-            "starter_ms": comparison["baseline"]["median_ms"],
-            "shape": {"rows": result.timing["rows"], "prefix": result.timing["prefix"]},
+            "ci_low": comparison.ci_low,
+            "ci_high": comparison.ci_high,
+            "solution_ms": comparison.student.median_ms,
+            "starter_ms": comparison.baseline.median_ms,
+            "shape": {"rows": timing.rows, "prefix": timing.prefix},
         },
     )
-    result.gate = {
-        "status": "calibrated",
-        "passed": True,
-        "file": str(output),
-        **entry,
-        "message": f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
+    result.gate = Gate(
+        status="calibrated",
+        passed=True,
+        message=f"wrote the {lab.name} gate for {name} to {output}: a student needs SPEEDUP >= "
         f"{entry['fraction'] * entry['solution_speedup']:.2f}x "
         f"({entry['fraction']:g} of the solution's {entry['solution_speedup']:.2f}x)",
-    }
+        file=str(output),
+        calibration=entry,
+    )
     terminal.gate_report(result)

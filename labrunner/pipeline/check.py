@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
 from labrunner.build.gate import Submission, load_submission
 from labrunner.build.nvrtc import nvrtc_version
 from labrunner.labs import get_lab
 from labrunner.pipeline.requests import CheckRequest
 from labrunner.report import terminal
+from labrunner.report.records.compile import CompileSummary
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown_path
 
@@ -23,14 +21,14 @@ def check_submission(request: CheckRequest, result: RunResult) -> None:
     terminal.verdict_line(result)
 
 
-def compile_summary(submission: Submission, arch: str, nvrtc: str) -> dict[str, Any]:
+def compile_summary(submission: Submission, arch: str, nvrtc: str) -> CompileSummary:
     module = submission.module
-    return {
-        "arch": arch,
-        "nvrtc": nvrtc,
-        "entry_points": module.entry_points,
-        "constants": submission.constants,
-        "exported": module.launch_constants,
-        "resources": {name: asdict(r) for name, r in module.resources.items()},
-        "warnings": module.warnings,
-    }
+    return CompileSummary(
+        arch=arch,
+        nvrtc=nvrtc,
+        entry_points=module.entry_points,
+        constants=submission.constants,
+        exported=module.launch_constants,
+        resources=dict(module.resources),
+        warnings=module.warnings,
+    )

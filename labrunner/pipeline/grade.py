@@ -24,6 +24,8 @@ from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options
 from labrunner.pipeline.timing import run_lab_timing
 from labrunner.report import terminal
+from labrunner.report.records.gate import Gate
+from labrunner.report.records.timing import SpeedupTiming
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
 from labrunner.truth.hints import derive_hints
@@ -73,10 +75,11 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
                     arch=request.arch,
                     limits=request.compile_limits,
                 )
-            if result.timing and "bandwidth" in result.timing:
-                result.gate = apply_bandwidth_gate(result.timing["bandwidth"], (result.device or {}).get("name"))
-            elif result.timing and result.timing.get("kind") == "speedup":
-                result.gate = apply_gate(gates, lab.name, (result.device or {}).get("name"), result.timing["speedup"])
+            timing = result.timing
+            if isinstance(timing, SpeedupTiming) and timing.bandwidth is not None:
+                result.gate = Gate.from_json(apply_bandwidth_gate(timing.bandwidth.to_json(), result.device_name))
+            elif isinstance(timing, SpeedupTiming):
+                result.gate = Gate.from_json(apply_gate(gates, lab.name, result.device_name, timing.speedup))
         elif correct and backend == "cpu":
             result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
         result.kernel_output = worker.kernel_output()

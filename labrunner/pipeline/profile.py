@@ -49,6 +49,19 @@ from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import ProfileRequest
 from labrunner.report import terminal
+from labrunner.report.records.profile import (
+    MustMove,
+    Profile,
+    RangeContender,
+    RangeKernel,
+    RangeReport,
+    RangeShape,
+    RooflineCeilings,
+    RooflinePoint,
+    Trace,
+    TraceSlice,
+    TraceVsNcu,
+)
 from labrunner.report.results import RunResult
 from labrunner.report.roofline_plot import plot_roofline, require_matplotlib
 from labrunner.report.trace_events import write_trace
@@ -58,7 +71,6 @@ from labrunner.truth.cases import random_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS
 
-SCHEMA = "attnlab.profile/1"
 WARMUP_CALLS = 3  # unprofiled calls of every contender before ncu's one, so the clocks are up
 RANGE_TIMEOUT_S = 600.0
 TRACE_TIMEOUT_S = 300.0
@@ -112,7 +124,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         require_matplotlib()
     lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
     result.device = device_facts(backend)
-    profile: dict = {"schema": SCHEMA}
+    profile = Profile()
     result.profile = profile
     check_case = bench_check_case(lab, submission.constants)
     shapes = timing_shapes(lab)
@@ -155,24 +167,23 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         slices = fill_from_compile(slices_from_reply(reply, {e.name for e in lab.entry_points}), submission)
     except (ValueError, KeyError, TypeError) as exc:  # what comes back from the process that ran the kernels
         raise AttnlabError(f"the trace came back malformed: {exc}", ExitCode.MISBEHAVED) from None
-    profile["trace"] = {
-        "source": reply["source"],
-        "why_not_cupti": reply["why_not_cupti"],
-        "cupti_version": reply.get("cupti_version"),
-        "calls": request.calls,
-        "shapes": [label for label, _, _ in shapes],
-        "slices": [s.to_json() for s in slices],
-        "file": str(request.trace_path) if request.trace_path else None,
-    }
+    profile.trace = Trace(
+        source=reply["source"],
+        why_not_cupti=reply["why_not_cupti"],
+        cupti_version=reply.get("cupti_version"),
+        calls=request.calls,
+        shapes=[label for label, _, _ in shapes],
+        slices=[TraceSlice.of(s) for s in slices],
+        file=str(request.trace_path) if request.trace_path else None,
+    )
     facts = reply.get("gpu_facts") or {}
     ceilings, problem = ceilings_from_facts(facts)
-    profile["gpu_facts"], profile["ceilings_problem"] = facts, problem
-    profile["ceilings"] = ceilings.to_json() if ceilings else None
-    terminal.trace_report(profile["trace"])
+    profile.roofline = RooflineCeilings(facts, ceilings, problem)
+    terminal.trace_report(profile.trace)
     if request.trace_path:
         write_trace(
-            profile["trace"]["slices"],
-            (result.device or {}).get("name") or "GPU",
+            [s.to_json() for s in slices],
+            result.device_name or "GPU",
             trace_source_words(reply["source"]),
             request.trace_path,
         )
@@ -189,33 +200,34 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             )
         )
     else:
-        profile["no_starter_row"] = (
+        profile.no_starter_row = (
             f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no starter row to compare with"
         )
     moved = lab.timing_strategy.must_move(rows, prefix, lab.timing_layout(rows, prefix, seed.value))
     if moved is None:
-        profile["traffic"] = traffic(TrafficShape(rows, prefix + rows)).to_json()
+        profile.traffic = traffic(TrafficShape(rows, prefix + rows))
     else:  # the lab's own model: a decode batch's bytes are its layout's, not a prefill's rows and keys
-        profile["must_move"] = {"label": label, "bytes": moved}
+        profile.must_move = MustMove(label, moved)
     if request.range_pass:
         terminal.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
-        profile["range"] = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
-        if ceilings is None and profile["range"].get("gpu_facts"):
-            ceilings, problem = ceilings_from_facts(profile["range"]["gpu_facts"])
-            profile["ceilings"], profile["ceilings_problem"] = (ceilings.to_json() if ceilings else None), problem
-        profile["trace_vs_ncu"] = trace_vs_ncu(slices, label, profile["range"])
+        profile.range = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
+        if ceilings is None and profile.range.facts:
+            ceilings, problem = ceilings_from_facts(profile.range.facts)
+            profile.roofline = RooflineCeilings(facts, ceilings, problem)
+        profile.trace_vs_ncu = trace_vs_ncu(slices, label, profile.range)
     else:
-        profile["range"] = {"available": False, "message": "the Range pass was not asked for (--no-range)"}
+        profile.range = RangeReport(available=False, message="the Range pass was not asked for (--no-range)")
     terminal.range_report(profile)
     terminal.traffic_beside_measured(profile)
     terminal.must_move_beside_measured(profile)
     if request.plot_path:
-        points = roofline_points(profile)
-        if profile["ceilings"] is None:
-            terminal.note(f"--plot: nothing drawn, the ceilings are unknown ({profile['ceilings_problem']})")
+        points = roofline_points(profile.range)
+        if profile.ceilings is None:
+            terminal.note(f"--plot: nothing drawn, the ceilings are unknown ({profile.ceilings_problem})")
         else:
-            plot_roofline(profile["ceilings"], points, f"{lab.name} · {submission.label} · {label}", request.plot_path)
-            profile["plot"] = str(request.plot_path)
+            title = f"{lab.name} · {submission.label} · {label}"
+            plot_roofline(profile.ceilings.to_json(), points, title, request.plot_path)
+            profile.plot = str(request.plot_path)
             terminal.note(f"wrote the roofline to {request.plot_path}")
     terminal.kernel_output(result.kernel_output)
     terminal.verdict_line(result)
@@ -263,11 +275,11 @@ def range_pass(
     seed: int,
     ceilings: Ceilings | None,
     csv_path: Path | None = None,
-) -> dict:
+) -> RangeReport:
     """ncu over one call of each contender; per kernel its counters and roofline point, and the whole call's."""
     plans = [(name, role, lab.plan_launches(sub.constants, rows, prefix), sub) for name, role, sub in contenders]
     per_round = sum(len(launches) for _, _, launches, _ in plans)
-    report: dict = {"shape": {"label": label, "rows": rows, "prefix": prefix}, "warmup_calls": WARMUP_CALLS}
+    shape = RangeShape(label, rows, prefix)
     layout = lab.timing_layout(rows, prefix, seed)
     call_flops = lab.flops(rows, prefix, layout)
     boxed = boxes.boxed()
@@ -331,56 +343,53 @@ def range_pass(
                 box_folder=Path(scratch) if boxed else None,
             )
         except RangePassUnavailable as exc:
-            return {**report, "available": False, "message": str(exc)}
+            return RangeReport(False, str(exc), shape, WARMUP_CALLS)
         try:
-            report["gpu_facts"] = json.loads(facts_path.read_text())
+            facts = json.loads(facts_path.read_text())
         except (OSError, ValueError):
-            report["gpu_facts"] = None
+            facts = None
     if csv_path:
         csv_path.write_text(run.raw_csv)
-    if ceilings is None and report["gpu_facts"]:
-        ceilings, _ = ceilings_from_facts(report["gpu_facts"])
+    if ceilings is None and facts:
+        ceilings, _ = ceilings_from_facts(facts)
     got = [m.kernel for m in run.launches]
     if got != names:
-        return {
-            **report,
-            "available": False,
-            "message": f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched",
-        }
-    report.update(
-        {
-            "available": True,
-            "message": None,
-            "seconds": run.seconds,
-            "command": run.command,
-            "dropped_metrics": run.dropped_metrics,
-            "contenders": [],
-        }
-    )
+        return RangeReport(
+            False, f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched", shape, WARMUP_CALLS, facts
+        )
     launches_done = iter(run.launches)
+    contenders = []
     for name, role, launches, _ in plans:
         kernels = []
         for launch in launches:
             metrics = next(launches_done)
-            row = metrics.to_json()
-            row["flops"] = kernel_flops(lab, launch.kernel, call_flops)
-            row["point"] = point_json(row["flops"], metrics.dram_bytes, metrics.values.get("duration_ns"), ceilings)
-            kernels.append(row)
-        total_ns = sum_or_none(k.get("duration_ns") for k in kernels)
-        total_bytes = sum_or_none(k.get("dram_bytes") for k in kernels)
-        flops = call_flops
-        report["contenders"].append(
-            {
-                "label": name,
-                "role": role,
-                "kernels": kernels,
-                "duration_ms": None if total_ns is None else total_ns / 1e6,
-                "dram_bytes": total_bytes,
-                "flops": flops,
-                "point": point_json(flops, total_bytes, total_ns, ceilings),
-            }
+            flops = kernel_flops(lab, launch.kernel, call_flops)
+            point = roofline_point(flops, metrics.dram_bytes, metrics.values.get("duration_ns"), ceilings)
+            kernels.append(RangeKernel(metrics, flops, point))
+        total_ns = sum_or_none(k.duration_ns for k in kernels)
+        total_bytes = sum_or_none(k.metrics.dram_bytes for k in kernels)
+        contenders.append(
+            RangeContender(
+                label=name,
+                role=role,
+                kernels=kernels,
+                duration_ms=None if total_ns is None else total_ns / 1e6,
+                dram_bytes=total_bytes,
+                flops=call_flops,
+                point=roofline_point(call_flops, total_bytes, total_ns, ceilings),
+            )
         )
-    return report
+    return RangeReport(
+        available=True,
+        message=None,
+        shape=shape,
+        warmup_calls=WARMUP_CALLS,
+        gpu_facts=facts,
+        seconds=run.seconds,
+        command=run.command,
+        dropped_metrics=run.dropped_metrics,
+        contenders=contenders,
+    )
 
 
 def sum_or_none(values) -> float | None:
@@ -388,46 +397,36 @@ def sum_or_none(values) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))
 
 
-def point_json(
+def roofline_point(
     flops: float, dram_bytes: float | None, duration_ns: float | None, ceilings: Ceilings | None
-) -> dict | None:
+) -> RooflinePoint | None:
     if ceilings is None or not dram_bytes or not duration_ns:
         return None
-    return Point(flops, dram_bytes, duration_ns * 1e-9, ceilings).to_json()
+    return RooflinePoint.of(Point(flops, dram_bytes, duration_ns * 1e-9, ceilings))
 
 
-def trace_vs_ncu(slices: list[KernelSlice], label: str, range_report: dict) -> list[dict]:
+def trace_vs_ncu(slices: list[KernelSlice], label: str, report: RangeReport) -> list[TraceVsNcu]:
     """The student's kernels at the Range pass's shape: the trace's median beside ncu's one duration."""
-    if not range_report.get("available"):
+    if not report.available:
         return []
-    student = next(c for c in range_report["contenders"] if c["role"] == "student")
+    student = next(c for c in report.contenders if c.role == "student")
     rows = []
-    for kernel in student["kernels"]:
-        times = [s.duration_ms for s in slices if s.shape == label and s.kernel == kernel["kernel"]]
-        if times and kernel.get("duration_ns"):
-            median, ncu_ms = statistics.median(times), kernel["duration_ns"] / 1e6
-            rows.append(
-                {
-                    "kernel": kernel["kernel"],
-                    "trace_median_ms": median,
-                    "ncu_ms": ncu_ms,
-                    "difference": median / ncu_ms - 1,
-                }
-            )
+    for kernel in student.kernels:
+        times = [s.duration_ms for s in slices if s.shape == label and s.kernel == kernel.kernel]
+        if times and kernel.duration_ns:
+            rows.append(TraceVsNcu(kernel.kernel, statistics.median(times), kernel.duration_ns / 1e6))
     return rows
 
 
-def roofline_points(profile: dict) -> list[dict]:
+def roofline_points(report: RangeReport | None) -> list[dict]:
     """Every contender's whole call, and each kernel of a several-kernel lab, as labelled points."""
     points = []
-    for contender in profile.get("range", {}).get("contenders", []):
-        if contender["point"]:
-            points.append({"label": contender["label"], **contender["point"]})
-        if len(contender["kernels"]) > 1:
+    for contender in report.contenders if report else []:
+        if contender.point:
+            points.append({"label": contender.label, **contender.point.to_json()})
+        if len(contender.kernels) > 1:
             points += [
-                {"label": f"{contender['label']} {k['kernel']}", **k["point"]}
-                for k in contender["kernels"]
-                if k["point"]
+                {"label": f"{contender.label} {k.kernel}", **k.point.to_json()} for k in contender.kernels if k.point
             ]
     return points
 
@@ -443,5 +442,5 @@ def append_range_summary(lab: Lab, submission: Submission, result: RunResult, ar
         starter = display_path(lab.starter_path)
         contenders.append((starter, "starter", load_submission(lab, lab.starter_path, starter, arch)))
     report = range_pass(lab, contenders, label, rows, prefix, seed, None)
-    result.profile = {"schema": SCHEMA, "range": report}
+    result.profile = Profile(range=report)
     terminal.range_summary_line(report)

@@ -37,6 +37,20 @@ from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_r
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.pipeline.prepare import display_path
 from labrunner.report import terminal
+from labrunner.report.records.timing import (
+    Bandwidth,
+    Comparison,
+    Conditions,
+    CopyTimed,
+    Peer,
+    PeerRow,
+    PipelineRow,
+    PipelineTiming,
+    Round,
+    Series,
+    SpeedupTiming,
+    Timing,
+)
 from labrunner.report.results import CaseResult, RunResult
 from labrunner.run.gpu_oracle import GpuOracle
 from labrunner.run.untrusted_text import shown, shown_path
@@ -238,7 +252,7 @@ def time_speedup(
     baseline_label: str,
     references: References | None = None,
     baseline_peer: str | None = None,
-) -> tuple[dict | None, CaseResult | None]:
+) -> tuple[SpeedupTiming | None, CaseResult | None]:
     """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
     rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
     `baseline_peer` names a PyTorch peer (`measure.peers`, checked first by `check_peer`) that
@@ -300,14 +314,15 @@ def time_speedup(
             return None, failure
         replies.append(reply)
     rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
-    comparison = pool_rounds(rounds, seed=options.seed).to_json()
+    pooled = pool_rounds(rounds, seed=options.seed)
+    comparison = Comparison.from_json(pooled.to_json())
     bounds = run_limits(replies)
     # each contender's fastest call over every round bounds every time the report shows of it; its
     # inputs come from memory (the flush), its output may still be in L2 when the end event is recorded
-    for who, label in (("student", student_label), ("baseline", baseline_label)):
+    for fastest, label in ((pooled.student.min_ms, student_label), (pooled.baseline.min_ms, baseline_label)):
         problem = impossible(
             f"{label} at {lab.shape_label(rows, prefix)}",
-            comparison[who]["min_ms"],
+            fastest,
             must,
             lab.flops(rows, prefix, layout),
             bounds,
@@ -315,53 +330,51 @@ def time_speedup(
         )
         if problem:
             return None, CaseResult(f"timed C{rows}-P{prefix}", "wrong", problem, rows, prefix)
-    timing = {
-        "kind": "speedup",
-        "rows": rows,
-        "prefix": prefix,
-        "gflop": lab.flops(rows, prefix, layout) / 1e9,
-        "student_label": student_label,
-        "baseline_label": baseline_label,
-        "comparison": comparison,
-        "speedup": comparison["speedup"],
-        "rounds": [
-            {
-                "speedup": r.speedup,
-                "ci_low": r.ci_low,
-                "ci_high": r.ci_high,
-                "student_median_ms": r.student.median_ms,
-                "baseline_median_ms": r.baseline.median_ms,
-                "student_per_input_set_ms": per_input_set_medians(r.student.samples_ms, INPUT_SLOTS),
-                "baseline_per_input_set_ms": per_input_set_medians(r.baseline.samples_ms, INPUT_SLOTS),
-            }
+    conditions = _common(replies[0], replies[-1])
+    warnings = list(conditions.warnings)
+    peer = None
+    if baseline_peer:
+        enqueue = max((reply["peer_enqueue"] for reply in replies), key=lambda e: e["median_ms"])
+        peer = Peer(
+            **peer_record(baseline_peer),
+            status="timed",
+            median_ms=comparison.baseline.median_ms,
+            speedup=comparison.speedup,
+            ci_low=comparison.ci_low,
+            ci_high=comparison.ci_high,
+            enqueue=enqueue,
+        )
+        warnings += head_start_warning(peer.label, enqueue)
+    warnings += [w for w in (comparison.student.warning, comparison.baseline.warning) if w]
+    timing = SpeedupTiming(
+        rows=rows,
+        prefix=prefix,
+        gflop=lab.flops(rows, prefix, layout) / 1e9,
+        student_label=student_label,
+        baseline_label=baseline_label,
+        comparison=comparison,
+        rounds=[
+            Round(
+                r.speedup,
+                r.ci_low,
+                r.ci_high,
+                r.student.median_ms,
+                r.baseline.median_ms,
+                per_input_set_medians(r.student.samples_ms, INPUT_SLOTS),
+                per_input_set_medians(r.baseline.samples_ms, INPUT_SLOTS),
+            )
             for r in rounds
         ],
-        "verified_calls": {
+        verified_calls={
             who: sum(len(reply["checked"][who]["sets"]) for reply in replies) for who in ("student", "baseline")
         },
-        "input_sets": sum(reply["sets_drawn"] for reply in replies),
-        "oracle_proof": getattr(references, "proof", None),
-        "physics": bounds.to_json(),
-        **_common(replies[0], replies[-1]),
-    }
-    if baseline_peer:
-        baseline = comparison["baseline"]
-        enqueue = max((reply["peer_enqueue"] for reply in replies), key=lambda e: e["median_ms"])
-        timing["peer"] = {
-            **peer_record(baseline_peer),
-            "status": "timed",
-            "median_ms": baseline["median_ms"],
-            "speedup": comparison["speedup"],
-            "ci_low": comparison["ci_low"],
-            "ci_high": comparison["ci_high"],
-            "enqueue": enqueue,
-        }
-        timing["warnings"] += head_start_warning(timing["peer"]["label"], enqueue)
-    timing["warnings"] += [
-        w for w in (comparison["student"].get("warning"), comparison["baseline"].get("warning")) if w
-    ]
-    if moved:
-        timing["bandwidth"] = bandwidth_figures(moved, comparison, replies)
+        input_sets=sum(reply["sets_drawn"] for reply in replies),
+        oracle_proof=getattr(references, "proof", None),
+        physics=bounds.to_json(),
+        conditions=replace(conditions, warnings=warnings),
+        peer=peer,
+        bandwidth=bandwidth_figures(moved, comparison, replies) if moved else None,
+    )
     return timing, None
 
 
@@ -391,20 +404,11 @@ def run_limits(replies: list[dict]) -> Limits:
     )
 
 
-def bandwidth_figures(moved: int, comparison: dict, replies: list[dict]) -> dict:
+def bandwidth_figures(moved: int, comparison: Comparison, replies: list[dict]) -> Bandwidth:
     """Bytes that must move, each contender's achieved TB/s, and the same run's device copy: its TB/s
-    (`copy_bandwidth`, the best round's) and the fraction of it the student reached."""
-    copies = [reply["copy"] for reply in replies]
-    copy_tb_s = max(copy_bandwidth(reply) for reply in replies) / 1e12
-    student = moved / (comparison["student"]["median_ms"] * 1e-3) / 1e12
-    return {
-        "bytes": moved,
-        "student_tb_s": student,
-        "baseline_tb_s": moved / (comparison["baseline"]["median_ms"] * 1e-3) / 1e12,
-        "copy_tb_s": copy_tb_s,
-        "copy_fraction": student / copy_tb_s,
-        "copy": [{"bytes": c["bytes"], "median_ms": c["stats"]["median_ms"]} for c in copies],
-    }
+    (the best round's, each byte read and written counted) and the fraction of it the student reached."""
+    copies = [CopyTimed(reply["copy"]["bytes"], reply["copy"]["stats"]["median_ms"]) for reply in replies]
+    return Bandwidth.measured(moved, comparison, copies)
 
 
 def head_start_warning(label: str, enqueue: dict, where: str = "") -> list[str]:
@@ -433,7 +437,7 @@ def time_pipeline(
     options: TimingOptions,
     references: References | None = None,
     peer: str | None = None,
-) -> tuple[dict | None, CaseResult | None]:
+) -> tuple[PipelineTiming | None, CaseResult | None]:
     """The whole call at every size, each kernel timed inside it, every call on a fresh input set: lab 1's
     cost table. With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved
     at each size. (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
@@ -481,36 +485,38 @@ def time_pipeline(
             problem = pipeline_problem(lab, t, measured, bounds, PEER_SPECS[peer].label if peer else None)
             if problem:
                 return None, CaseResult(f"timed T{t}", "wrong", problem, t, 0)
-            rows.append(pipeline_row(t, measured["stats"], copy_bandwidth(reply)))
+            row = pipeline_row(t, measured["stats"], copy_bandwidth(reply))
             if peer:
                 versus = measured["peer"]
-                rows[-1]["peer"] = {
-                    **versus["stats"],
-                    "speedup": versus["speedup"],
-                    "ci_low": versus["ci_low"],
-                    "ci_high": versus["ci_high"],
-                    "enqueue": versus["enqueue"],
-                }
+                row = row.with_peer(
+                    PeerRow(
+                        Series.from_json(versus["stats"]),
+                        versus["speedup"],
+                        versus["ci_low"],
+                        versus["ci_high"],
+                        versus["enqueue"],
+                    )
+                )
+            rows.append(row)
     except WorkerFailure as failure:
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
-    timing = {
-        "kind": "pipeline",
-        "rows": rows,
-        "projections": [pipeline_row(t, None) for t in PROJECTED_SIZES],
-        "input_sets": sum(m["sets_drawn"] for m in reply["sizes"]),
-        "oracle_proof": getattr(references, "proof", None),
-        "physics": bounds.to_json(),
-        **_common(reply, reply),
-    }
+    conditions = _common(reply, reply)
+    warnings = list(conditions.warnings)
     if peer:
-        timing["peer"] = {**peer_record(peer), "status": "timed"}
         for row in rows:
-            timing["warnings"] += head_start_warning(PEER_SPECS[peer].label, row["peer"]["enqueue"], f"T={row['T']} ")
+            if row.peer is not None:
+                warnings += head_start_warning(PEER_SPECS[peer].label, row.peer.enqueue, f"T={row.t} ")
     for row in rows:
-        series = {**row["kernels"], "total": row["total"], **({"peer": row["peer"]} if "peer" in row else {})}
-        timing["warnings"] += [
-            f"T={row['T']} {name}: {stats['warning']}" for name, stats in series.items() if stats.get("warning")
-        ]
+        warnings += [f"T={row.t} {name}: {s.warning}" for name, s in row.series().items() if s.warning]
+    timing = PipelineTiming(
+        rows=rows,
+        projections=[pipeline_row(t, None) for t in PROJECTED_SIZES],
+        input_sets=sum(m["sets_drawn"] for m in reply["sizes"]),
+        oracle_proof=getattr(references, "proof", None),
+        physics=bounds.to_json(),
+        conditions=replace(conditions, warnings=warnings),
+        peer=Peer(**peer_record(peer), status="timed") if peer else None,
+    )
     return timing, None
 
 
@@ -584,40 +590,14 @@ def l2_parts_each_kernel(t: int) -> dict[str, tuple[int, ...]]:
     return {"attn_scores": (visible,), "attn_softmax": (visible, whole), "attn_weighted_sum": (visible, out)}
 
 
-def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> dict:
-    """The cost of lab 1's matrix at T tokens: sizes always; times where measured; against the floor
-    (the bytes the kernels must move at this run's device-copy bandwidth) where a copy was timed."""
-    matrix_bytes = QUERY_HEADS * t * t * 4
-    tensor_bytes = (2 * t * QUERY_HEADS * HEAD_DIM + 2 * t * KV_HEADS * HEAD_DIM) * 4  # q, out, k, v
-    traffic = 4 * matrix_bytes  # scores writes it; softmax reads and writes it; the weighted sum reads it
-    row = {
-        "T": t,
-        "matrix_mib": matrix_bytes / MIB,
-        "tensors_mib": tensor_bytes / MIB,
-        "matrix_over_tensors": matrix_bytes / tensor_bytes,
-        "matrix_traffic_mib": traffic / MIB,
-        "projected": stats is None,
-    }
-    if stats is not None:
-        row["kernels"] = {k: v for k, v in stats.items() if k != "total"}
-        row["total"] = stats["total"]
-        row["implied_gb_s"] = traffic / (stats["total"]["median_ms"] * 1e-3) / 1e9
-        must = bytes_each_kernel_must_move(t)
-        measured = {name: must[name] for name in row["kernels"] if name in must}
-        if measured:
-            row["must_move"] = {
-                name: {"bytes": count, "gb_s": count / (row["kernels"][name]["median_ms"] * 1e-3) / 1e9}
-                for name, count in measured.items()
-            }
-            if copy_bytes_per_s:
-                floor_ms = sum(measured.values()) / copy_bytes_per_s * 1e3
-                row["floor"] = {
-                    "bytes": sum(measured.values()),
-                    "copy_gb_s": copy_bytes_per_s / 1e9,
-                    "ms": floor_ms,
-                    "times_floor": stats["total"]["median_ms"] / floor_ms,
-                }
-    return row
+def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> PipelineRow:
+    """The cost of lab 1's matrix at T tokens (`PipelineRow`): sizes always; times where measured (`stats`,
+    the worker's series by kernel and "total"); against the floor (the bytes the kernels must move at this
+    run's device-copy bandwidth) where a copy was timed."""
+    if stats is None:
+        return PipelineRow.at(t)
+    series = {name: Series.from_json(figures) for name, figures in stats.items()}
+    return PipelineRow.at(t, series, bytes_each_kernel_must_move(t), copy_bytes_per_s)
 
 
 def copy_bandwidth(reply: dict) -> float | None:
@@ -629,20 +609,17 @@ def copy_bandwidth(reply: dict) -> float | None:
     return 2 * copy["bytes"] / (copy["stats"]["median_ms"] * 1e-3)
 
 
-def _common(first: dict, last: dict) -> dict:
+def _common(first: dict, last: dict) -> Conditions:
     """What every timing reports about its conditions: from the first reply's start to the last reply's end."""
     before, after = first["state_before"], last["state_after"]
-    warnings = []
     drop = clock_drop_warning(before.get("sm_clock_mhz"), after.get("sm_clock_mhz"))
-    if drop:
-        warnings.append(drop)
-    return {
-        "overhead_ms": first["overhead"]["median_ms"],
-        "device_before": before,
-        "device_after": after,
-        "l2_flush_bytes": first["l2_flush_bytes"],
-        "warnings": warnings,
-    }
+    return Conditions(
+        overhead_ms=first["overhead"]["median_ms"],
+        device_before=before,
+        device_after=after,
+        l2_flush_bytes=first["l2_flush_bytes"],
+        warnings=[drop] if drop else [],
+    )
 
 
 def run_lab_timing(
@@ -714,8 +691,8 @@ def run_lab_timing(
         timing, failure = time_speedup(
             lab, worker, submission.constants, base.constants, rows, cached, seed, options, submission.label, base.label
         )
-        if timing and "bandwidth" in timing:
-            timing["bandwidth"]["required_fraction"] = lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION)
+        if isinstance(timing, SpeedupTiming):
+            timing = timing.with_required_fraction(lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION))
     finish_timing(result, timing, failure, checked)
 
 
@@ -735,10 +712,11 @@ def ready(checked: dict | None) -> bool:
     return checked is not None and checked["status"] == "checked"
 
 
-def finish_timing(result: RunResult, timing: dict | None, failure, checked: dict | None) -> None:
+def finish_timing(result: RunResult, timing: Timing | None, failure, checked: dict | None) -> None:
     if failure:
         result.cases.append(failure)
         terminal.error(f"{failure.name}: {failure.message}")
-    if timing is not None and checked is not None and "peer" not in timing:
-        timing["peer"] = checked  # a peer that was asked for and not timed: the record says why
+    if timing is not None and checked is not None and timing.peer is None:
+        # a peer that was asked for and not timed: the record says why
+        timing = timing.with_peer(Peer.from_json(checked))
     result.timing = timing

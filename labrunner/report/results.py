@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labrunner.exit_codes import ExitCode
+from labrunner.report.records.compile import CompileSummary
+from labrunner.report.records.device import DeviceFacts
+from labrunner.report.records.gate import Gate
+from labrunner.report.records.profile import Profile
+from labrunner.report.records.timing import Timing
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import CASE_EXIT_CODES, Status, decisive_index, run_exit_code, run_verdict
 from labrunner.truth.verdict import NOT_RUN as NOT_RUN
@@ -56,14 +61,14 @@ class RunResult:
     lab: str | None = None
     file: str | None = None
     backend: str | None = None
-    device: dict | None = None
+    device: DeviceFacts | None = None
     seed: str | None = None
     oracle_proof: dict | None = None
     cases: list[CaseResult] = field(default_factory=list)
-    timing: dict | None = None
-    gate: dict | None = None
-    compile: dict | None = None
-    profile: dict | None = None  # `attnlab profile`, or `--profile`: schema attnlab.profile/1 inside
+    timing: Timing | None = None
+    gate: Gate | None = None
+    compile: CompileSummary | None = None
+    profile: Profile | None = None  # `attnlab profile`, or `--profile`: schema attnlab.profile/1
     notes: list[str] = field(default_factory=list)
     kernel_output: list[str] = field(default_factory=list)
     error: str | None = None
@@ -72,6 +77,10 @@ class RunResult:
     options: dict = field(default_factory=dict)  # the command's options, as given
     seconds: float | None = None  # wall time of the whole command
     hints: list[dict] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
+
+    @property
+    def device_name(self) -> str | None:
+        return None if self.device is None else self.device.name
 
     @property
     def skipped(self) -> int:
@@ -94,7 +103,7 @@ class RunResult:
     @property
     def verdict(self) -> Status:
         case = self.decisive_case
-        gate_passed = not (self.gate and not self.gate.get("passed", True))
+        gate_passed = self.gate is None or self.gate.passed
         return run_verdict(self.error_code, None if case is None else case.status, gate_passed)
 
     @property
@@ -108,7 +117,7 @@ class RunResult:
             "lab": self.lab,
             "file": None if self.file is None else shown(self.file),  # a student's file name, shown
             "backend": self.backend,
-            "device": self.device,
+            "device": None if self.device is None else self.device.to_json(),
             "seed": self.seed,
             "verdict": self.verdict,
             "summary": self.summary,
@@ -118,17 +127,17 @@ class RunResult:
             "hints": self.hints,
             "decisive_case": self.decisive_case.name if self.decisive_case else None,
             "oracle_proof": self.oracle_proof,
-            "compile": self.compile,
+            "compile": None if self.compile is None else self.compile.to_json(),
             "cases": [c.to_json() for c in self.cases],
-            "timing": self.timing,
-            "gate": self.gate,
+            "timing": None if self.timing is None else self.timing.to_json(),
+            "gate": None if self.gate is None else self.gate.to_json(),
             "notes": [shown_text(n) for n in self.notes],
             "kernel_output": [shown(line) for line in self.kernel_output],
-            **({"profile": self.profile} if self.profile is not None else {}),
+            **({"profile": self.profile.to_json()} if self.profile is not None else {}),
             "attnlab_version": attnlab_version(),
             "sha256": self.sha256,
             "options": self.options,
-            "gpu": (self.device or {}).get("name") if self.backend == "gpu" else None,
+            "gpu": self.device_name if self.backend == "gpu" else None,
             "seconds": self.seconds,
         }
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +16,8 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from labrunner.report.progress import Progress
+from labrunner.report.records.profile import Profile, RangeReport, Trace
+from labrunner.report.records.timing import Peer, PeerRow, PipelineTiming, Series, SpeedupTiming
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import Status
@@ -61,7 +64,7 @@ def progress_display(enabled: bool = True):
         console=stderr,
         transient=True,
     )
-    task = {"id": None, "finished": 0}
+    task: dict[str, Any] = {"id": None, "finished": 0}
 
     def start(description: str, total: int) -> None:
         task["id"], task["finished"] = bar.add_task(description, total=total), 0
@@ -94,28 +97,30 @@ def labs_table(labs) -> None:
 
 
 def check_report(result: RunResult) -> None:
-    info = result.compile or {}
-    heading(f"{result.file}: compiles for {result.lab} ({info.get('arch')}, NVRTC {info.get('nvrtc')})")
+    summary = result.compile
+    if summary is None:
+        return
+    heading(f"{result.file}: compiles for {result.lab} ({summary.arch}, NVRTC {summary.nvrtc})")
     table = Table()
     for column in ("kernel", "registers", "shared (static)", "stack", "spills (st/ld)"):
         table.add_column(column, justify="right" if column != "kernel" else "left")
-    for name, r in info.get("resources", {}).items():
+    for name, r in summary.resources.items():
         table.add_row(
             name,
-            _opt(r["registers"]),
-            _bytes(r["shared_bytes"]),
-            _bytes(r["stack_bytes"]),
-            f"{_opt(r['spill_stores'])}/{_opt(r['spill_loads'])}",
+            _opt(r.registers),
+            _bytes(r.shared_bytes),
+            _bytes(r.stack_bytes),
+            f"{_opt(r.spill_stores)}/{_opt(r.spill_loads)}",
         )
     stdout.print(table)
     launches = Table(title="launch geometry (exported attnlab_* constants, defaults otherwise)")
     launches.add_column("constant")
     launches.add_column("value", justify="right")
     launches.add_column("from")
-    for name, value in info.get("constants", {}).items():
-        launches.add_row(name, str(value), "file" if name in info.get("exported", {}) else "default")
+    for name, value in summary.constants.items():
+        launches.add_row(name, str(value), summary.constant_source(name))
     stdout.print(launches)
-    for warning in info.get("warnings", []):
+    for warning in summary.warnings:
         note(warning)
 
 
@@ -132,9 +137,7 @@ def doctor_report(rows: list[tuple[str, bool, str]]) -> None:
 def cases_report(result: RunResult) -> None:
     if not result.cases:
         return
-    title = f"{result.lab} · {result.file} · {result.backend}" + (
-        f" ({result.device.get('name')})" if result.device else ""
-    )
+    title = f"{result.lab} · {result.file} · {result.backend}" + (f" ({result.device.name})" if result.device else "")
     heading(title)
     table = Table()
     # A lab without a cached prefix (lab 1) has no prefix column: a column of zeros teaches nothing.
@@ -161,18 +164,18 @@ def timing_report(result: RunResult) -> None:
     timing = result.timing
     if not timing:
         return
-    if timing.get("kind") == "pipeline":
+    if isinstance(timing, PipelineTiming):
         _pipeline_table(timing)
-    elif timing.get("kind") == "speedup":
+    else:
         _speedup_table(timing)
-    for warning in timing.get("warnings", []):
+    for warning in timing.conditions.warnings:
         note(warning)
 
 
-def _pipeline_table(timing: dict) -> None:
+def _pipeline_table(timing: PipelineTiming) -> None:
     table = Table(title="what the score matrix costs (median of cold calls, L2 flushed)")
-    kernel_names = list(timing["rows"][0]["kernels"]) if timing["rows"] else []
-    peer = timing.get("peer") if (timing.get("peer") or {}).get("status") == "timed" else None
+    kernel_names = list(timing.rows[0].kernels or {}) if timing.rows else []
+    peer = timing.peer if timing.peer is not None and timing.peer.timed else None
     columns = [
         "T",
         "matrix MiB",
@@ -186,27 +189,27 @@ def _pipeline_table(timing: dict) -> None:
     ]
     for column in columns:
         table.add_column(column, justify="right")
-    for row in timing["rows"]:
-        kernels = row["kernels"]
+    for row in timing.rows:
+        kernels = row.kernels or {}
         table.add_row(
-            str(row["T"]),
-            f"{row['matrix_mib']:g}",
-            f"{row['tensors_mib']:.1f}",
-            f"{row['matrix_over_tensors']:.1f}x",
-            *(f"{kernels[k]['median_ms']:.3f}" for k in kernel_names),
-            f"{row['total']['median_ms']:.3f}",
-            *(_peer_cells(row["peer"]) if peer else ()),
-            f"{row['matrix_traffic_mib']:g} MiB",
-            f"{row['implied_gb_s']:.0f}",
+            str(row.t),
+            f"{row.matrix_mib:g}",
+            f"{row.tensors_mib:.1f}",
+            f"{row.matrix_over_tensors:.1f}x",
+            *(_ms(kernels[k]) for k in kernel_names),
+            _ms(row.total),
+            *(_peer_cells(row.peer) if peer else ()),
+            f"{row.matrix_traffic_mib:g} MiB",
+            f"{row.implied_gb_s:.0f}",
         )
-    for row in timing.get("projections", []):
+    for row in timing.projections:
         table.add_row(
-            f"[dim]{row['T']}[/]",
-            f"[dim]{_mib(row['matrix_mib'])} (projected)[/]",
-            f"[dim]{row['tensors_mib']:.1f}[/]",
-            f"[dim]{row['matrix_over_tensors']:.0f}x[/]",
+            f"[dim]{row.t}[/]",
+            f"[dim]{_mib(row.matrix_mib)} (projected)[/]",
+            f"[dim]{row.tensors_mib:.1f}[/]",
+            f"[dim]{row.matrix_over_tensors:.0f}x[/]",
             *([""] * (len(kernel_names) + 1 + (2 if peer else 0))),
-            f"[dim]{_mib(row['matrix_traffic_mib'])}[/]",
+            f"[dim]{_mib(row.matrix_traffic_mib)}[/]",
             "",
         )
     stdout.print(table)
@@ -217,110 +220,115 @@ def _pipeline_table(timing: dict) -> None:
     _floor_table(timing)
     if peer:
         stdout.print(
-            f"SPEEDUP vs peer = {escape(peer['label'])}'s time / the whole call's time, each pair interleaved "
+            f"SPEEDUP vs peer = {escape(peer.label)}'s time / the whole call's time, each pair interleaved "
             "on the same fresh input sets (95% CI in --json)",
             soft_wrap=True,
         )
         _peer_includes(peer)
 
 
-def _floor_table(timing: dict) -> None:
+def _floor_table(timing: PipelineTiming) -> None:
     """At the largest measured T: the bytes each kernel must move, its GB/s against this run's device
     copy, and the whole call against the floor those bytes set."""
-    measured = [row for row in timing["rows"] if row.get("must_move")]
-    if not measured:
+    row = timing.largest_measured
+    if row is None or not row.must_move:
         return
-    row = measured[-1]
-    floor = row.get("floor")
-    table = Table(title=f"the bytes each kernel must move at T = {row['T']}")
+    floor = row.floor
+    kernels = row.kernels or {}
+    table = Table(title=f"the bytes each kernel must move at T = {row.t}")
     for column in ("kernel", "must move", "ms", "GB/s", *(("of the copy",) if floor else ())):
         table.add_column(column, justify="left" if column == "kernel" else "right")
-    for name, moved in row["must_move"].items():
+    for name, moved in row.must_move.items():
         table.add_row(
             name,
-            f"{moved['bytes'] / MEBIBYTE:,.0f} MiB",
-            f"{row['kernels'][name]['median_ms']:.3f}",
-            f"{moved['gb_s']:.0f}",
-            *((f"{moved['gb_s'] / floor['copy_gb_s']:.0%}",) if floor else ()),
+            f"{moved.bytes / MEBIBYTE:,.0f} MiB",
+            _ms(kernels[name]),
+            f"{moved.gb_s:.0f}",
+            *((f"{moved.copy_fraction:.0%}",) if floor else ()),
         )
     stdout.print(table)
     if floor:
         stdout.print(
-            f"floor: {floor['bytes'] / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor['copy_gb_s']:.0f} "
-            f"GB/s, bytes read plus written) = {floor['ms']:.3f} ms; the whole call takes "
-            f"{row['total']['median_ms']:.3f} ms, {floor['times_floor']:.2f}x the floor",
+            f"floor: {floor.bytes / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor.copy_gb_s:.0f} "
+            f"GB/s, bytes read plus written) = {floor.ms:.3f} ms; the whole call takes "
+            f"{_ms(row.total)} ms, {floor.times_floor:.2f}x the floor",
             soft_wrap=True,
         )
     else:
         note("no device copy was timed in this run, so the floor is not known")
 
 
-def _peer_cells(versus: dict) -> tuple[str, str]:
-    return f"{versus['median_ms']:.3f}", f"{versus['speedup']:.2f}x"
+def _ms(series: Series | None) -> str:
+    """A series' median, as every timing table shows it."""
+    return "" if series is None else f"{series.median_ms:.3f}"
 
 
-def _peer_includes(peer: dict) -> None:
-    stdout.print(
-        f"[dim]the peer's time ({escape(peer['label'])}) includes: {escape(peer['includes'])}[/]", soft_wrap=True
-    )
+def _peer_cells(versus: PeerRow | None) -> tuple[str, str]:
+    if versus is None:
+        return "", ""
+    return f"{versus.median_ms:.3f}", f"{versus.speedup:.2f}x"
 
 
-def _speedup_table(timing: dict) -> None:
-    comparison = timing["comparison"]
-    bandwidth = timing.get("bandwidth")  # a lab graded on bandwidth: bytes and TB/s, not FLOPs
+def _peer_includes(peer: Peer) -> None:
+    stdout.print(f"[dim]the peer's time ({escape(peer.label)}) includes: {escape(peer.includes)}[/]", soft_wrap=True)
+
+
+def _speedup_table(timing: SpeedupTiming) -> None:
+    comparison = timing.comparison
+    bandwidth = timing.bandwidth  # a lab graded on bandwidth: bytes and TB/s, not FLOPs
     shape = (
-        f"B = {timing['rows']} sequences, the longest {timing['prefix']} keys ({bandwidth['bytes'] / 1e9:.2f} GB "
-        "must move)"
+        f"B = {timing.rows} sequences, the longest {timing.prefix} keys ({bandwidth.bytes / 1e9:.2f} GB must move)"
         if bandwidth
-        else f"C = {timing['rows']}, P = {timing['prefix']} ({timing['gflop']:.2f} GFLOP)"
+        else f"C = {timing.rows}, P = {timing.prefix} ({timing.gflop:.2f} GFLOP)"
     )
     table = Table(title=f"{shape}, interleaved cold calls, L2 flushed")
     for column in ("kernel", "median ms", "min ms", "max ms", "samples", "noise", "TB/s" if bandwidth else "TFLOP/s"):
         table.add_column(column, justify="right" if column != "kernel" else "left")
-    for label, key in ((timing["student_label"], "student"), (timing["baseline_label"], "baseline")):
-        stats = comparison[key]
-        rate = bandwidth["bytes"] / stats["median_ms"] / 1e9 if bandwidth else timing["gflop"] / stats["median_ms"]
+    contenders = (
+        (timing.student_label, comparison.student, bandwidth.student_tb_s if bandwidth else timing.student_tflop_s),
+        (timing.baseline_label, comparison.baseline, bandwidth.baseline_tb_s if bandwidth else timing.baseline_tflop_s),
+    )
+    for label, stats, rate in contenders:
         table.add_row(
             label,
-            f"{stats['median_ms']:.3f}",
-            f"{stats['min_ms']:.3f}",
-            f"{stats['max_ms']:.3f}",
-            str(stats["count"]),
-            "" if stats["rse"] is None else f"{100 * stats['rse']:.2f}%",
+            f"{stats.median_ms:.3f}",
+            f"{stats.min_ms:.3f}",
+            f"{stats.max_ms:.3f}",
+            str(stats.count),
+            "" if stats.rse is None else f"{stats.rse:.2%}",
             f"{rate:.2f}",
         )
     stdout.print(table)
     if bandwidth:
         stdout.print(
-            f"device copy in the same run: {bandwidth['copy_tb_s']:.2f} TB/s; {timing['student_label']} "
-            f"reaches [bold]{bandwidth['copy_fraction']:.2f}[/] of it ({bandwidth['student_tb_s']:.2f} TB/s)"
+            f"device copy in the same run: {bandwidth.copy_tb_s:.2f} TB/s; {timing.student_label} "
+            f"reaches [bold]{bandwidth.copy_fraction:.2f}[/] of it ({bandwidth.student_tb_s:.2f} TB/s)"
         )
     stdout.print(
-        f"[bold]SPEEDUP {comparison['speedup']:.2f}x[/] "
-        f"(95% CI {comparison['ci_low']:.2f}x to {comparison['ci_high']:.2f}x, vs {timing['baseline_label']})"
+        f"[bold]SPEEDUP {comparison.speedup:.2f}x[/] "
+        f"(95% CI {comparison.ci_low:.2f}x to {comparison.ci_high:.2f}x, vs {timing.baseline_label})"
     )
-    rounds = timing.get("rounds", [])
-    if len(rounds) > 1:
+    if len(timing.rounds) > 1:
         stdout.print(
-            f"{len(rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
-            + ", ".join(f"{r['speedup']:.2f}x" for r in rounds),
+            f"{len(timing.rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
+            + ", ".join(f"{r.speedup:.2f}x" for r in timing.rounds),
             soft_wrap=True,
         )
-    if (timing.get("peer") or {}).get("status") == "timed":
-        _peer_includes(timing["peer"])
-    if timing.get("overhead_ms") is not None:
-        stdout.print(f"[dim]measurement overhead (empty kernel, same path): {timing['overhead_ms']:.4f} ms[/]")
+    if timing.peer is not None and timing.peer.timed:
+        _peer_includes(timing.peer)
+    if timing.conditions.overhead_ms is not None:
+        stdout.print(f"[dim]measurement overhead (empty kernel, same path): {timing.conditions.overhead_ms:.4f} ms[/]")
 
 
 def gate_report(result: RunResult) -> None:
     gate = result.gate
     if not gate:
         return
-    if gate.get("status") == "none":
-        note(gate["message"])
+    if gate.status == "none":
+        note(gate.message)
     else:
-        style = "green" if gate["passed"] else "bold red"
-        stdout.print(f"[{style}]speed gate: {gate['message']}[/]")
+        style = "green" if gate.passed else "bold red"
+        stdout.print(f"[{style}]speed gate: {gate.message}[/]")
 
 
 def verdict_line(result: RunResult) -> None:
@@ -377,39 +385,30 @@ def plain_lines(lines: list[str]) -> None:
         stdout.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def trace_report(trace: dict) -> None:
+def trace_report(trace: Trace) -> None:
     """One line per call, each kernel a bar proportional to its GPU time, with its ms."""
     source = (
-        "CUPTI activity records" + (f" (cupti-python {trace['cupti_version']})" if trace.get("cupti_version") else "")
-        if trace["source"] == "cupti"
+        "CUPTI activity records" + (f" (cupti-python {trace.cupti_version})" if trace.cupti_version else "")
+        if trace.source == "cupti"
         else "CUDA events around each launch"
     )
-    heading(f"Trace timeline: {trace['calls']} calls per shape, GPU start and end of every kernel from {source}")
-    if trace.get("why_not_cupti") and trace["source"] != "cupti":
-        note(f"no CUPTI: {trace['why_not_cupti']}")
-    slices = trace["slices"]
-    kernels = list(dict.fromkeys(s["kernel"] for s in slices))
-    style = {k: KERNEL_STYLES[i % len(KERNEL_STYLES)] for i, k in enumerate(kernels)}
-    for shape in trace["shapes"]:
-        calls: dict[int, list[dict]] = {}
-        for s in slices:
-            if s["shape"] == shape:
-                calls.setdefault(s["call"], []).append(s)
-        longest = max((sum(s["duration_ms"] for s in launches) for launches in calls.values()), default=0.0)
+    heading(f"Trace timeline: {trace.calls} calls per shape, GPU start and end of every kernel from {source}")
+    if trace.why_not_cupti and trace.source != "cupti":
+        note(f"no CUPTI: {trace.why_not_cupti}")
+    style = {k: KERNEL_STYLES[i % len(KERNEL_STYLES)] for i, k in enumerate(trace.kernels)}
+    for shape in trace.shapes:
+        longest = trace.longest_ms(shape)
         stdout.print(f"[bold]{escape(shape)}[/] [dim](a full bar is {longest:.3f} ms)[/]", soft_wrap=True)
-        for call, launches in sorted(calls.items()):
+        for call in trace.calls_at(shape):
             bars, words = [], []
-            for s in launches:
-                width = max(1, round(BAR_WIDTH * s["duration_ms"] / longest)) if longest else 1
-                bars.append(f"[{style[s['kernel']]}]{'█' * width}[/]")
-                words.append(
-                    f"[{style[s['kernel']]}]{escape(s['kernel'].removeprefix('attn_'))}[/] {s['duration_ms']:.3f}"
-                )
-            total = sum(s["duration_ms"] for s in launches)
-            span = (launches[-1]["end_ns"] - launches[0]["start_ns"]) / 1e6
+            for s in call.launches:
+                # the bar's length in characters: the launch's share of the longest call, drawn
+                width = max(1, round(BAR_WIDTH * s.duration_ms / longest)) if longest else 1
+                bars.append(f"[{style[s.kernel]}]{'█' * width}[/]")
+                words.append(f"[{style[s.kernel]}]{escape(s.kernel.removeprefix('attn_'))}[/] {s.duration_ms:.3f}")
             stdout.print(
-                f"  call {call + 1}  {''.join(bars)}  {' · '.join(words)} = {total:.3f} ms"
-                + (f" [dim](first start to last end {span:.3f} ms)[/]" if len(launches) > 1 else ""),
+                f"  call {call.call + 1}  {''.join(bars)}  {' · '.join(words)} = {call.total_ms:.3f} ms"
+                + (f" [dim](first start to last end {call.span_ms:.3f} ms)[/]" if len(call.launches) > 1 else ""),
                 soft_wrap=True,
             )
 
@@ -426,13 +425,13 @@ def _mb(value) -> str:
     return "-" if value is None else f"{value / 1e6:.1f}"
 
 
-def range_report(profile: dict) -> None:
+def range_report(profile: Profile) -> None:
     """The Range pass's counters per kernel, the roofline verdicts, and the ceilings they stand under."""
-    report = profile.get("range") or {}
-    if not report.get("available"):
-        note(f"Range pass: {report.get('message')}")
+    report = profile.range
+    if report is None or not report.available:
+        note(f"Range pass: {None if report is None else report.message}")
         return
-    shape = report["shape"]["label"]
+    shape = report.shape.label if report.shape else ""
     table = Table(title=f"Range pass (Nsight Compute, one cold call at {shape}, clocks untouched)")
     columns = (
         "kernel",
@@ -455,118 +454,111 @@ def range_report(profile: dict) -> None:
             justify="left" if column == "kernel" else "right",
             overflow="fold" if column == "kernel" else "ellipsis",
         )
-    for contender in report["contenders"]:
+    for contender in report.contenders:
         # the file on a row of its own, its kernels indented under it: a long path may wrap there
         # without cutting a kernel's name in two
-        table.add_row(escape(contender["label"]), *[""] * (len(columns) - 1))
-        for number, k in enumerate(contender["kernels"]):
-            point = k.get("point") or {}
+        table.add_row(escape(contender.label), *[""] * (len(columns) - 1))
+        for number, k in enumerate(contender.kernels):
+            point = k.point
             table.add_row(
-                "  " + escape(k["kernel"]),
-                "-" if k.get("duration_ns") is None else f"{k['duration_ns'] / 1e6:.3f}",
-                _pct(k.get("sm_throughput_pct")),
-                _mb(k.get("dram_read_bytes")),
-                _mb(k.get("dram_write_bytes")),
-                _pct(k.get("l2_hit_rate_pct")),
-                _pct(k.get("achieved_occupancy_pct")),
-                _count(k.get("registers_per_thread")),
-                _count(k.get("shared_bank_conflicts")),
-                _pct(k.get("fma_pipe_pct")),
-                f"{point['achieved_flops_per_s'] / 1e12:.2f}" if point else "-",
-                f"{point['intensity_flop_per_byte']:.1f}" if point.get("intensity_flop_per_byte") else "-",
-                end_section=number == len(contender["kernels"]) - 1,
+                "  " + escape(k.kernel),
+                "-" if k.duration_ns is None else f"{k.duration_ns / 1e6:.3f}",
+                _pct(k.sm_throughput_pct),
+                _mb(k.dram_read_bytes),
+                _mb(k.dram_write_bytes),
+                _pct(k.l2_hit_rate_pct),
+                _pct(k.achieved_occupancy_pct),
+                _count(k.registers_per_thread),
+                _count(k.shared_bank_conflicts),
+                _pct(k.fma_pipe_pct),
+                f"{point.achieved_flops_per_s / 1e12:.2f}" if point else "-",
+                f"{point.intensity_flop_per_byte:.1f}" if point and point.intensity_flop_per_byte else "-",
+                end_section=number == len(contender.kernels) - 1,
             )
     stdout.print(table)
-    if report.get("dropped_metrics"):
-        note("ncu does not know " + ", ".join(report["dropped_metrics"]) + " here: those columns are empty")
-    ceilings = profile.get("ceilings")
+    if report.dropped_metrics:
+        note("ncu does not know " + ", ".join(report.dropped_metrics) + " here: those columns are empty")
+    ceilings = profile.ceilings
     if ceilings:
         stdout.print(
-            f"[dim]ceilings: FP32 {ceilings['peak_flops'] / 1e12:.1f} TFLOP/s ({escape(ceilings['peak_source'])}); "
-            f"HBM {ceilings['bandwidth'] / 1e12:.2f} TB/s ({escape(ceilings['bandwidth_source'])}); "
-            f"ridge point {ceilings['ridge_flop_per_byte']:.1f} FLOP/B[/]",
+            f"[dim]ceilings: FP32 {ceilings.peak_flops / 1e12:.1f} TFLOP/s ({escape(ceilings.peak_source)}); "
+            f"HBM {ceilings.bandwidth / 1e12:.2f} TB/s ({escape(ceilings.bandwidth_source)}); "
+            f"ridge point {ceilings.ridge:.1f} FLOP/B[/]",
             soft_wrap=True,
         )
     else:
-        note(f"no roofline verdict: {profile.get('ceilings_problem')}")
-    for contender in report["contenders"]:
-        point = contender.get("point")
-        if point:
-            kernels = "" if len(contender["kernels"]) == 1 else " (the whole call)"
-            stdout.print(f"[bold]{escape(contender['label'])}{kernels}: {point['verdict']}[/]", soft_wrap=True)
-        if len(contender["kernels"]) > 1:
-            for k in contender["kernels"]:
-                if k.get("point"):
-                    stdout.print(f"  {escape(k['kernel'])}: {k['point']['verdict']}", soft_wrap=True)
-    for row in profile.get("trace_vs_ncu", []):
+        note(f"no roofline verdict: {profile.ceilings_problem}")
+    for contender in report.contenders:
+        if contender.point:
+            kernels = "" if len(contender.kernels) == 1 else " (the whole call)"
+            stdout.print(f"[bold]{escape(contender.label)}{kernels}: {contender.point.verdict}[/]", soft_wrap=True)
+        if len(contender.kernels) > 1:
+            for k in contender.kernels:
+                if k.point:
+                    stdout.print(f"  {escape(k.kernel)}: {k.point.verdict}", soft_wrap=True)
+    for row in profile.trace_vs_ncu or []:
         stdout.print(
-            f"[dim]{escape(row['kernel'])}: the trace's median {row['trace_median_ms']:.3f} ms, ncu's "
-            f"{row['ncu_ms']:.3f} ms ({100 * row['difference']:+.1f}%)[/]",
+            f"[dim]{escape(row.kernel)}: the trace's median {row.trace_median_ms:.3f} ms, ncu's "
+            f"{row.ncu_ms:.3f} ms ({row.difference:+.1%})[/]",
             soft_wrap=True,
         )
-    if profile.get("no_starter_row"):
-        note(profile["no_starter_row"])
+    if profile.no_starter_row:
+        note(profile.no_starter_row)
 
 
-def traffic_beside_measured(profile: dict) -> None:
+def traffic_beside_measured(profile: Profile) -> None:
     """The lesson's model at the profiled shape, next to the DRAM bytes ncu counted."""
-    model = profile.get("traffic")
+    model = profile.traffic
     if not model:
         return
-    report = profile.get("range") or {}
-    shape = report.get("shape", {}).get("label", "")
+    shape = profile.range.shape.label if profile.range and profile.range.shape else ""
     stdout.print(
-        f"HBM traffic model at {shape}: naive {model['naive_bytes'] / 1e6:.2f} MB (the score matrix "
-        f"{model['matrix_bytes'] / 1e6:.2f} MB, written and read twice), flash {model['flash_bytes'] / 1e6:.2f} MB "
+        f"HBM traffic model at {shape}: naive {model.naive_bytes / 1e6:.2f} MB (the score matrix "
+        f"{model.matrix_bytes / 1e6:.2f} MB, written and read twice), flash {model.flash_bytes / 1e6:.2f} MB "
         "(Q, K, V read once, the output written once)",
         soft_wrap=True,
     )
-    for contender in report.get("contenders", []) if report.get("available") else []:
-        measured = contender.get("dram_bytes")
-        if measured:
-            stdout.print(
-                f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:.2f} MB = "
-                f"{measured / model['flash_bytes']:.2f}x flash, {measured / model['naive_bytes']:.3f}x naive",
-                soft_wrap=True,
-            )
+    for row in profile.dram_beside_model:
+        stdout.print(
+            f"  measured DRAM, {escape(row.label)}: {row.dram_bytes / 1e6:.2f} MB = "
+            f"{row.times_flash:.2f}x flash, {row.times_naive:.3f}x naive",
+            soft_wrap=True,
+        )
 
 
-def must_move_beside_measured(profile: dict) -> None:
+def must_move_beside_measured(profile: Profile) -> None:
     """A lab's own model of the least bytes one call must move (`Lab.bytes_to_move`), next to the DRAM bytes
     ncu counted: above 1x is what was read more than once, or written beside the output."""
-    model = profile.get("must_move")
+    model = profile.must_move
     if not model:
         return
-    report = profile.get("range") or {}
     stdout.print(
-        f"bytes one call must move at {model['label']} (the lab's model, as bench counts them): "
-        f"{model['bytes'] / 1e6:,.2f} MB",
+        f"bytes one call must move at {model.label} (the lab's model, as bench counts them): "
+        f"{model.bytes / 1e6:,.2f} MB",
         soft_wrap=True,
     )
-    for contender in report.get("contenders", []) if report.get("available") else []:
-        measured = contender.get("dram_bytes")
-        if measured:
-            stdout.print(
-                f"  measured DRAM, {escape(contender['label'])}: {measured / 1e6:,.2f} MB = "
-                f"{measured / model['bytes']:.3f}x the bytes that must move",
-                soft_wrap=True,
-            )
+    for row in profile.dram_beside_model:
+        stdout.print(
+            f"  measured DRAM, {escape(row.label)}: {row.dram_bytes / 1e6:,.2f} MB = "
+            f"{row.times_must_move:.3f}x the bytes that must move",
+            soft_wrap=True,
+        )
 
 
-def range_summary_line(report: dict) -> None:
+def range_summary_line(report: RangeReport) -> None:
     """`grade --profile`, `bench --profile`: the Range pass in one line."""
-    if not report.get("available"):
-        note(f"Range pass: {report.get('message')}")
+    if not report.available:
+        note(f"Range pass: {report.message}")
         return
     parts = []
-    for contender in report["contenders"]:
-        point = contender.get("point")
-        sm = [k.get("sm_throughput_pct") for k in contender["kernels"]]
+    for contender in report.contenders:
+        sm = [k.sm_throughput_pct for k in contender.kernels]
         parts.append(
-            f"{contender['label']} {contender['duration_ms']:.3f} ms, DRAM {_mb(contender['dram_bytes'])} MB, "
-            f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {point['verdict']}" if point else "")
+            f"{contender.label} {contender.duration_ms:.3f} ms, DRAM {_mb(contender.dram_bytes)} MB, "
+            f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {contender.point.verdict}" if contender.point else "")
         )
-    stdout.print(escape(f"Range pass at {report['shape']['label']} (ncu): " + " | ".join(parts)), soft_wrap=True)
+    label = report.shape.label if report.shape else ""
+    stdout.print(escape(f"Range pass at {label} (ncu): " + " | ".join(parts)), soft_wrap=True)
 
 
 # --- output fit for logs ---------------------------------------------------------------------
@@ -610,7 +602,9 @@ ASCII_SPELLING = {
 }
 
 
-def _spell_in_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
+def _spell_in_ascii(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):  # registered for writing only: decoding never reaches here
+        raise error
     text = error.object[error.start : error.end]
     return "".join(ASCII_SPELLING.get(c, "?") for c in text), error.end
 
