@@ -19,6 +19,7 @@ from fixture_suite import FIXTURES, REPO, load_fixtures
 from result_schema import validate_file
 
 from labrunner.cli import main
+from labrunner.cli.options import passed_options
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline import batch
 
@@ -324,7 +325,7 @@ def test_the_grade_options_are_passed_on_and_a_secret_seed_never_is(monkeypatch)
             "github",
         ],
     )
-    forwarded = batch.passed_options(
+    forwarded = passed_options(
         grade, context.params, {"json_path", "junit_path", "annotations", "jobs", "executor", "out_dir", "csv_path"}
     )
     assert forwarded == (
