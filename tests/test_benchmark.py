@@ -537,6 +537,7 @@ def test_a_gpu_whose_sets_differ_from_the_definition_refuses_to_time():
     assert refused.value.exit_code == 6
 
 
+@pytest.mark.slow
 def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_cheat(in_process):
     constants = LAB.constants({})
     options = TimingOptions(seed=3, min_samples=6, budget_s=0.05)

@@ -111,6 +111,7 @@ def test_negative_constants_are_read_with_their_sign():
     assert module.launch_constants == {"attnlab_threads": -5}
 
 
+@pytest.mark.slow
 def test_registers_are_parsed_for_every_kernel():
     module = compile_gate((REPO / "kernels/lab1/solution.cu").read_text(), "solution.cu")
     assert set(module.resources) == {"attn_scores", "attn_softmax", "attn_weighted_sum"}

@@ -16,6 +16,7 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("cpu-cache")
 
 
+@pytest.mark.slow
 def test_the_cpu_build_defines_exactly_the_macros_nvrtc_defines(cache):
     """Every name g++ or NVRTC predefines is tested with #ifdef inside a kernel built for the CPU;
     the answer must be NVRTC's, the limit macros g++'s headers expand into (`__INT_MAX__`) included."""
@@ -35,6 +36,7 @@ def test_the_cpu_build_defines_exactly_the_macros_nvrtc_defines(cache):
 
 
 @pytest.mark.parametrize("arch, expected", [("sm_90", 900), ("sm_80", 800)])
+@pytest.mark.slow
 def test_cuda_arch_is_the_arch_the_gate_compiled_for(cache, arch, expected):
     src = (
         PRELUDE

@@ -69,17 +69,20 @@ def test_a_constructor_function_is_refused_by_name(cache):
     assert refusal(cache, "__device__ __attribute__((constructor)) void evil() {}\n") == PREFIX + "`evil()`" + AT_LOAD
 
 
+@pytest.mark.slow
 def test_a_static_constructor_is_refused_by_name(cache):
     code = "volatile int attnlab_hits;\nstatic __attribute__((constructor)) void quiet() { attnlab_hits = 1; }\n"
     assert refusal(cache, code) == PREFIX + "`quiet()`" + AT_LOAD
 
 
+@pytest.mark.slow
 def test_a_destructor_function_is_refused(cache):
     assert refusal(cache, "__attribute__((destructor)) void bye() {}\n") == (
         PREFIX + "`bye()` would run when the module unloads, outside any kernel (a destructor); remove it"
     )
 
 
+@pytest.mark.slow
 def test_an_entry_placed_in_init_array_by_hand_is_refused(cache):
     code = (
         'extern "C" void planted() {}\n'
@@ -101,6 +104,7 @@ def test_an_entry_placed_in_init_array_by_the_assembler_never_reaches_it(cache):
     )
 
 
+@pytest.mark.slow
 def test_code_added_to_the_init_section_is_refused(cache):
     code = '__attribute__((section(".init"), used)) static void extra_init() {}\n'
     assert refusal(cache, code) == (
@@ -109,6 +113,7 @@ def test_code_added_to_the_init_section_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_an_indirect_function_is_refused(cache):
     code = (
         'extern "C" int impl() { return 1; }\n'
@@ -121,6 +126,7 @@ def test_an_indirect_function_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_a_call_into_the_c_library_outside_the_list_is_refused(cache):
     code = (
         'extern "C" __device__ int system(const char*);\n'
@@ -132,6 +138,7 @@ def test_a_call_into_the_c_library_outside_the_list_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_a_static_with_a_destructor_is_refused_for_registering_exit_code(cache):
     code = (
         'struct Noisy { ~Noisy() { printf("bye\\n"); } };\n'
@@ -140,6 +147,7 @@ def test_a_static_with_a_destructor_is_refused_for_registering_exit_code(cache):
     assert refusal(cache, code).startswith(PREFIX + "it uses `__cxa_atexit`, which kernels")
 
 
+@pytest.mark.slow
 def test_file_scope_shared_memory_adds_no_load_time_code(cache):
     code = (
         "extern __shared__ float dynamic_tile[];\n__shared__ float static_tile[32];\n"
@@ -153,6 +161,7 @@ def test_file_scope_shared_memory_adds_no_load_time_code(cache):
     assert len(read_elf(module.so_path).init_entries) == 1  # the C runtime's frame_dummy only
 
 
+@pytest.mark.slow
 def test_a_cached_module_is_checked_again_before_loading(cache):
     """A module found in the cache (planted there, or built before the check existed) is read again."""
     code = (
@@ -179,6 +188,7 @@ TM_HOOK = (
 TM_ENTRY = '__attribute__((section(".tm_clone_table"), used)) static void* attnlab_pair[2] = {0, 0};\n'
 
 
+@pytest.mark.slow
 def test_a_definition_the_start_up_code_calls_is_refused(cache):
     assert refusal(cache, TM_HOOK + TM_ENTRY) == (
         "attention.cu: error: the CPU build defines _ITM_registerTMCloneTable, which runs at load time; kernels may "
@@ -199,6 +209,7 @@ def test_the_start_up_code_really_calls_it_when_nothing_checks(cache, tmp_path):
     assert (loaded.returncode, loaded.stdout) == (0, "attnlab-tm-hook-ran\n")
 
 
+@pytest.mark.slow
 def test_a_hidden_definition_of_the_hook_is_refused_too(cache):
     """A hidden symbol is local in the built object (and absent from its dynamic symbols), yet it is
     what the start-up code's reference binds to when the module is linked."""
@@ -212,6 +223,7 @@ def test_a_hidden_definition_of_the_hook_is_refused_too(cache):
     )
 
 
+@pytest.mark.slow
 def test_a_clone_table_with_entries_is_refused(cache):
     assert refusal(cache, TM_ENTRY) == (
         "attention.cu: error: the CPU build has 16 bytes in .tm_clone_table, which the C runtime's start-up code hands "
@@ -219,6 +231,7 @@ def test_a_clone_table_with_entries_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_defining_gmon_start_is_refused(cache):
     """_init (crti.o) calls __gmon_start__ when it is defined."""
     assert refusal(cache, 'extern "C" void __gmon_start__() {}\n') == (
@@ -226,6 +239,7 @@ def test_defining_gmon_start_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_defining_the_shutdown_hook_is_refused(cache):
     assert refusal(cache, 'extern "C" void _ITM_deregisterTMCloneTable(void*) {}\n') == (
         "attention.cu: error: the CPU build defines _ITM_deregisterTMCloneTable, which runs at unload time; kernels "
@@ -233,6 +247,7 @@ def test_defining_the_shutdown_hook_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_a_section_the_empty_build_lacks_is_refused(cache):
     code = '__attribute__((section("attnlab_planted"), used)) static int attnlab_planted_data = 1;\n'
     assert refusal(cache, code) == (
@@ -241,6 +256,7 @@ def test_a_section_the_empty_build_lacks_is_refused(cache):
     )
 
 
+@pytest.mark.slow
 def test_an_old_style_constructor_table_entry_is_refused(cache):
     """The linker merges .ctors into .init_array: the entry is counted there and named."""
     code = (

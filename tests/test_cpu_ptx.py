@@ -274,6 +274,7 @@ extern "C" __global__ void spellings(const float* x, unsigned* out) {
 """
 
 
+@pytest.mark.slow
 def test_every_way_of_writing_the_statement_runs_the_same_instruction(tmp_path):
     module = CpuModule.build(PRELUDE + SPELLINGS, "ptx.cu", {"spellings": ["float*", "unsigned*"]}, cache_dir=tmp_path)
     x = np.array([1.0 + 2.0**-11, -(1.0 + 2.0**-11), 0.1, np.inf], np.float32)  # ties, 0.1f, Inf
@@ -549,6 +550,7 @@ def test_a_rewritten_statement_keeps_every_later_line_number(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_grade_refuses_ptx_the_cpu_backend_cannot_run_with_a_compile_error(tmp_path):
     """Through the command line: NVRTC accepts `ret;`, the CPU build refuses it (exit 3, the line named)."""
     fixture = "tests/fixtures/lab2/hostile/ptx_also_x86.cu"

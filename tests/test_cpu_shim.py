@@ -48,6 +48,7 @@ def fibers(request, monkeypatch):
 # ---------------------------------------------------------------- basics
 
 
+@pytest.mark.slow
 def test_block_reduce_shared_and_syncthreads(cache, fibers):
     mod = build(cache, "reduce.cu", {"block_reduce": ["float*", "float*", "int"]})
     n = 256 * 5 - 17
@@ -61,6 +62,7 @@ def test_block_reduce_shared_and_syncthreads(cache, fibers):
     np.testing.assert_array_equal(out[0::2], xp.sum(1))
 
 
+@pytest.mark.slow
 def test_syncthreads_count_and_or(cache):
     mod = build(cache, "reduce.cu", {"sync_votes": ["float*", "float*"]})
     x = np.linspace(-10, 10, 2 * 128, dtype=np.float32)
@@ -75,6 +77,7 @@ def test_syncthreads_count_and_or(cache):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.slow
 def test_exited_threads_do_not_hold_barriers(cache, reverse):
     mod = build(cache, "reduce.cu", {"early_exit_barrier": ["float*", "float*", "int"]})
     x = np.arange(128, dtype=np.float32)
@@ -84,6 +87,7 @@ def test_exited_threads_do_not_hold_barriers(cache, reverse):
     np.testing.assert_array_equal(out[77:], -1.0)
 
 
+@pytest.mark.slow
 def test_warp_reductions(cache, fibers):
     mod = build(cache, "warp.cu", {"warp_reduce": ["float*", "float*", "float*"]})
     x = np.arange(128, dtype=np.float32) * 0.5
@@ -104,6 +108,7 @@ def test_warp_reductions(cache, fibers):
     np.testing.assert_array_equal(od, d.ravel())
 
 
+@pytest.mark.slow
 def test_warp_scan_shfl_up(cache):
     mod = build(cache, "warp.cu", {"warp_scan": ["float*", "float*", "int*"]})
     x = (np.arange(96) % 7).astype(np.float32)
@@ -115,6 +120,7 @@ def test_warp_scan_shfl_up(cache):
     np.testing.assert_array_equal(outi, ref.astype(np.int32))
 
 
+@pytest.mark.slow
 def test_warp_misc_width_masks_votes(cache):
     mod = build(cache, "warp.cu", {"warp_misc": ["float*", "unsigned*"]})
     out = np.zeros((64, 8), np.float32)
@@ -136,6 +142,7 @@ def test_warp_misc_width_masks_votes(cache):
     np.testing.assert_array_equal(out[:, 7], 32.0)
 
 
+@pytest.mark.slow
 def test_dynamic_shared_tile(cache, fibers):
     mod = build(cache, "shared_dyn.cu", {"transpose_tiles": ["float*", "float*", "int"]})
     n = 64
@@ -145,6 +152,7 @@ def test_dynamic_shared_tile(cache, fibers):
     np.testing.assert_array_equal(out, a.T)
 
 
+@pytest.mark.slow
 def test_dynamic_shared_second_view_and_poison(cache):
     mod = build(cache, "shared_dyn.cu", {"bytes_view": ["float*"]})
     out = np.zeros(32, np.float32)
@@ -154,6 +162,7 @@ def test_dynamic_shared_second_view_and_poison(cache):
     assert (out[4:].view(np.uint32) == 0x7FF00BAD).all()
 
 
+@pytest.mark.slow
 def test_multidim_blocks_and_3d_grid(cache):
     mod = build(cache, "dims.cu", {"coords": ["float*"]})
     grid, block = (2, 3, 4), (16, 16, 1)
@@ -171,6 +180,7 @@ def test_multidim_blocks_and_3d_grid(cache):
         np.testing.assert_array_equal(rec[:, 7], 234)
 
 
+@pytest.mark.slow
 def test_static_shared_matmul_16x16(cache, fibers):
     mod = build(cache, "dims.cu", {"matmul16": ["float*", "float*", "float*", "int"]})
     n = 48
@@ -182,6 +192,7 @@ def test_static_shared_matmul_16x16(cache, fibers):
     np.testing.assert_array_equal(c, a @ b)
 
 
+@pytest.mark.slow
 def test_device_global_persists_and_constant(cache):
     mod = CpuModule.build(
         PRELUDE + (KERNELS / "globals.cu").read_text(), "attention.cu", {"bump": ["float*", "int"]}, cache_dir=cache
@@ -195,6 +206,7 @@ def test_device_global_persists_and_constant(cache):
     assert mod.read_int_global("NO_SUCH_GLOBAL") is None
 
 
+@pytest.mark.slow
 def test_atomics(cache):
     mod = build(cache, "globals.cu", {"atomics": ["float*", "int*", "int"]})
     fsum = np.zeros(1, np.float32)
@@ -207,6 +219,7 @@ def test_atomics(cache):
     assert c[5] == n // 2
 
 
+@pytest.mark.slow
 def test_device_printf(cache, capfd):
     mod = build(cache, "globals.cu", {"say": ["int"]})
     mod.launch("say", (2, 1, 1), (4, 1, 1), 0, [7])
@@ -218,6 +231,7 @@ def test_read_int_global_absent(cache):
     assert mod.read_int_global("ATTNLAB_TEST_VERSION") is None
 
 
+@pytest.mark.slow
 def test_math_intrinsics(cache):
     mod = build(cache, "misc.cu", {"math_ops": ["float*", "float*"]})
     x = np.linspace(-3, 3, 64, dtype=np.float32)
@@ -246,6 +260,7 @@ def test_math_intrinsics(cache):
     np.testing.assert_array_equal(out[:, 15], 1)
 
 
+@pytest.mark.slow
 def test_vector_types_and_shared_declarators(cache, fibers):
     mod = build(cache, "misc.cu", {"vec_shared": ["float*", "float*"]})
     x = np.arange(32, dtype=np.float32) + 1
@@ -271,6 +286,7 @@ def test_rewrite_keeps_lines():
 # ---------------------------------------------------------------- bugs caught
 
 
+@pytest.mark.slow
 def test_divergent_barrier_message(cache, fibers):
     mod = build(cache, "bugs.cu", {"diverge": ["float*"]})
     out = np.zeros(64, np.float32)
@@ -298,6 +314,7 @@ def test_divergent_barrier_message_reverse(cache):
     )
 
 
+@pytest.mark.slow
 def test_shuffle_naming_exited_lane(cache):
     mod = build(cache, "bugs.cu", {"shfl_exited": ["float*"]})
     out = np.zeros(32, np.float32)
@@ -313,6 +330,7 @@ def test_shuffle_naming_exited_lane(cache):
         mod.launch("shfl_exited", (1, 1, 1), (32, 1, 1), 0, [out], reverse_threads=True)
 
 
+@pytest.mark.slow
 def test_barrier_vs_shuffle_deadlock(cache):
     mod = build(cache, "bugs.cu", {"bar_vs_shfl": ["float*"]})
     out = np.zeros(64, np.float32)
@@ -337,6 +355,7 @@ def test_missing_syncthreads_shows_with_reverse_threads(cache):
     np.testing.assert_array_equal(rev, fwd)
 
 
+@pytest.mark.slow
 def test_unwritten_shared_reads_nan_in_every_block(cache):
     mod = build(cache, "bugs.cu", {"stale_shared": ["float*"]})
     out = np.zeros(96, np.float32)
@@ -345,6 +364,7 @@ def test_unwritten_shared_reads_nan_in_every_block(cache):
     assert np.isnan(out[32:]).all()
 
 
+@pytest.mark.slow
 def test_fault_and_assert_are_errors(cache):
     mod = build(cache, "bugs.cu", {"null_write": ["float*"], "asserts": ["float*", "int"]})
     with pytest.raises(
@@ -431,6 +451,7 @@ def test_lab2_starter_timing(cache):
 
 
 @pytest.mark.parametrize("C,P", [(17, 31), (70, 5)])
+@pytest.mark.slow
 def test_tiled_kernel_with_dynamic_shared(cache, C, P):
     mod = build(cache, "tiled.cu", STARTER_EP)
     shared = (64 * 65 + 64 * 64) * 4
