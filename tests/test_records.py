@@ -15,6 +15,8 @@ from labrunner.measure.range_pass import KernelMetrics
 from labrunner.measure.roofline import Point, ceilings_from_facts
 from labrunner.measure.trace import CUPTI_MISSING, KernelSlice
 from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.pipeline.batch import SubmissionTask, dead_result
+from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.records.compile import CompileSummary
 from labrunner.report.records.device import CPU_NAME, DeviceFacts
 from labrunner.report.records.gate import Gate
@@ -31,6 +33,7 @@ from labrunner.report.records.profile import (
     TraceSlice,
     TraceVsNcu,
 )
+from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.results import CaseResult, RunResult
 
 H200 = DeviceState(
@@ -382,4 +385,83 @@ def test_a_profile_that_stopped_early_or_never_ran_ncu_writes_only_what_it_reach
     assert valid(RunResult("grade", "lab1", "solution.cu", profile=summary))["profile"] == {
         "schema": "attnlab.profile/1",
         "range": no_ncu.to_json(),
+    }
+
+
+# --- a batch's row, and the result of a grading process that died ------------------------------------------
+
+
+def test_a_batch_row_is_read_from_a_submissions_json_and_writes_the_gradebooks_cells():
+    comparison = Comparison(Series({"median_ms": 2.0}), Series({"median_ms": 25.9742}), 12.9871, 12.9, 13.1)
+    result = RunResult(
+        "grade",
+        "lab2",
+        "subs/ana.cu",
+        backend="gpu",
+        device=DeviceFacts.of_gpu(H200),
+        cases=[passed_case(), CaseResult("C33-P31", "skipped", "left out on the CPU", 33, 31)],
+        timing=SpeedupTiming(17, 31, 0.0713, "subs/ana.cu", "starter.cu", comparison),
+        gate=Gate.from_json(apply_gate(GATES, "lab2", "NVIDIA H200", 12.9871)),
+        sha256="ab" * 32,
+        seconds=41.04,
+        hints=[{"hazard": "causal", "text": "check the  causal\nbound"}],
+    )
+    row = BatchRow.from_json(valid(result), seconds=43.26)
+    assert (row.speedup, row.seconds, row.speedup_text, row.seconds_text) == (12.9871, 43.26, "12.987", "43.3")
+    assert row.to_json() == {
+        "file": "subs/ana.cu",
+        "sha256": "ab" * 32,
+        "verdict": "pass",
+        "exit_code": 0,
+        "speedup": "12.987",
+        "gate_met": "yes",
+        "first_failing_case": "",
+        "hints": "check the causal bound",  # one line, its spacing collapsed
+        "seconds": "43.3",
+    }
+    assert BatchRow.from_json(valid(result)).seconds_text == "41.0"  # the result's own clock without the batch's
+
+
+def test_a_dead_grading_process_leaves_every_field_of_the_schema_and_says_it_never_said_its_version():
+    task = SubmissionTask("lab2", "subs/b\x1b.cu", (), "b.json", "b.xml", None, ".")
+    data = validate_result(dead_result(task, "the grading process was killed by SIGKILL without a result"))
+    assert data == {
+        "schema": "attnlab.result/1",
+        "command": "grade",
+        "lab": "lab2",
+        "file": "subs/b\\x1b.cu",
+        "backend": None,
+        "device": None,
+        "seed": None,
+        "verdict": "environment-missing",
+        "summary": "environment-missing",
+        "exit_code": 6,
+        "error": "the grading process was killed by SIGKILL without a result",
+        "skipped": 0,
+        "hints": [],
+        "decisive_case": None,
+        "oracle_proof": None,
+        "compile": None,
+        "cases": [],
+        "timing": None,
+        "gate": None,
+        "notes": [],
+        "kernel_output": [],
+        "attnlab_version": None,
+        "sha256": None,
+        "options": {},
+        "gpu": None,
+        "seconds": None,
+    }
+    assert list(data) == list(RunResult("grade").to_json())  # the keys in the order every result writes them
+    assert BatchRow.from_json(data).to_json() == {
+        "file": "subs/b\\x1b.cu",
+        "sha256": "",
+        "verdict": "environment-missing",
+        "exit_code": 6,
+        "speedup": "",
+        "gate_met": "",
+        "first_failing_case": "",
+        "hints": "",
+        "seconds": "",
     }

@@ -12,6 +12,7 @@ from rich.console import Console
 from labrunner.exit_codes import ExitCode
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
+from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.results import CaseResult, RunResult, write_json
 from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.untrusted_text import shown, shown_text
@@ -104,17 +105,7 @@ def test_progress_lines_and_the_batch_table_show_names_escaped(monkeypatch):
     terminal.heading(f"{name}: compiles for lab2")
     terminal.batch_report(
         "lab2",
-        [
-            {
-                "file": name,
-                "verdict": "compile-error",
-                "exit_code": 3,
-                "speedup": "",
-                "gate_met": "",
-                "first_failing_case": "compile",
-                "seconds": "1.0",
-            }
-        ],
+        [BatchRow(name, "", "compile-error", 3, None, "", "compile", "", 1.0)],
         [],
         3,
     )

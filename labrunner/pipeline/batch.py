@@ -43,13 +43,13 @@ from labrunner.pipeline.grade import gates_not_applied
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
-from labrunner.report.gradebook import row as gradebook_row
 from labrunner.report.gradebook import write_gradebook
 from labrunner.report.junit import write_aggregate
-from labrunner.report.results import SCHEMA
+from labrunner.report.records.batch_row import BatchRow
+from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, environment_seed
-from labrunner.truth.verdict import BATCH_EXIT_CODES, Status, worst_exit_code
+from labrunner.truth.verdict import BATCH_EXIT_CODES, worst_exit_code
 
 EXECUTORS = ("local", "slurm", "submitit-local")
 
@@ -174,35 +174,10 @@ def ended_how(returncode: int) -> str:
 
 
 def dead_result(task: SubmissionTask, reason: str) -> dict:
-    """What a submission's result says when the job grading it died: the grader's fault, not the student's."""
-    return {
-        "schema": SCHEMA,
-        "command": "grade",
-        "lab": task.lab,
-        "file": shown_path(task.file),
-        "backend": None,
-        "device": None,
-        "seed": None,
-        "verdict": Status.ENVIRONMENT_MISSING,
-        "summary": Status.ENVIRONMENT_MISSING,
-        "exit_code": int(ExitCode.ENVIRONMENT),
-        "error": reason,
-        "skipped": 0,
-        "hints": [],
-        "decisive_case": None,
-        "oracle_proof": None,
-        "compile": None,
-        "cases": [],
-        "timing": None,
-        "gate": None,
-        "notes": [],
-        "kernel_output": [],
-        "attnlab_version": None,
-        "sha256": None,
-        "options": {},
-        "gpu": None,
-        "seconds": None,
-    }
+    """What a submission's result says when the job grading it died: the grader's fault, not the student's
+    (environment-missing, exit 6), with nothing the dead process could have said, its version included."""
+    result = RunResult("grade", task.lab, task.file, error=reason, error_code=ExitCode.ENVIRONMENT, grader_died=True)
+    return result.to_json()
 
 
 def write_json_file(data: dict, path: Path) -> None:
@@ -493,7 +468,7 @@ def prepare_outputs(batch: BatchOptions) -> None:
 
 
 def report(lab: str, outcomes: list[Outcome], batch: BatchOptions) -> int:
-    rows = [gradebook_row(o.result, o.seconds) for o in outcomes]
+    rows = [BatchRow.from_json(o.result, o.seconds) for o in outcomes]
     codes = [o.exit_code for o in outcomes]
     worst = worst_code(codes)
     if batch.annotations == "github":
@@ -505,7 +480,7 @@ def report(lab: str, outcomes: list[Outcome], batch: BatchOptions) -> int:
     junit_paths = [p for p in (batch.junit_path, batch.out_dir / "junit.xml" if batch.out_dir else None) if p]
     try:
         for path in csv_paths:
-            write_gradebook(rows, path)
+            write_gradebook([r.to_json() for r in rows], path)
             written.append(str(path))
         for path in junit_paths:
             write_aggregate(results, path, f"attnlab {lab}")

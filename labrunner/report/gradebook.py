@@ -25,8 +25,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from labrunner.report.records.batch_row import BatchRow
 from labrunner.run.untrusted_text import shown
-from labrunner.truth.verdict import NOT_RUN, Status
 
 COLUMNS = ("file", "sha256", "verdict", "exit_code", "speedup", "gate_met", "first_failing_case", "hints", "seconds")
 NUMBERS = ("exit_code", "speedup", "seconds")  # the grader's own numbers; every other column is text
@@ -38,41 +38,10 @@ SEPARATORS = (";", ",", "\t", "|")
 _FORMULA_HERE = re.compile(f"(^|[{re.escape(''.join(SEPARATORS))}])(?= *[{re.escape(''.join(FORMULA_STARTS))}])")
 
 
-def row(data: dict, seconds: float | None = None) -> dict:
-    """A gradebook row from one submission's JSON result; `seconds` is the batch's own clock where it has one."""
-    timing = data.get("timing") or {}
-    gate: dict[str, Any] = data.get("gate") or {}
-    failing = next((c["name"] for c in data.get("cases") or [] if c["status"] not in (Status.PASS, *NOT_RUN)), None)
-    if failing is None and data.get("verdict") == Status.COMPILE_ERROR:
-        failing = "compile"
-    taken = seconds if seconds is not None else data.get("seconds")
-    return {
-        "file": shown(data.get("file") or ""),
-        "sha256": data.get("sha256") or "",
-        "verdict": data.get("verdict") or "",
-        "exit_code": data.get("exit_code"),
-        "speedup": f"{timing['speedup']:.3f}" if timing.get("kind") == "speedup" else "",
-        "gate_met": {"met": "yes", "missed": "no"}.get(gate.get("status", ""), ""),
-        "first_failing_case": failing or "",
-        "hints": hints_text(data.get("hints")),
-        "seconds": "" if taken is None else f"{taken:.1f}",
-    }
-
-
-def hints_text(hints) -> str:
-    """Hints, where the result carries them, as one cell: each hint's text, joined by ' | '."""
-    if not hints:
-        return ""
-    if isinstance(hints, str):
-        return hints
-    if isinstance(hints, dict):
-        hints = [hints]
-    texts = []
-    for hint in hints:
-        if isinstance(hint, dict):
-            hint = hint.get("text") or hint.get("message") or hint.get("hint") or ""
-        texts.append(" ".join(str(hint).split()))
-    return " | ".join(t for t in texts if t)
+def row(data: dict[str, Any], seconds: float | None = None) -> dict[str, Any]:
+    """A gradebook row (its cells, `COLUMNS`) from one submission's JSON result; `seconds` is the batch's own
+    clock where it has one. The row itself is `BatchRow` (records/batch_row.py)."""
+    return BatchRow.from_json(data, seconds).to_json()
 
 
 def spreadsheet_safe(value) -> str:

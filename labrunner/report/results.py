@@ -26,6 +26,10 @@ STATUS_EXIT_CODES = CASE_EXIT_CODES  # the case statuses, most severe first, wit
 
 @dataclass
 class CaseResult:
+    """One case's outcome. Mutable because a case is judged in steps: the check sets its status, then a
+    race check or the sanitizer's replay may change it and add their diagnosis, and the hints' evidence is
+    gathered last (`pipeline.cases`, `pipeline.explain`)."""
+
     name: str
     status: str
     message: str
@@ -57,6 +61,11 @@ class CaseResult:
 
 @dataclass
 class RunResult:
+    """One command's result, the record every stage adds to as the command goes on: the compile gate its
+    summary, the worker each case, the timing its record, the gates their decision, the CLI the options, the
+    clock and an error where one stopped it. Mutable for that reason: it fills step by step, and an error or an
+    interrupt at any step still writes what was reached. Its verdict and exit code are derived, never stored."""
+
     command: str  # grade, bench, check or doctor
     lab: str | None = None
     file: str | None = None
@@ -77,6 +86,7 @@ class RunResult:
     options: dict = field(default_factory=dict)  # the command's options, as given
     seconds: float | None = None  # wall time of the whole command
     hints: list[dict] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
+    grader_died: bool = False  # a batch's record of a grading process that died: it never said its version
 
     @property
     def device_name(self) -> str | None:
@@ -134,7 +144,7 @@ class RunResult:
             "notes": [shown_text(n) for n in self.notes],
             "kernel_output": [shown(line) for line in self.kernel_output],
             **({"profile": self.profile.to_json()} if self.profile is not None else {}),
-            "attnlab_version": attnlab_version(),
+            "attnlab_version": None if self.grader_died else attnlab_version(),
             "sha256": self.sha256,
             "options": self.options,
             "gpu": self.device_name if self.backend == "gpu" else None,

@@ -16,6 +16,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from labrunner.report.progress import Progress
+from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.records.profile import Profile, RangeReport, Trace
 from labrunner.report.records.timing import Peer, PeerRow, PipelineTiming, Series, SpeedupTiming
 from labrunner.report.results import RunResult
@@ -28,7 +29,7 @@ stderr = Console(stderr=True, highlight=False)
 # `FILE: error: ...` or `FILE(LINE): error: ...`, as the compile gate writes its messages.
 _SAYS_ERROR = re.compile(r"^\S[^\n]*?(?:\(\d+\))?: (?:catastrophic )?error: ")
 MEBIBYTE = 1024 * 1024
-STATUS_STYLE = {Status.PASS: "green", Status.SKIPPED: "dim", Status.NOT_RUN: "dim"}
+STATUS_STYLE: dict[str, str] = {Status.PASS: "green", Status.SKIPPED: "dim", Status.NOT_RUN: "dim"}
 
 
 # Messages can quote a student's file or what its code printed: control characters are shown
@@ -664,21 +665,21 @@ def batch_progress(total: int):
         yield lambda description: bar.update(task, advance=1, description=escape(shown(description)))
 
 
-def batch_report(lab: str, rows: list[dict], counts: list[tuple[int, str, int]], worst: int) -> None:
+def batch_report(lab: str, rows: list[BatchRow], counts: list[tuple[int, str, int]], worst: int) -> None:
     """The gradebook as a table (one row per submission), then a line per exit code with its count."""
     table = Table(title=f"{lab}: {len(rows)} submission{'s' if len(rows) != 1 else ''}")
     for column in ("file", "verdict", "exit", "SPEEDUP", "gate", "first failing case", "s"):
         table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
     for row in rows:
-        style = "green" if row["verdict"] == Status.PASS else "bold red"
+        style = "green" if row.verdict == Status.PASS else "bold red"
         table.add_row(
-            escape(shown(row["file"])),
-            f"[{style}]{escape(row['verdict'])}[/]",
-            str(row["exit_code"]),
-            f"{row['speedup']}x" if row["speedup"] else "",
-            row["gate_met"],
-            escape(row["first_failing_case"]),
-            row["seconds"],
+            escape(shown(row.file)),
+            f"[{style}]{escape(row.verdict)}[/]",
+            str(row.exit_code),
+            f"{row.speedup_text}x" if row.speedup_text else "",
+            row.gate_met,
+            escape(row.first_failing_case),
+            row.seconds_text,
         )
     print_unwrapped(table)
     for code, meaning, count in counts:
