@@ -9,7 +9,7 @@ from labrunner.exit_codes import environment_error, usage_error
 from labrunner.measure import device_state
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
 from labrunner.report.records.device import DeviceFacts
-from labrunner.run.cpu_device import cpu_sandbox_status
+from labrunner.run import cpu_device
 
 DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
 
@@ -70,7 +70,7 @@ def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
             f"the CPU backend cannot box its worker here: {unboxed}. It runs the file as native "
             "code, so it does not grade; use a GPU, or --unsafe-cpu for a file you wrote yourself"
         )
-    reason = cpu_sandbox_status()
+    reason = cpu_device.cpu_sandbox_status()
     if reason is not None:
         raise environment_error(
             f"the CPU backend cannot seal its worker here: {reason}. It runs the file as native "

@@ -10,7 +10,7 @@ from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 from labrunner.pipeline import backend
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
-from labrunner.run.cpu_device import cpu_backend_status
+from labrunner.run import cpu_device
 from labrunner.truth.golden import prove_oracle
 
 
@@ -28,7 +28,7 @@ def diagnose() -> list[tuple[str, bool, str]]:
         rows.append(("NVRTC (compile gate)", True, nvrtc_version()))
     except AttnlabError as exc:
         rows.append(("NVRTC (compile gate)", False, exc.message))
-    cpu_ok, cpu_words = cpu_backend_status()
+    cpu_ok, cpu_words = cpu_device.cpu_backend_status()
     rows.append(("C++ compiler (CPU backend)", cpu_ok, cpu_words))
     unboxed = boxes.availability()
     rows.append(
