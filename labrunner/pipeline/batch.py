@@ -325,9 +325,9 @@ def submitit_executor(options: BatchOptions, folder: Path, count: int):
             f"--executor {options.executor} needs submitit: pip install 'attnlab[cluster]'"
         ) from None
     if options.executor == "submitit-local":
-        executor = submitit.LocalExecutor(folder=folder)
-        executor.update_parameters(timeout_min=options.time_limit_min)
-        return executor
+        local = submitit.LocalExecutor(folder=folder)
+        local.update_parameters(timeout_min=options.time_limit_min)
+        return local
     try:
         executor = submitit.SlurmExecutor(folder=folder)
     except RuntimeError as exc:

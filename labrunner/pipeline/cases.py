@@ -7,6 +7,7 @@ Correctness gates timing: nothing is timed (`timing.py`) until every case passed
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from labrunner.build.gate import Submission
 from labrunner.exit_codes import usage_error
@@ -25,6 +26,7 @@ from labrunner.truth.cases import (
     make_inputs,
 )
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
+from labrunner.truth.hints import Evidence
 from labrunner.truth.judge import Judgement, SanitizerReport, judge, judge_failure
 from labrunner.truth.verdict import Status
 
@@ -217,7 +219,7 @@ def judged_case(
             if diagnosis:
                 message += "; compute-sanitizer: " + " | ".join(line.strip() for line in diagnosis.splitlines())
         return CaseResult(case.name, judgement.status, message, case.rows, case.prefix, diagnosis=diagnosis), judgement
-    evidence: dict = {}
+    evidence: Evidence | dict[str, Any] = {}
     words = ""
     if judgement.output in (Status.WRONG, Status.NEVER_WRITTEN, Status.RACE):
         # the schedule that disagreed is the last one tried: the kernel search replays only that one

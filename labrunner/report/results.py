@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from labrunner.exit_codes import ExitCode
 from labrunner.report.records.compile import CompileSummary
@@ -17,6 +18,8 @@ from labrunner.report.records.gate import Gate
 from labrunner.report.records.profile import Profile
 from labrunner.report.records.timing import Timing
 from labrunner.run.untrusted_text import shown, shown_text
+from labrunner.truth.check import FirstBad
+from labrunner.truth.hints import Evidence, Hint
 from labrunner.truth.verdict import CASE_EXIT_CODES, Status, decisive_index, run_exit_code, run_verdict
 from labrunner.truth.verdict import NOT_RUN as NOT_RUN
 
@@ -37,11 +40,13 @@ class CaseResult:
     prefix: int = 0
     max_abs_err: float | None = None
     bad_elements: int = 0
-    first_bad: dict | None = None
+    first_bad: FirstBad | None = None
     failing_rows: list[int] = field(default_factory=list)
     diagnosis: str | None = None  # compute-sanitizer's report on a crash, where it ran
     nonfinite: int = 0  # output elements that are NaN or Inf
-    evidence: dict = field(default_factory=dict)  # what the hints read (truth/hints.py); not in the JSON
+    evidence: Evidence | dict[str, Any] = field(
+        default_factory=dict
+    )  # what the hints read (truth/hints.py); not in the JSON
 
     def to_json(self) -> dict:
         return {
@@ -85,7 +90,7 @@ class RunResult:
     sha256: str | None = None  # of the file graded, as read: a gradebook row names exactly what it graded
     options: dict = field(default_factory=dict)  # the command's options, as given
     seconds: float | None = None  # wall time of the whole command
-    hints: list[dict] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
+    hints: list[Hint] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
     grader_died: bool = False  # a batch's record of a grading process that died: it never said its version
 
     @property
