@@ -8,6 +8,7 @@ before its timing starts.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeGuard
 
 from labrunner.build.gate import Submission
 from labrunner.labs import get_lab
@@ -28,11 +29,13 @@ from labrunner.report.records.gate import Gate
 from labrunner.report.records.timing import SpeedupTiming
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
-from labrunner.truth.hints import derive_hints
+from labrunner.truth.hints import Evidence, derive_hints
 
 
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
+    if request.file is None:  # the command always names the file it grades; a request without one is a caller's mistake
+        raise TypeError("grade_submission: the request names no file to grade")
     lab, submission, backend, seed = prepare(
         result,
         request.lab,
@@ -57,7 +60,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         load_student(worker, lab, submission, request.load_options)
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
             run_cases(lab, submission, worker, backend, options, progress, results=result.cases)
-        result.hints = derive_hints([c.evidence for c in result.cases if c.evidence])
+        result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
         terminal.cases_report(result)
         correct = result.decisive_case is None
         if correct and not request.no_timing and backend == "gpu" and not request.only:
@@ -87,6 +90,11 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     terminal.gate_report(result)
     terminal.kernel_output(result.kernel_output)
     close_report(lab, submission, result, request, seed.value)
+
+
+def gathered(evidence: Evidence | dict[str, Any]) -> TypeGuard[Evidence]:
+    """A case's evidence is empty (it passed, or none was gathered) or all that `gather_evidence` gathers."""
+    return bool(evidence)
 
 
 def close_report(lab: Lab, submission: Submission, result: RunResult, request: RunRequest, seed: int) -> None:

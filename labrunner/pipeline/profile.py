@@ -32,6 +32,7 @@ import sys
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +41,9 @@ from labrunner import box as boxes
 from labrunner.build.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
+from labrunner.labs.timing_strategy import TimingLayout
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
-from labrunner.measure.roofline import Ceilings, Point, ceilings_from_facts
+from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_facts
 from labrunner.measure.trace import KernelSlice, slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.pipeline.backend import device_facts
@@ -91,7 +93,7 @@ def profile_key(seed: int) -> list[int]:
     return [seed % (1 << KEY_BITS), PROFILE_KEY_WORD]
 
 
-def shape_inputs(lab: Lab, seed: int, rows: int, prefix: int, layout: dict | None = None) -> dict:
+def shape_inputs(lab: Lab, seed: int, rows: int, prefix: int, layout: TimingLayout | None = None) -> dict[str, Any]:
     """What a trace shape (or ncu's target) needs to make its inputs: a prefill's arrays themselves
     (`inputs`), or, for a lab whose timing layout is a paged cache, the timing-set request `bench`
     sends (`sets`: key, shape, pages and the fixed block table and lengths), filled on the GPU.
@@ -176,7 +178,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         slices=[TraceSlice.of(s) for s in slices],
         file=str(request.trace_path) if request.trace_path else None,
     )
-    facts = reply.get("gpu_facts") or {}
+    facts: GpuFacts = reply.get("gpu_facts") or GpuFacts()  # an empty one where the reply has none
     ceilings, problem = ceilings_from_facts(facts)
     profile.roofline = RooflineCeilings(facts, ceilings, problem)
     terminal.trace_report(profile.trace)
@@ -358,7 +360,7 @@ def range_pass(
             False, f"ncu profiled {', '.join(got)} where {', '.join(names)} were launched", shape, WARMUP_CALLS, facts
         )
     launches_done = iter(run.launches)
-    contenders = []
+    measured = []
     for name, role, launches, _ in plans:
         kernels = []
         for launch in launches:
@@ -368,7 +370,7 @@ def range_pass(
             kernels.append(RangeKernel(metrics, flops, point))
         total_ns = sum_or_none(k.duration_ns for k in kernels)
         total_bytes = sum_or_none(k.metrics.dram_bytes for k in kernels)
-        contenders.append(
+        measured.append(
             RangeContender(
                 label=name,
                 role=role,
@@ -388,7 +390,7 @@ def range_pass(
         seconds=run.seconds,
         command=run.command,
         dropped_metrics=run.dropped_metrics,
-        contenders=contenders,
+        contenders=measured,
     )
 
 

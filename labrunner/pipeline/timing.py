@@ -19,19 +19,20 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 
 from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, environment_error
-from labrunner.labs.definition import Lab
-from labrunner.labs.timing_strategy import TimingKind
+from labrunner.labs.definition import Lab, Launch
+from labrunner.labs.timing_strategy import TimingKind, TimingLayout
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.gates import DEFAULT_COPY_FRACTION
 from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.physics import Limits, impossible, limits
+from labrunner.measure.roofline import GpuFacts
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.measure.traffic import TrafficShape, traffic
@@ -67,7 +68,9 @@ PROJECTED_SIZES = (4096, 32768)
 class References(Protocol):
     """Where the references of checked timed calls come from: the driver's GPU, or numpy in the tests."""
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: dict | None = None): ...
+    def reference(
+        self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None
+    ) -> Any: ...  # a numpy array, or a CuPy one on the driver's GPU
 
     def check(self, out: np.ndarray, reference) -> OutputCheck: ...
 
@@ -78,12 +81,13 @@ class CpuReferences:
     """The numpy definition of each set and the CPU oracle: exact, and seconds per set at the timing shape."""
 
     def reference(
-        self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: dict | None = None
+        self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None
     ) -> np.ndarray:
-        pages = (layout or {}).get("pages")
+        given: TimingLayout = layout or {}
+        pages = given.get("pages")
         s = make_set(key, number, rows, prefix, pages)
         if pages is not None:
-            fixed = layout["fixed"]
+            fixed = given["fixed"]
             return oracle.decode_attention(s["q"], s["k"], s["v"], fixed["blockTable"], fixed["seqLens"])
         return oracle.attention(s["q"], s["k"], s["v"], prefix=prefix)
 
@@ -121,14 +125,14 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
 
 def verify_timed_outputs(
     case_name: str,
-    contenders: dict[str, tuple[str, dict]],
+    contenders: dict[str, tuple[str, dict[str, Any]]],
     key: list[int],
     sets_drawn: int,
     rows: int,
     prefix: int,
     references: References,
     minimum: int = 0,
-    layout: dict | None = None,
+    layout: TimingLayout | None = None,
 ) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
@@ -157,27 +161,28 @@ def verify_timed_outputs(
         for number, out in zip(numbers, outputs):
             by_set.setdefault(int(number), []).append((who, label, out))
     baseline_failure = None
+    pair = key_pair(key)
     for number in sorted(by_set):
         reference = (
-            references.reference(tuple(key), number, rows, prefix, layout)
+            references.reference(pair, number, rows, prefix, layout)
             if layout
-            else references.reference(tuple(key), number, rows, prefix)
+            else references.reference(pair, number, rows, prefix)
         )
         for who, label, out in by_set[number]:
-            checked = references.check(out.reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
-            if checked.passed:
+            verdict = references.check(out.reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
+            if verdict.passed:
                 continue
             failure = CaseResult(
                 case_name,
-                checked.status,
+                verdict.status,
                 f"{label}: a timed call on fresh input set {number} (output re-poisoned) failed: "
-                f"{checked.message}; a kernel must compute every call, so no time is reported",
+                f"{verdict.message}; a kernel must compute every call, so no time is reported",
                 rows,
                 prefix,
-                checked.max_abs_err,
-                checked.bad_elements,
-                checked.first_bad,
-                checked.failing_rows,
+                verdict.max_abs_err,
+                verdict.bad_elements,
+                verdict.first_bad,
+                verdict.failing_rows,
             )
             if who not in ("baseline", "peer"):
                 references.release()
@@ -188,20 +193,29 @@ def verify_timed_outputs(
     return baseline_failure
 
 
-def peer_record(name: str) -> dict:
+def key_pair(key: list[int]) -> tuple[int, int]:
+    """A round's key (`new_key`: two words, as it crosses the wire) as the pair the references take."""
+    first, second = key
+    return first, second
+
+
+def peer_record(name: str) -> dict[str, Any]:
     spec = PEER_SPECS[name]
     return {"name": spec.name, "label": spec.label, "includes": spec.includes}
 
 
-def check_peer(name: str, worker: Worker, rows: int, prefix: int, references: References | None = None) -> dict:
+def check_peer(
+    name: str, worker: Worker, rows: int, prefix: int, references: References | None = None
+) -> dict[str, Any]:
     """The peer `name` run once in the worker on a fresh input set at the timed shape, and held to the
     oracle before it is timed. Returns its record for the report: `status` "checked" (it may be
     timed), "missing" (no PyTorch, or none with CUDA), "wrong" (its output failed the pass rule) or
     "failed" (it raised or its worker died); the last three with `message`, one line."""
     record = peer_record(name)
+    key = new_key()
     request = {
         "peer": name,
-        "sets": {"key": new_key(), "rows": rows, "prefix": prefix},
+        "sets": {"key": key, "rows": rows, "prefix": prefix},
         "out_count": rows * QUERY_HEADS * HEAD_DIM,
     }
     try:
@@ -226,7 +240,7 @@ def check_peer(name: str, worker: Worker, rows: int, prefix: int, references: Re
             "one the check makes; the bench goes on without it",
         }
     number = int(checked["sets"][0])
-    reference = references.reference(tuple(request["sets"]["key"]), number, rows, prefix)
+    reference = references.reference(key_pair(key), number, rows, prefix)
     verdict = references.check(checked["outputs"][0].reshape(rows, QUERY_HEADS, HEAD_DIM), reference)
     references.release()
     if not verdict.passed:
@@ -242,8 +256,8 @@ def check_peer(name: str, worker: Worker, rows: int, prefix: int, references: Re
 def time_speedup(
     lab: Lab,
     worker: Worker,
-    student_constants: dict,
-    baseline_constants: dict | None,
+    student_constants: dict[str, int],
+    baseline_constants: dict[str, int] | None,
     rows: int,
     prefix: int,
     seed: int,
@@ -261,9 +275,10 @@ def time_speedup(
     `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
     kernel that knew its inputs could have their answers ready."""
     references = references or gpu_references()
-    launches = {
+    baseline = None if baseline_peer else kernel_constants(baseline_constants)  # a peer: no kernel of its own
+    launches: dict[str, list[Launch] | str] = {
         "student_launches": lab.plan_launches(student_constants, rows, prefix),
-        "baseline_launches": [] if baseline_peer else lab.plan_launches(baseline_constants, rows, prefix),
+        "baseline_launches": [] if baseline is None else lab.plan_launches(baseline, rows, prefix),
     }
     if baseline_peer:
         launches["baseline_peer"] = baseline_peer
@@ -271,7 +286,7 @@ def time_speedup(
     # made from the run's seed (the shape of the work), its values from each round's secret key
     workspaces = {
         "student_workspace": lab.workspace(student_constants, rows, prefix),
-        "baseline_workspace": {} if baseline_peer else lab.workspace(baseline_constants, rows, prefix),
+        "baseline_workspace": {} if baseline is None else lab.workspace(baseline, rows, prefix),
     }
     layout = lab.timing_layout(rows, prefix, seed)
     moved = lab.timing_strategy.must_move(rows, prefix, layout)  # a lab timed on bandwidth: its own bytes
@@ -308,8 +323,8 @@ def time_speedup(
                 options.min_verified,
                 layout,
             )
-        except WorkerFailure as failure:
-            return None, CaseResult(f"timed C{rows}-P{prefix}", failure.status, failure.detail, rows, prefix)
+        except WorkerFailure as crash:
+            return None, CaseResult(f"timed C{rows}-P{prefix}", crash.status, crash.detail, rows, prefix)
         if failure:
             return None, failure
         replies.append(reply)
@@ -378,6 +393,14 @@ def time_speedup(
     return timing, None
 
 
+def kernel_constants(constants: dict[str, int] | None) -> dict[str, int]:
+    """A baseline kernel's constants. A baseline is a kernel or a peer in its place (`baseline_peer`): a
+    call of `time_speedup` with neither is the caller's mistake."""
+    if constants is None:
+        raise TypeError("time_speedup: no baseline_constants, and no baseline_peer in the baseline's place")
+    return constants
+
+
 # A device-to-device copy of this many bytes (read once, written once), timed in every timing, sets the
 # bandwidth every figure is held to (`measure.physics`), lab 1's floor and lab 3's fraction: at least
 # 1 GiB, far past any L2, and no more than the call itself moves.
@@ -394,13 +417,14 @@ def attention_bytes_must_move(rows: int, prefix: int) -> int:
     return traffic(TrafficShape(rows=rows, keys=prefix + rows)).flash_bytes
 
 
-def run_limits(replies: list[dict]) -> Limits:
+def run_limits(replies: list[dict[str, Any]]) -> Limits:
     """What one timing's figures are held to, from its workers' replies: the fastest device copy among
     them, their GPU's L2 and its tensor-core peak (`measure.physics`)."""
+    facts: GpuFacts | None = replies[0].get("gpu_facts")  # None where the reply has none: `limits` reads it as unknown
     return limits(
         [reply["copy"] for reply in replies if reply.get("copy")],
         max(reply.get("l2_bytes", 0) for reply in replies),
-        replies[0].get("gpu_facts") or {},
+        facts,
     )
 
 
@@ -431,7 +455,7 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
 def time_pipeline(
     lab: Lab,
     worker: Worker,
-    constants: dict,
+    constants: dict[str, int],
     sizes: list[int],
     seed: int,
     options: TimingOptions,
@@ -442,7 +466,7 @@ def time_pipeline(
     cost table. With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved
     at each size. (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
     references = references or gpu_references()
-    size_requests = [
+    size_requests: list[dict[str, Any]] = [  # JSON for the worker, one a size
         {
             "T": t,
             "sets": {"key": new_key(), "rows": t, "prefix": 0},
@@ -453,7 +477,7 @@ def time_pipeline(
         for t in sizes
     ]
     # the device copy timed in the same worker: the floor's bandwidth, and what every figure is held to
-    request = {
+    request: dict[str, Any] = {
         "kind": "pipeline",
         "sizes": size_requests,
         "options": asdict(options),
@@ -641,6 +665,7 @@ def run_lab_timing(
     baseline kernel (or the lab's peer) at one shape, the catalogue's unless `chunk` and `prefix` say."""
     strategy = lab.timing_strategy
     shapes = strategy.shapes(lab.catalogue.timing, chunk, prefix)
+    timing: Timing | None
     if strategy.kind is TimingKind.PIPELINE:
         sizes = [rows for rows, _ in shapes]
         checked = peer_checked(peer, worker, sizes[0], 0, result)
@@ -696,7 +721,7 @@ def run_lab_timing(
     finish_timing(result, timing, failure, checked)
 
 
-def peer_checked(peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult) -> dict | None:
+def peer_checked(peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult) -> dict[str, Any] | None:
     """The peer's record after its check before timing (`check_peer` above); one line where it is
     not timed (a note where PyTorch is missing, an error where it ran and failed)."""
     if peer is None:
@@ -708,11 +733,14 @@ def peer_checked(peer: str | None, worker: Worker, rows: int, prefix: int, resul
     return checked
 
 
-def ready(checked: dict | None) -> bool:
+def ready(checked: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
+    """A peer's record (`check_peer`) that says it may be timed: there is one, and its check passed."""
     return checked is not None and checked["status"] == "checked"
 
 
-def finish_timing(result: RunResult, timing: Timing | None, failure, checked: dict | None) -> None:
+def finish_timing(
+    result: RunResult, timing: Timing | None, failure: CaseResult | None, checked: dict[str, Any] | None
+) -> None:
     if failure:
         result.cases.append(failure)
         terminal.error(f"{failure.name}: {failure.message}")

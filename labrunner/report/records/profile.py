@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from labrunner.measure.range_pass import KernelMetrics
-from labrunner.measure.roofline import Ceilings, Point
+from labrunner.measure.roofline import Ceilings, GpuFacts, Point
 from labrunner.measure.traffic import Traffic, TrafficShape
 
 SCHEMA = "attnlab.profile/1"
@@ -217,7 +217,7 @@ def ceilings_from_json(data: dict[str, Any] | None) -> Ceilings | None:
 class RooflineCeilings:
     """What the GPU said of itself, and the two roofs from it (or why there are none)."""
 
-    gpu_facts: dict[str, Any]
+    gpu_facts: GpuFacts
     ceilings: Ceilings | None
     problem: str | None  # why there are no ceilings, where there are none
 
@@ -354,7 +354,7 @@ class RangeReport:
     message: str | None
     shape: RangeShape | None = None
     warmup_calls: int | None = None
-    gpu_facts: dict[str, Any] | None = _UNSET
+    gpu_facts: GpuFacts | None = _UNSET
     seconds: float | None = None
     command: list[str] | None = None
     dropped_metrics: list[str] = field(default_factory=list)
@@ -365,7 +365,7 @@ class RangeReport:
         return self.gpu_facts is not _UNSET
 
     @property
-    def facts(self) -> dict[str, Any] | None:
+    def facts(self) -> GpuFacts | None:
         return self.gpu_facts if self.facts_read else None
 
     def to_json(self) -> dict[str, Any]:
@@ -558,7 +558,9 @@ class Profile:
         roofline = None
         if {"gpu_facts", "ceilings", "ceilings_problem"} & set(data):
             roofline = RooflineCeilings(
-                data.get("gpu_facts") or {}, ceilings_from_json(data.get("ceilings")), data.get("ceilings_problem")
+                data.get("gpu_facts") or GpuFacts(),
+                ceilings_from_json(data.get("ceilings")),
+                data.get("ceilings_problem"),
             )
         must_move = data.get("must_move")
         return cls(
