@@ -25,6 +25,7 @@ import random
 import numpy as np
 
 from labrunner.exit_codes import environment_error
+from labrunner.labs.timing_strategy import TimingLayout
 from labrunner.measure.input_pool import CudaSets
 from labrunner.truth import oracle
 from labrunner.truth.check import PASS, OutputCheck, check_output
@@ -54,7 +55,7 @@ class GpuOracle:
     def host(self, array) -> np.ndarray:
         return self.cp.asnumpy(array) if self.cp is not np else array
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: dict | None = None):
+    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None):
         """The float64 reference of set `number`, on the GPU; `layout`: a paged cache's pages, table and lengths."""
         cp = self.cp
         pages = (layout or {}).get("pages")
