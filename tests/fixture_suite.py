@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,14 +129,28 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
     return Outcome(fixture, got, seconds, backend)
 
 
-def run_suite(backend: str, lab: str | None = None, extra: tuple[str, ...] = (), jobs: int = 1) -> list[Outcome]:
+def run_suite(
+    backend: str,
+    lab: str | None = None,
+    extra: tuple[str, ...] = (),
+    jobs: int = 1,
+    finished: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
     """Every fixture of `lab` for `backend`, `jobs` grades at a time (each is a process of its own; on
-    the GPU their checks share the card and their timing takes turns under attnlab's per-GPU lock)."""
+    the GPU their checks share the card and their timing takes turns under attnlab's per-GPU lock).
+    `finished` hears of each outcome as it comes, so a long suite shows its progress (and a suite cut
+    short by a time limit still says what it found)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    def graded(fixture: Fixture) -> Outcome:
+        outcome = grade(fixture, backend, extra)
+        if finished:
+            finished(outcome)
+        return outcome
 
     chosen = [f for f in load_fixtures(lab) if f.runs_on(backend)]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(lambda f: grade(f, backend, extra), chosen))
+        return list(pool.map(graded, chosen))
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -162,7 +177,16 @@ if __name__ == "__main__":
     parser.add_argument("--lab", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="fixtures graded at once")
     args = parser.parse_args()
-    outcomes = run_suite(args.device, args.lab, jobs=args.jobs)
+
+    def progress(o: Outcome) -> None:
+        print(
+            f"{o.fixture.name}: {o.got['verdict']} x{o.got['exit_code']} {o.seconds:.1f}s "
+            f"{'ok' if not o.mismatches else 'MISMATCH'}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    outcomes = run_suite(args.device, args.lab, jobs=args.jobs, finished=progress)
     for o in outcomes:
         for problem in o.mismatches:
             print(f"{o.fixture.name}: {problem}\n    {o.got['message']}")
