@@ -11,9 +11,10 @@ from labrunner.build.nvrtc import KernelResources
 from labrunner.measure.device_state import DeviceState
 from labrunner.measure.gates import SCHEMA as GATES_SCHEMA
 from labrunner.measure.gates import apply_bandwidth_gate, apply_gate, write_gate
+from labrunner.measure.kernel_slice import KernelSlice
 from labrunner.measure.range_pass import KernelMetrics
 from labrunner.measure.roofline import Point, ceilings_from_facts
-from labrunner.measure.trace import CUPTI_MISSING, KernelSlice
+from labrunner.measure.trace import CUPTI_MISSING
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.pipeline.batch import SubmissionTask, dead_result
 from labrunner.report.records.batch_row import BatchRow
@@ -30,7 +31,6 @@ from labrunner.report.records.profile import (
     RooflineCeilings,
     RooflinePoint,
     Trace,
-    TraceSlice,
     TraceVsNcu,
 )
 from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
@@ -201,10 +201,10 @@ def test_calibrations_record_carries_the_file_it_wrote_and_that_files_new_entry(
 # --- the profile -----------------------------------------------------------------------------------------
 
 
-def lab1_slice(call: int, kernel: str, start_ns: float, end_ns: float) -> TraceSlice:
+def lab1_slice(call: int, kernel: str, start_ns: float, end_ns: float) -> KernelSlice:
     """A launch as the trace records it (`measure.trace.KernelSlice`), taken into the report's record."""
     launch = KernelSlice("T = 4", call, kernel, start_ns, end_ns, (1, 32, 1), (128, 1, 1), 0, 1024, 40, 7)
-    taken = TraceSlice.of(launch)
+    taken = KernelSlice.from_json(launch.to_json())
     assert taken.to_json() == launch.to_json() and taken.duration_ms == launch.duration_ms
     return taken
 

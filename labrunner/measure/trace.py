@@ -20,56 +20,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from types import ModuleType
 from typing import Any, Protocol
 
 from labrunner.labs.definition import Launch
 from labrunner.measure.device import Device, Kernels
+from labrunner.measure.kernel_slice import KernelSlice
 
 CUPTI_BUFFER_BYTES = 8 * 1024 * 1024
 CUPTI_MISSING = "cupti-python is not installed (pip install 'attnlab[profile]')"
 # One launch as a collector saw it: {"kernel", "start_ns", "end_ns", "static_shared_bytes", "registers",
 # "stream"}, the times from the first traced launch (a CUPTI record keeps its raw "start" and "end" too).
 Record = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class KernelSlice:
-    """One kernel launch on the timeline. Times are nanoseconds from the trace's first launch."""
-
-    shape: str  # "T = 512", "C = 2048, P = 2048"
-    call: int  # 0 .. K-1 at that shape
-    kernel: str
-    start_ns: float
-    end_ns: float
-    grid: tuple[int, ...]  # (x, y, z)
-    block: tuple[int, ...]
-    dynamic_shared_bytes: int
-    static_shared_bytes: int | None
-    registers: int | None
-    stream: int
-
-    @property
-    def duration_ms(self) -> float:
-        return (self.end_ns - self.start_ns) / 1e6
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shape": self.shape,
-            "call": self.call,
-            "kernel": self.kernel,
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-            "duration_ms": self.duration_ms,
-            "grid": list(self.grid),
-            "block": list(self.block),
-            "dynamic_shared_bytes": self.dynamic_shared_bytes,
-            "static_shared_bytes": self.static_shared_bytes,
-            "registers": self.registers,
-            "stream": self.stream,
-        }
 
 
 class TraceMismatch(Exception):

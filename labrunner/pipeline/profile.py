@@ -42,9 +42,10 @@ from labrunner.build.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
 from labrunner.labs.timing_strategy import TimingLayout
+from labrunner.measure.kernel_slice import KernelSlice
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
 from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_facts
-from labrunner.measure.trace import KernelSlice, slices_from_reply
+from labrunner.measure.trace import slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.pipeline.backend import device_facts
 from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
@@ -61,7 +62,6 @@ from labrunner.report.records.profile import (
     RooflineCeilings,
     RooflinePoint,
     Trace,
-    TraceSlice,
     TraceVsNcu,
 )
 from labrunner.report.results import RunResult
@@ -175,7 +175,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
         cupti_version=reply.get("cupti_version"),
         calls=request.calls,
         shapes=[label for label, _, _ in shapes],
-        slices=[TraceSlice.of(s) for s in slices],
+        slices=list(slices),
         file=str(request.trace_path) if request.trace_path else None,
     )
     facts: GpuFacts = reply.get("gpu_facts") or GpuFacts()  # an empty one where the reply has none

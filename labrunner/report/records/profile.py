@@ -1,17 +1,17 @@
 """`attnlab profile`'s record (schema attnlab.profile/1): the Trace timeline, the Range pass, the roofline, the model.
 
 The measuring stage hands up its own typed pieces (`measure.range_pass.KernelMetrics`, `measure.roofline.Ceilings`
-and `Point`, `measure.traffic.Traffic`; the trace's launches as `TraceSlice`, since `measure.trace` reaches CuPy,
-which the reports never import); the records here put them together as the report reads them, and derive, once,
-the figures the report shows beside them: each call's total and span on the timeline, and the DRAM bytes ncu
-counted against the lesson's model.
+and `Point`, `measure.traffic.Traffic`, the trace's launches as `measure.kernel_slice.KernelSlice`); the records
+here put them together as the report reads them, and derive, once, the figures the report shows beside them:
+each call's total and span on the timeline, and the DRAM bytes ncu counted against the lesson's model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from labrunner.measure.kernel_slice import KernelSlice
 from labrunner.measure.range_pass import KernelMetrics
 from labrunner.measure.roofline import Ceilings, GpuFacts, Point
 from labrunner.measure.traffic import Traffic, TrafficShape
@@ -22,54 +22,6 @@ SCHEMA = "attnlab.profile/1"
 # --- the Trace timeline -----------------------------------------------------------------------
 
 
-class Launch(Protocol):
-    """`measure.trace.KernelSlice`, named by what is read of it (that module reaches CuPy)."""
-
-    def to_json(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class TraceSlice:
-    """One kernel launch on the timeline, as `measure.trace.KernelSlice` records it: nanoseconds from the
-    trace's first launch, the launch's geometry, and what the driver (or the compile gate) said of it."""
-
-    shape: str  # "T = 512", "C = 2048, P = 2048"
-    call: int  # 0 .. K-1 at that shape
-    kernel: str
-    start_ns: float
-    end_ns: float
-    grid: tuple[int, ...]  # (x, y, z)
-    block: tuple[int, ...]
-    dynamic_shared_bytes: int
-    static_shared_bytes: int | None
-    registers: int | None
-    stream: int
-
-    @classmethod
-    def of(cls, launch: Launch) -> TraceSlice:
-        return slice_from_json(launch.to_json())
-
-    @property
-    def duration_ms(self) -> float:
-        return (self.end_ns - self.start_ns) / 1e6
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shape": self.shape,
-            "call": self.call,
-            "kernel": self.kernel,
-            "start_ns": self.start_ns,
-            "end_ns": self.end_ns,
-            "duration_ms": self.duration_ms,
-            "grid": list(self.grid),
-            "block": list(self.block),
-            "dynamic_shared_bytes": self.dynamic_shared_bytes,
-            "static_shared_bytes": self.static_shared_bytes,
-            "registers": self.registers,
-            "stream": self.stream,
-        }
-
-
 @dataclass(frozen=True)
 class TraceCall:
     """One call at one shape on the timeline: its launches in order, their summed GPU time, and the time
@@ -77,7 +29,7 @@ class TraceCall:
 
     shape: str
     call: int
-    launches: tuple[TraceSlice, ...]
+    launches: tuple[KernelSlice, ...]
 
     @property
     def total_ms(self) -> float:
@@ -100,12 +52,12 @@ class Trace:
     cupti_version: str | None
     calls: int  # calls per shape
     shapes: list[str]
-    slices: list[TraceSlice]
+    slices: list[KernelSlice]
     file: str | None = None  # the Perfetto trace written, where --trace asked for one
 
     def calls_at(self, shape: str) -> list[TraceCall]:
         """The calls at `shape`, by call number, each with its launches in the order they ran."""
-        calls: dict[int, list[TraceSlice]] = {}
+        calls: dict[int, list[KernelSlice]] = {}
         for s in self.slices:
             if s.shape == shape:
                 calls.setdefault(s.call, []).append(s)
@@ -141,25 +93,9 @@ class Trace:
             cupti_version=data.get("cupti_version"),
             calls=data["calls"],
             shapes=list(data["shapes"]),
-            slices=[slice_from_json(s) for s in data["slices"]],
+            slices=[KernelSlice.from_json(s) for s in data["slices"]],
             file=data.get("file"),
         )
-
-
-def slice_from_json(data: dict[str, Any]) -> TraceSlice:
-    return TraceSlice(
-        str(data["shape"]),
-        int(data["call"]),
-        data["kernel"],
-        float(data["start_ns"]),
-        float(data["end_ns"]),
-        tuple(int(x) for x in data["grid"]),
-        tuple(int(x) for x in data["block"]),
-        int(data["dynamic_shared_bytes"]),
-        None if data.get("static_shared_bytes") is None else int(data["static_shared_bytes"]),
-        None if data.get("registers") is None else int(data["registers"]),
-        int(data["stream"]),
-    )
 
 
 # --- the roofline -------------------------------------------------------------------------------
