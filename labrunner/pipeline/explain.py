@@ -52,7 +52,9 @@ def explain_failure(
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     try:
         if status == Status.RACE:
-            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, schedules, timeout_s)
+            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, run, schedules, timeout_s)
+            if kernel is None:
+                return evidence, "; no one kernel's thread order alone changes the output"
             return evidence, f"; in kernel {kernel}"
         if lab.stages and stage_check:
             stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s)
@@ -95,22 +97,39 @@ def racing_kernel(
     case: Case,
     inputs,
     launches: list,
+    run,
     schedules: dict[int, str],
     timeout_s: float,
-) -> str:
-    """The first kernel whose own result carries the shared-memory poison, or differs between schedules."""
+) -> str | None:
+    """The kernel the race is in, from evidence: the first kernel whose own thread order changes the
+    output, each kernel in turn run under another schedule while every other keeps the first order.
+
+    A kernel's argument list says nothing about where its shared memory raced (lab 1's softmax races
+    on its reduction, yet writes the workspace attn_scores wrote first), so the search reruns the whole
+    pipeline. Where no single kernel's order moves the output but the output carries the shared-memory
+    poison, the first kernel whose own result carries it read shared memory no thread wrote. None when
+    neither shows: the message then names no kernel rather than guess one.
+    """
     if len(launches) == 1:
-        return launches[0].kernel
-    first = stage_buffers(lab, worker, case, inputs, launches, timeout_s, constants=submission.constants)
-    for kernel, buffer in first:
-        if carries(buffer, SHARED_POISON_BITS).any():
-            return kernel
-    for number in schedules:
-        other = stage_buffers(lab, worker, case, inputs, launches, timeout_s, number, submission.constants)
-        for (kernel, a), (_, b) in zip(first, other):
-            if not same_values(a, b).all():
-                return kernel
-    return launches[-1].kernel
+        return str(launches[0].kernel)
+    given = inputs.buffers()
+    writable = {
+        "out": case.rows * QUERY_HEADS * HEAD_DIM,
+        **lab.workspace(submission.constants, case.rows, case.prefix),
+    }
+    first = run.outputs["out"]
+    for index, launch in enumerate(launches):
+        for number in schedules:
+            alone = [0] * len(launches)
+            alone[index] = number
+            other = worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=alone)
+            if not same_values(other.outputs["out"], first).all():
+                return str(launch.kernel)
+    if carries(first, SHARED_POISON_BITS).any():
+        for kernel, buffer in stage_buffers(lab, worker, case, inputs, launches, timeout_s, 0, submission.constants):
+            if carries(buffer, SHARED_POISON_BITS).any():
+                return str(kernel)
+    return None
 
 
 def first_wrong_stage(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float) -> str | None:

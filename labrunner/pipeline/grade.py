@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from labrunner.build.gate import Submission
+from labrunner.build.includes import code_tokens
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.gates import (
@@ -30,6 +31,7 @@ from labrunner.report.records.timing import SpeedupTiming
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
 from labrunner.truth.hints import Evidence, derive_hints
+from labrunner.truth.verdict import Status
 
 
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
@@ -61,6 +63,9 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
             run_cases(lab, submission, worker, backend, options, progress, results=result.cases)
         result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
+        advice = race_check_advice(backend, request.race_check, result, submission)
+        if advice:
+            result.notes.append(advice)
         terminal.cases_report(result)
         correct = result.decisive_case is None
         if correct and not request.no_timing and backend == "gpu" and not request.only:
@@ -90,6 +95,26 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     terminal.gate_report(result)
     terminal.kernel_output(result.kernel_output)
     close_report(lab, submission, result, request, seed.value)
+    if advice:
+        terminal.note(advice)  # last: what to run next
+
+
+def race_check_advice(backend: str, race_check: bool, result: RunResult, submission: Submission) -> str | None:
+    """On a GPU, a wrong grade of a file that uses shared memory ends by suggesting --race-check.
+
+    A GPU's warps interleave differently from run to run, so a missing __syncthreads() can look like
+    a wrong formula; the CPU backend reruns a failing case under other schedules unasked, but on a GPU
+    only compute-sanitizer can look, and it is slow, so it is suggested rather than run."""
+    if backend != "gpu" or race_check or result.verdict != Status.WRONG:
+        return None
+    shared = next((t for t in code_tokens(submission.source, submission.label) if t.text == "__shared__"), None)
+    if shared is None:
+        return None
+    return (
+        f"the file uses shared memory (__shared__ at line {shared.line}), and a missing __syncthreads() can make "
+        "values wrong in a way that looks like a wrong formula: run again with --race-check, and "
+        "compute-sanitizer looks for a race"
+    )
 
 
 def gathered(evidence: Evidence | dict[str, Any]) -> TypeGuard[Evidence]:

@@ -247,7 +247,7 @@ class Worker:
         writable: dict[str, int],
         returned: tuple[str, ...],
         timeout_s: float,
-        reverse_threads: int = False,
+        reverse_threads: int | list[int] = False,  # the CPU schedule: one for all launches, or one per launch
     ) -> CaseRun:
         reply = self._call(
             {

@@ -36,14 +36,26 @@ def run_case(device, kernels, request: dict) -> dict:
     buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
     guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
     buffers.update({name: g.inner for name, g in guarded.items()})
-    for launch in request["launches"]:
-        device.launch(kernels, launch, buffers, reverse_threads=request["reverse_threads"])
+    for launch, schedule in zip(request["launches"], launch_schedules(request)):
+        device.launch(kernels, launch, buffers, reverse_threads=schedule)
     device.synchronize()
     return {
         "outputs": {name: device.to_host(guarded[name].inner) for name in request["returned"]},
         "bands": {name: list(g.bands(device.to_host)) for name, g in guarded.items()},
         "inputs_after": {name: device.to_host(buffers[name]) for name in request["inputs"]},
     }
+
+
+def launch_schedules(request: dict) -> list[int]:
+    """Each launch's CPU schedule: one number for every launch, or a list of one per launch (the race
+    search reorders one kernel's threads while the others keep theirs, to see whose order matters)."""
+    schedule = request["reverse_threads"]
+    count = len(request["launches"])
+    if isinstance(schedule, list):
+        if len(schedule) != count or not all(isinstance(n, int) for n in schedule):
+            raise ValueError(f"reverse_threads: {len(schedule)} schedules for {count} launches")
+        return schedule
+    return [int(schedule)] * count
 
 
 def machine_code(binary: dict) -> tuple[str, bytes]:

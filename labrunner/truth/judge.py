@@ -16,6 +16,7 @@ arrays only; it runs nothing itself (the driver hands it the runs and the saniti
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -80,6 +81,7 @@ def judge(
     reference: np.ndarray,
     other_schedules: Iterable[tuple[str, Run]] = (),
     sanitizer: Callable[[], SanitizerReport] | None = None,
+    when_failing: Iterable[tuple[str, Run]] = (),
 ) -> Judgement:
     """Guards first (they explain everything after them), then inputs, then races, then every value.
 
@@ -87,7 +89,8 @@ def judge(
     float64 output. `other_schedules`: (label, run) of the same case under other thread schedules,
     taken one at a time; any difference from this run is a race, whether or not this run passed.
     `sanitizer`: asks compute-sanitizer about this case (GPU --race-check), only when nothing before
-    it decided.
+    it decided. `when_failing`: more schedules, asked for only when the output failed its check (the
+    CPU reruns a failing case unasked: a failure that moves with the order is a race, not a wrong formula).
     """
     for name in writable:
         damage = inspect_guards(name, *run.bands[name])
@@ -109,7 +112,8 @@ def judge(
     )
     if checked.status == Status.RACE:
         return _judged(checked, Status.RACE, values, Status.RACE)
-    for label, other_run in other_schedules:
+    reruns = itertools.chain(other_schedules, when_failing if not checked.passed else ())
+    for label, other_run in reruns:
         other = other_run.outputs["out"].reshape(out.shape)
         agree = same_values(other, out)
         if not agree.all():
