@@ -385,3 +385,29 @@ def test_a_judgements_defaults_are_those_of_a_case_whose_output_was_never_read()
 )
 def test_a_run_failed_where_its_own_output_or_run_did_whatever_the_sanitizer_said(judgement, failed):
     assert judgement.run_failed is failed
+
+
+def test_the_reruns_of_a_failing_case_are_asked_for_only_when_it_failed():
+    # the CPU reruns a failing case unasked: a passing one never costs a rerun
+    asked = Asked([("reverse order", wrong_run())])
+    assert judged(Run(), when_failing=asked.other_schedules()).status == Status.PASS
+    assert asked.schedules == []
+
+
+def test_a_failing_case_its_reruns_move_is_a_race_and_one_they_leave_alone_stays_wrong():
+    other = wrong_run()
+    other.out[1, 0, 3] = 2.5
+    moved = Asked([("reverse order", wrong_run()), ("random order (seed 2)", other)])
+    judgement = judged(wrong_run(), when_failing=moved.other_schedules())
+    assert judgement == Judgement(
+        Status.RACE,
+        "the output depends on thread order: with each block's threads in random order (seed 2) between barriers, "
+        "row 1, head 0, col 3 is 2.5 instead of 1.5: a missing __syncthreads()?",
+        **WRONG_NUMBERS,
+        output=Status.RACE,
+    )
+    assert moved.schedules == ["reverse order", "random order (seed 2)"]
+    same = Asked([("reverse order", wrong_run()), ("random order (seed 2)", wrong_run())])
+    assert judged(wrong_run(), when_failing=same.other_schedules()) == Judgement(
+        Status.WRONG, WRONG_MESSAGE, **WRONG_NUMBERS, output=Status.WRONG
+    )
