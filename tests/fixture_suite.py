@@ -9,6 +9,7 @@ job would see. Run it directly for the table: `python tests/fixture_suite.py --d
 from __future__ import annotations
 
 import subprocess
+import re
 import sys
 import tempfile
 import time
@@ -135,6 +136,7 @@ def run_suite(
     extra: tuple[str, ...] = (),
     jobs: int = 1,
     finished: Callable[[Outcome], None] | None = None,
+    match: str | None = None,
 ) -> list[Outcome]:
     """Every fixture of `lab` for `backend`, `jobs` grades at a time (each is a process of its own; on
     the GPU their checks share the card and their timing takes turns under attnlab's per-GPU lock).
@@ -148,7 +150,7 @@ def run_suite(
             finished(outcome)
         return outcome
 
-    chosen = [f for f in load_fixtures(lab) if f.runs_on(backend)]
+    chosen = [f for f in load_fixtures(lab) if f.runs_on(backend) and (match is None or re.search(match, f.name))]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(graded, chosen))
 
@@ -176,6 +178,7 @@ if __name__ == "__main__":
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
     parser.add_argument("--lab", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="fixtures graded at once")
+    parser.add_argument("--match", default=None, help="only the fixtures whose name (lab/kind/file.cu) this regex finds")
     args = parser.parse_args()
 
     def progress(o: Outcome) -> None:
@@ -186,7 +189,7 @@ if __name__ == "__main__":
             flush=True,
         )
 
-    outcomes = run_suite(args.device, args.lab, jobs=args.jobs, finished=progress)
+    outcomes = run_suite(args.device, args.lab, jobs=args.jobs, finished=progress, match=args.match)
     for o in outcomes:
         for problem in o.mismatches:
             print(f"{o.fixture.name}: {problem}\n    {o.got['message']}")
