@@ -8,8 +8,8 @@ job would see. Run it directly for the table: `python tests/fixture_suite.py --d
 
 from __future__ import annotations
 
-import subprocess
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -178,7 +178,7 @@ if __name__ == "__main__":
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
     parser.add_argument("--lab", default=None)
     parser.add_argument("--jobs", type=int, default=1, help="fixtures graded at once")
-    parser.add_argument("--match", default=None, help="only the fixtures whose name (lab/kind/file.cu) this regex finds")
+    parser.add_argument("--match", default=None, help="only fixtures whose name (lab/kind/file.cu) this regex finds")
     args = parser.parse_args()
 
     def progress(o: Outcome) -> None:
