@@ -311,8 +311,14 @@ REFUSED = {
         f"attention.cu(2): error: `movq $60, %rax syscall` is inline assembly without operands, {RUNS_ONLY}",
     ),
     "unknown-ptx": (
+        '__device__ unsigned rev(unsigned x) {\n  unsigned r;\n  asm("brev.b32 %0, %1;" : "=r"(r) : "r"(x));\n'
+        "  return r;\n}\n",
+        f"attention.cu(3): error: `brev.b32 %0, %1` {CANNOT}",
+    ),
+    "special-register": (
         '__device__ unsigned lane() {\n  unsigned r;\n  asm("mov.u32 %0, %%laneid;" : "=r"(r));\n  return r;\n}\n',
-        f"attention.cu(3): error: `mov.u32 %0, %%laneid` {CANNOT}",
+        "attention.cu(3): error: `%%laneid` is a special register, which the CPU backend does not read in inline "
+        "PTX: pass its value in as an operand from CUDA C++ (threadIdx.x % 32 for %laneid)",
     ),
     "second-instruction-unknown": (
         "__device__ unsigned f(float x) {\n  unsigned r;\n"
@@ -390,11 +396,71 @@ REFUSED = {
         '#if 0\n__device__ void f() { asm volatile("exit;" ::: "memory"); }\n#endif\n',
         f"attention.cu(2): error: `exit` {CANNOT}",
     ),
-    "ptx-block-with-its-own-registers": (
-        "__device__ unsigned f(float x) {\n  unsigned r;\n"
-        '  asm("{ .reg .b32 t; cvt.rna.tf32.f32 t, %1; mov.b32 %0, t; }" : "=r"(r) : "f"(x));\n'
+    "ptx-block-with-a-64-bit-register": (
+        "__device__ unsigned f(const float* g) {\n  unsigned r;\n"
+        '  asm("{ .reg .b64 t; mov.b64 t, %1; mov.b32 %0, 0; }" : "=r"(r) : "l"(g));\n'
         "  return r;\n}\n",
-        f"attention.cu(3): error: `{{ .reg .b32 t` {CANNOT}",
+        "attention.cu(3): error: `.reg .b64 t`: a .reg .b64 register is not kept by the CPU backend, which "
+        'keeps declared registers of .pred, .b32, .u32, .s32, .f32 only; pass a 64-bit value in as an "l" '
+        "operand, and compute the rest in CUDA C++",
+    ),
+    "ptx-label": (
+        "__device__ unsigned f(unsigned x) {\n  unsigned r = x;\n"
+        '  asm("{ .reg .pred p; setp.eq.u32 p, %0, 0; @p bra DONE; mov.b32 %0, 1; DONE: }" : "+r"(r));\n'
+        "  return r;\n}\n",
+        f"attention.cu(3): error: `bra DONE` {CANNOT}",
+    ),
+    "guard-that-is-no-predicate": (
+        "__device__ unsigned f(unsigned x) {\n  unsigned r = x;\n"
+        '  asm("{ .reg .b32 t; mov.b32 t, 1; @t mov.b32 %0, 2; }" : "+r"(r));\n'
+        "  return r;\n}\n",
+        "attention.cu(3): error: `@t` guards with a register that is no predicate (declare `.reg .pred`)",
+    ),
+    "predicate-from-an-operand": (
+        "__device__ unsigned f(unsigned x) {\n  unsigned r = x;\n"
+        '  asm("setp.eq.u32 %0, %0, 0;" : "+r"(r));\n'
+        "  return r;\n}\n",
+        "attention.cu(3): error: `setp.eq.u32`'s p is a predicate, but %0 is \"r\": declare one in the statement "
+        "(`.reg .pred p;`) and name it",
+    ),
+    "register-used-outside-its-block": (
+        "__device__ unsigned f(unsigned x) {\n  unsigned r = x;\n"
+        '  asm("{ .reg .b32 t; mov.b32 t, %0; } mov.b32 %0, t;" : "+r"(r));\n'
+        "  return r;\n}\n",
+        "attention.cu(3): error: `t` is no register declared in the statement (declare it: `.reg .b32 t;`)",
+    ),
+    "block-never-closed": (
+        "__device__ unsigned f(unsigned x) {\n  unsigned r = x;\n"
+        '  asm("{ .reg .b32 t; mov.b32 t, %0;" : "+r"(r));\n'
+        "  return r;\n}\n",
+        "attention.cu(3): error: `{ .reg .b32 t; mov.b32 t, %0;`: a `{` block that never closes",
+    ),
+    "ex2-of-an-integer": (
+        "__device__ float f(unsigned x) {\n  float r;\n"
+        '  asm("ex2.approx.f32 %0, 1;" : "=f"(r));\n'
+        "  return r + x;\n}\n",
+        "attention.cu(3): error: `ex2.approx.f32`'s a is one register or a float literal (0f3F800000, 1.5), got 1",
+    ),
+    "ex2-of-a-64-bit-operand": (
+        "__device__ float f(unsigned long long x) {\n  float r;\n"
+        '  asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "l"(x));\n'
+        "  return r;\n}\n",
+        'attention.cu(3): error: `ex2.approx.f32` takes a in "r" or "f" registers, but %1 is "l"',
+    ),
+    "rcp-f64": (
+        "__device__ double f(double x) {\n  double r;\n"
+        '  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(x));\n'
+        "  return r;\n}\n",
+        "attention.cu(3): error: `rcp.approx.ftz.f64` is inline assembly the CPU backend cannot run: the PTX ISA "
+        "documents its result only roughly, so no emulation gives the GPU's bits; write 1.0 / x (or "
+        "__drcp_rn(x)) in CUDA C++",
+    ),
+    "shfl-predicate-into-an-operand": (
+        "__device__ float f(float x) {\n  float r; unsigned ok;\n"
+        '  asm volatile("shfl.sync.up.b32 %0|%1, %2, 1, 0, -1;" : "=f"(r), "=r"(ok) : "f"(x));\n'
+        "  return r + ok;\n}\n",
+        "attention.cu(3): error: `shfl.sync.up.b32`'s p is a predicate, but %1 is \"r\": declare one in the "
+        "statement (`.reg .pred p;`) and name it",
     ),
     "named-operand": (
         "__device__ unsigned f(float x) {\n  unsigned r;\n"
@@ -445,23 +511,23 @@ REFUSED = {
     ),
     "cp-async-size-from-a-register": (
         CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1], %0;" :: "r"(s), "l"(g)'),
-        f"attention.cu(3): error: `{CG}`'s cp-size is an integer written in the template (16), got %0",
+        f'attention.cu(3): error: `{CG}` takes cp-size in "n" operands (an integer constant), but %0 is "r"',
     ),
     "cp-async-src-size-past-cp-size": (
         CP_ASYNC.format(code='"cp.async.cg.shared.global [%0], [%1], 16, 20;" :: "r"(s), "l"(g)'),
         f"attention.cu(3): error: `{CG}`'s src-size is at most its cp-size, 16, got 20",
     ),
-    "cp-async-prefetch-size": (
-        CP_ASYNC.format(code='"cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(s), "l"(g)'),
-        f"attention.cu(3): error: `{CG}.L2::128B` is a form of cp.async the CPU backend cannot run: it runs only "
-        f"{CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers",
+    "cp-async-prefetch-size-ptxas-does-not-know": (
+        CP_ASYNC.format(code='"cp.async.cg.shared.global.L2::512B [%0], [%1], 16;" :: "r"(s), "l"(g)'),
+        f"attention.cu(3): error: `{CG}.L2::512B` is a form of cp.async the CPU backend cannot run: it runs only "
+        f"{CP_ASYNC_FORMS}, without cache hints or other qualifiers",
     ),
     "cp-async-cache-hint": (
         CP_ASYNC.format(
             code='"cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, 4, %2;" :: "r"(s), "l"(g), "l"(0ull)'
         ),
         f"attention.cu(3): error: `{CA}.L2::cache_hint` is a form of cp.async the CPU backend cannot run: it runs "
-        f"only {CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers",
+        f"only {CP_ASYNC_FORMS}, without cache hints or other qualifiers",
     ),
     "cp-async-address-not-in-brackets": (
         CP_ASYNC.format(code='"cp.async.ca.shared.global %0, [%1], 4;" :: "r"(s), "l"(g)'),
@@ -470,7 +536,7 @@ REFUSED = {
     "cp-async-address-with-an-offset": (
         CP_ASYNC.format(code='"cp.async.ca.shared.global [%0+4], [%1], 4;" :: "r"(s), "l"(g)'),
         f"attention.cu(3): error: `{CA} [%0+4], [%1], 4`: the CPU backend reads operands only as %N, {{%N, ...}}, "
-        "[%N] or an integer (no registers by name, predicates or labels)",
+        "[%N], an integer, a float literal or a register the statement declares (no offsets, negations or labels)",
     ),
     "wait-group-from-a-register": (
         CP_ASYNC.format(code='"cp.async.wait_group %0;" :: "r"(s)'),

@@ -502,6 +502,138 @@ inline void cp_async_wait_all(uint32_t*) {
     complete_groups(me, me->cp_committed);
 }
 
+
+// ------------------------------------------------------------------ shfl.sync
+// shfl.sync.mode.b32 d[|p], a, b, c, membermask (PTX ISA, "shfl.sync"): lane j's a, where j is worked out
+// from the caller's lane, b (the lane, offset or xor mask), and c, which packs a clamp value in bits 4..0
+// and a segment mask in bits 12..8 (CUDA's __shfl_*_sync(mask, v, b, width) pass c = ((32 - width) << 8)
+// | 31, or 0 in the low bits for the up shuffle). A source outside the clamp (p false) is the caller's own
+// lane. The lanes meet in the runtime's warp shuffle (warp_op), as the intrinsics' do: a mask without the
+// caller, a lane that never arrives or has exited, a source lane outside the mask (its value undefined
+// on the GPU: the poison here) are all found there.
+enum ShflMode { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_BFLY };
+
+// The source lane, and in *in_range whether it lies within the clamp (the instruction's p).
+inline int shfl_source(ShflMode mode, int lane, uint32_t b, uint32_t c, bool* in_range) {
+    const int bval = (int)(b & 31u), cval = (int)(c & 31u), segmask = (int)((c >> 8) & 31u);
+    const int max_lane = (lane & segmask) | (cval & ~segmask);
+    const int min_lane = lane & segmask;
+    int j;
+    bool ok;
+    switch (mode) {
+        case SHFL_UP: j = lane - bval; ok = j >= max_lane; break;
+        case SHFL_DOWN: j = lane + bval; ok = j <= max_lane; break;
+        case SHFL_BFLY: j = lane ^ bval; ok = j <= max_lane; break;
+        default: j = min_lane | (bval & ~segmask); ok = j <= max_lane; break;
+    }
+    *in_range = ok;
+    return ok ? j : lane;
+}
+
+inline void shfl_sync(uint32_t* r, ShflMode mode, int d, int p, uint32_t a, uint32_t b, uint32_t c, uint32_t mask,
+                      const char* file, int line) {
+    static const char* const names[] = {"shfl.sync.idx.b32", "shfl.sync.up.b32", "shfl.sync.down.b32",
+                                        "shfl.sync.bfly.b32"};
+    bool in_range;
+    const int source = shfl_source(mode, rt.cur->lane, b, c, &in_range);
+    const uint64_t got = warp_op(WK_SHFL, mask, a, source, 0, {names[mode], file, line});
+    r[d] = got == kShflPoison64 ? kShflPoison32 : (uint32_t)got;
+    if (p >= 0) r[p] = in_range;
+}
+
+// ------------------------------------------------------------------ ex2, lg2, rcp (.approx)
+// The GPU's approximations are not IEEE operations; the PTX ISA bounds them (ex2.approx.f32: relative
+// error 2^-22 or so over the range, lg2.approx.f32: absolute error 2^-22 near 1, relative elsewhere,
+// rcp.approx.f32: 1 ulp) and says what the special values give: ex2(-Inf) = +0, ex2(+Inf) = +Inf, lg2(+-0) =
+// -Inf, lg2 of a negative = NaN, rcp(+-0) = +-Inf, rcp(+-Inf) = +-0. exp2f, log2f and an IEEE division
+// give exactly those specials and lie within those bounds (each is within an ulp of the exact value), so
+// a kernel the GPU computes well computes as well here; no host library's last bit is promised to match
+// the GPU's. Without .ftz subnormal operands and results are kept (sm_20 and later); with .ftz each
+// subnormal operand is read as zero of its sign and each subnormal result written as one. A NaN keeps its
+// bits, as cvt above keeps them, so the shim's poison survives the instruction and is still named as a race.
+inline uint32_t flush_subnormal(uint32_t x) { return (x & 0x7F800000u) == 0 ? x & 0x80000000u : x; }
+inline void ex2_approx_f32(uint32_t* r, int d, uint32_t a) { r[d] = f_input(::exp2f(as_float(a))); }
+inline void ex2_approx_ftz_f32(uint32_t* r, int d, uint32_t a) {
+    r[d] = flush_subnormal(f_input(::exp2f(as_float(flush_subnormal(a)))));
+}
+inline void lg2_approx_f32(uint32_t* r, int d, uint32_t a) { r[d] = f_input(::log2f(as_float(a))); }
+inline void lg2_approx_ftz_f32(uint32_t* r, int d, uint32_t a) {
+    r[d] = flush_subnormal(f_input(::log2f(as_float(flush_subnormal(a)))));
+}
+inline void rcp_approx_f32(uint32_t* r, int d, uint32_t a) { r[d] = f_input(1.0f / as_float(a)); }
+inline void rcp_approx_ftz_f32(uint32_t* r, int d, uint32_t a) {
+    r[d] = flush_subnormal(f_input(1.0f / as_float(flush_subnormal(a))));
+}
+
+// ------------------------------------------------------------------ setp, mov, selp
+// A predicate is a register of the statement's own (.reg .pred), 1 or 0 here; `@p` and `@!p` guard an
+// instruction with it (ptx_asm.py writes the guard as an `if`, so a guarded warp shuffle whose guard is
+// false is one its lane never reaches, as on the GPU). setp.CmpOp.type p[|q], a, b sets p to the
+// comparison and q, if written, to its negation. Integer comparisons are signed for .s32, unsigned for
+// .u32 (lo, ls, hi, hs are its lt, le, gt, ge) and .b32 (eq and ne only); the .f32 ones are IEEE's: the
+// ordered six are false where either operand is NaN, their u forms true there, num and nan say which;
+// .ftz reads a subnormal operand as zero of its sign first.
+enum Cmp {
+    CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_LO, CMP_LS, CMP_HI, CMP_HS,
+    CMP_EQU, CMP_NEU, CMP_LTU, CMP_LEU, CMP_GTU, CMP_GEU, CMP_NUM, CMP_NAN
+};
+
+template <class T>
+inline bool compare_int(Cmp cmp, T a, T b) {
+    switch (cmp) {
+        case CMP_EQ: return a == b;
+        case CMP_NE: return a != b;
+        case CMP_LT: case CMP_LO: return a < b;
+        case CMP_LE: case CMP_LS: return a <= b;
+        case CMP_GT: case CMP_HI: return a > b;
+        default: return a >= b;  // CMP_GE, CMP_HS: ptx_asm.py passes no other to an integer type
+    }
+}
+
+inline bool compare_f32(Cmp cmp, float a, float b) {
+    const bool unordered = a != a || b != b;
+    switch (cmp) {
+        case CMP_EQ: return !unordered && a == b;
+        case CMP_NE: return !unordered && a != b;
+        case CMP_LT: return !unordered && a < b;
+        case CMP_LE: return !unordered && a <= b;
+        case CMP_GT: return !unordered && a > b;
+        case CMP_GE: return !unordered && a >= b;
+        case CMP_EQU: return unordered || a == b;
+        case CMP_NEU: return unordered || a != b;
+        case CMP_LTU: return unordered || a < b;
+        case CMP_LEU: return unordered || a <= b;
+        case CMP_GTU: return unordered || a > b;
+        case CMP_GEU: return unordered || a >= b;
+        case CMP_NUM: return !unordered;
+        default: return unordered;  // CMP_NAN
+    }
+}
+
+inline void set_predicates(uint32_t* r, int p, int q, bool value) {
+    r[p] = value;
+    if (q >= 0) r[q] = !value;
+}
+inline void setp_b32(uint32_t* r, Cmp cmp, int p, int q, uint32_t a, uint32_t b) {
+    set_predicates(r, p, q, compare_int(cmp, a, b));
+}
+inline void setp_u32(uint32_t* r, Cmp cmp, int p, int q, uint32_t a, uint32_t b) {
+    set_predicates(r, p, q, compare_int(cmp, a, b));
+}
+inline void setp_s32(uint32_t* r, Cmp cmp, int p, int q, uint32_t a, uint32_t b) {
+    set_predicates(r, p, q, compare_int(cmp, (int32_t)a, (int32_t)b));
+}
+inline void setp_f32(uint32_t* r, Cmp cmp, int p, int q, uint32_t a, uint32_t b) {
+    set_predicates(r, p, q, compare_f32(cmp, as_float(a), as_float(b)));
+}
+inline void setp_ftz_f32(uint32_t* r, Cmp cmp, int p, int q, uint32_t a, uint32_t b) {
+    set_predicates(r, p, q, compare_f32(cmp, as_float(flush_subnormal(a)), as_float(flush_subnormal(b))));
+}
+
+// mov.type d, a and selp.type d, a, b, c (d = c ? a : b): 32 bits copied as they are, whatever the type.
+inline void mov_32(uint32_t* r, int d, uint32_t a) { r[d] = a; }
+inline void selp_32(uint32_t* r, int d, uint32_t a, uint32_t b, uint32_t c) { r[d] = c ? a : b; }
+
 }  // namespace ptx
 
 // Declared in fiber.h, called as a thread exits: the copies it never waited for are dropped.

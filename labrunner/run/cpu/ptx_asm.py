@@ -27,12 +27,14 @@ before the preprocessor runs, as the include policy reads it.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
+from typing import Any
 
 from labrunner.build.includes import ReportedLines, Token, code_tokens
 from labrunner.exit_codes import AttnlabError
 
-__all__ = ["AsmRefused", "INSTRUCTIONS", "SUPPORTED", "rewrite_inline_asm"]
+__all__ = ["AsmRefused", "INSTRUCTIONS", "SUPPORTED", "instruction_of", "rewrite_inline_asm"]
 
 ASM_KEYWORDS = frozenset({"asm", "__asm", "__asm__"})
 # Qualifiers that change nothing here (`inline` is a size hint for the compiler's inliner).
@@ -41,16 +43,20 @@ _QUALIFIERS = frozenset({"volatile", "__volatile", "__volatile__", "inline", "__
 
 @dataclass(frozen=True)
 class Operand:
-    name: str  # as the PTX ISA calls it: d, a, D, A, B, C, dst, src, cp-size, src-size, N
+    name: str  # as the PTX ISA calls it: d, a, D, A, B, C, dst, src, cp-size, src-size, N, p, membermask
     registers: int  # 1 for a scalar, else the size of the {vector}
     written: bool  # the instruction writes it (a destination), else reads it
-    classes: str  # the constraint letters allowed for a %N: "r" (.b32, a 32-bit integer), "f" (.f32, a
-    # float), "l" (.b64, a 64-bit integer or a pointer), "n" (an integer constant)
+    classes: str  # the register classes allowed: for a %N the constraint letter, "r" (a .b32 register, a
+    # 32-bit integer), "f" (.f32, a float), "l" (.b64, a 64-bit integer or a pointer), "n" (an integer
+    # constant); for a register the statement declares itself (.reg), "r" (.b32), "u" (.u32 or .s32),
+    # "f" (.f32) or "p" (.pred, a predicate)
     address: bool = False  # written in brackets, [%N]: an address the instruction reads through
     immediates: range | tuple[int, ...] = ()  # the integers it may be written as, in the template itself
     optional: bool = False  # may be left out (the last operands only)
     absent: int | None = None  # left out, the emulation gets the operand at this position instead
     at_most: int | None = None  # written as an integer, it may not exceed the integer at this position
+    literal: str = ""  # "int" or "float": the 32-bit literal it may be written as (-1, 0x1f; 0f3F800000, 1.5)
+    piped: bool = False  # written after the operand before it with `|` (`d|p`), and may be left out
 
 
 @dataclass(frozen=True)
@@ -59,21 +65,31 @@ class Instruction:
     operands: tuple[Operand, ...]
     sited: bool  # the emulation also takes the statement's file and line: a warp collective meets
     # its warp there, and a runtime error names it
-    by_value: bool = False  # the emulation takes each operand's value (read-only operands of any class,
-    # immediates); otherwise the register number, so that it can write outputs
+    by_value: bool = False  # the emulation takes each operand it reads by its value (a register's bits, an
+    # immediate, a 64-bit or constant operand), and each it writes by register number; otherwise every
+    # operand by register number
+    constants: tuple[str, ...] = ()  # C++ constants it takes first (a comparison, a shuffle's mode)
 
 
-# The PTX the CPU backend runs: what a 3xTF32 or a 3xFP16 tensor-core kernel needs. The register
-# classes are those ptxas accepts for sm_90: a cvt's destination is a .b32 ("=r"; "=f" is refused),
-# its sources .f32 or .b32; an mma's A and B are .b32 bit patterns ("r" only: a tf32 each, or two
-# f16 packed), its C and D .f32 or .b32.
+# The PTX the CPU backend runs: what a 3xTF32 or a 3xFP16 tensor-core kernel needs, the asynchronous
+# copies of a pipelined one, the fast exponent, logarithm and reciprocal of a softmax, the warp shuffle of
+# a reduction, and the predicates, moves and blocks that guard them. The register classes are those ptxas
+# accepts for sm_90 (NVRTC was asked: tests/test_cpu_ptx.py): a cvt's destination is a .b32 ("=r"; "=f"
+# is refused), its sources .f32 or .b32; an mma's A and B are .b32 bit patterns ("r" only: a tf32 each, or
+# two f16 packed), its C and D .f32 or .b32.
+#
+# A register's type must suit the instruction's: a .b32 (what "r" gives) suits every 32-bit type, a .f32
+# (what "f" gives) only .f32 and .b32 instructions, a .u32 or .s32 only integer and .b32 ones; an integer
+# literal suits an integer or .b32 operand, a float literal (0f3F800000, 1.5) a .f32 one.
 #
 # cp.async (PTX ISA, "Data Movement and Conversion Instructions: cp.async"): dst is a shared-window
 # address, a .b32 ("r", what `static_cast<unsigned>(__cvta_generic_to_shared(p))` gives) or a .b64
-# ("l"); src a 64-bit global address ("l" only); cp-size an integer in the template (4, 8 or 16 for
-# .ca, 16 for .cg); the optional src-size a .b32 ("r") or an immediate, at most cp-size (ptxas refuses
-# more), the bytes past it zero-filled. Left out, src-size is cp-size. wait_group's N is an immediate
-# (a literal or an "n" operand). The cache-hint, prefetch-size and ignore-src forms are refused.
+# ("l"); src a 64-bit global address ("l" only); cp-size an integer, in the template or as an "n" operand
+# (4, 8 or 16 for .ca, 16 for .cg); the optional src-size a .b32 ("r") or an immediate, at most cp-size
+# (ptxas refuses more), the bytes past it zero-filled. Left out, src-size is cp-size. wait_group's N is an
+# immediate (a literal or an "n" operand). A prefetch size (.L2::64B, .L2::128B, .L2::256B) and the
+# `.shared::cta` spelling change where the bytes are cached, never which land, so they run as the plain
+# form; the cache-hint and ignore-src forms are refused.
 _MMA_OPERANDS = (
     Operand("D", 4, True, "fr"),
     Operand("A", 4, False, "r"),
@@ -81,15 +97,62 @@ _MMA_OPERANDS = (
     Operand("C", 4, False, "fr"),
 )
 _ANY_COUNT = range(0, 2**31)
+_B32, _F32, _INT32 = "rfu", "rf", "ru"  # the registers a .b32, a .f32 and a .u32 or .s32 operand takes
 
 
 def _cp_async_operands(cp_sizes: tuple[int, ...]) -> tuple[Operand, ...]:
     return (
         Operand("dst", 1, False, "rl", address=True),
         Operand("src", 1, False, "l", address=True),
-        Operand("cp-size", 1, False, "", immediates=cp_sizes),
+        Operand("cp-size", 1, False, "n", immediates=cp_sizes),
         Operand("src-size", 1, False, "rn", immediates=_ANY_COUNT, optional=True, absent=2, at_most=2),
     )
+
+
+def _read(name: str, classes: str) -> Operand:
+    """A 32-bit operand the instruction reads: a register, or a literal of its type."""
+    return Operand(name, 1, False, classes, literal="float" if classes == _F32 else "int")
+
+
+# shfl.sync.mode.b32 d[|p], a, b, c, membermask (PTX ISA, "shfl.sync"): every operand a .b32, b, c and the
+# mask registers or integers; the optional p, written after d with `|`, says whether the source lane was in
+# range. The lanes meet in the runtime's warp shuffle (fiber_warp.h), as __shfl_*_sync's do.
+def _shfl(mode: str) -> Instruction:
+    operands = (
+        Operand("d", 1, True, _B32),
+        Operand("p", 1, True, "p", piped=True),
+        *(_read(name, _B32) for name in ("a", "b", "c", "membermask")),
+    )
+    return Instruction("shfl_sync", operands, sited=True, by_value=True, constants=(f"SHFL_{mode.upper()}",))
+
+
+# setp.CmpOp{.ftz}.type p[|q], a, b: p = a CmpOp b (q, written after p with `|`, its negation). The
+# comparisons each type has (ptxas refuses the others): .b32 only eq and ne; .u32 and .s32 the ordered
+# six, .u32 also lo, ls, hi and hs (its lt, le, gt and ge); .f32 the ordered six (false where either is
+# NaN), their unordered forms (true there) and num and nan.
+_SETP = {
+    "b32": (_B32, ("eq", "ne")),
+    "u32": (_INT32, ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs")),
+    "s32": (_INT32, ("eq", "ne", "lt", "le", "gt", "ge")),
+    "f32": (_F32, ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")),
+    "ftz.f32": (_F32, ("eq", "ne", "lt", "le", "gt", "ge", "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")),
+}
+_TYPES32 = {"b32": _B32, "u32": _INT32, "s32": _INT32, "f32": _F32}
+
+
+def _setp(kind: str, classes: str, comparison: str) -> Instruction:
+    operands = (Operand("p", 1, True, "p"), Operand("q", 1, True, "p", piped=True), _read("a", classes))
+    return Instruction(
+        f"setp_{kind.replace('.', '_')}",
+        (*operands, _read("b", classes)),
+        sited=False,
+        by_value=True,
+        constants=(f"CMP_{comparison.upper()}",),
+    )
+
+
+def _unary(emulation: str) -> Instruction:
+    return Instruction(emulation, (Operand("d", 1, True, _F32), _read("a", _F32)), sited=False, by_value=True)
 
 
 INSTRUCTIONS = {
@@ -118,15 +181,58 @@ INSTRUCTIONS = {
         "cp_async_wait_group", (Operand("N", 1, False, "n", immediates=_ANY_COUNT),), sited=True, by_value=True
     ),
     "cp.async.wait_all": Instruction("cp_async_wait_all", (), sited=False),
+    **{f"shfl.sync.{mode}.b32": _shfl(mode) for mode in ("bfly", "up", "down", "idx")},
+    **{
+        f"{op}.approx{ftz}.f32": _unary(f"{op}_approx{ftz.replace('.', '_')}_f32")
+        for op in ("ex2", "lg2", "rcp")
+        for ftz in ("", ".ftz")
+    },
+    **{
+        f"setp.{comparison}.{kind}": _setp(kind, classes, comparison)
+        for kind, (classes, comparisons) in _SETP.items()
+        for comparison in comparisons
+    },
+    **{
+        f"mov.{kind}": Instruction("mov_32", (Operand("d", 1, True, classes), _read("a", classes)), False, True)
+        for kind, classes in _TYPES32.items()
+    },
+    **{
+        f"selp.{kind}": Instruction(
+            "selp_32",
+            (Operand("d", 1, True, classes), _read("a", classes), _read("b", classes), Operand("c", 1, False, "p")),
+            sited=False,
+            by_value=True,
+        )
+        for kind, classes in _TYPES32.items()
+    },
 }
-*_FIRST, _LAST = INSTRUCTIONS
-SUPPORTED = f'{", ".join(_FIRST)} and {_LAST}, on numbered "r", "f", "l" and "n" operands'  # for messages
+SUPPORTED = (  # for messages: the instructions by family, as INSTRUCTIONS holds them
+    "cvt.rna.tf32.f32, cvt.rn.f16x2.f32, mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, "
+    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, cp.async.ca.shared.global, cp.async.cg.shared.global, "
+    "cp.async.commit_group, cp.async.wait_group, cp.async.wait_all, shfl.sync.{bfly,up,down,idx}.b32, "
+    "ex2.approx{.ftz}.f32, lg2.approx{.ftz}.f32, rcp.approx{.ftz}.f32, setp.CmpOp{.ftz}.{b32,u32,s32,f32}, "
+    "mov.{b32,u32,s32,f32} and selp.{b32,u32,s32,f32}, in { } blocks with .reg declarations of .pred and "
+    '32-bit registers and @p guards, on numbered "r", "f", "l" and "n" operands'
+)
 CP_ASYNC_FORMS = (
     "cp.async.ca.shared.global [dst], [src], 4, 8 or 16{, src-size}, cp.async.cg.shared.global "
-    "[dst], [src], 16{, src-size}, cp.async.commit_group, cp.async.wait_group N and cp.async.wait_all"
+    "[dst], [src], 16{, src-size} (each with .shared::cta and a prefetch size .L2::64B, .L2::128B or "
+    ".L2::256B, or without), cp.async.commit_group, cp.async.wait_group N and cp.async.wait_all"
 )
+# What a cp.async may carry that changes nothing a kernel can observe (where the bytes are cached).
+_CP_ASYNC_HINTS = re.compile(r"(?<=\.shared)::cta(?=\.)|\.L2::(?:64|128|256)B$")
+# The register types a statement may declare (.reg), as their classes; the rest it is refused.
+_REGISTER_TYPES = {".pred": "p", ".b32": "r", ".u32": "u", ".s32": "u", ".f32": "f"}
 _CONSTRAINT = re.compile(r"(?P<mode>[=+]?)&?(?P<cls>[rfln])")
 _CLOBBERS = frozenset({"memory"})
+
+
+def instruction_of(opcode: str) -> Instruction | None:
+    """The instruction an opcode runs as: its own entry, or for a cp.async with a prefetch size or
+    `.shared::cta`, the plain form's."""
+    if opcode.startswith("cp.async.c"):
+        opcode = _CP_ASYNC_HINTS.sub("", opcode)
+    return INSTRUCTIONS.get(opcode)
 
 
 class AsmRefused(Exception):
@@ -245,6 +351,9 @@ class _Reader:
                 keyword,
                 f"`asm goto` labels cannot run on the CPU backend, which runs only the PTX instructions {SUPPORTED}",
             )
+        # Every instruction is one that runs before any operand is read: a refusal names the instruction
+        # first (an operand constraint the backend lacks, "d" say, belongs to an instruction it lacks too).
+        _ptx_program(template, lambda what: self.refuse(keyword, what))
         outputs = self._operands(sections[1], keyword, output=True) if len(sections) > 1 else []
         inputs = self._operands(sections[2], keyword, output=False) if len(sections) > 2 else []
         for clobber in sections[3] if len(sections) > 3 else []:
@@ -256,8 +365,8 @@ class _Reader:
                     f'the clobber {_shown(clobber.text)} means nothing on the CPU backend; it takes only "memory"',
                 )
         operands = outputs + inputs
-        instructions = self._instructions(template, operands, keyword)
-        return self.index[code[close].start], _emit(operands, instructions)
+        program = self._instructions(template, operands, keyword)
+        return self.index[code[close].start], _emit(operands, program)
 
     def _code_tokens(self, at: int, in_macro: bool) -> list[Token]:
         """The statement's tokens from its keyword to its `;` (or to the end of the macro or file),
@@ -374,60 +483,125 @@ class _Reader:
             raise self.refuse(keyword, "an operand expression that spans lines inside a literal")
         return out
 
-    def _instructions(
-        self, template: str, operands: list[tuple[str, str, str]], keyword: Token
-    ) -> list[tuple[str, Instruction, list[str]]]:
+    def _instructions(self, template: str, operands: list[tuple[str, str, str]], keyword: Token) -> _Program:
         """Parse and check the template's instructions against INSTRUCTIONS and the operands: each
-        instruction with the C++ arguments its emulation gets, one per operand register (or value)."""
+        instruction with the C++ arguments its emulation gets (a register number, or a value), its guard
+        and the checks g++ makes of its constant operands; the registers the template declares follow
+        the operands in the register file, one slot each."""
         refuse = lambda what: self.refuse(keyword, what)  # noqa: E731
+        registers = list(operands)  # the operands, then each register the template declares
         written = {k for k, (mode, _, _) in enumerate(operands) if mode == "+"}
-        found = []
-        for statement in _ptx_statements(template, refuse):
-            opcode, groups = _parse_statement(statement, refuse)
-            instruction = INSTRUCTIONS[opcode]
-            specs = instruction.operands
-            names = ", ".join(operand.name for operand in specs)
-            required = sum(not operand.optional for operand in specs)
-            if not required <= len(groups) <= len(specs):
-                counts = f"{required} or {len(specs)}" if required < len(specs) else f"{len(specs)}"
+        scopes: list[dict[str, _Reg]] = [{}]
+        found: list[_Step] = []
+
+        def lookup(name: str) -> _Reg:
+            for scope in reversed(scopes):
+                if name in scope:
+                    return scope[name]
+            if name.lstrip("%") in _SPECIAL_REGISTERS:
                 raise refuse(
-                    f"`{opcode}` takes {counts} operands{f' ({names})' if specs else ''}, this one has {len(groups)}"
+                    f"`{name}` is a special register, which the CPU backend does not read in inline PTX: pass "
+                    "its value in as an operand from CUDA C++ (threadIdx.x % 32 for %laneid)"
                 )
-            arguments: list[list[str]] = []
-            for spec, group in zip(specs, groups):
-                arguments.append(self._operand_arguments(opcode, instruction, spec, group, operands, written, refuse))
-            for spec in specs[len(groups) :]:
-                assert spec.absent is not None  # an operand that may be left out names the one it stands for
-                arguments.append(arguments[spec.absent])
-            for spec, group in zip(specs, groups):
-                at_most = spec.at_most
-                limit = groups[at_most] if at_most is not None else None
-                if isinstance(group, _Immediate) and isinstance(limit, _Immediate) and group.value > limit.value:
-                    assert at_most is not None  # a limit is read from the operand it names
-                    raise refuse(
-                        f"`{opcode}`'s {spec.name} is at most its {specs[at_most].name}, {limit.value}, "
-                        f"got {group.value}"
-                    )
-            for spec, group in zip(specs, groups):
-                if spec.written:
-                    written.update(group)
-            found.append((opcode, instruction, [argument for group in arguments for argument in group]))
+            raise refuse(f"`{name}` is no register declared in the statement (declare it: `.reg .b32 {name};`)")
+
+        for item in _ptx_program(template, refuse):
+            if item == "{":
+                scopes.append({})
+            elif item == "}":
+                scopes.pop()
+            elif isinstance(item, _Declaration):
+                for name in item.names:
+                    if name in scopes[-1]:
+                        raise refuse(f"the register `{name}` is declared twice in one block")
+                    scopes[-1][name] = _Reg(len(registers), name)
+                    registers.append(("+", item.cls, item.type))
+                    written.add(len(registers) - 1)
+            else:
+                found.append(self._step(item, registers, len(operands), written, lookup, refuse))
         for k, (mode, cls, _) in enumerate(operands):
             if mode == "=" and k not in written:
                 raise refuse(f'%{k} is an output ("={cls}") that no instruction writes')
-        return found
+        return _Program(found, len(registers) - len(operands))
+
+    def _step(self, item: _Statement, registers, count: int, written: set[int], lookup, refuse) -> _Step:
+        """One instruction of the template, checked: its emulation's arguments, guard and constant checks."""
+        opcode, groups = _parse_statement(item.text, refuse, lookup)
+        instruction = instruction_of(opcode)
+        assert instruction is not None  # _parse_statement refuses an opcode that runs as nothing
+        specs = instruction.operands
+        plain = [spec for spec in specs if not spec.piped]
+        names = ", ".join(operand.name for operand in plain)
+        required = sum(not operand.optional for operand in plain)
+        given = [group for group in groups if not isinstance(group, _Piped)]
+        if not required <= len(given) <= len(plain):
+            counts = f"{required} or {len(plain)}" if required < len(plain) else f"{len(plain)}"
+            raise refuse(
+                f"`{opcode}` takes {counts} operands{f' ({names})' if plain else ''}, this one has {len(given)}"
+            )
+        aligned: list[tuple[Operand, Any]] = []  # each operand with what the template gives (None: left out)
+        rest = list(groups)
+        for spec in specs:
+            if spec.piped:
+                piped = rest.pop(0) if rest and isinstance(rest[0], _Piped) else None
+                aligned.append((spec, piped.group if piped is not None else None))
+            elif rest and isinstance(rest[0], _Piped):
+                raise refuse(f"`{opcode}` takes no `|` operand after its {aligned[-1][0].name}")
+            else:
+                aligned.append((spec, rest.pop(0) if rest else None))
+        arguments: list[list[str]] = []
+        constant: list[str | None] = []  # each operand's value where it is a constant g++ knows
+        checks: list[str] = []
+        for spec, group in aligned:
+            if group is None:
+                arguments.append(arguments[spec.absent] if spec.absent is not None else ["-1"])
+                constant.append(constant[spec.absent] if spec.absent is not None else None)
+                continue
+            arguments.append(
+                self._operand_arguments(opcode, instruction, spec, group, registers, count, written, refuse)
+            )
+            constant.append(_constant_of(group, registers))
+            if isinstance(group, list) and registers[group[0]][1] == "n" and spec.immediates:
+                checks.append(_static_check(opcode, spec, constant[-1]))
+        for k, (spec, group) in enumerate(aligned):
+            if spec.at_most is None or group is None:
+                continue
+            at = spec.at_most
+            limit = aligned[at][1]
+            if isinstance(group, _Immediate) and isinstance(limit, _Immediate):
+                if group.value > limit.value:
+                    raise refuse(
+                        f"`{opcode}`'s {spec.name} is at most its {specs[at].name}, {limit.value}, got {group.value}"
+                    )
+            elif constant[k] is not None and constant[at] is not None:
+                message = _cxx_string(f"`{opcode}`'s {spec.name} is at most its {specs[at].name}")
+                checks.append(f"static_assert({constant[k]} <= {constant[at]}, {message});")
+        for spec, group in aligned:
+            if spec.written and group is not None:
+                written.update(group)
+        guard = None
+        if item.guard is not None:
+            predicate = lookup(item.guard)
+            if registers[predicate][1] != "p":
+                raise refuse(f"`@{item.guard}` guards with a register that is no predicate (declare `.reg .pred`)")
+            guard = (int(predicate), item.negated)
+        return _Step(instruction, [argument for group in arguments for argument in group], guard, checks)
 
     @staticmethod
     def _operand_arguments(
-        opcode: str, instruction: Instruction, spec: Operand, group, operands, written: set[int], refuse
+        opcode: str, instruction: Instruction, spec: Operand, group, operands, count: int, written: set[int], refuse
     ) -> list[str]:
-        """Check one operand of an instruction against its spec; the C++ argument(s) it becomes."""
+        """Check one operand of an instruction against its spec; the C++ argument(s) it becomes. `operands`
+        holds the statement's operands, then the registers its template declares; `count` is how many of
+        them are operands."""
         if isinstance(group, _Immediate):
-            if not spec.immediates:
-                raise refuse(f"`{opcode}`'s {spec.name} is {_shape(spec)}, got {group.value}")
-            if group.value not in spec.immediates:
-                raise refuse(f"`{opcode}`'s {spec.name} is {_choices(spec.immediates)}, got {group.value}")
-            return [str(group.value)]
+            if spec.immediates and not group.floating:
+                if group.value not in spec.immediates:
+                    raise refuse(f"`{opcode}`'s {spec.name} is {_choices(spec.immediates)}, got {group.text}")
+                return [str(group.value)]
+            if spec.literal and group.floating == (spec.literal == "float") and not spec.written:
+                return [f"0x{group.value & 0xFFFFFFFF:08x}u"]
+            raise refuse(f"`{opcode}`'s {spec.name} is {_shape(spec)}, got {group.text}")
         if (
             not spec.classes
             or isinstance(group, _Address) != spec.address
@@ -437,16 +611,22 @@ class _Reader:
             raise refuse(f"`{opcode}`'s {spec.name} is {_shape(spec)}, got {_group_text(group)}")
         arguments = []
         for number in group:
-            if number >= len(operands):
+            if not isinstance(number, _Reg) and number >= count:
                 raise refuse(
-                    f"`%{number}` in `{opcode}` names no operand: the statement has {len(operands)}"
-                    + (f" (%0 to %{len(operands) - 1})" if operands else "")
+                    f"`%{number}` in `{opcode}` names no operand: the statement has {count}"
+                    + (f" (%0 to %{count - 1})" if count else "")
                 )
             mode, cls, _ = operands[number]
-            if cls not in spec.classes:
-                allowed = " or ".join(f'"{c}"' for c in spec.classes)
+            shown = f"{_ref_name(number)} is {_ref_kind(number, operands[number])}"
+            if spec.classes == "p" and cls != "p":
+                raise refuse(
+                    f"`{opcode}`'s {spec.name} is a predicate, but {shown}: declare one in the statement "
+                    "(`.reg .pred p;`) and name it"
+                )
+            if cls not in spec.classes and not (cls == "n" and spec.literal == "int" and not spec.written):
+                allowed = " or ".join(f'"{c}"' for c in spec.classes if c not in "up")
                 what = "registers" if spec.classes != "n" else "operands (an integer constant)"
-                raise refuse(f'`{opcode}` takes {spec.name} in {allowed} {what}, but %{number} is "{cls}"')
+                raise refuse(f"`{opcode}` takes {spec.name} in {allowed} {what}, but {shown}")
             if spec.written and mode == "":
                 raise refuse(
                     f"`{opcode}` writes its {spec.name} to %{number}, which is an input; make it an "
@@ -457,8 +637,8 @@ class _Reader:
                     f"`{opcode}` reads its {spec.name} from %{number}, which is write-only "
                     f'("={cls}"), so its value is undefined; make it "+{cls}"'
                 )
-            if not instruction.by_value:
-                arguments.append(str(number))
+            if not instruction.by_value or spec.written:
+                arguments.append(str(int(number)))
             else:
                 arguments.append(
                     {"l": f"attnlab_ptx_l{number}", "n": f"attnlab_ptx_n{number}"}.get(cls, f"attnlab_ptx_r[{number}]")
@@ -470,47 +650,179 @@ class _Reader:
 
 # --- the template's PTX -------------------------------------------------------------------------
 
-_PTX_TOKEN = re.compile(
-    r"\s+|%(?P<ref>\d+)|(?P<number>\d+)(?![\w.$])|(?P<word>[A-Za-z_.$][\w.$]*)|(?P<punct>[{},;\[\]])"
-)
-
 
 class _Address(tuple):
     """[%N]: an address operand (a tuple of the one operand number, so it is read like a register)."""
 
 
+class _Reg(int):
+    """A register the template declares (.reg), by its slot in the register file after the operands."""
+
+    name: str
+
+    def __new__(cls, slot: int, name: str) -> _Reg:
+        reg = super().__new__(cls, slot)
+        reg.name = name
+        return reg
+
+
 @dataclass(frozen=True)
 class _Immediate:
-    value: int
+    value: int  # an integer's value, or a float's bit pattern
+    text: str = ""  # as written
+    floating: bool = False
 
 
-def _ptx_statements(template: str, refuse) -> list[str]:
-    """The template's instructions; each must be a supported one, and each ends with `;`."""
-    statements = [part.strip() for part in template.split(";")]
-    for statement in statements:
-        opcode = statement.split(None, 1)[0] if statement else ""
-        if statement and opcode not in INSTRUCTIONS:
-            raise refuse(_cannot_run(statement))
-    if statements[-1]:
-        raise refuse(f"`{_shown(statements[-1])}` does not end with `;` (every PTX instruction does)")
-    return [s for s in statements[:-1] if s]
+@dataclass(frozen=True)
+class _Piped:
+    """The operand written after another with `|` (`%0|p`)."""
+
+    group: list
+
+
+@dataclass(frozen=True)
+class _Declaration:
+    type: str  # .pred, .b32, ...
+    cls: str  # its class: "p", "r", "u" or "f"
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Statement:
+    text: str  # the instruction, its guard taken off
+    guard: str | None = None  # `@p`: the predicate's name
+    negated: bool = False  # `@!p`
+
+
+@dataclass
+class _Step:
+    instruction: Instruction
+    arguments: list[str]
+    guard: tuple[int, bool] | None  # (the predicate's slot, negated)
+    checks: list[str]  # static_asserts on its constant ("n") operands
+
+
+@dataclass
+class _Program:
+    steps: list[_Step]
+    declared: int  # how many registers the template declares
+
+
+# The special registers a kernel may try to read (PTX ISA, "Special Registers"), named in their refusal.
+_SPECIAL_REGISTERS = frozenset(
+    {"laneid", "warpid", "nwarpid", "tid", "ntid", "ctaid", "nctaid", "smid", "nsmid", "gridid", "clock", "clock64"}
+    | {f"lanemask_{m}" for m in ("eq", "le", "lt", "ge", "gt")}
+    | {f"{r}.{axis}" for r in ("tid", "ntid", "ctaid", "nctaid") for axis in "xyz"}
+)
+_PTX_TOKEN = re.compile(
+    r"\s+|%(?P<ref>\d+)"
+    r"|(?P<float>0[fF][0-9a-fA-F]{8}|-?\d+\.\d*(?:[eE][-+]?\d+)?)(?![\w.$])"
+    r"|(?P<number>-?(?:0[xX][0-9a-fA-F]+|\d+))[uU]?(?![\w.$])"
+    r"|(?P<word>(?:%%)?[A-Za-z_.$][\w.$:]*)|(?P<punct>[{},;\[\]|!])"
+)
+_NAME = re.compile(r"(?:%%)?[A-Za-z_$][\w$]*")
+
+
+def _ptx_program(template: str, refuse) -> list:
+    """The template's blocks, declarations and instructions in order: "{" and "}" for a block's braces
+    (registers declared in one are seen only inside it), a _Declaration for each `.reg`, a _Statement for
+    each instruction; each instruction must be a supported one, and each ends with `;`."""
+    text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", template, flags=re.S)  # PTX comments, as ptxas skips them
+    items: list = []
+    depth, at = 0, 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            break
+        if text[at] in "{}":
+            if text[at] == "}" and depth == 0:
+                raise refuse(f"`{_shown(text[: at + 1])}`: a `}}` that closes no block")
+            depth += 1 if text[at] == "{" else -1
+            items.append(text[at])
+            at += 1
+            continue
+        end = text.find(";", at)
+        statement = (text[at:end] if end >= 0 else text[at:]).strip()
+        at = end + 1 if end >= 0 else len(text)
+        items.append(_read_statement(statement, refuse))
+        if end < 0:
+            raise refuse(f"`{_shown(statement)}` does not end with `;` (every PTX instruction does)")
+    if depth:
+        raise refuse(f"`{_shown(template)}`: a `{{` block that never closes")
+    return items
+
+
+def _read_statement(statement: str, refuse) -> _Declaration | _Statement:
+    """One PTX statement: a register declaration, or an instruction that runs, with its guard."""
+    if statement.startswith("."):
+        return _declaration(statement, refuse)
+    guard, negated, rest = None, False, statement
+    found = re.match(r"@(!?)\s*((?:%%)?[A-Za-z_$][\w$]*)\s+", statement)
+    if found:
+        guard, negated, rest = found.group(2), found.group(1) == "!", statement[found.end() :]
+    opcode = rest.split(None, 1)[0] if rest else ""
+    if re.fullmatch(r"(?:%%)?[A-Za-z_$][\w$]*:.*", statement, re.S):
+        raise refuse(
+            f"`{_shown(statement)}`: labels and branches in inline PTX are not run by the CPU backend; "
+            "write the branch in CUDA C++"
+        )
+    if instruction_of(opcode) is None:
+        raise refuse(_cannot_run(rest or statement))
+    return _Statement(rest, guard, negated)
+
+
+def _declaration(statement: str, refuse) -> _Declaration:
+    """`.reg .pred p, q;`, `.reg .b32 t<4>;` (t0 to t3): the registers and their type."""
+    words = statement.split(None, 2)
+    if words[0] != ".reg":
+        raise refuse(
+            f"`{_shown(statement)}`: of the PTX directives the CPU backend reads only .reg declarations "
+            "inside a statement's blocks; keep other state in CUDA C++"
+        )
+    if len(words) < 3 or words[1] not in _REGISTER_TYPES:
+        kind = words[1] if len(words) > 1 else "without a type"
+        raise refuse(
+            f"`{_shown(statement)}`: a .reg {kind} register is not kept by the CPU backend, which keeps "
+            f'declared registers of {", ".join(_REGISTER_TYPES)} only; pass a 64-bit value in as an "l" '
+            "operand, and compute the rest in CUDA C++"
+        )
+    names: list[str] = []
+    for piece in words[2].split(","):
+        piece = piece.strip()
+        counted = re.fullmatch(rf"({_NAME.pattern})\s*<\s*(\d+)\s*>", piece)
+        if counted:
+            names += [f"{counted.group(1)}{k}" for k in range(int(counted.group(2)))]
+        elif _NAME.fullmatch(piece):
+            names.append(piece)
+        else:
+            raise refuse(f"`{_shown(statement)}`: `{_shown(piece)}` is not a register name")
+    return _Declaration(words[1], _REGISTER_TYPES[words[1]], tuple(names))
 
 
 def _only_known_opcodes(template: str) -> bool:
     """A template of instructions the backend runs, each ended by `;` (a basic asm statement without
     operands may hold `cp.async.commit_group;`)."""
     statements = [part.strip() for part in template.split(";")]
-    return not statements[-1] and all(s.split(None, 1)[0] in INSTRUCTIONS for s in statements[:-1] if s)
+    return not statements[-1] and all(instruction_of(s.split(None, 1)[0]) for s in statements[:-1] if s)
 
 
 def _cannot_run(statement: str) -> str:
     opcode = statement.split(None, 1)[0]
     if opcode.startswith("cp.async"):
-        # A cp.async with a qualifier the backend does not emulate (a cache hint, a prefetch size, the
-        # bulk and tensor forms): named on its own, with the forms that run, not the whole list.
+        # A cp.async with a qualifier the backend does not emulate (a cache hint, the bulk and tensor
+        # forms): named on its own, with the forms that run, not the whole list.
         return (
             f"`{_shown(opcode)}` is a form of cp.async the CPU backend cannot run: it runs only "
-            f"{CP_ASYNC_FORMS}, without cache hints, prefetch sizes or other qualifiers"
+            f"{CP_ASYNC_FORMS}, without cache hints or other qualifiers"
+        )
+    if opcode == "rcp.approx.ftz.f64":
+        # Its result is documented only as a gross approximation of the upper 32 bits, so no emulation
+        # can give the GPU's bits.
+        return (
+            "`rcp.approx.ftz.f64` is inline assembly the CPU backend cannot run: the PTX ISA documents its "
+            "result only roughly, so no emulation gives the GPU's bits; write 1.0 / x (or __drcp_rn(x)) in "
+            "CUDA C++"
         )
     return (
         f"`{_shown(statement)}` is inline assembly the CPU backend cannot run: it runs only the PTX "
@@ -518,14 +830,15 @@ def _cannot_run(statement: str) -> str:
     )
 
 
-def _parse_statement(statement: str, refuse) -> tuple[str, list]:
-    """`opcode %0, {%1,%2}, [%3], 16` -> ("opcode", [[0], (1, 2), _Address((3,)), _Immediate(16)]): a list for
-    a plain operand, a tuple for a vector."""
+def _parse_statement(statement: str, refuse, lookup) -> tuple[str, list]:
+    """`opcode %0, {%1,%2}, [%3], 16, t` -> ("opcode", [[0], (1, 2), _Address((3,)), _Immediate(16), [t]]): a
+    list for a plain operand, a tuple for a vector, a _Piped for one written after `|`; a declared register
+    is looked up by name (`lookup`)."""
     only = (
-        f"`{_shown(statement)}`: the CPU backend reads operands only as %N, {{%N, ...}}, [%N] or an integer "
-        "(no registers by name, predicates or labels)"
+        f"`{_shown(statement)}`: the CPU backend reads operands only as %N, {{%N, ...}}, [%N], an integer, "
+        "a float literal or a register the statement declares (no offsets, negations or labels)"
     )
-    pieces: list[int | _Immediate | str] = []
+    pieces: list = []
     at = 0
     while at < len(statement):
         match = _PTX_TOKEN.match(statement, at)
@@ -534,46 +847,63 @@ def _parse_statement(statement: str, refuse) -> tuple[str, list]:
         at = match.end()
         if match.group("ref") is not None:
             pieces.append(int(match.group("ref")))
+        elif match.group("float") is not None:
+            pieces.append(_float_literal(match.group("float")))
         elif match.group("number") is not None:
-            pieces.append(_Immediate(int(match.group("number"))))
+            pieces.append(_Immediate(int(match.group("number"), 0), match.group("number")))
         elif match.group("word") or match.group("punct"):
             pieces.append(match.group())
     opcode = pieces[0] if pieces and isinstance(pieces[0], str) else ""
-    if opcode not in INSTRUCTIONS:
+    if instruction_of(opcode) is None:
         raise refuse(_cannot_run(statement))
     groups: list = []
     rest, k = pieces[1:], 0
-    expect_operand = True
+
+    def one(piece):  # a plain operand: a number, an immediate, or a declared register's name
+        if isinstance(piece, int):
+            return [piece]
+        if isinstance(piece, _Immediate):
+            return piece
+        if isinstance(piece, str) and _NAME.fullmatch(piece):
+            return [lookup(piece)]
+        raise refuse(only)
+
     while k < len(rest):
         piece = rest[k]
-        if expect_operand and isinstance(piece, (int, _Immediate)):
-            groups.append([piece] if isinstance(piece, int) else piece)
-            k += 1
-        elif expect_operand and piece == "[":
+        if piece == "[":
             if k + 2 >= len(rest) or not isinstance(rest[k + 1], int) or rest[k + 2] != "]":
                 raise refuse(
                     f"`{_shown(statement)}`: an address operand reads [%N]: one operand number in brackets (no offsets)"
                 )
             groups.append(_Address((rest[k + 1],)))
             k += 3
-        elif expect_operand and piece == "{":
+        elif piece == "{":
             close = rest.index("}", k) if "}" in rest[k:] else -1
             inner = rest[k + 1 : close] if close > k else None
             if (
                 inner is None
                 or not inner
                 or inner[0] == ","
-                or any((type(p) is int) != (n % 2 == 0) or (n % 2 == 1 and p != ",") for n, p in enumerate(inner))
+                or any((p != ",") != (n % 2 == 0) for n, p in enumerate(inner))
                 or inner[-1] == ","
             ):
                 raise refuse(
                     f"`{_shown(statement)}`: a vector operand reads {{%a, %b, ...}}: operand numbers "
                     "separated by commas"
                 )
-            groups.append(tuple(inner[0::2]))
+            members = [one(p) for p in inner[0::2]]
+            if not all(isinstance(member, list) for member in members):
+                raise refuse(f"`{_shown(statement)}`: a vector operand holds registers, not integers")
+            groups.append(tuple(member[0] for member in members))
             k = close + 1
         else:
-            raise refuse(only)
+            groups.append(one(piece))
+            k += 1
+        if k < len(rest) and rest[k] == "|" and groups and isinstance(groups[-1], list):
+            if k + 1 >= len(rest) or not isinstance(one(rest[k + 1]), list):
+                raise refuse(f"`{_shown(statement)}`: `|` is followed by a register (`%0|p`)")
+            groups.append(_Piped(one(rest[k + 1])))
+            k += 2
         if k < len(rest):
             if rest[k] != ",":
                 raise refuse(f"`{_shown(statement)}`: operands must be separated by commas")
@@ -583,8 +913,48 @@ def _parse_statement(statement: str, refuse) -> tuple[str, list]:
     return opcode, groups
 
 
+def _float_literal(text: str) -> _Immediate:
+    """A .f32 literal's bit pattern: 0fXXXXXXXX exactly, a decimal one rounded to the nearest float."""
+    if text[:2] in ("0f", "0F"):
+        return _Immediate(int(text[2:], 16), text, floating=True)
+    return _Immediate(int.from_bytes(struct.pack("<f", float(text)), "little"), text, floating=True)
+
+
+def _constant_of(group, registers) -> str | None:
+    """The C++ for an operand's value where g++ knows it when compiling: an integer, an "n" operand."""
+    if isinstance(group, _Immediate) and not group.floating:
+        return str(group.value)
+    if type(group) is list and not isinstance(group[0], _Reg) and registers[group[0]][1] == "n":
+        return f"attnlab_ptx_n{group[0]}"
+    return None
+
+
+def _static_check(opcode: str, spec: Operand, value: str | None) -> str:
+    """A static_assert that an "n" operand is one of the integers the operand may be: g++ names the
+    student's line when it is not, as ptxas does on the GPU."""
+    values = spec.immediates
+    if isinstance(values, range):
+        condition = f"{value} >= {values.start} && {value} < {values.stop}"
+    else:
+        condition = " || ".join(f"{value} == {v}" for v in values)
+    message = f"`{opcode}`'s {spec.name} is {_choices(values)}"
+    return f"static_assert({condition}, {_cxx_string(message)});"
+
+
+def _cxx_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _ref_name(number: int) -> str:
+    return f"`{number.name}`" if isinstance(number, _Reg) else f"%{number}"
+
+
+def _ref_kind(number: int, operand: tuple[str, str, str]) -> str:
+    return f"a {operand[2]} register" if isinstance(number, _Reg) else f'"{operand[1]}"'
+
+
 def _group_text(group) -> str:
-    refs = ", ".join(f"%{n}" for n in group)
+    refs = ", ".join(number.name if isinstance(number, _Reg) else f"%{number}" for number in group)
     if isinstance(group, _Address):
         return f"[{refs}]"
     return f"{{{refs}}}" if type(group) is tuple else refs
@@ -593,10 +963,14 @@ def _group_text(group) -> str:
 def _shape(spec: Operand) -> str:
     if spec.address:
         return "an address, [%N]"
+    if spec.classes == "p":
+        return "a predicate register"
     if not spec.classes:
         return f"an integer written in the template ({_choices(spec.immediates)})"
     if spec.registers > 1:
         return f"a vector of {spec.registers} registers"
+    if spec.literal:
+        return f"one register or {'a float literal (0f3F800000, 1.5)' if spec.literal == 'float' else 'an integer'}"
     return "one register or an integer" if spec.immediates else "one register"
 
 
@@ -610,14 +984,15 @@ def _choices(values: range | tuple[int, ...]) -> str:
 # --- the C++ that replaces a statement ------------------------------------------------------------
 
 
-def _emit(operands: list[tuple[str, str, str]], instructions: list[tuple[str, Instruction, list[str]]]) -> str:
+def _emit(operands: list[tuple[str, str, str]], program: _Program) -> str:
     """One line of C++: bind each output once, load every operand into a 32-bit register (outputs
-    only written start at zero and are never read), run the instructions in order, store the outputs.
-    A 64-bit ("l") operand is read once into a 64-bit variable of its own, and an "n" operand into a
-    constexpr one: g++ then refuses, at the student's line, an expression that is not a constant, as
-    the GPU's compiler does."""
+    only written start at zero and are never read; so do the registers the template declares, after
+    them), run the instructions in order (each under its guard), store the outputs. A 64-bit ("l")
+    operand is read once into a 64-bit variable of its own, and an "n" operand into a constexpr one: g++
+    then refuses, at the student's line, an expression that is not a constant, as the GPU's compiler
+    does, and the static_asserts check the values the instructions take."""
     ns = "::attnlab::ptx::"
-    binds, loads, stores = [], [], []
+    binds, loads, stores, checks = [], [], [], []
     for k, (mode, cls, expression) in enumerate(operands):
         if mode:
             binds.append(f"auto& attnlab_ptx_o{k} = {ns}{cls}_output({expression});")
@@ -631,14 +1006,22 @@ def _emit(operands: list[tuple[str, str, str]], instructions: list[tuple[str, In
             loads.append("0u")
         else:
             loads.append(f"{ns}{cls}_input({expression})")
+    loads += ["0u"] * program.declared
     calls = []
-    for _, instruction, arguments in instructions:
+    for step in program.steps:
+        instruction = step.instruction
+        checks += step.checks
         site = ["__builtin_FILE()", "__builtin_LINE()"] if instruction.sited else []
-        calls.append(f"{ns}{instruction.emulation}({', '.join(['attnlab_ptx_r', *arguments, *site])});")
-    count = max(1, len(operands))
+        constants = [ns + constant for constant in instruction.constants]
+        call = f"{ns}{instruction.emulation}({', '.join(['attnlab_ptx_r', *constants, *step.arguments, *site])});"
+        if step.guard is not None:
+            slot, negated = step.guard
+            call = f"if ({'!' if negated else ''}attnlab_ptx_r[{slot}]) {call}"
+        calls.append(call)
+    count = max(1, len(loads))
     return (
         "do { "
-        + " ".join(binds)
+        + " ".join(binds + checks)
         + f" ::uint32_t attnlab_ptx_r[{count}] = {{{', '.join(loads) or '0u'}}}; "
         + " ".join(calls)
         + " "

@@ -103,26 +103,14 @@ inline T from_bits(uint64_t b) {
     return v;
 }
 
-enum ShflMode { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_BFLY };
+using ptx::ShflMode;
 
-// Source lane as the PTX shfl.sync instruction defines it (clamp value c as
-// CUDA's intrinsics set it); returns the caller's own lane when out of range.
+// The source lane as the PTX shfl.sync instruction defines it (ptx.h), with the clamp value c as CUDA's
+// intrinsics set it; the caller's own lane when out of range.
 inline int shfl_src(ShflMode mode, int b, int width) {
-    const int lane = rt.cur->lane;
-    const int segmask = (32 - width) & 31;
-    const int bval = b & 31;
-    const int cval = mode == SHFL_UP ? 0 : 31;
-    const int max_lane = (lane & segmask) | (cval & ~segmask);
-    const int min_lane = lane & segmask;
-    int j;
-    bool ok;
-    switch (mode) {
-        case SHFL_UP: j = lane - bval; ok = j >= max_lane; break;
-        case SHFL_DOWN: j = lane + bval; ok = j <= max_lane; break;
-        case SHFL_BFLY: j = lane ^ bval; ok = j <= max_lane; break;
-        default: j = min_lane | (bval & ~segmask); ok = j <= max_lane; break;
-    }
-    return ok ? j : lane;
+    const uint32_t c = ((uint32_t)((32 - width) & 31) << 8) | (mode == ptx::SHFL_UP ? 0u : 31u);
+    bool in_range;
+    return ptx::shfl_source(mode, rt.cur->lane, (uint32_t)b, c, &in_range);
 }
 
 template <class T>
@@ -137,21 +125,21 @@ inline T shfl(ShflMode mode, const char* what, unsigned mask, T var, int b, int 
 
 template <class T>
 static inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = 32, ATTNLAB_SITE_PARAMS) {
-    return ::attnlab::shfl(::attnlab::SHFL_IDX, "__shfl_sync", mask, var, srcLane, width, attnlab_file, attnlab_line);
+    return ::attnlab::shfl(::attnlab::ptx::SHFL_IDX, "__shfl_sync", mask, var, srcLane, width, attnlab_file, attnlab_line);
 }
 template <class T>
 static inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32, ATTNLAB_SITE_PARAMS) {
-    return ::attnlab::shfl(::attnlab::SHFL_UP, "__shfl_up_sync", mask, var, (int)delta, width, attnlab_file,
+    return ::attnlab::shfl(::attnlab::ptx::SHFL_UP, "__shfl_up_sync", mask, var, (int)delta, width, attnlab_file,
                            attnlab_line);
 }
 template <class T>
 static inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32, ATTNLAB_SITE_PARAMS) {
-    return ::attnlab::shfl(::attnlab::SHFL_DOWN, "__shfl_down_sync", mask, var, (int)delta, width, attnlab_file,
+    return ::attnlab::shfl(::attnlab::ptx::SHFL_DOWN, "__shfl_down_sync", mask, var, (int)delta, width, attnlab_file,
                            attnlab_line);
 }
 template <class T>
 static inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = 32, ATTNLAB_SITE_PARAMS) {
-    return ::attnlab::shfl(::attnlab::SHFL_BFLY, "__shfl_xor_sync", mask, var, laneMask, width, attnlab_file,
+    return ::attnlab::shfl(::attnlab::ptx::SHFL_BFLY, "__shfl_xor_sync", mask, var, laneMask, width, attnlab_file,
                            attnlab_line);
 }
 
