@@ -57,3 +57,10 @@
 
 // Device assert (NVRTC defines assert without any include, and so does this).
 #define assert(e) ((e) ? (void)0 : ::attnlab::device_assert_fail(#e, __FILE__, __LINE__))
+
+// NVRTC's __builtin_assume(e) lets the compiler take e as true: a false e is undefined behaviour on the
+// GPU, whatever the kernel then computes. g++ has no such builtin; here e is evaluated once (NVRTC
+// leaves unspecified whether side effects happen) and a false one ends the launch, naming the kernel, the
+// thread and the line, so that a kernel is never graded on what undefined behaviour happened to give.
+#define __builtin_assume(...) \
+    ::attnlab::assume_holds(static_cast<bool>(__VA_ARGS__), "__builtin_assume(" #__VA_ARGS__ ")", __FILE__, __LINE__)

@@ -28,11 +28,12 @@ from labrunner.build.attributes import refuse_in_preprocessed
 from labrunner.build.nvrtc import DEFAULT_ARCH, NVRTC_STANDARD_HEADERS
 from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
 from labrunner.exit_codes import AttnlabError
+from labrunner.run.cpu.linkage import brace_linkage
 from labrunner.run.cpu.nvrtc_view import STUDENT_PREPROCESS_FLAGS, nvrtc_view_header
 from labrunner.run.cpu.object_check import ElfFacts, ObjectRefused, check_object, read_elf
 from labrunner.run.cpu.ptx_asm import AsmRefused, rewrite_inline_asm
 
-__all__ = ["CpuModule", "CpuKernelError", "cpu_compiler_available"]
+__all__ = ["CpuModule", "CpuKernelError", "CpuOutOfBounds", "CpuFault", "cpu_compiler_available"]
 
 _HERE = Path(__file__).resolve().parent
 _SHIM = _HERE / "shim.h"
@@ -51,6 +52,9 @@ _RUNTIME_FILES = (
 )
 
 SHARED_LIMIT = 227 * 1024
+# What attnlab_last_fault says a failed launch's fault was (FaultKind in fiber_state.h).
+_FAULT_OUT_OF_BOUNDS = 1
+_FAULT_ADDRESS = 2
 # Launches run on the calling OS thread; a library loaded twice is one copy,
 # so serialise them all.
 _LAUNCH_LOCK = threading.Lock()
@@ -103,6 +107,23 @@ BUILD_MEMORY_BYTES = 2 * 1024**3
 class CpuKernelError(RuntimeError):
     """A kernel file failed to compile, or a launch failed (bad config,
     barrier/shuffle that cannot complete, fault, device assert)."""
+
+
+class CpuOutOfBounds(CpuKernelError):
+    """A launch read or wrote past the memory it was given: a guard of shared memory, or of a buffer
+    the CPU device handed the kernel (run/cpu/device_memory.py). The verdict is out-of-bounds."""
+
+
+class CpuFault(CpuKernelError):
+    """A launch faulted at an address the runtime could not place: `address` and `write` say where
+    and how, `where` names the kernel, block and thread; the CPU device looks the address up in its
+    buffers' guards."""
+
+    def __init__(self, message: str, address: int, write: bool, where: str):
+        super().__init__(message)
+        self.address = address
+        self.write = write
+        self.where = where
 
 
 class CpuCompileError(CpuKernelError):
@@ -229,7 +250,11 @@ def _declarator_name(piece: str) -> str | None:
 
 def rewrite_source(src: str) -> str:
     """Rewrite shared-memory declarations; keeps every line where it was."""
-    # 1. extern __shared__ T name[];  ->  T* const name = <block's dynamic shared memory>;
+    # 1. extern __shared__ T name[];  ->  T* const name = <the launch's dynamic shared memory>;
+    #    The runtime places each launch's dynamic shared memory anew (exactly its bytes, against a
+    #    guard: fiber_shared.h), so its address is read from ::attnlab::g_dyn_shared: in a function
+    #    at the declaration, at file scope at every use, through a reference (a file-scope pointer
+    #    initialised from a variable would be code run at load time, which the object check refuses).
     masked = _mask_code(src)
     pieces, last = [], 0
     for m in _EXTERN_SHARED_RE.finditer(masked):
@@ -237,14 +262,20 @@ def rewrite_source(src: str) -> str:
         name = m.group(2)
         nl = src.count("\n", m.start(), m.end())
         pieces.append(src[last : m.start()])
-        pieces.append(f"{typ}* const {name} = reinterpret_cast<{typ}*>(::attnlab::g_dyn_shared);" + "\n" * nl)
+        if masked.count("{", 0, m.start()) == masked.count("}", 0, m.start()):
+            declared = f"{typ}* const& {name} = reinterpret_cast<{typ}* const&>(::attnlab::g_dyn_shared);"
+        else:
+            declared = f"{typ}* const {name} = reinterpret_cast<{typ}*>(::attnlab::g_dyn_shared);"
+        pieces.append(declared + "\n" * nl)
         last = m.end()
     pieces.append(src[last:])
     src = "".join(pieces)
 
-    # 2. __shared__ T a[..], b;  ->  static T a[..], b; followed by one registration per name,
-    #    `static ::attnlab::SharedReg attnlab_shared_reg_N((void*)&(a), sizeof(a));`, written out here
-    #    (the file sees none of the runtime's macros).
+    # 2. __shared__ T a[..], b;  ->  static T attnlab_shared_0[..], attnlab_shared_1; followed by one
+    #    reference per name to the place the runtime gives it, its end against a guard (fiber_shared.h):
+    #    `static auto& a = ::attnlab::placed(attnlab_shared_0, __alignof__(attnlab_shared_0), "a");`,
+    #    written out here (the file sees none of the runtime's macros). The shadow gives the type,
+    #    size and alignment; every use of `a` reaches the placed bytes, registered and poisoned.
     masked = _mask_code(src)
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
     registered = 0
@@ -281,18 +312,26 @@ def rewrite_source(src: str) -> str:
             j += 1
         if end is None:
             continue
-        decl = _ALIGN_RE.sub(" ", masked[m.end() : end])
-        names = [_declarator_name(p) for p in _split_top(decl)]
+        # alignment attributes blanked to spaces of their own length, so that offsets still hold
+        decl = _ALIGN_RE.sub(lambda a: " " * len(a.group(0)), masked[m.end() : end])
+        pieces = _split_top(decl)
+        names = [_declarator_name(p) for p in pieces]
         if not names or any(n is None for n in names):
             continue
         if masked.count("{", 0, m.start()) == masked.count("}", 0, m.start()):
-            # At file scope a registration would be a global's dynamic initialiser, code that runs
+            # At file scope a placement would be a global's dynamic initialiser, code that runs
             # when the module loads, which the object check refuses: such arrays stay unpoisoned.
             continue
-        regs = ""
-        for n in names:
-            regs += f" static ::attnlab::SharedReg attnlab_shared_reg_{registered}((void*)&({n}), sizeof({n}));"
+        regs, at = "", m.end()
+        for piece, n in zip(pieces, names):
+            # the declarator's own name becomes the shadow's; `n` is then a reference to the placed bytes
+            head = piece.split("=", 1)[0].split("[", 1)[0]
+            spot = [w for w in _IDENT_RE.finditer(head) if w.group(0) == n][-1]
+            shadow = f"attnlab_shared_{registered}"
+            edits.append((at + spot.start(), at + spot.end(), shadow))
+            regs += f' static auto& {n} = ::attnlab::placed({shadow}, __alignof__({shadow}), "{n}");'
             registered += 1
+            at += len(piece) + 1
         edits.append((end + 1, end + 1, regs))
     for s0, e0, rep in sorted(edits, reverse=True):
         src = src[:s0] + rep + src[e0:]
@@ -491,6 +530,9 @@ def build_object(
         source = rewrite_inline_asm(source, filename)
     except AsmRefused as refused:
         raise CpuCompileError(str(refused)) from None
+    # `extern "C" __constant__ int attnlab_x = N;` braced, so that g++ takes it as the definition it is
+    # without a warning about each constant on every failed compile (linkage.py says why).
+    source = brace_linkage(source)
     code = rewrite_source(source)
     wrappers = _wrappers(entry_points)
     so_path = cache / f"attnlab_cpu_{_runtime_digest(cxx, view + code + wrappers)}.so"
@@ -658,6 +700,14 @@ class CpuModule:
         self._set_options = lib.attnlab_set_options
         self._set_options.restype = None
         self._set_options.argtypes = [ctypes.c_longlong, ctypes.c_int]
+        self._last_fault = lib.attnlab_last_fault
+        self._last_fault.restype = ctypes.c_int
+        self._last_fault.argtypes = [
+            ctypes.POINTER(ctypes.c_ulonglong),
+            ctypes.POINTER(ctypes.c_int),
+            ctypes.c_char_p,
+            ctypes.c_int,
+        ]
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -698,7 +748,7 @@ class CpuModule:
         block: tuple[int, int, int],
         shared_bytes: int,
         args: list,
-        reverse_threads: int = False,  # the schedule: 0 in order, 1 reversed, 2 and up seeded random
+        reverse_threads: int = False,  # the schedule number: threads and blocks, fiber_launch.h (schedule_launch)
     ) -> None:
         fn = self._fns.get(name)
         if fn is None:
@@ -763,10 +813,19 @@ class CpuModule:
                 1 if os.environ.get("ATTNLAB_CPU_FIBERS") == "ucontext" else 0,
             )
             # reverse_threads is the schedule: False/0 in order, True/1 reversed, 2 and up seeded random orders
+            # (of the threads and the blocks); -1 and below reorder the blocks alone
             rc = fn(ptrs, gi, bi, shared_bytes, int(reverse_threads), err, len(err))
+            if rc != 0:
+                address, write, where = ctypes.c_ulonglong(0), ctypes.c_int(0), ctypes.create_string_buffer(160)
+                kind = self._last_fault(ctypes.byref(address), ctypes.byref(write), where, len(where))
         del keep
         if rc != 0:
-            raise CpuKernelError(err.value.decode(errors="replace"))
+            message = err.value.decode(errors="replace")
+            if kind == _FAULT_OUT_OF_BOUNDS:
+                raise CpuOutOfBounds(message)
+            if kind == _FAULT_ADDRESS:
+                raise CpuFault(message, int(address.value), bool(write.value), where.value.decode(errors="replace"))
+            raise CpuKernelError(message)
 
     # ---------------------------------------------------------------- globals
     def read_int_global(self, name: str) -> int | None:

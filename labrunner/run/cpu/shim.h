@@ -330,3 +330,14 @@ static inline long long __globaltimer() { return clock64(); }
 
 static inline void __trap(ATTNLAB_SITE_PARAMS) { ::attnlab::device_assert_fail("__trap()", attnlab_file, attnlab_line); }
 static inline void __brkpt() {}
+
+// __builtin_assume (a macro of cuda_macros.h): the assumption, checked.
+namespace attnlab {
+namespace {
+inline void assume_holds(bool holds, const char* expression, const char* file, int line) {
+    if (!holds)
+        ptx::fail_at("assumption false", file, line, "%s does not hold; the GPU's compiler takes it as true, so "
+                     "what the kernel does past it is undefined there: make it hold, or remove it", expression);
+}
+}  // namespace
+}  // namespace attnlab
