@@ -40,6 +40,21 @@ EXPECTED = {
     "order_seeded": "schedule 2: block 0: 2 7 4 6 0 1 3 5 | 5 0 6 1 2 3 7 4, block 1: 0 1 7 3 6 5 4 2 | "
     "2 0 7 5 1 3 4 6; schedule 3: block 0: 1 5 3 7 2 6 0 4 | 4 2 5 0 6 3 1 7, block 1: 7 6 0 1 5 3 2 4 | "
     "4 6 5 2 1 0 3 7",
+    # The schedule number orders the blocks: in order, reversed (1 with the threads, -1 alone), a
+    # shuffle seeded by the number (-N as N); every block once, over any grid shape.
+    "block_orders": "0: 0 1 2 3 4 5 6 7; 1: 7 6 5 4 3 2 1 0; -1: 7 6 5 4 3 2 1 0; 2 and -2: 5 3 7 2 0 1 6 4; "
+    "3: 1 6 4 2 3 5 0 7; 5 over a grid of 3x2x2: 6 2 8 7 4 0 5 11 3 10 1 9",
+    # Exactly the bytes asked for: the next one faults, and with none asked the first does.
+    "dynamic_shared_bounds": "byte 4095 of 4096 written; out-of-bounds write to dynamic shared memory in kernel "
+    "dyn_write, block (0,0,0), thread 0: its byte 4096, past the end of the 4096 bytes the launch asked for (a GPU "
+    "gives a launch exactly the dynamic shared memory it asks for); out-of-bounds write to dynamic shared memory in "
+    "kernel dyn_write, block (0,0,0), thread 0: the launch asked for none (0 bytes), yet the kernel reads or writes "
+    "extern __shared__ (its byte 0); ask for the bytes it uses in the launch's shared-memory size",
+    # The bytes that share a page or a 16-byte unit with the launch's are checked when the block ends.
+    "dynamic_shared_slack": "out-of-bounds write to dynamic shared memory (the launch asked for 100 bytes) in kernel "
+    "dyn_write, block (0,0,0): its byte 100, past its end, was written (found when the block ended, so no thread is "
+    "named); out-of-bounds write to dynamic shared memory (the launch asked for 100 bytes) in kernel dyn_write, "
+    "block (0,0,0): its byte -8, before its start, was written (found when the block ended, so no thread is named)",
     "barrier_makes_writes_visible": "128 threads exchanged values and summed them over a barrier per step, under "
     "schedules 0-7, with both context switches",
     "missing_barrier_reads_poison": "without __syncthreads, 7 of 8 threads read the poison in order, 1 reversed",

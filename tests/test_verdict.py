@@ -161,6 +161,10 @@ def test_a_time_limit_is_a_timeout():
     assert failure_status("timeout") is Status.TIMEOUT
 
 
+def test_a_fault_the_cpu_backend_placed_in_a_guard_is_out_of_bounds():
+    assert failure_status("out-of-bounds") is Status.OUT_OF_BOUNDS
+
+
 def test_nothing_failing_decides_nothing():
     assert decisive_index([]) is None
     assert decisive_index(["pass"]) is None

@@ -1,6 +1,8 @@
 """The CPU backend's device, seen through the same small interface as the GPU's.
 
-Buffers are host numpy arrays and launches go through `labrunner.run.cpu` (the student's file
+Buffers are host numpy arrays, each in a mapping of its own between inaccessible guards
+(`cpu/device_memory.py`), so that a wild access faults the same way on every run and is named
+against the buffer it missed; launches go through `labrunner.run.cpu` (the student's file
 compiled as C++ with a shim that runs each block's threads as fibers). Everything around the
 launches (poison, guard bands, inputs read back, the checks) is the same code as on the GPU.
 """
@@ -13,7 +15,8 @@ import numpy as np
 
 from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.labs.definition import Launch
-from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS, filled
+from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
+from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
 
 # What a built module may need (object_check.ALLOWED_LIBRARIES), loaded before the filter goes on.
 RUNTIME_LIBRARIES = ("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1")
@@ -22,7 +25,10 @@ RUNTIME_LIBRARIES = ("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1")
 class HostGuardedBuffer:
     def __init__(self, count: int, fill_bits: int):
         self.count = count
-        self.full = filled(GUARD_ELEMENTS + count + GUARD_ELEMENTS, CANARY_BITS)
+        # canary bands inside the mapping (a write just past the end changes them, as on the GPU), and
+        # the mapping's inaccessible guards beyond them (a write farther away faults)
+        self.full = guarded_array(GUARD_ELEMENTS + count + GUARD_ELEMENTS, np.float32)
+        self.full.view(np.uint32)[:] = CANARY_BITS
         self.inner = self.full[GUARD_ELEMENTS : GUARD_ELEMENTS + count]
         self.inner.view(np.uint32)[:] = fill_bits
 
@@ -88,7 +94,10 @@ class CpuDevice:
         return module
 
     def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(array).copy()
+        array = np.ascontiguousarray(array)
+        buffer = guarded_array(array.shape, array.dtype)
+        buffer[...] = array
+        return buffer
 
     def to_host(self, buffer: np.ndarray) -> np.ndarray:
         return np.array(buffer, copy=True)
@@ -97,10 +106,21 @@ class CpuDevice:
         return HostGuardedBuffer(count, fill_bits)
 
     def launch(self, module, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
+        """One launch; a fault in a guard of one of its buffers is raised as the out-of-bounds access it
+        is, naming the buffer (a fault anywhere else stays the illegal memory access it was)."""
+        from labrunner.run.cpu.module import CpuFault, CpuOutOfBounds
+
         args = [buffers[a] if isinstance(a, str) else int(a) for a in launch.args]
-        module.launch(
-            launch.kernel, launch.grid, launch.block, launch.shared_bytes, args, reverse_threads=reverse_threads
-        )
+        try:
+            module.launch(
+                launch.kernel, launch.grid, launch.block, launch.shared_bytes, args, reverse_threads=reverse_threads
+            )
+        except CpuFault as fault:
+            named = {a: buffers[a] for a in launch.args if isinstance(a, str)}
+            message = out_of_bounds_message(fault.address, fault.write, fault.where, named)
+            if message is None:
+                raise
+            raise CpuOutOfBounds(message) from None
 
     def synchronize(self) -> None:
         """Launches on the CPU return when the grid is done."""

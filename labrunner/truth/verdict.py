@@ -87,7 +87,10 @@ WORST_FIRST: tuple[ExitCode, ...] = tuple(BATCH_EXIT_CODES)
 
 def failure_status(kind: str) -> Status:
     """The status of a run the worker could not answer (run/worker.py's WorkerFailure kinds): a time
-    limit is a timeout; a process that died, a poisoned context, a caught fault or a failed launch, a crash."""
+    limit is a timeout; a fault the CPU backend found in a guard past shared memory or a buffer is
+    out-of-bounds; a process that died, a poisoned context, another caught fault or a failed launch, a crash."""
+    if kind == "out-of-bounds":
+        return Status.OUT_OF_BOUNDS
     return Status.TIMEOUT if kind == "timeout" else Status.CRASH
 
 

@@ -39,11 +39,12 @@ void report(const char* check, bool ok, const char* fmt, ...) {
 
 // One launch as a launch wrapper makes it, with `schedule` as the thread order (0 in order, 1
 // reversed, N >= 2 seeded random priorities). True when it succeeded; else g_err holds the message.
-bool launch(const char* name, void (*kernel)(void**), dim3 grid, dim3 block, int schedule) {
+// `shared` is the launch's bytes of dynamic shared memory.
+bool launch(const char* name, void (*kernel)(void**), dim3 grid, dim3 block, int schedule, long long shared = 0) {
     const int g[3] = {(int)grid.x, (int)grid.y, (int)grid.z};
     const int b[3] = {(int)block.x, (int)block.y, (int)block.z};
     g_err[0] = 0;
-    return ::attnlab::launch(name, kernel, nullptr, g, b, 0, schedule, g_err, (int)sizeof g_err) == 0;
+    return ::attnlab::launch(name, kernel, nullptr, g, b, shared, schedule, g_err, (int)sizeof g_err) == 0;
 }
 
 // Which context switch the next launches use: the assembly one (false) or ucontext (true), as
@@ -98,15 +99,17 @@ void check_every_thread_runs(const char* name) {
 
 // ------------------------------------------------------------------ thread orders
 
-// Every thread notes itself before and after one barrier: the order the scheduler ran them in.
+// Every thread notes itself before and after one barrier: the order the scheduler ran them in, in
+// its block's 16 entries (blocks may run in any order).
+int g_nblock[16];
 void k_order(void**) {
-    g_log[g_nlog++] = (int)threadIdx.x;
+    g_log[16 * blockIdx.x + g_nblock[blockIdx.x]++] = (int)threadIdx.x;
     __syncthreads();
-    g_log[g_nlog++] = (int)threadIdx.x;
+    g_log[16 * blockIdx.x + g_nblock[blockIdx.x]++] = (int)threadIdx.x;
 }
 
 void run_order(int schedule, int blocks, char* out, size_t n) {
-    g_nlog = 0;
+    memset(g_nblock, 0, sizeof g_nblock);
     launch("order", k_order, dim3(blocks), dim3(8), schedule);
     size_t used = 0;
     for (int b = 0; b < blocks; ++b) {
@@ -146,6 +149,82 @@ void check_order_seeded(const char* name) {
     run_order(3, 2, three, sizeof three);
     ok = ok && strcmp(two, again) == 0 && strcmp(two, three) != 0;
     report(name, ok, "schedule 2: %s; schedule 3: %s", two, three);
+}
+
+// ------------------------------------------------------------------ block order
+
+// Each block notes itself as it starts: the order the launch ran the blocks in.
+int g_blocks[64];
+int g_nblocks = 0;
+void k_block_order(void**) {
+    if (threadIdx.x == 0) g_blocks[g_nblocks++] = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+}
+
+void block_order(int schedule, dim3 grid, char* out, size_t n) {
+    g_nblocks = 0;
+    launch("block_order", k_block_order, grid, dim3(2), schedule);
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < g_nblocks; ++i) used += (size_t)snprintf(out + used, n - used, "%s%d", i ? " " : "", g_blocks[i]);
+}
+
+// The schedule number orders the blocks too (fiber_launch.h): 0 in order, 1 and -1 reversed, N and -N
+// a shuffle seeded by N. A shuffle runs every
+// block once, the same way for the same number, and a negative number orders the blocks as its
+// positive twin does, with the threads in order.
+void check_block_orders(const char* name) {
+    char zero[128], one[128], minus_one[128], two[128], two_again[128], minus_two[128], three[128], grid3[128];
+    block_order(0, dim3(8), zero, sizeof zero);
+    block_order(1, dim3(8), one, sizeof one);
+    block_order(-1, dim3(8), minus_one, sizeof minus_one);
+    block_order(2, dim3(8), two, sizeof two);
+    bool ok = is_permutation(g_blocks, 8) && g_nblocks == 8;
+    block_order(2, dim3(8), two_again, sizeof two_again);
+    block_order(-2, dim3(8), minus_two, sizeof minus_two);
+    block_order(3, dim3(8), three, sizeof three);
+    block_order(5, dim3(3, 2, 2), grid3, sizeof grid3);
+    ok = ok && is_permutation(g_blocks, 12) && g_nblocks == 12;
+    ok = ok && strcmp(two, two_again) == 0 && strcmp(two, minus_two) == 0 && strcmp(two, three) != 0;
+    report(name, ok, "0: %s; 1: %s; -1: %s; 2 and -2: %s; 3: %s; 5 over a grid of 3x2x2: %s", zero, one, minus_one,
+           two, three, grid3);
+}
+
+// ------------------------------------------------------------------ shared memory bounds
+
+int g_touch = 0;  // which byte of dynamic shared memory thread 0 writes
+void k_dyn_write(void**) {
+    // what module.py writes for `extern __shared__ unsigned char dyn[];` in a function
+    unsigned char* const dyn = reinterpret_cast<unsigned char*>(::attnlab::g_dyn_shared);
+    if (threadIdx.x == 0) dyn[g_touch] = 1;
+}
+
+// A launch gets exactly the dynamic shared memory it asks for: its last byte is writable, the one
+// after it faults (a launch of none faults at its first), and the message says so.
+void check_dynamic_shared_bounds(const char* name) {
+    g_touch = 4095;
+    bool ok = launch("dyn_write", k_dyn_write, dim3(1), dim3(32), 0, 4096);
+    g_touch = 4096;
+    ok = ok && !launch("dyn_write", k_dyn_write, dim3(1), dim3(32), 0, 4096);
+    char past[512];
+    snprintf(past, sizeof past, "%s", g_err);
+    g_touch = 0;
+    ok = ok && !launch("dyn_write", k_dyn_write, dim3(1), dim3(32), 0, 0);
+    report(name, ok, "byte 4095 of 4096 written; %s; %s", past, g_err);
+}
+
+// Asking for bytes that are no multiple of 16 leaves up to 15 bytes after the end in the same
+// 16-byte unit: a write there is found when the block ends, and a page of bytes before the start
+// likewise.
+void check_dynamic_shared_slack(const char* name) {
+    g_touch = 99;
+    bool ok = launch("dyn_write", k_dyn_write, dim3(1), dim3(32), 0, 100);
+    g_touch = 100;
+    ok = ok && !launch("dyn_write", k_dyn_write, dim3(1), dim3(32), 0, 100);
+    char after[512];
+    snprintf(after, sizeof after, "%s", g_err);
+    g_touch = -8;
+    ok = ok && !launch("dyn_write", k_dyn_write, dim3(1), dim3(32), 0, 100);
+    report(name, ok, "%s; %s", after, g_err);
 }
 
 // ------------------------------------------------------------------ barriers
@@ -368,6 +447,9 @@ const Check kChecks[] = {
     {"order_forward", check_order_forward},
     {"order_reversed", check_order_reversed},
     {"order_seeded", check_order_seeded},
+    {"block_orders", check_block_orders},
+    {"dynamic_shared_bounds", check_dynamic_shared_bounds},
+    {"dynamic_shared_slack", check_dynamic_shared_slack},
     {"barrier_makes_writes_visible", check_barrier_makes_writes_visible},
     {"missing_barrier_reads_poison", check_missing_barrier_reads_poison},
     {"barrier_votes", check_barrier_votes},

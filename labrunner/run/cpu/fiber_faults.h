@@ -6,6 +6,13 @@
 // leaves the module usable. They run on a stack of their own, since the fiber's may be the one that
 // overflowed. A general-protection fault is decoded as the misaligned 16-byte access it nearly
 // always is. Device assert and __trap() end the launch the ordinary way (ATTNLAB_FAIL).
+//
+// Where a fault happened decides what it is called, and only evidence names a cause. An address in
+// a guard of the shared memory is an out-of-bounds access of the piece it missed (fiber_shared.h);
+// one in the guard page below the running thread's own stack, with the stack pointer there too, is a
+// stack overflow, the one fault that gets the advice to enlarge the stacks. Any other address is
+// recorded for the Python side (rt.fault_address): the CPU device keeps guards around the buffers it
+// hands the kernel and names the buffer a wild access missed (run/cpu/device_memory.py).
 #pragma once
 
 struct sigaction g_old_act[3];
@@ -62,6 +69,79 @@ bool misaligned_operand(const unsigned char* p, const ucontext_t* uc, uintptr_t*
 #endif
 }
 
+// Whether the faulting access was a write: bit 1 of the page fault's error code, which Linux saves
+// with the registers on x86-64 (elsewhere every fault is called a read).
+bool faulting_write(const ucontext_t* uc) {
+#if defined(__x86_64__)
+    return uc && (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+    (void)uc;
+    return false;
+#endif
+}
+
+// A stack overflow, from evidence: the address is in the guard page below the running thread's own
+// stack, and so is the stack pointer, or nearly (g++'s stack-clash probes touch each new page as the
+// stack pointer reaches it). A wild pointer that lands in some stack's guard is no overflow, and
+// the advice to enlarge the stacks would send the student the wrong way.
+bool stack_overflow(const unsigned char* a, const ucontext_t* uc) {
+    const Fiber* f = rt.cur;
+    if (!f || !uc) return false;
+    const size_t page = page_size();
+    const unsigned char* lo = (const unsigned char*)f->stack_lo;
+    if (!(a < lo && a >= lo - page)) return false;
+#if defined(__x86_64__)
+    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+    return sp < (uintptr_t)lo + page;
+#else
+    return true;
+#endif
+}
+
+// An access in a guard of the shared memory (fiber_shared.h): the error, naming the piece it missed
+// and by how much. False where the address is in neither reservation.
+bool shared_fault(const unsigned char* a, const char* access_of) {
+    if (rt.dyn_reserved && a >= (const unsigned char*)rt.dyn_reserved &&
+        a < (const unsigned char*)rt.dyn_reserved + rt.dyn_reserved_bytes) {
+        const long long at = (long long)(a - g_dyn_shared);
+        const long long n = (long long)rt.dyn_shared;
+        if (n == 0)
+            set_error("out-of-bounds %s dynamic shared memory in %s: the launch asked for none (0 bytes), yet "
+                      "the kernel reads or writes extern __shared__ (its byte %lld); ask for the bytes it uses in "
+                      "the launch's shared-memory size",
+                      access_of, rt.fault_where, at);
+        else
+            set_error("out-of-bounds %s dynamic shared memory in %s: its byte %lld, %s the %lld bytes the "
+                      "launch asked for (a GPU gives a launch exactly the dynamic shared memory it asks for)",
+                      access_of, rt.fault_where, at, at < 0 ? "before the start of" : "past the end of", n);
+        return true;
+    }
+    if (!rt.static_reserved || a < (const unsigned char*)rt.static_reserved ||
+        a >= (const unsigned char*)rt.static_reserved + rt.static_reserved_bytes)
+        return false;
+    // The slot the address is in belongs to the array before it in the reservation, or after it
+    // when the address is below the array's first byte (an index below 0 reaches into the slot before).
+    const int slot = (int)((size_t)(a - (const unsigned char*)rt.static_reserved) / kSlotBytes);
+    const SharedRegion* r = nullptr;
+    const SharedRegion* next = nullptr;
+    for (int i = 0; i < rt.nregions; ++i) {
+        if (rt.regions[i].slot == slot) r = &rt.regions[i];
+        if (rt.regions[i].slot == slot + 1) next = &rt.regions[i];
+    }
+    if (r && a < (const unsigned char*)r->ptr) r = nullptr;  // below this slot's array: the next one's underrun
+    if (!r) r = next;
+    if (!r) {
+        set_error("out-of-bounds %s __shared__ memory in %s: address %p is in no __shared__ array", access_of,
+                  rt.fault_where, (const void*)a);
+        return true;
+    }
+    const long long at = (long long)(a - (const unsigned char*)r->ptr);
+    const long long n = (long long)r->size;
+    set_error("out-of-bounds %s __shared__ %s in %s: its byte %lld, %s its %lld bytes", access_of, r->name,
+              rt.fault_where, at, at < 0 ? "before the start of" : "past the end of", n);
+    return true;
+}
+
 void on_fault(int sig, siginfo_t* si, void* context) {
     if (!rt.in_launch) {
         // Not ours: put the previous handler back and let the fault recur.
@@ -74,7 +154,6 @@ void on_fault(int sig, siginfo_t* si, void* context) {
     const char* what = sig == SIGFPE ? "arithmetic fault (SIGFPE, e.g. integer division by zero)"
                        : sig == SIGBUS ? "bus error (SIGBUS)"
                                        : "illegal memory access (SIGSEGV)";
-    char extra[160] = "";
     uintptr_t misaligned = 0;
 #if defined(__x86_64__)
     const unsigned char* at = context ? (const unsigned char*)((const ucontext_t*)context)->uc_mcontext.gregs[REG_RIP]
@@ -92,20 +171,30 @@ void on_fault(int sig, siginfo_t* si, void* context) {
                   (unsigned long)(misaligned & 15));
         siglongjmp(rt.fault_jmp, 1);
     }
-    if (sig != SIGFPE) {
-        char* a = (char*)si->si_addr;
-        bool overflow = false;
-        for (int i = 0; i < rt.capacity && !overflow; ++i)
-            overflow = a < rt.fibers[i].stack_lo && a >= rt.fibers[i].stack_lo - sysconf(_SC_PAGESIZE);
-        if (overflow)
-            snprintf(extra, sizeof extra, ": stack overflow (each thread has %zu KiB; set ATTNLAB_CPU_STACK_KB)",
-                     rt.stack_bytes / 1024);
-        else
-            snprintf(extra, sizeof extra, " at address %p", si->si_addr);
-    }
+    const ucontext_t* uc = (const ucontext_t*)context;
+    snprintf(rt.fault_where, sizeof rt.fault_where, "kernel %s, block (%u,%u,%u), %s", rt.kernel, rt.block_idx.x,
+             rt.block_idx.y, rt.block_idx.z, t);
     rt.failed = false;
-    set_error("%s in kernel %s, block (%u,%u,%u), %s%s", what, rt.kernel, rt.block_idx.x, rt.block_idx.y,
-              rt.block_idx.z, t, extra);
+    if (sig == SIGFPE) {
+        set_error("%s in %s", what, rt.fault_where);
+        siglongjmp(rt.fault_jmp, 1);
+    }
+    const unsigned char* a = (const unsigned char*)si->si_addr;
+    const bool write = sig == SIGSEGV && faulting_write(uc);
+    const char* access = write ? "write" : "read";
+    const char* access_of = write ? "write to" : "read of";
+    if (stack_overflow(a, uc)) {
+        set_error("%s in %s: stack overflow (each thread has %zu KiB; set ATTNLAB_CPU_STACK_KB)", what,
+                  rt.fault_where, rt.stack_bytes / 1024);
+    } else if (shared_fault(a, access_of)) {
+        rt.fault_kind = FAULT_OUT_OF_BOUNDS;
+    } else {
+        // An address the runtime cannot place: the CPU device compares it with its buffers' guards.
+        rt.fault_kind = FAULT_ADDRESS;
+        rt.fault_address = (uintptr_t)a;
+        rt.fault_write = write;
+        set_error("%s in %s: a %s at address %p", what, rt.fault_where, access, si->si_addr);
+    }
     siglongjmp(rt.fault_jmp, 1);
 }
 

@@ -1,11 +1,13 @@
 // Part of fiber.h: running one block, and a launch block by block.
 //
-// launch() checks the configuration, makes sure there are fibers enough, and runs the grid's blocks
-// one after another on the calling OS thread. run_block resets every thread's record and the shared
-// memory's poison, queues the threads in the schedule's order and switches to the first; it gets
-// control back when no thread can run any more. Threads left then can never be woken: the block is
-// deadlocked, and diagnose_deadlock names the threads and the sites they wait at (a barrier against
-// a warp operation, or a warp group that can never complete).
+// launch() checks the configuration, makes sure there are fibers enough, opens exactly the dynamic
+// shared memory the launch asks for (fiber_shared.h), and runs the grid's blocks one after another
+// on the calling OS thread, in the order the schedule number gives (schedule_launch). run_block
+// resets every thread's record and the shared memory's poison, queues the threads in the
+// schedule's order and switches to the first; it gets control back when no thread can run any
+// more. Threads left then can never be woken: the block is deadlocked, and diagnose_deadlock names
+// the threads and the sites they wait at (a barrier against a warp operation, or a warp group that
+// can never complete). Last, the bytes around each piece of shared memory are checked for writes.
 #pragma once
 
 void diagnose_deadlock() {
@@ -62,8 +64,7 @@ void diagnose_deadlock() {
 }
 
 void run_block() {
-    for (int i = 0; i < rt.nregions; ++i) poison(rt.regions[i].ptr, rt.regions[i].size);
-    poison(g_dyn_shared, rt.dyn_shared);
+    poison_shared();
     const unsigned bx = rt.block_dim.x, by = rt.block_dim.y;
     for (int i = 0; i < rt.nthreads; ++i) {
         Fiber& f = rt.fibers[i];
@@ -100,6 +101,56 @@ void run_block() {
     switch_to(nullptr, &rt.fibers[first]);
     rt.cur = nullptr;
     if (!rt.failed && rt.live > 0) diagnose_deadlock();
+    if (!rt.failed) check_slack();
+}
+
+// ------------------------------------------------------------------ block order
+
+// A schedule number orders a launch's threads and its blocks (README.md, "Why fibers"):
+//
+//   0        threads in order, blocks in order
+//   1        threads reversed, blocks reversed
+//   N >= 2   threads by random priorities seeded from N, blocks in a shuffle seeded from N
+//   -1       threads in order, blocks reversed
+//   -N       threads in order, blocks in the shuffle N gives
+//
+// A GPU runs blocks in any order, many at once, so a launch whose blocks read what other blocks of
+// it write is wrong there whatever the CPU's order. Running them in another order shows it; a
+// negative number changes the block order alone, so that a difference it makes is evidence about
+// the blocks, never about a thread race inside one.
+void schedule_launch(int number) {
+    rt.schedule = number < 0 ? 0 : number;
+    rt.reverse = number == 1;
+    rt.block_order = number < 0 ? -number : number;
+}
+
+// One round of a bijection of the integers below 2^bits: multiply by an odd number, add, fold the
+// high half into the low. Each step is invertible modulo 2^bits, so the round is a permutation.
+inline uint64_t mix_round(uint64_t x, uint64_t key, int bits, uint64_t mask) {
+    x = (x * (key | 1) + (key >> 17)) & mask;
+    return x ^ (x >> ((bits + 1) / 2));
+}
+
+// The block a launch of n blocks runs k-th. A shuffle needs no table however large the grid: four
+// rounds permute [0, 2^bits) for the smallest 2^bits >= n, and applying them again until the value
+// falls below n ("cycle walking") permutes [0, n) itself. The keys come from the schedule number,
+// so the same number gives the same order on every run.
+uint64_t block_at(uint64_t k, uint64_t n) {
+    if (rt.block_order == 0) return k;
+    if (rt.block_order == 1) return n - 1 - k;
+    int bits = 1;
+    while (bits < 63 && (1ull << bits) < n) ++bits;
+    const uint64_t mask = (1ull << bits) - 1;
+    uint64_t keys[4];
+    const uint64_t saved = rt.rng;
+    rt.rng = (uint64_t)rt.block_order * 0xD1B54A32D192ED03ull;
+    for (uint64_t& key : keys) key = next_random();
+    rt.rng = saved;
+    uint64_t x = k;
+    do {
+        for (const uint64_t key : keys) x = mix_round(x, key, bits, mask);
+    } while (x >= n);
+    return x;
 }
 
 // The launch entry used by the generated per-kernel wrappers.  Returns 0 on
@@ -108,6 +159,9 @@ int launch(const char* kernel, void (*thunk)(void**), void** args, const int* gr
            long long shared_bytes, int reverse, char* err, int errlen) {
     rt.failed = false;
     rt.err[0] = 0;
+    rt.fault_kind = FAULT_NONE;
+    rt.fault_address = 0;
+    rt.fault_write = false;
     rt.kernel = kernel;
     const long long nthreads = (long long)block[0] * block[1] * block[2];
     if (block[0] < 1 || block[1] < 1 || block[2] < 1 || nthreads > kMaxThreads || grid[0] < 1 || grid[1] < 1 ||
@@ -128,26 +182,27 @@ int launch(const char* kernel, void (*thunk)(void**), void** args, const int* gr
         snprintf(err, errlen, "kernel %s: cannot allocate %lld fiber stacks", kernel, nthreads);
         return 1;
     }
+    if (!open_dyn_shared((size_t)shared_bytes)) {
+        snprintf(err, errlen, "kernel %s: cannot map %lld bytes of dynamic shared memory", kernel, shared_bytes);
+        return 1;
+    }
     rt.nthreads = (int)nthreads;
     rt.nwarps = (rt.nthreads + 31) / 32;
     rt.block_dim = uint3{(unsigned)block[0], (unsigned)block[1], (unsigned)block[2]};
     rt.grid_dim = uint3{(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
-    rt.dyn_shared = (size_t)shared_bytes;
-    rt.reverse = reverse == 1;
-    rt.schedule = reverse;
+    schedule_launch(reverse);
     rt.thunk = thunk;
     rt.args = args;
     fflush(stdout);
     install_fault_handlers();
     rt.in_launch = true;
     if (sigsetjmp(rt.fault_jmp, 1) == 0) {
-        for (int z = 0; z < grid[2] && !rt.failed; ++z)
-            for (int y = 0; y < grid[1] && !rt.failed; ++y)
-                for (int x = 0; x < grid[0] && !rt.failed; ++x) {
-                    rt.block_idx = uint3{(unsigned)x, (unsigned)y, (unsigned)z};
-                    run_block();
-                    if (rt.failed) break;
-                }
+        const uint64_t gx = (uint64_t)grid[0], gxy = gx * (uint64_t)grid[1], n = gxy * (uint64_t)grid[2];
+        for (uint64_t k = 0; k < n && !rt.failed; ++k) {
+            const uint64_t b = block_at(k, n);
+            rt.block_idx = uint3{(unsigned)(b % gx), (unsigned)(b % gxy / gx), (unsigned)(b / gxy)};
+            run_block();
+        }
     }
     rt.in_launch = false;
     rt.cur = nullptr;

@@ -21,6 +21,8 @@ constexpr uint64_t kShflPoison64 = 0x7FF0D1E57FF0D1E5ull;
 enum State : uint8_t { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
 enum WarpKind : uint8_t { WK_SHFL, WK_SYNCWARP, WK_VOTE, WK_MMA };
 enum BarKind : uint8_t { BK_PLAIN, BK_COUNT, BK_AND, BK_OR };
+// How a launch failed, as far as the Python side needs to know (fiber_faults.h).
+enum FaultKind : int { FAULT_NONE = 0, FAULT_OUT_OF_BOUNDS = 1, FAULT_ADDRESS = 2 };
 
 namespace ptx {
 struct CpCopy;  // one cp.async copy not yet landed (ptx.h)
@@ -59,6 +61,8 @@ struct Fiber {
 struct SharedRegion {
     void* ptr;
     size_t size;
+    const char* name;  // the array's name, for messages
+    int slot;          // its slot in the guarded reservation, or -1 where it stayed where g++ put it
 };
 
 struct Runtime {
@@ -85,11 +89,14 @@ struct Runtime {
     unsigned warp_exited[kMaxThreads / 32];
     unsigned warp_waiting[kMaxThreads / 32];
     bool reverse = false;
-    // The schedule: 0 runs a block's threads in order, 1 in reverse; 2 and up draw a random
-    // priority for every thread from this seed at each block start and at every barrier, and
-    // always run the runnable thread of highest priority (a lowest-priority thread lags behind
-    // everyone until it must be waited for, which is when a missing barrier shows).
+    // The schedule of the threads: 0 runs a block's threads in order, 1 in reverse; 2 and up draw a
+    // random priority for every thread from this seed at each block start and at every barrier,
+    // and always run the runnable thread of highest priority (a lowest-priority thread lags behind
+    // everyone until it must be waited for, which is when a missing barrier shows). The launch's
+    // schedule number sets it and the block order below (fiber_launch.h, schedule_launch).
     int schedule = 0;
+    // The order of the blocks: 0 in order, 1 in reverse, 2 and up a shuffle seeded by the number.
+    int block_order = 0;
     uint64_t rng = 0;
     int* rank = nullptr;         // [thread] -> its priority (0 runs first)
     int* by_rank = nullptr;      // [priority] -> thread
@@ -105,11 +112,31 @@ struct Runtime {
     int nregions = 0, region_cap = 0;
     size_t static_shared = 0;
     size_t dyn_shared = 0;
+    // The dynamic shared memory's reservation (fiber_shared.h): guard, window, guard. Of the window
+    // [dyn_window_lo, dyn_window_hi), only [dyn_open, dyn_window_hi) is readable and writable, and
+    // the launch's bytes are its last ones, from g_dyn_shared on.
+    char* dyn_reserved = nullptr;
+    size_t dyn_reserved_bytes = 0;
+    unsigned char* dyn_window_lo = nullptr;
+    unsigned char* dyn_window_hi = nullptr;
+    unsigned char* dyn_open = nullptr;
+    // The static __shared__ arrays' reservation: each array in pages of its own, its end against
+    // an inaccessible page (fiber_shared.h, place_shared).
+    char* static_reserved = nullptr;
+    size_t static_reserved_bytes = 0;
+    size_t static_used = 0;
 
     // errors and faults
     bool in_launch = false;
     bool failed = false;
     char err[1024];
+    // What the launch's error was, for the Python side (attnlab_last_fault, fiber_exports.h): an
+    // access the runtime knows to be out of bounds, or a fault at an address it cannot place, which
+    // the CPU device compares with the guards around its buffers (run/cpu/device_memory.py).
+    FaultKind fault_kind = FAULT_NONE;
+    uintptr_t fault_address = 0;
+    bool fault_write = false;
+    char fault_where[160];
     sigjmp_buf fault_jmp;
     char* altstack = nullptr;
 };
@@ -123,4 +150,8 @@ Runtime rt{};
 long long g_opt_stack_kb = 128;
 int g_opt_ucontext = 0;
 
-alignas(256) unsigned char g_dyn_shared[kSharedLimit];
+// The first byte of the running launch's dynamic shared memory: exactly the bytes the launch asked
+// for, ending against an inaccessible page (fiber_shared.h). module.py writes `extern __shared__ T
+// name[];` as a pointer read from here (at file scope, a reference to it: a file-scope pointer
+// initialised from a variable would be code run at load time, which the object check refuses).
+unsigned char* g_dyn_shared = nullptr;
