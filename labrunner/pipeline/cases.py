@@ -49,7 +49,10 @@ EXPLAINED_FAILURES = 3
 # number the CPU backend knows them by: reversed, then seeded random priorities (run/cpu/fiber.h).
 # Reversal alone misses a warp that runs ahead through a reduction before a slower warp has read
 # the value it overwrites; random priorities let some warp run ahead at every barrier.
+# First the blocks alone in reverse order (-1: each block's threads in order), so that a difference
+# there is evidence that blocks depend on each other's order, not of a race inside a block.
 RACE_SCHEDULES: tuple[tuple[int, str], ...] = (
+    (-1, "blocks in reverse order"),
     (1, "reverse order"),
     (2, "random order (seed 2)"),
     (3, "random order (seed 3)"),

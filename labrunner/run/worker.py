@@ -39,7 +39,7 @@ from labrunner.truth.verdict import Status, failure_status
 
 COMPILE_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 60.0  # a fresh Python with numpy, before any CUDA
-FAILURE_KINDS = ("crash", "fault", "error", "compile")
+FAILURE_KINDS = ("crash", "fault", "out-of-bounds", "error", "compile")
 
 
 class WorkerFailure(Exception):
@@ -48,6 +48,7 @@ class WorkerFailure(Exception):
     kind: 'timeout' (killed at the time limit), 'crash' (the process died, its CUDA context is
     poisoned, or it sent something that is not a reply), 'fault' (the kernel misbehaved in a way
     the backend caught, e.g. a barrier that can never complete on the CPU; the worker lives on),
+    'out-of-bounds' (a fault the CPU backend placed in a guard past shared memory or a buffer),
     'compile' (the backend could not build the module) or 'error' (anything else).
     """
 

@@ -19,6 +19,7 @@ from labrunner.run.wire import ANY_BUFFERS, Reader, WireClosed, encode, write_me
 from labrunner.truth.poison import poison_for
 
 BUILD_ERRORS = ("CpuKernelError", "CpuCompileError", "CompileException")  # the CPU build's and NVRTC's (CuPy's) own
+OUT_OF_BOUNDS = {"CpuOutOfBounds": "out-of-bounds"}  # the CPU backend's faults that have a verdict of their own
 
 
 def make_device(backend: str):
@@ -92,7 +93,8 @@ def failure(request: dict, device, exc: BaseException) -> tuple[dict, bool]:
     fault = device.describe_fault(exc) if device is not None else None
     if request.get("op") == "load" and type(exc).__name__ in BUILD_ERRORS:
         return {"ok": False, "kind": "compile", "detail": str(exc)}, False
-    kind = "crash" if sticky else "fault" if fault else "error"
+    # a fault the CPU backend placed in a guard (of shared memory or of a buffer) is out of bounds
+    kind = "crash" if sticky else "error" if not fault else OUT_OF_BOUNDS.get(type(exc).__name__, "fault")
     detail = sticky or fault or "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return {"ok": False, "kind": kind, "detail": detail}, bool(sticky)
 

@@ -29,6 +29,10 @@ from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
 from labrunner.truth.poison import inspect_guards
 from labrunner.truth.verdict import Status, failure_status
 
+# How the label of a schedule that reorders only the blocks begins (the CPU's negative numbers,
+# pipeline/cases.py's RACE_SCHEDULES): a difference it makes is about the blocks, not the threads.
+BLOCK_ORDER = "blocks in "
+
 # compute-sanitizer's answer on one case (run/racecheck.py's find_hazard): (hazard, inconclusive),
 # the first hazard in one line, or the reason the check could not be made; (None, None) when clean.
 SanitizerReport = tuple[str | None, str | None]
@@ -119,14 +123,22 @@ def judge(
         if not agree.all():
             row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
             # the two values to six digits (a NaN or an Inf prints as its word)
-            return _judged(
-                checked,
-                Status.RACE,
-                f"the output depends on thread order: with each block's threads in {label} between "
-                f"barriers, row {row}, head {head}, col {col} is {float(other[row, head, col]):.6g} "
-                f"instead of {float(out[row, head, col]):.6g}: a missing __syncthreads()?",
-                Status.RACE,
+            differs = (
+                f"row {row}, head {head}, col {col} is {float(other[row, head, col]):.6g} "
+                f"instead of {float(out[row, head, col]):.6g}"
             )
+            if label.startswith(BLOCK_ORDER):  # only the order of the blocks changed
+                message = (
+                    f"blocks depend on each other's order: with the {label} (each block's threads in order), "
+                    f"{differs}: a block reads what another block of the same launch writes, but a GPU runs "
+                    f"blocks in any order, many at once"
+                )
+            else:
+                message = (
+                    f"the output depends on thread order: with each block's threads in {label} between "
+                    f"barriers, {differs}: a missing __syncthreads()?"
+                )
+            return _judged(checked, Status.RACE, message, Status.RACE)
     if sanitizer is not None:
         hazard, inconclusive = sanitizer()
         if hazard:
