@@ -236,7 +236,7 @@ def test_bench_lab3_checks_its_longest_decode_case_then_times_bandwidth(standin_
     assert data["timing"]["bandwidth"]["bytes"] > 0 and "device copy in the same run" in result.stdout
 
 
-def test_profile_lab3_no_longer_refuses_it_compiles_the_file_then_asks_for_the_gpu(monkeypatch):
+def test_profile_lab3_no_longer_refuses_it_asks_for_the_gpu(monkeypatch):
     from click.testing import CliRunner
 
     from labrunner.cli import main
@@ -246,6 +246,6 @@ def test_profile_lab3_no_longer_refuses_it_compiles_the_file_then_asks_for_the_g
     result = CliRunner().invoke(main, ["profile", "lab3", str(LAB.solution_path)])
     assert result.exit_code == 6
     assert result.stderr == (
-        "error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
-        "or --device auto to fall back to it automatically\n"
+        "error: profile needs a GPU: no GPU found; check correctness on the CPU with "
+        f"`attnlab grade lab3 {LAB.solution_path}`\n"
     )

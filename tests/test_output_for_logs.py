@@ -19,10 +19,7 @@ from labrunner.pipeline import backend as backend_module
 REPO = Path(__file__).resolve().parent.parent
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 PREFIX_IGNORED = REPO / "tests/fixtures/lab2/wrong/prefix_ignored.cu"
-BENCH_REFUSED = (
-    "error: bench times kernels, which needs a GPU ({why}); check correctness on the CPU with "
-    "`attnlab grade LAB FILE --device cpu`\n"
-)
+BENCH_REFUSED = "error: bench needs a GPU: {why}; check correctness on the CPU with `attnlab grade lab2 FILE`\n"
 
 
 def cpu_backend_ready() -> bool:
@@ -107,11 +104,11 @@ def test_a_message_with_brackets_keeps_them(runner_no_gpu):
     runner, monkeypatch = runner_no_gpu
     message = "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, message))
-    result = runner.invoke(main, ["grade", "lab2", str(SOLUTION)])
+    result = runner.invoke(main, ["grade", "lab2", str(SOLUTION), "--device", "gpu"])
     assert result.exit_code == 6
     assert result.stderr == (
-        f"error: {message}. Grade on the CPU instead with --device cpu (correctness only), "
-        "or --device auto to fall back to it automatically\n"
+        f"error: {message}. --device gpu grades on a GPU only; leave --device out (auto, the default: the GPU "
+        "where there is one, else the CPU) or give --device cpu to grade on the CPU (correctness only)\n"
     )
 
 
@@ -139,7 +136,9 @@ def test_doctor_passes_for_a_usable_backend(runner_no_gpu, no_gpu, device):
     assert (result.exit_code, result.stderr) == (0, "")
 
 
-@pytest.mark.parametrize("device, why", [("cpu", "--device cpu"), ("auto", "no GPU found")])
+@pytest.mark.parametrize(
+    "device, why", [("cpu", "--device cpu chose the CPU backend, which takes no timings"), ("auto", "no GPU found")]
+)
 def test_bench_on_the_cpu_is_refused_in_one_message(runner_no_gpu, no_gpu, device, why):
     runner, _ = runner_no_gpu
     result = runner.invoke(main, ["bench", "lab2", "--device", device])

@@ -501,8 +501,8 @@ def test_bench_lab1_takes_its_peer_and_then_needs_a_gpu(cli):
     result = cli("bench", "lab1", "--vs", "torch", "--device", "cpu")
     assert result.exit_code == 6
     assert result.stderr == (
-        "error: bench times kernels, which needs a GPU (--device cpu); check correctness on the "
-        "CPU with `attnlab grade LAB FILE --device cpu`\n"
+        "error: bench needs a GPU: --device cpu chose the CPU backend, which takes no timings; check "
+        "correctness on the CPU with `attnlab grade lab1 FILE`\n"
     )
 
 

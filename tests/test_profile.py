@@ -106,6 +106,7 @@ def stand_ins(tmp_path, monkeypatch):
     csv_file.write_text(lab1_csv())
     args_file = stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(csv_file))} "$log"\n')
     monkeypatch.setattr(prepare_module, "resolve_backend", lambda device, unsafe_cpu=False: ("gpu", []))
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))  # profile asks first
     monkeypatch.setattr(profile_module, "device_facts", lambda backend: DeviceFacts("NVIDIA H200"))
     monkeypatch.setattr(gpu_facts, "read_gpu_facts", lambda *a, **k: dict(H200_FACTS))
     monkeypatch.setitem(__import__("sys").modules, "cupti", None)  # no cupti-python: the trace uses events
@@ -204,13 +205,13 @@ def runner(tmp_path, monkeypatch):
     return CliRunner(env={"COLUMNS": "200"})
 
 
-def test_profile_without_a_gpu_is_exit_6_after_the_compile_gate(runner, monkeypatch):
+def test_profile_without_a_gpu_is_exit_6_in_one_line(runner, monkeypatch):
     monkeypatch.setattr(backend_module, "gpu_status", lambda: (False, "no GPU found"))
     result = runner.invoke(main, ["profile", "lab2", str(get_lab("lab2").solution_path)])
     assert result.exit_code == 6
     assert result.stderr == (
-        "error: no GPU found. Grade on the CPU instead with --device cpu (correctness only), "
-        "or --device auto to fall back to it automatically\n"
+        "error: profile needs a GPU: no GPU found; check correctness on the CPU with "
+        f"`attnlab grade lab2 {get_lab('lab2').solution_path}`\n"
     )
 
 
@@ -220,7 +221,9 @@ def test_an_unwritable_trace_path_is_refused_before_any_work(runner):
     assert result.stderr == "error: --trace no/such/folder/t.json: cannot write (No such file or directory)\n"
 
 
-def test_profile_of_a_file_that_does_not_compile_is_exit_3(runner, tmp_path):
+def test_profile_of_a_file_that_does_not_compile_is_exit_3(runner, tmp_path, monkeypatch):
+    # on a machine with a GPU (without one, profile says so before it reads the file)
+    monkeypatch.setattr(backend_module, "gpu_status", lambda: (True, "NVIDIA H200"))
     broken = tmp_path / "broken.cu"
     broken.write_text('extern "C" __global__ void flash_prefill(const float* q) { nope; }\n')
     result = runner.invoke(main, ["profile", "lab2", str(broken), "--json", str(tmp_path / "r.json")])

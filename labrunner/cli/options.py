@@ -17,6 +17,7 @@ import click
 from labrunner import box as boxes
 from labrunner.pipeline.batch import BatchOptions
 from labrunner.pipeline.requests import CalibrateRequest, GradeRequest, ProfileRequest, default
+from labrunner.report import terminal
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -30,6 +31,21 @@ def stacked(*decorators: Decorator) -> Decorator:
 
 def _require_box(context: click.Context, parameter: click.Parameter, value: bool) -> None:
     boxes.REQUIRED = bool(value)  # read where each process starts: one that cannot be boxed is refused
+
+
+def device_option(help: str) -> Decorator:
+    return click.option(
+        "--device",
+        "device",
+        type=click.Choice(["gpu", "cpu", "auto"]),
+        default=default(GradeRequest, "device"),
+        show_default=True,
+        help=help,
+    )
+
+
+def _verbose(context: click.Context, parameter: click.Parameter, value: bool) -> None:
+    terminal.VERBOSE = bool(value)  # read by the case report; set on every run, so it never outlives one
 
 
 def arch_option(help: str) -> Decorator:
@@ -80,14 +96,9 @@ seed_option = click.option(
 
 # grade, bench and calibrate: where and how the kernels run.
 run_options = stacked(
-    click.option(
-        "--device",
-        "device",
-        type=click.Choice(["gpu", "cpu", "auto"]),
-        default=default(GradeRequest, "device"),
-        show_default=True,
-        help="Backend: gpu (CuPy), cpu (the same .cu on the CPU, correctness only), or auto "
-        "(the GPU where there is one, else the CPU).",
+    device_option(
+        "Backend: gpu (CuPy), cpu (the same .cu on the CPU, correctness only), or auto "
+        "(the GPU where there is one, else the CPU). bench and calibrate time, so they need a GPU (exit 6 without one)."
     ),
     click.option(
         "--unsafe-cpu",
@@ -102,7 +113,8 @@ run_options = stacked(
         "timeout_s",
         type=click.FloatRange(min=0.1),
         default=None,
-        help="Seconds one case may take before its kernel is stopped (default 20 on the GPU, 120 on the CPU).",
+        help="Seconds one case may take before its kernel is stopped (default: 20 on the GPU; on the CPU, 20 "
+        "times what the shipped solution needs for the case on this machine, plus 3).",
     ),
     arch_option("GPU architecture for the compile gate."),
     compile_options,
@@ -192,6 +204,15 @@ batch_options = stacked(
 BATCH_ONLY = ("jobs", "executor", "out_dir", "csv_path", "partition", "gpus_per_job", "time_limit_min", "account")
 
 grade_options = stacked(
+    click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        expose_value=False,
+        callback=_verbose,
+        help="Every failing case's message in full (on a terminal under 100 columns, and in a log, the "
+        "failing cases after the first two are folded to one line each).",
+    ),
     click.option("--full", is_flag=True, help="CPU backend: also run the cases outside its time budget."),
     click.option(
         "--race-check",
@@ -264,6 +285,9 @@ calibrate_options = stacked(
 )
 
 profile_options = stacked(
+    device_option(
+        "Backend: profile looks at kernels on a GPU (auto: the GPU where there is one); without one it exits 6."
+    ),
     click.option(
         "--calls",
         type=click.IntRange(min=1, max=100),

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
+from pathlib import Path
 
 from labrunner import box as boxes
-from labrunner.exit_codes import environment_error, usage_error
+from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
 from labrunner.measure import device_state
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
 from labrunner.report.records.device import DeviceFacts
 from labrunner.run import cpu_device
-
-DEFAULT_TIMEOUT_S = {"gpu": 20.0, "cpu": 120.0}
-
 
 BACKENDS = ("gpu", "cpu", "auto")
 
@@ -36,6 +35,10 @@ def gpu_status() -> tuple[bool, str]:
     return True, name.decode() if isinstance(name, bytes) else str(name)
 
 
+# The note of `--device auto` (the default) on a machine without a GPU; the verdict line says it again, short.
+CPU_INSTEAD = "grading on the CPU backend instead (correctness only, no GPU timings)"
+
+
 def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list[str]]:
     """gpu, cpu, or auto (the GPU where there is one, else the CPU, said plainly). Returns notes.
 
@@ -50,11 +53,42 @@ def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list
         return "gpu", gpu_box_notes()
     if requested == "auto":
         notes = cpu_sandbox_notes(unsafe_cpu)
-        return "cpu", [f"{words}: grading on the CPU backend instead (correctness only, no GPU timings)", *notes]
+        return "cpu", [f"{words}: {CPU_INSTEAD}", *notes]
     raise environment_error(
-        f"{words}. Grade on the CPU instead with --device cpu (correctness only), "
-        "or --device auto to fall back to it automatically"
+        f"{words}. --device gpu grades on a GPU only; leave --device out (auto, the default: the GPU where "
+        "there is one, else the CPU) or give --device cpu to grade on the CPU (correctness only)"
     )
+
+
+def why_on_the_cpu(notes: list[str]) -> str | None:
+    """Where `--device auto` fell back to the CPU, why, in the few words the verdict line has room for
+    ("no GPU found", "CuPy is not installed"); None where the CPU was asked for, or the GPU ran."""
+    for note in notes:
+        if note.endswith(f": {CPU_INSTEAD}"):
+            words = note.removesuffix(f": {CPU_INSTEAD}")
+            return re.split(r": | \(", words, maxsplit=1)[0]
+    return None
+
+
+def needs_a_gpu(command: str, why: str, instead: str) -> AttnlabError:
+    """The one line of a command that times or profiles kernels (bench, calibrate, profile) where no GPU
+    runs them: what it needs, why there is none, and what to run instead (exit 6)."""
+    return AttnlabError(f"{command} needs a GPU: {why}; {instead}", ExitCode.ENVIRONMENT)
+
+
+def grade_instead(lab: str, file: Path | None) -> str:
+    """What a command that needs a GPU offers on a machine without one: the grade, which runs on the CPU."""
+    return f"check correctness on the CPU with `attnlab grade {lab} {file or 'FILE'}`"
+
+
+def refuse_without_gpu(command: str, device: str, instead: str) -> None:
+    """Asked before the compile gate, so the default `--device auto` never announces a CPU fall-back that
+    the command then refuses, and `--device gpu` gets the same line as the others."""
+    if device == "cpu":
+        raise needs_a_gpu(command, "--device cpu chose the CPU backend, which takes no timings", instead)
+    available, words = gpu_status()
+    if not available:
+        raise needs_a_gpu(command, words, instead)
 
 
 def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:

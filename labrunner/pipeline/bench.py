@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.exit_codes import usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline import backend
@@ -26,8 +26,8 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     result.file = display_path(path)
     peer = request.versus if lab.peer is not None and request.versus == lab.peer else None
     baseline = None if peer else resolve_baseline(lab, request.versus)  # a usage error comes before all else
-    refuse_bench_without_gpu(request.device)
-    lab, submission, backend, seed = prepare(
+    refuse_bench_without_gpu(request)
+    lab, submission, backend_name, seed = prepare(
         result,
         request.lab,
         Path(result.file),
@@ -37,17 +37,19 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
         request.compile_limits,
         request.unsafe_cpu,
     )
-    if backend != "gpu":
-        raise bench_needs_a_gpu(None)
-    result.device = device_facts(backend)
+    if backend_name != "gpu":
+        raise backend.needs_a_gpu(
+            "bench", f"the {backend_name} backend takes no timings", backend.grade_instead(request.lab, request.file)
+        )
+    result.device = device_facts(backend_name)
     check_case = bench_check_case(lab, submission.constants, request.chunk, request.prefix)
-    with Worker(backend) as worker:
+    with Worker(backend_name) as worker:
         load_student(worker, lab, submission, request.load_options)
         options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
         result.cases = [run_one_case(lab, submission, worker, check_case, options, request.timeout_s or 60.0)]
         if result.decisive_case is None:
             timing_options = request.timing_options(seed.value)
-            with gpu_share(backend, "timing"):
+            with gpu_share(backend_name, "timing"):
                 run_lab_timing(
                     lab,
                     submission,
@@ -70,24 +72,9 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     close_report(lab, submission, result, request, seed.value)
 
 
-def bench_needs_a_gpu(why: str | None) -> AttnlabError:
-    """The one message for bench on a backend that cannot time, whichever way the CPU was chosen."""
-    reason = f" ({why})" if why else ""
-    return AttnlabError(
-        f"bench times kernels, which needs a GPU{reason}; check correctness on the CPU with "
-        "`attnlab grade LAB FILE --device cpu`",
-        ExitCode.ENVIRONMENT,
-    )
-
-
-def refuse_bench_without_gpu(device: str) -> None:
-    """Asked before the compile gate, so `--device auto` never announces a CPU fall-back that bench then refuses."""
-    if device == "cpu":
-        raise bench_needs_a_gpu("--device cpu")
-    if device == "auto":
-        available, words = backend.gpu_status()
-        if not available:
-            raise bench_needs_a_gpu(words)
+def refuse_bench_without_gpu(request: BenchRequest) -> None:
+    """Before the compile gate: bench times, and the CPU backend takes no timings."""
+    backend.refuse_without_gpu("bench", request.device, backend.grade_instead(request.lab, request.file))
 
 
 def resolve_baseline(lab: Lab, versus: str) -> Path | None:

@@ -9,6 +9,7 @@ from labrunner.measure.gates import (
     load_gates,
     write_gate,
 )
+from labrunner.pipeline.backend import refuse_without_gpu
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import CalibrateRequest
 from labrunner.report import terminal
@@ -24,6 +25,12 @@ def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
         raise usage_error(f"{lab.name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
     if output.exists():
         load_gates(output, "-o")  # a broken file is refused now, not after the timing
+    # calibrate's own words where no GPU times: bench, which it runs, would name itself
+    refuse_without_gpu(
+        "calibrate",
+        request.device,
+        f"a speed gate is a time taken on the GPU it gates; nothing was written to {output}",
+    )
     bench_submission(request, result)
     timing = result.timing
     if result.decisive_case is not None or not isinstance(timing, SpeedupTiming):

@@ -12,7 +12,7 @@ from typing import Any
 from labrunner.build.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
-from labrunner.pipeline.backend import DEFAULT_TIMEOUT_S
+from labrunner.pipeline.case_limit import case_limit
 from labrunner.pipeline.explain import explain_failure
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
@@ -107,7 +107,6 @@ def run_cases(
     """Every case, in order. `results` (when given) fills as each case finishes, so an interrupted
     run still has the cases it finished."""
     cases, skipped = select_cases(lab, backend, options, submission.constants)
-    timeout = options.timeout_s or DEFAULT_TIMEOUT_S[backend]
     results = [] if results is None else results
     progress.start("checking cases", len(cases))
     stopped_by: str | None = None
@@ -124,19 +123,22 @@ def run_cases(
         progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
         # Once a race is found the verdict is race: later cases need no more schedules to say so.
         raced = any(r.status == Status.RACE for r in results)
+        limit = case_limit(lab.name, backend, case, options.timeout_s)  # this case's, and why
         result, judgement = judged_case(
             lab,
             submission,
             worker,
             case,
             replace(options, race_check=False) if raced else options,
-            timeout,
+            limit.seconds,
             explain=failures < EXPLAINED_FAILURES,
             stage_check=failures == 0,
             sanitize=sanitizing and case.cpu,
             diagnose=backend == "gpu" and options.diagnose,
             progress=progress,
         )
+        if result.status == Status.TIMEOUT:
+            result.message = limit.timed_out()
         results.append(result)
         failures += judgement.run_failed
         sanitizing = sanitizing and not judgement.by_sanitizer

@@ -19,7 +19,7 @@ from labrunner.measure.gates import (
     apply_gate,
     load_gates,
 )
-from labrunner.pipeline.backend import device_facts, gpu_share
+from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
 from labrunner.pipeline.cases import CaseOptions, run_cases
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
@@ -126,7 +126,7 @@ def close_report(lab: Lab, submission: Submission, result: RunResult, request: R
     """What grade and bench print last: the Range pass's one line where --profile asks, then the verdict."""
     if request.with_profile:
         append_range_summary(lab, submission, result, request.arch, seed)
-    terminal.verdict_line(result)
+    terminal.verdict_line(result, why_on_the_cpu(result.notes))
 
 
 def load_gates_where_timed(path: Path | None, backend: str, result: RunResult) -> dict | None:

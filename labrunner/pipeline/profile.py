@@ -47,7 +47,7 @@ from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
 from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_facts
 from labrunner.measure.trace import slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
-from labrunner.pipeline.backend import device_facts
+from labrunner.pipeline.backend import device_facts, grade_instead, refuse_without_gpu
 from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import ProfileRequest
@@ -124,6 +124,7 @@ def kernel_flops(lab: Lab, kernel: str, call_flops: float) -> float:
 def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     if request.plot_path:
         require_matplotlib()
+    refuse_without_gpu("profile", request.device, grade_instead(request.lab, request.file))
     lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
     result.device = device_facts(backend)
     profile = Profile()

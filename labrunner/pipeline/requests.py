@@ -34,7 +34,7 @@ class RunRequest(FromOptions):
 
     lab: str
     file: Path | None
-    device: str = "gpu"
+    device: str = "auto"  # the GPU where there is one, else the CPU: the one default that works everywhere
     seed: int | None = None
     timeout_s: float | None = None
     arch: str = DEFAULT_ARCH
@@ -97,6 +97,7 @@ class CheckRequest(FromOptions):
 class ProfileRequest(FromOptions):
     lab: str
     file: Path
+    device: str = "auto"  # profile needs a GPU; auto and cpu without one are refused in one line
     seed: int | None = None
     timeout_s: float | None = None
     arch: str = DEFAULT_ARCH

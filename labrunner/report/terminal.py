@@ -11,9 +11,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 from rich.table import Table
+from rich.text import Text
 
 from labrunner.report.progress import Progress
 from labrunner.report.records.batch_row import BatchRow
@@ -41,14 +43,16 @@ def error(message: str) -> None:
     first_line = message.split("\n", 1)[0]
     if _SAYS_ERROR.match(first_line):
         stderr.print(
-            f"[bold red]{escape(first_line)}[/]" + escape(message[len(first_line) :]), markup=True, soft_wrap=True
+            f"[bold red]{escape(first_line)}[/]" + escape(message[len(first_line) :]),
+            markup=True,
+            soft_wrap=not stderr.is_terminal,
         )
         return
-    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=not stderr.is_terminal)
 
 
 def note(message: str) -> None:
-    stderr.print(f"[yellow]note:[/] {escape(shown_text(message))}", markup=True, soft_wrap=True)
+    stderr.print(f"[yellow]note:[/] {escape(shown_text(message))}", markup=True, soft_wrap=not stderr.is_terminal)
 
 
 @contextmanager
@@ -81,10 +85,11 @@ def progress_display(enabled: bool = True):
 
 
 def heading(text: str) -> None:
-    """A title that names a file: printed whole on one line (never wrapped), so the path stays copyable.
+    """A title that names a file: in a log on one line, so the path stays copyable; on a terminal wrapped
+    at spaces (a path longer than the terminal is folded, never cut).
 
     It starts with the file's name, the student's text, so it is shown (untrusted_text.py) whole."""
-    stdout.print(f"[bold]{escape(shown(text))}[/]", markup=True, soft_wrap=True)
+    stdout.print(f"[bold]{escape(shown(text))}[/]", markup=True, soft_wrap=not stdout.is_terminal)
 
 
 def labs_table(labs) -> None:
@@ -135,30 +140,116 @@ def doctor_report(rows: list[tuple[str, bool, str]]) -> None:
     print_unwrapped(table)
 
 
+# Failing cases past the first two fold to one line each where their messages would fill a screen: on a
+# terminal narrower than this, and in a log. Below NARROW_COLUMNS no table fits (a case name, its sizes,
+# `never-written` and an error take 70 columns), so each case is a line and its message wraps under it.
+FOLD_BELOW_COLUMNS = 100
+NARROW_COLUMNS = 80
+IN_FULL = 2
+# --verbose: every failing case's message in full, however narrow the terminal (set by grade's option)
+VERBOSE = False
+QUIET_STATUSES = (Status.PASS, Status.SKIPPED, Status.NOT_RUN)
+
+
+def size_columns(lab: str | None) -> tuple[str, str]:
+    """What a case's two sizes are called: a prefill's query rows and cached prefix, or a decode batch's
+    sequences and its longest sequence's keys (lab 3: `truth/catalogue.py`'s Case)."""
+    from labrunner.labs import LABS
+
+    definition = LABS.get(lab or "")
+    decode = definition is not None and any(case.lengths for case in definition.catalogue.cases)
+    return ("sequences", "longest") if decode else ("rows", "prefix")
+
+
+def folded(message: str) -> str:
+    """A message on one line: its first clause (where, and got against expected), the rest left to
+    --verbose and --json."""
+    return message.split("; ", 1)[0]
+
+
 def cases_report(result: RunResult) -> None:
     if not result.cases:
         return
     title = f"{result.lab} · {result.file} · {result.backend}" + (f" ({result.device.name})" if result.device else "")
     heading(title)
-    table = Table()
+    terminal = stdout.is_terminal
+    fold = not VERBOSE and (not terminal or stdout.width < FOLD_BELOW_COLUMNS)
+    failing = [i for i, case in enumerate(result.cases) if case.status not in QUIET_STATUSES]
+    folding = set(failing[IN_FULL:]) if fold else set()
+    rows_name, prefix_name = size_columns(result.lab)
     # A lab without a cached prefix (lab 1) has no prefix column: a column of zeros teaches nothing.
     with_prefix = any(case.prefix for case in result.cases)
-    columns = ("case", "rows", *(("prefix",) if with_prefix else ()), "status", "max |err|", "details")
-    for column in columns:
-        table.add_column(
-            column, justify="right" if column in ("rows", "prefix", "max |err|") else "left", overflow="fold"
+    if terminal and stdout.width < NARROW_COLUMNS:
+        _cases_as_lines(result, folding, rows_name, prefix_name if with_prefix else None)
+    else:
+        _cases_table(result, folding, rows_name, prefix_name if with_prefix else None, one_line=terminal and fold)
+    if folding:
+        count = len(folding)
+        stdout.print(
+            f"{count} more failing case{'s' if count != 1 else ''} folded to one line each; --verbose shows "
+            "every message in full (and --json PATH keeps them)",
+            soft_wrap=not terminal,
         )
-    for case in result.cases:
+
+
+def _cases_table(result: RunResult, folding: set[int], rows_name: str, prefix_name: str | None, one_line: bool) -> None:
+    """The case table. Only the details wrap (at spaces): a name, a size, a status or an error is never cut.
+    `one_line`: on a terminal, a folded row (and a skipped one) ends in an ellipsis rather than wrapping."""
+    table = Table()
+    columns = ("case", rows_name, *((prefix_name,) if prefix_name else ()), "status", "max |err|")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("case", "status") else "right", no_wrap=True)
+    table.add_column("details", overflow="fold", ratio=1)
+    for number, case in enumerate(result.cases):
         style = STATUS_STYLE.get(case.status, "bold red")
+        details = "" if case.status == Status.PASS else shown_text(case.message)
+        short = number in folding or case.status in (Status.SKIPPED, Status.NOT_RUN)
+        if number in folding:
+            details = folded(details)
         table.add_row(
             case.name,
             str(case.rows),
-            *((str(case.prefix),) if with_prefix else ()),
+            *((str(case.prefix),) if prefix_name else ()),
             f"[{style}]{case.status}[/]",
             _error(case.max_abs_err),
-            "" if case.status == Status.PASS else escape(shown_text(case.message)),
+            Text(details, no_wrap=True, overflow="ellipsis") if one_line and short else Text(details),
         )
     print_unwrapped(table)
+
+
+def _cases_as_lines(result: RunResult, folding: set[int], rows_name: str, prefix_name: str | None) -> None:
+    """A terminal too narrow for the table: each case on a line of its own, its message wrapped under it at
+    spaces (a folded or skipped case's message on the same line, cut with an ellipsis)."""
+    for number, case in enumerate(result.cases):
+        style = STATUS_STYLE.get(case.status, "bold red")
+        sizes = _counted(case.rows, rows_name) + (f", {prefix_name} {case.prefix}" if prefix_name else "")
+        err = "" if case.max_abs_err is None else f", max |err| {_error(case.max_abs_err)}"
+        line = Text.assemble(case.name, f" ({sizes}) ", (str(case.status), style), err)
+        message = "" if case.status == Status.PASS else shown_text(case.message)
+        if number in folding or case.status in (Status.SKIPPED, Status.NOT_RUN):
+            for said in ("skipped: ", "not run: "):  # the status already says so
+                message = message.removeprefix(said)
+            short = Text.assemble(case.name, " ", (str(case.status), style), err)
+            said = folded(message) if number in folding else message
+            short.append(": " + _words_within(said, stdout.width - len(short.plain) - 2))
+            stdout.print(short, no_wrap=True, overflow="ellipsis")
+            continue
+        stdout.print(line)
+        if message:
+            stdout.print(Padding(Text(message, overflow="fold"), (0, 0, 0, 4), expand=False))
+
+
+def _words_within(text: str, width: int) -> str:
+    """`text` cut after its last whole word that fits in `width` columns, with an ellipsis, where it is longer."""
+    if len(text) <= width:
+        return text
+    cut = text[: max(0, width - 1)].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + "…"
+
+
+def _counted(count: int, name: str) -> str:
+    """`1 row`, `17 rows`, `3 sequences`."""
+    return f"{count} {name.removesuffix('s') if count == 1 else name}"
 
 
 def timing_report(result: RunResult) -> None:
@@ -332,7 +423,10 @@ def gate_report(result: RunResult) -> None:
         stdout.print(f"[{style}]speed gate: {gate.message}[/]")
 
 
-def verdict_line(result: RunResult) -> None:
+def verdict_line(result: RunResult, why_on_the_cpu: str | None = None) -> None:
+    """The last line: the verdict, its case, the backend that gave it, the exit code. `why_on_the_cpu`: why
+    `--device auto` fell back to the CPU ("no GPU found"), said after the backend, so that a student who
+    never chose a backend learns which one ran."""
     verdict = result.verdict
     style = "bold green" if verdict == Status.PASS else "bold red"
     decisive = result.decisive_case
@@ -341,11 +435,16 @@ def verdict_line(result: RunResult) -> None:
     # where there is one, already names it).
     skipped = result.summary.removeprefix(verdict)  # " (N cases skipped on the CPU backend; --full runs them)"
     backend = "" if skipped else {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
+    if why_on_the_cpu and result.backend == "cpu":
+        backend = f" on the CPU backend: {why_on_the_cpu}"
     for hint in result.hints:
-        stdout.print(f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=True)
+        stdout.print(
+            f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=not stdout.is_terminal
+        )
     stdout.print(
-        f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})", soft_wrap=True
-    )  # one line a log reader can grep, however narrow the terminal
+        f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})",
+        soft_wrap=not stdout.is_terminal,
+    )  # in a log, one line to grep; on a terminal, wrapped at spaces (a terminal's own wrap cuts words)
 
 
 def kernel_output(lines: list[str]) -> None:
