@@ -425,7 +425,8 @@ inline void complete_groups(Fiber* me, uint32_t groups) {
 
 // Checked at issue, each a loud error where the GPU would fault or do something undefined: the
 // destination a window address whose cp-size bytes lie in one region, both addresses aligned to
-// cp-size, src-size at most cp-size, the source outside shared memory.
+// cp-size, src-size at most cp-size, the source outside shared memory. Each message is written only
+// when its check fails: a kernel issues millions of copies, and formatting one costs more than the copy.
 inline void cp_async(const char* opcode, uint64_t dst, uint64_t src, long long cp_size, long long src_size,
                      const char* file, int line) {
     Fiber* me = rt.cur;
@@ -434,10 +435,11 @@ inline void cp_async(const char* opcode, uint64_t dst, uint64_t src, long long c
                 cp_size);
     const WindowRegion w = dst >> 32 ? WindowRegion{nullptr, 0, 0} : window_region((uint32_t)dst >> kWindowOffsetBits);
     char what[96];
-    snprintf(what, sizeof what, "%s to an address outside shared memory", opcode);
-    if (!w.base)
+    if (!w.base) {
+        snprintf(what, sizeof what, "%s to an address outside shared memory", opcode);
         fail_at(what, file, line, "0x%08llx is no shared address (take one from __cvta_generic_to_shared)",
                 (unsigned long long)dst);
+    }
     const size_t offset = dst & kWindowOffsetMask;
     if (offset + (size_t)cp_size > w.size) {
         char region[96];
@@ -445,23 +447,29 @@ inline void cp_async(const char* opcode, uint64_t dst, uint64_t src, long long c
             snprintf(region, sizeof region, "the block's %zu bytes of dynamic shared memory", w.size);
         else
             snprintf(region, sizeof region, "its %zu-byte __shared__ array", w.size);
+        snprintf(what, sizeof what, "%s to an address outside shared memory", opcode);
         fail_at(what, file, line, "the %lld bytes at shared address 0x%08llx run past the end of %s", cp_size,
                 (unsigned long long)dst, region);
     }
     unsigned char* to = w.base + offset;
-    snprintf(what, sizeof what, "misaligned %s", opcode);
-    if (offset % (size_t)cp_size)
+    if (offset % (size_t)cp_size) {
+        snprintf(what, sizeof what, "misaligned %s", opcode);
         fail_at(what, file, line, "the destination, shared address 0x%08llx, is %zu bytes past a multiple of %lld, "
                 "its cp-size (cp.async needs both addresses aligned to cp-size)",
                 (unsigned long long)dst, offset % (size_t)cp_size, cp_size);
-    if ((uintptr_t)to % (uintptr_t)cp_size)
+    }
+    if ((uintptr_t)to % (uintptr_t)cp_size) {
+        snprintf(what, sizeof what, "misaligned %s", opcode);
         fail_at(what, file, line, "the destination, shared address 0x%08llx, is in a __shared__ array aligned to "
                 "fewer than %lld bytes; declare it __align__(%lld)",
                 (unsigned long long)dst, cp_size, cp_size);
-    if (src_size > 0 && src % (uint64_t)cp_size)
+    }
+    if (src_size > 0 && src % (uint64_t)cp_size) {
+        snprintf(what, sizeof what, "misaligned %s", opcode);
         fail_at(what, file, line, "the source, global address 0x%llx, is %llu bytes past a multiple of %lld, its "
                 "cp-size (cp.async needs both addresses aligned to cp-size)",
                 (unsigned long long)src, (unsigned long long)(src % (uint64_t)cp_size), cp_size);
+    }
     WindowRegion in_shared;
     if (src_size > 0 && region_holding((const void*)(uintptr_t)src, false, &in_shared)) {
         snprintf(what, sizeof what, "%s from shared memory", opcode);
