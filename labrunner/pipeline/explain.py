@@ -16,7 +16,7 @@ from labrunner.truth.cases import (
     Case,
 )
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
-from labrunner.truth.hints import Evidence, gather_evidence
+from labrunner.truth.hints import Evidence, add_stage_evidence, factor_words, gather_evidence, stages_wanted
 from labrunner.truth.judge import same_values
 from labrunner.truth.poison import SHARED_POISON_BITS, carries
 from labrunner.truth.verdict import Status
@@ -47,9 +47,13 @@ def explain_failure(
     """
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
     evidence = gather_evidence(case, inputs, out, reference, status, failing_rows, explain)
+    launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
+    stages = staged_evidence(lab, worker, case, inputs, launches, out, evidence, timeout_s)
     if not words:
         return evidence, ""
-    launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
+    # wrong values that are the exact ones times one factor: the message says so, beside where they are
+    factor = factor_words(evidence)
+    said = f"; {factor}" if factor else ""
     try:
         if status == Status.RACE:
             kernel = racing_kernel(lab, submission, worker, case, inputs, launches, run, schedules, timeout_s)
@@ -57,12 +61,36 @@ def explain_failure(
                 return evidence, "; no one kernel's thread order alone changes the output"
             return evidence, f"; in kernel {kernel}"
         if lab.stages and stage_check:
-            stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s)
+            stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s, stages)
             if stage:
-                return evidence, f"; stage check: {stage}"
+                return evidence, f"{said}; stage check: {stage}"
     except WorkerFailure:
         pass
-    return evidence, ""
+    return evidence, said
+
+
+def staged_evidence(
+    lab: Lab,
+    worker: Worker,
+    case: Case,
+    inputs,
+    launches: list,
+    out: np.ndarray,
+    evidence: Evidence,
+    timeout_s: float,
+) -> list[tuple[str, np.ndarray]] | None:
+    """Lab 1's pipeline rerun kernel by kernel for the hints: each stage's buffer compared with what one
+    known mistake would leave there (truth/hints_stages.py), where the case's own variants were compared.
+    The buffers come back for the stage check to read; None where none were taken (another lab, a case
+    too large or not wrong, or a rerun that misbehaved: the hints then do without)."""
+    if not lab.stages or not stages_wanted(evidence, case):
+        return None
+    try:
+        stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
+    except WorkerFailure:
+        return None
+    add_stage_evidence(evidence, inputs, case, stages, str(launches[-1].kernel), out)
+    return stages
 
 
 def stage_buffers(
@@ -132,14 +160,24 @@ def racing_kernel(
     return None
 
 
-def first_wrong_stage(lab: Lab, worker: Worker, case: Case, inputs, launches: list, timeout_s: float) -> str | None:
+def first_wrong_stage(
+    lab: Lab,
+    worker: Worker,
+    case: Case,
+    inputs,
+    launches: list,
+    timeout_s: float,
+    stages: list[tuple[str, np.ndarray]] | None = None,
+) -> str | None:
     """Lab 1's stage check: the first kernel whose result disagrees with the definition, in words.
+    `stages`: the buffers of a rerun already made for the hints (`staged_evidence`), else rerun here.
 
     A stage that disagrees but is made good by the next one (scores left unscaled, scaled inside
     the softmax) is a different split of the same work, not the bug: the stage named is the first
     that disagrees after the last one that agrees. The last stage is the output, already wrong.
     """
-    stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
+    if stages is None:
+        stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
     problems = [lab.stages[kernel](buffer, inputs, case.rows) for kernel, buffer in stages]
     kernels = [kernel for kernel, _ in stages] + [launches[-1].kernel]
     agreeing = [i for i, problem in enumerate(problems) if problem is None]

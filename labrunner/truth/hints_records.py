@@ -1,0 +1,72 @@
+"""What the hints read and give, as plain data (`truth/hints.py` derives one from the other).
+
+A failing case's evidence is gathered once in the driver (`gather_evidence`) and read by
+`derive_hints` with every other case's: both sides, and the tests, share these records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NotRequired, TypedDict
+
+import numpy as np
+
+
+class Evidence(TypedDict):
+    """What one failing case shows (`gather_evidence`). The decode keys are there for decode cases only,
+    the factor keys where the wrong values are the exact ones times a factor, the stage keys where a
+    staged pipeline (lab 1's three kernels) was rerun kernel by kernel and each buffer compared."""
+
+    case: str
+    status: str
+    rows: int
+    prefix: int
+    planted: bool
+    last_key: bool
+    nonfinite: int
+    workspace_poisoned: int
+    failing_rows: list[int]
+    heads_wrong: list[int]
+    matches: list[str]  # the variants that reproduce the output
+    kv_heads_read: dict[int, int]  # wrong query head -> the KV head its output is attention over
+    compared: bool  # the variants were recomputed
+    empty_partition_rows: NotRequired[list[int]]
+    partial_page_rows: NotRequired[list[int]]
+    nonfinite_rows: NotRequired[list[int]]
+    # Every wrong element is the exact value times this one factor (`hints_factor`); `factor_text` is the
+    # factor as the message writes it (every digit float32 keeps where the case is exact).
+    factor: NotRequired[float]
+    factor_text: NotRequired[str]
+    # Every failing (row, head) is the exact value times a factor of its own: the smallest and largest.
+    row_factors: NotRequired[list[float]]
+    # A staged pipeline's kernels in order (scores, probabilities, output) and what each stage's buffer
+    # shows (`hints_stages`).
+    stage_kernels: NotRequired[list[str]]
+    stage_matches: NotRequired[list[str]]
+    scores_kv_heads_read: NotRequired[dict[int, int]]  # query head -> the KV head its scores were taken against
+    wsum_kv_heads_read: NotRequired[dict[int, int]]  # query head -> the KV head its weighted sum read V from
+    stages_compared: NotRequired[bool]
+
+
+class Hint(TypedDict):
+    hazard: str  # one of HAZARDS
+    text: str
+
+
+class AttentionChange(TypedDict, total=False):
+    """The one thing a prefill variant changes (`variant_attention`'s keywords)."""
+
+    scale: float
+    shift: int
+    kv_head: int
+
+
+class DecodeChange(TypedDict, total=False):
+    """The one thing a decode variant changes (`decode_variant`'s keywords)."""
+
+    scale: float
+    kv_head: int
+    page_index: Callable[[np.ndarray], np.ndarray]
+    keys: Callable[[int], int]
+    unrescaled_partition: int
+    first_partition_max: int
