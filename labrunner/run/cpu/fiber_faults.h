@@ -119,16 +119,19 @@ bool shared_fault(const unsigned char* a, const char* access_of) {
     if (!rt.static_reserved || a < (const unsigned char*)rt.static_reserved ||
         a >= (const unsigned char*)rt.static_reserved + rt.static_reserved_bytes)
         return false;
-    // The slot the address is in belongs to the array before it in the reservation, or after it
-    // when the address is below the array's first byte (an index below 0 reaches into the slot before).
-    const int slot = (int)((size_t)(a - (const unsigned char*)rt.static_reserved) / kSlotBytes);
+    // An address in a slot below its array's first byte missed that array by an index below 0; one
+    // past the array's end missed it, or the next slot's array by an index below 0: the nearer is
+    // named (arrays sit at the start of their slots, so an overrun is nearly always the nearer).
+    const int slot = (int)((size_t)(a - (const unsigned char*)rt.static_reserved) / kSlotBytes) - 1;
     const SharedRegion* r = nullptr;
     const SharedRegion* next = nullptr;
     for (int i = 0; i < rt.nregions; ++i) {
         if (rt.regions[i].slot == slot) r = &rt.regions[i];
         if (rt.regions[i].slot == slot + 1) next = &rt.regions[i];
     }
-    if (r && a < (const unsigned char*)r->ptr) r = nullptr;  // below this slot's array: the next one's underrun
+    if (r && next && a >= (const unsigned char*)r->ptr + r->size &&
+        (size_t)((const unsigned char*)next->ptr - a) < (size_t)(a - ((const unsigned char*)r->ptr + r->size)))
+        r = next;
     if (!r) r = next;
     if (!r) {
         set_error("out-of-bounds %s __shared__ memory in %s: address %p is in no __shared__ array", access_of,

@@ -13,12 +13,14 @@
 //   byte 0. A launch that asks for 0 bytes opens nothing: any touch of extern __shared__ faults.
 // * Each static __shared__ array (module.py rewrites `__shared__ T a[N];` into a reference to a
 //   place handed out here, the first time its declaration runs) gets a slot of kSlotBytes of its
-//   own in a second reservation: its bytes are the last of the slot's first pages, and the rest
-//   of the slot, hundreds of MiB, is inaccessible. An array's neighbours are never the next bytes,
-//   so an index past its end faults instead of landing in another array (or in the runtime's own
-//   state, which is where g++ would have put the arrays' neighbours). More arrays than slots keep
-//   the place g++ gave them, unguarded, as do file-scope and macro-made __shared__ arrays, which
-//   module.py does not rewrite.
+//   own in a second reservation (after a first slot left empty): its bytes are the last of the
+//   slot's first pages, and the rest of the slot, hundreds of MiB, is inaccessible. An array's
+//   neighbours are never the next bytes, so an index past its end faults instead of landing in
+//   another array (or in the runtime's own state, where g++ would have put the arrays'
+//   neighbours). Why a slot each and not one guard after the last array: an overrun of the first
+//   array would still land in the second, silently. More arrays than slots keep the place g++ gave
+//   them, unguarded, as do file-scope and macro-made __shared__ arrays, which module.py does not
+//   rewrite.
 //
 // Pages are 4 KiB and a piece of shared memory starts 16-byte aligned, so a piece shares its first
 // page with up to 4 KiB of bytes before it, and its last 16 bytes with up to 15 bytes after it.
@@ -128,7 +130,7 @@ void* place_shared(void* shadow, size_t size, size_t align, const char* name) {
     const int slot = (int)rt.static_used;
     bool placed = size > 0 && size <= kSharedLimit && align <= page && slot < kSlots;
     if (placed && !rt.static_reserved) {
-        const size_t total = kSlotBytes * (size_t)kSlots;
+        const size_t total = kSlotBytes * (size_t)(kSlots + 1);  // and one slot of guard before the first
         void* m = mmap(nullptr, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         placed = m != MAP_FAILED;
         if (placed) {
@@ -136,7 +138,7 @@ void* place_shared(void* shadow, size_t size, size_t align, const char* name) {
             rt.static_reserved_bytes = total;
         }
     }
-    unsigned char* start = placed ? (unsigned char*)rt.static_reserved + kSlotBytes * (size_t)slot : nullptr;
+    unsigned char* start = placed ? (unsigned char*)rt.static_reserved + kSlotBytes * (size_t)(slot + 1) : nullptr;
     const size_t open = round_up(size, page);
     placed = placed && mprotect(start, open, PROT_READ | PROT_WRITE) == 0;
     if (!placed) {
