@@ -420,7 +420,7 @@ REFUSED = {
         "__device__ unsigned f(unsigned x) {\n  unsigned r = x;\n"
         '  asm("setp.eq.u32 %0, %0, 0;" : "+r"(r));\n'
         "  return r;\n}\n",
-        "attention.cu(3): error: `setp.eq.u32`'s p is a predicate, but %0 is \"r\": declare one in the statement "
+        'attention.cu(3): error: `setp.eq.u32`\'s p is a predicate, but %0 is "r": declare one in the statement '
         "(`.reg .pred p;`) and name it",
     ),
     "register-used-outside-its-block": (
@@ -436,9 +436,7 @@ REFUSED = {
         "attention.cu(3): error: `{ .reg .b32 t; mov.b32 t, %0;`: a `{` block that never closes",
     ),
     "ex2-of-an-integer": (
-        "__device__ float f(unsigned x) {\n  float r;\n"
-        '  asm("ex2.approx.f32 %0, 1;" : "=f"(r));\n'
-        "  return r + x;\n}\n",
+        '__device__ float f(unsigned x) {\n  float r;\n  asm("ex2.approx.f32 %0, 1;" : "=f"(r));\n  return r + x;\n}\n',
         "attention.cu(3): error: `ex2.approx.f32`'s a is one register or a float literal (0f3F800000, 1.5), got 1",
     ),
     "ex2-of-a-64-bit-operand": (
@@ -459,7 +457,7 @@ REFUSED = {
         "__device__ float f(float x) {\n  float r; unsigned ok;\n"
         '  asm volatile("shfl.sync.up.b32 %0|%1, %2, 1, 0, -1;" : "=f"(r), "=r"(ok) : "f"(x));\n'
         "  return r + ok;\n}\n",
-        "attention.cu(3): error: `shfl.sync.up.b32`'s p is a predicate, but %1 is \"r\": declare one in the "
+        'attention.cu(3): error: `shfl.sync.up.b32`\'s p is a predicate, but %1 is "r": declare one in the '
         "statement (`.reg .pred p;`) and name it",
     ),
     "named-operand": (
@@ -743,7 +741,7 @@ def nvrtc_accepts(source: str) -> bool:
 def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90():
     """For each operand of each instruction, every class letter: the CPU backend allows it exactly when
     NVRTC (and ptxas behind it) compiles it, with the operand declared in that class's C++ type."""
-    assert set(INSTRUCTIONS) == {
+    families = {
         "cvt.rna.tf32.f32",
         "cvt.rn.f16x2.f32",
         MMA,
@@ -753,7 +751,8 @@ def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90(
         "cp.async.commit_group",
         "cp.async.wait_group",
         "cp.async.wait_all",
-    }  # each one with operands asked below
+    }  # each one with operands asked below; of the rest one of each family and register type
+    assert {name for name in INSTRUCTIONS if not name.startswith(SCALAR_FAMILIES)} == families
     allowed, accepted = {}, {}
     cvt = INSTRUCTIONS["cvt.rna.tf32.f32"]
     for operand in cvt.operands:
@@ -809,7 +808,52 @@ def test_the_register_classes_allowed_are_exactly_those_nvrtc_accepts_for_sm_90(
                     **classes, **{f"{k}_value": CP_ASYNC_VALUES[k][letter] for k, letter in classes.items()}
                 )
             )
+    for name, operand, c, code in scalar_forms():
+        spec = next(o for o in INSTRUCTIONS[name].operands if o.name == operand)
+        allowed[(name, operand, c)] = c in spec.classes or (c == "n" and spec.literal == "int")
+        accepted[(name, operand, c)] = nvrtc_accepts(SCALAR_TEMPLATE.format(asm=code))
     assert accepted == allowed
+
+
+SCALAR_FAMILIES = ("shfl.sync.", "ex2.", "lg2.", "rcp.", "setp.", "mov.", "selp.")
+SCALAR_TEMPLATE = """extern "C" __global__ void k(float* o, const unsigned* u) {{
+    float f = o[0], fo = 0.0f; unsigned r = u[0], ro = 0u;
+    {asm}
+    o[1] = fo + (float)ro;
+}}
+"""
+
+
+def scalar_forms() -> list[tuple[str, str, str, str]]:
+    """(instruction, operand, class letter, the asm statement): one instruction of each family and register
+    type, each of its operands in every letter a 32-bit operand may have ("n" for one it reads), the others
+    in the instruction's own type."""
+    forms = []
+    for opcode, written, read in (
+        ("ex2.approx.f32", ("d",), ("a",)),
+        ("rcp.approx.ftz.f32", ("d",), ("a",)),
+        ("mov.u32", ("d",), ("a",)),
+        ("mov.f32", ("d",), ("a",)),
+        ("shfl.sync.bfly.b32", ("d",), ("a", "b")),
+        ("setp.lt.s32", (), ("a",)),
+        ("setp.lt.f32", (), ("a",)),
+        ("setp.ne.b32", (), ("a",)),
+    ):
+        own = "f" if opcode.endswith("f32") else "r"
+        for operand in written + read:
+            for letter in "rfn" if operand in read else "rf":
+                cls = dict.fromkeys(written + read, own) | {operand: letter}
+                inputs = ", ".join(f'"{cls[o]}"({ {"r": "r", "f": "f", "n": "1"}[cls[o]] })' for o in read)
+                if opcode.startswith("setp"):
+                    other = "0f00000000" if own == "f" else "0"
+                    code = f'asm volatile("{{ .reg .pred p; {opcode} p, %0, {other}; }}" :: {inputs});'
+                else:
+                    sources = ", ".join(f"%{k + 1}" for k in range(len(read)))
+                    rest = ", 0x1f, 0xffffffff" if opcode.startswith("shfl") else ""
+                    out = "fo" if cls["d"] == "f" else "ro"
+                    code = f'asm volatile("{opcode} %0, {sources}{rest};" : "={cls["d"]}"({out}) : {inputs});'
+                forms.append((opcode, operand, letter, code))
+    return forms
 
 
 # --- the emulation against the hardware -----------------------------------------------------------
