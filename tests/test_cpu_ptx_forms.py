@@ -83,7 +83,8 @@ def test_an_n_cp_size_the_instruction_does_not_take_is_a_compile_error_at_its_li
     with pytest.raises(CpuCompileError) as refused:
         CpuModule.build(PRELUDE + source, "forms.cu", {"k": ["float*"]}, cache_dir=cache)
     assert str(refused.value) == (
-        "C++ compile failed:\nforms.cu(3): error: static assertion failed: `cp.async.cg.shared.global`'s cp-size is 16\n"
+        "C++ compile failed:\n"
+        "forms.cu(3): error: static assertion failed: `cp.async.cg.shared.global`'s cp-size is 16\n"
         "forms.cu(3): note: the comparison reduces to ‘(8 == 16)’"
     )
 
