@@ -212,15 +212,16 @@ def test_the_stack_advice_comes_only_with_an_overflow(tmp_path):
     assert not wild.value.write
 
 
-def grade_json(fixture: str, *args: str) -> dict:
+def grade_json(fixture: str, report: Path) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "labrunner", "grade", "lab3", fixture, "--device", "cpu", "--no-timing", "--json", "-"],
+        [sys.executable, "-m", "labrunner", "grade", "lab3", fixture, "--device", "cpu", "--no-timing"]
+        + ["--json", str(report)],
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=600,
     )
-    result = json.loads(done.stdout)
+    result = json.loads(report.read_text())
     decisive = next(c for c in result["cases"] if c["name"] == result["decisive_case"])
     return {
         "exit": done.returncode,
@@ -231,11 +232,12 @@ def grade_json(fixture: str, *args: str) -> dict:
 
 
 @pytest.mark.slow
-def test_the_page_table_kernel_gets_one_verdict_in_five_grades():
+def test_the_page_table_kernel_gets_one_verdict_in_five_grades(tmp_path):
     """The page number computed as b * maxPages + j / PAGE read past kCache: on the old heap layout it
     gave exit 4, 1, 4, 4 in four runs (a "stack overflow", a masked-nan hint); now the guard after k
     faults at the same element every time."""
-    grades = [grade_json("tests/fixtures/lab3/wrong/page_number_ignores_table.cu") for _ in range(5)]
+    fixture = "tests/fixtures/lab3/wrong/page_number_ignores_table.cu"
+    grades = [grade_json(fixture, tmp_path / f"grade{n}.json") for n in range(5)]
     assert grades == [grades[0]] * 5
     assert grades[0] == {
         "exit": 4,
