@@ -163,10 +163,63 @@ def test_a_folder_is_not_a_kernel_file(runner, tmp_path):
 
 
 def test_a_file_that_is_not_utf8_is_a_usage_error(runner, tmp_path):
-    (tmp_path / "bad.cu").write_bytes(b"// caf\xe9\n")
+    (tmp_path / "bad.cu").write_bytes(b"// ok\n// caf\xe9\n")
     result = invoke(runner, "check", "lab2", "bad.cu")
     assert result.exit_code == 2
-    assert result.stderr == "error: bad.cu: is not UTF-8 text (byte 6); save it as UTF-8\n"
+    assert result.stderr == (
+        "error: bad.cu: is not UTF-8 text: byte 0xe9 at line 2, column 7 (a file saved as Latin-1 or "
+        "Windows-1252?); save it as UTF-8\n"
+    )
+
+
+def test_a_utf16_file_is_named_as_such(runner, tmp_path):
+    (tmp_path / "wide.cu").write_bytes("// x\n".encode("utf-16"))
+    result = invoke(runner, "check", "lab2", "wide.cu")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "error: wide.cu: is UTF-16 text, which the compilers do not read; save it as UTF-8\n"
+
+
+BOM_NOTE = (
+    "note: flash.cu: starts with a UTF-8 byte-order mark, removed before compiling (save the file as UTF-8 "
+    "without BOM to silence this note)\n"
+)
+
+
+def test_a_byte_order_mark_is_removed_and_said_once(runner, tmp_path):
+    (tmp_path / "flash.cu").write_bytes(b"\xef\xbb\xbf" + STARTER.read_bytes())
+    result = invoke(runner, "check", "lab2", "flash.cu", "--json", "c.json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == BOM_NOTE
+    assert json.loads((tmp_path / "c.json").read_text())["notes"] == [BOM_NOTE.removeprefix("note: ").rstrip()]
+
+
+@pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
+def test_a_file_with_a_byte_order_mark_is_graded_as_without_it(runner, tmp_path):
+    (tmp_path / "flash.cu").write_bytes(b"\xef\xbb\xbf" + STARTER.read_bytes())
+    result = invoke(runner, "grade", "lab2", "flash.cu", "--device", "cpu", "--case", "C1-P31")
+    assert (result.exit_code, result.stdout.splitlines()[-1]) == (0, "PASS on the CPU backend (exit 0)")
+    assert result.stderr.count("byte-order mark") == 1
+    assert result.stderr.startswith(BOM_NOTE)
+
+
+def test_no_python_warning_reaches_the_student(runner, monkeypatch):
+    """A warning raised in the driver (numpy's RuntimeWarning over a kernel's NaN, say) is never shown:
+    the command ignores warnings, whatever PYTHONWARNINGS or the caller asked for."""
+    import warnings
+
+    from labrunner.pipeline import check as check_module
+
+    def nvrtc_version_that_warns() -> str:
+        warnings.warn("invalid value encountered in subtract", RuntimeWarning, stacklevel=1)
+        return "13.0"
+
+    monkeypatch.setattr(check_module, "nvrtc_version", nvrtc_version_that_warns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = invoke(runner, "check", "lab2", str(STARTER))
+    assert result.exit_code == 0
+    assert caught == []
+    assert "Warning" not in result.output
 
 
 # --- check -----------------------------------------------------------------------------------

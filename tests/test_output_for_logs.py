@@ -67,7 +67,7 @@ def test_the_c_locale_gives_ascii_too():
 
 @needs_cpu_backend
 @pytest.mark.slow
-def test_piped_case_rows_never_wrap_even_at_80_columns():
+def test_piped_case_rows_never_wrap_and_fold_after_the_first_two_failures():
     completed = piped("grade", "lab2", str(PREFIX_IGNORED), "--device", "cpu", "--no-timing")
     assert completed.returncode == 1
     rows = [line for line in completed.stdout.decode().splitlines() if re.match(r"│ \S", line)]
@@ -85,10 +85,18 @@ def test_piped_case_rows_never_wrap_even_at_80_columns():
         "lastkey-C33-P1000",
         "C2048-P2048",
     ]
-    # each message whole, on its own row
-    assert all(re.search(r"; rows? [-0-9, ]+ fails? \(\d+ of \d+\) +│$", row) for row in rows[:9]), rows
+    # the first two failures' messages whole, the other seven folded to their first clause, each on its own row
+    assert all(re.search(r"; rows? [-0-9, ]+ fails? \(\d+ of \d+\) +│$", row) for row in rows[:2]), rows
+    assert all(re.search(r"got \S+, expected \S+ \(\|err\| > 1e-4 \+ 1e-3\*\|ref\|\) +│$", row) for row in rows[2:9]), (
+        rows
+    )
     assert all(re.search(r"outside the CPU backend's time budget; --full runs it +│$", row) for row in rows[9:])
-    assert len(completed.stdout.decode().splitlines()) == 19  # heading, 4 rules, header, 12 rows, a hint, verdict
+    assert (
+        "7 more failing cases folded to one line each; --verbose shows every message in full"
+        in completed.stdout.decode()
+    )
+    # heading, 4 rules, header, 12 rows, the folded count, a hint, verdict
+    assert len(completed.stdout.decode().splitlines()) == 20
 
 
 @pytest.mark.slow

@@ -54,13 +54,45 @@ _NOT_REGULAR = (
 )
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+# What reading the submission found and set right, said once by the command that read it (`take_notes`).
+_notes: list[str] = []
+
+
 def read_source(path: Path, label: str) -> str:
-    """The submission's text, or a usage error (exit 2) that says what is wrong with the file."""
+    """The submission's text, or a usage error (exit 2) that says what is wrong with the file.
+
+    A UTF-8 byte-order mark (an editor's "UTF-8 with BOM") is removed, with a note: the compilers would
+    read its three bytes as code and give errors about a line that looks empty. It takes no line, so
+    every line number stays the student's. Any other encoding is refused in one line that says where."""
     data = read_source_bytes(path, label)
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM) :]
+        if label:
+            _notes.append(
+                f"{label}: starts with a UTF-8 byte-order mark, removed before compiling (save the file as "
+                "UTF-8 without BOM to silence this note)"
+            )
+    if data.startswith(UTF16_BOMS):
+        raise usage_error(f"{label}: is UTF-16 text, which the compilers do not read; save it as UTF-8") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise usage_error(f"{label}: is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise usage_error(
+            f"{label}: is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column} "
+            "(a file saved as Latin-1 or Windows-1252?); save it as UTF-8"
+        ) from None
+
+
+def take_notes() -> list[str]:
+    """The notes reading submissions left (a byte-order mark removed), each said once: taken, they are gone."""
+    notes = list(_notes)
+    _notes.clear()
+    return notes
 
 
 def read_source_bytes(path: Path, label: str) -> bytes:

@@ -9,6 +9,7 @@ results go to stdout, progress to stderr, and `--json PATH` writes the versioned
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ def main() -> None:
     130 interrupted (SIGINT), 143 terminated (SIGTERM).
     """
     terminal.prepare_streams()
+    # A Python warning (numpy's RuntimeWarning over a NaN a kernel wrote, say) speaks of the grader's own
+    # lines, not the student's file; what was wrong is already in the verdict and its message.
+    warnings.simplefilter("ignore")
     # The driver alone holds the seed: out of its environment (and of /proc/self/environ) before any
     # process starts, and the driver non-dumpable, so no other process of this user can read its memory.
     keep_environment_seed(forget_environment_variable(SEED_ENVIRONMENT_VARIABLE))

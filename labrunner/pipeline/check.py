@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from labrunner.build.gate import Submission, load_submission
 from labrunner.build.nvrtc import nvrtc_version
+from labrunner.build.source import take_notes
 from labrunner.labs import get_lab
+from labrunner.pipeline.prepare import said_once
 from labrunner.pipeline.requests import CheckRequest
 from labrunner.report import terminal
 from labrunner.report.records.compile import CompileSummary
@@ -16,6 +18,7 @@ def check_submission(request: CheckRequest, result: RunResult) -> None:
     submission = load_submission(
         get_lab(request.lab), request.file, shown_path(request.file), request.arch, request.compile_limits
     )
+    result.notes += said_once(take_notes())
     result.compile = compile_summary(submission, request.arch, nvrtc_version())
     terminal.check_report(result)
     terminal.verdict_line(result)

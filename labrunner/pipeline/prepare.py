@@ -6,6 +6,7 @@ from pathlib import Path
 
 from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.gate import Submission, load_submission
+from labrunner.build.source import take_notes
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.backend import resolve_backend
@@ -33,6 +34,7 @@ def prepare(
     lab = get_lab(lab_name)
     result.oracle_proof = require_proven_oracle().to_json()
     submission = load_submission(lab, path, shown_path(path), arch, limits)  # the name as every message shows it
+    result.notes += said_once(take_notes())  # what reading the file set right (a byte-order mark removed)
     backend, notes = resolve_backend(device, unsafe_cpu)
     for words in notes:
         terminal.note(words)
@@ -40,6 +42,13 @@ def prepare(
     chosen = resolve_seed(seed)
     result.seed = chosen.shown
     return lab, submission, backend, chosen
+
+
+def said_once(notes: list[str]) -> list[str]:
+    """Print each note, and hand them back for the result's record."""
+    for words in notes:
+        terminal.note(words)
+    return notes
 
 
 def display_path(path: Path) -> str:

@@ -243,8 +243,9 @@ def _words_within(text: str, width: int) -> str:
     """`text` cut after its last whole word that fits in `width` columns, with an ellipsis, where it is longer."""
     if len(text) <= width:
         return text
-    cut = text[: max(0, width - 1)].rsplit(" ", 1)[0]
-    return cut.rstrip(",;:") + "…"
+    room = max(0, width - 1)  # one column for the ellipsis
+    cut = text[:room] if text[room] == " " else text[:room].rsplit(" ", 1)[0]  # the last word only if whole
+    return cut.rstrip(",;: ") + "…"
 
 
 def _counted(count: int, name: str) -> str:
