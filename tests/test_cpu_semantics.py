@@ -195,26 +195,26 @@ MUTANTS = [
         '{"__any_sync", attnlab_file, attnlab_line}) !=\n           0;',
         '{"__any_sync", attnlab_file, attnlab_line}) ==\n           0xffffffffu;',
     ),
-    ("shfl ignores width", "shim.h", "default: j = min_lane | (bval & ~segmask);", "default: j = bval;"),
+    ("shfl ignores width", "ptx.h", "default: j = min_lane | (bval & ~segmask);", "default: j = bval;"),
     (
         "shfl_up crosses into the group before",
-        "shim.h",
+        "ptx.h",
         "case SHFL_UP: j = lane - bval; ok = j >= max_lane;",
         "case SHFL_UP: j = lane - bval; ok = j >= 0;",
     ),
     (
         "shfl_down stops one lane short",
-        "shim.h",
+        "ptx.h",
         "case SHFL_DOWN: j = lane + bval; ok = j <= max_lane;",
         "case SHFL_DOWN: j = lane + bval; ok = j < max_lane;",
     ),
     (
         "shfl_xor reaches a later group",
-        "shim.h",
+        "ptx.h",
         "case SHFL_BFLY: j = lane ^ bval; ok = j <= max_lane;",
         "case SHFL_BFLY: j = lane ^ bval; ok = j < 32;",
     ),
-    ("shfl source lane not wrapped", "shim.h", "const int bval = b & 31;", "const int bval = b;"),
+    ("shfl source lane not wrapped", "ptx.h", "const int bval = (int)(b & 31u)", "const int bval = (int)b"),
 ]
 
 
