@@ -10,15 +10,16 @@ What the solution needs is estimated, not run (running it would cost a second g+
 first grade): each lab's cost per unit of work was measured on a two-core reference machine
 (`SECONDS_PER_UNIT`), a case's work is counted from its size (`case_work`), and a short loop timed
 here says how much slower than the reference machine this one is (`machine_factor`; never taken as
-faster, so a limit is never shorter than on the reference machine). The factor of 20 covers the
-starters, which are up to 8 times slower than the solutions on the CPU, on a machine loaded twice
-over. An explicit `--timeout` always wins; the GPU keeps its fixed limit (its kernels take
-milliseconds; what it may wait on is a compile or a sanitizer).
+faster, so a limit is never shorter than on the reference machine), and the load average how many
+processes share each core now (`contention`). The factor of 20 covers the starters, which are up to 8
+times slower than the solutions on the CPU, twice over. An explicit `--timeout` always wins; the GPU
+keeps its fixed limit (its kernels take milliseconds; what it may wait on is a compile or a sanitizer).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -74,6 +75,17 @@ def machine_factor() -> float:
     return max(1.0, best / REFERENCE_LOOP_S)
 
 
+def contention() -> float:
+    """How many runnable processes share each core now (the last minute's load average over the cores), at
+    least 1: a worker on a machine loaded five times over gets a fifth of a core, and its limit grows to
+    match, so a correct kernel is not cut because others are busy. An idle machine names a hang soonest."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform: taken as idle
+        return 1.0
+    return max(1.0, load / (os.cpu_count() or 1))
+
+
 @dataclass(frozen=True)
 class CaseLimit:
     """The seconds a case may take (`seconds`, what the worker is given) and why that many."""
@@ -107,5 +119,5 @@ def case_limit(lab_name: str, backend: str, case: Case, given_s: float | None) -
     per_unit = SECONDS_PER_UNIT.get(lab_name)
     if per_unit is None:
         return CaseLimit(UNKNOWN_LAB_LIMIT_S, case.name, "unknown-lab")
-    reference = (FIXED_SECONDS + per_unit * case_work(case)) * machine_factor()
+    reference = (FIXED_SECONDS + per_unit * case_work(case)) * machine_factor() * contention()
     return CaseLimit(FACTOR * reference + START_ALLOWANCE_S, case.name, "reference", reference)
