@@ -202,7 +202,10 @@ def test_decode_evidence_recognises_a_combine_rescaled_by_partition_0s_max():
     checked = check_output(out, reference)
     found = gather_evidence(case, inputs, out, reference, checked.status, checked.failing_rows)
     assert "combine-first-max" in found["matches"] and "combine-no-rescale" not in found["matches"]
-    assert [h["hazard"] for h in derive_hints([found])] == ["combine-rescale"]
+    # (a block-table slip that sends this one sequence past its table leaves it NaN too, so alone this case
+    # may also earn page-table: the grade's other planted cases rule that out)
+    hazards = [h["hazard"] for h in derive_hints([found])]
+    assert hazards[0] == "combine-rescale" and not {"max-subtraction", "masked-nan"} & set(hazards)
 
 
 def test_rescaling_by_partition_0s_max_is_exact_where_nothing_overflows():

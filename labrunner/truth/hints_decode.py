@@ -112,10 +112,9 @@ def decode_variant(
 
 
 def explains_rows(out: np.ndarray, variant: np.ndarray) -> bool:
-    """A decode variant reproduces the output: within the pass rule in every sequence it defines (it
-    defines one at least: a variant that leaves every sequence undefined explains any NaN), and not finite
-    in every sequence it leaves undefined (a kernel that divides 0 by 0 there)."""
+    """A decode variant reproduces the output: within the pass rule in every sequence it defines, and
+    not finite in every sequence it leaves undefined (a kernel that divides 0 by 0 there)."""
     undefined = np.isnan(variant).any(axis=(1, 2))
-    if np.isnan(variant).all() or not within_tolerance(out[~undefined], variant[~undefined]).all():
+    if not within_tolerance(out[~undefined], variant[~undefined]).all():
         return False
     return bool((~np.isfinite(out[undefined])).any(axis=(1, 2)).all())
