@@ -39,6 +39,7 @@ class CaseOptions:
     race_check: bool = False  # CPU: every case under several thread schedules; GPU: racecheck and synccheck
     only: tuple[str, ...] = ()  # case names to run (empty: all)
     diagnose: bool = True  # GPU: replay a crashing case under compute-sanitizer, where installed
+    rerun: bool = True  # CPU: rerun a failing case under three other schedules, to find a race unasked
 
 
 # Failing cases whose output is compared with the variant oracles for hints (the first ones).
@@ -59,6 +60,13 @@ RACE_SCHEDULES: tuple[tuple[int, str], ...] = (
     (4, "random order (seed 4)"),
     (5, "random order (seed 5)"),
 )
+
+
+# The schedules a failing case is rerun under on the CPU without --race-check: a race found
+# unasked costs a failing case three more runs, cheap beside the student's hunt for it.
+# Threads reversed, then a random order (the one that lets a warp run ahead through a reduction and
+# overwrite what a slower warp has yet to read), then the blocks alone reversed.
+RERUN_WHEN_FAILING: tuple[tuple[int, str], ...] = tuple(s for n in (1, 2, -1) for s in RACE_SCHEDULES if s[0] == n)
 
 
 def select_cases(
@@ -129,7 +137,7 @@ def run_cases(
             submission,
             worker,
             case,
-            replace(options, race_check=False) if raced else options,
+            replace(options, race_check=False, rerun=False) if raced else options,
             limit.seconds,
             explain=failures < EXPLAINED_FAILURES,
             stage_check=failures == 0,
@@ -191,10 +199,13 @@ def judged_case(
         "out": case.rows * QUERY_HEADS * HEAD_DIM,
         **lab.workspace(submission.constants, case.rows, case.prefix),
     }
-    schedules = RACE_SCHEDULES if options.race_check and worker.backend == "cpu" else ()
+    on_cpu = worker.backend == "cpu"
+    schedules = RACE_SCHEDULES if options.race_check and on_cpu else ()
+    # unasked, only the first failures are rerun (a race found once is the verdict already)
+    reruns = RERUN_WHEN_FAILING if on_cpu and not options.race_check and explain and options.rerun else ()
     tried: list[tuple[int, str]] = []
 
-    def under_other_schedules():
+    def under_other_schedules(schedules: tuple[tuple[int, str], ...]):
         # Run one at a time, as the judge asks: the first schedule that disagrees ends the search.
         # The worker's reverse_threads carries the CPU schedule's number (True and False keep their meaning).
         for number, label in schedules:
@@ -213,7 +224,14 @@ def judged_case(
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
         reference = inputs.reference()
         judgement = judge(
-            case, run, given, writable, reference, under_other_schedules(), under_sanitizer if sanitize else None
+            case,
+            run,
+            given,
+            writable,
+            reference,
+            under_other_schedules(schedules),
+            under_sanitizer if sanitize else None,
+            when_failing=under_other_schedules(reruns),
         )
     except WorkerFailure as failure:
         judgement = judge_failure(failure.kind, failure.detail)
@@ -238,7 +256,7 @@ def judged_case(
             reference,
             judgement.output,
             list(judgement.failing_rows),
-            dict(tried[-1:]),
+            dict(tried[-1:] or RACE_SCHEDULES[:2]),  # a poisoned output disagreed with no schedule: try two
             timeout_s,
             explain,
             stage_check,

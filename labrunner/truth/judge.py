@@ -155,8 +155,9 @@ def judge_failure(kind: str, detail: str) -> Judgement:
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Two runs agree on an element when both are NaN, or equal within the pass rule."""
-    agree: np.ndarray = (np.isnan(a) & np.isnan(b)) | within_tolerance(a, b.astype(np.float64))
+    """Two runs agree on an element when both are NaN, are the same value (the same infinity too, which
+    the pass rule never passes), or are equal within the pass rule."""
+    agree: np.ndarray = (np.isnan(a) & np.isnan(b)) | (a == b) | within_tolerance(a, b.astype(np.float64))
     return agree
 
 
