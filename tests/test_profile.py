@@ -72,6 +72,7 @@ class StandInWorker:
     """The Worker's interface: the check answered with the oracle's own output, the trace by the real trace code."""
 
     def __init__(self, backend: str, cupti: FakeCupti | None = None):
+        self.backend = backend
         self.cupti = cupti
 
     def __enter__(self):
