@@ -14,6 +14,7 @@ from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.case_limit import case_limit
 from labrunner.pipeline.explain import explain_failure
+from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
 from labrunner.run.diagnose import replay_under_sanitizer
@@ -44,29 +45,6 @@ class CaseOptions:
 
 # Failing cases whose output is compared with the variant oracles for hints (the first ones).
 EXPLAINED_FAILURES = 3
-
-
-# The CPU schedules --race-check runs each case under besides the first (threads in order), by the
-# number the CPU backend knows them by: reversed, then seeded random priorities (run/cpu/fiber.h).
-# Reversal alone misses a warp that runs ahead through a reduction before a slower warp has read
-# the value it overwrites; random priorities let some warp run ahead at every barrier.
-# First the blocks alone in reverse order (-1: each block's threads in order), so that a difference
-# there is evidence that blocks depend on each other's order, not of a race inside a block.
-RACE_SCHEDULES: tuple[tuple[int, str], ...] = (
-    (-1, "blocks in reverse order"),
-    (1, "reverse order"),
-    (2, "random order (seed 2)"),
-    (3, "random order (seed 3)"),
-    (4, "random order (seed 4)"),
-    (5, "random order (seed 5)"),
-)
-
-
-# The schedules a failing case is rerun under on the CPU without --race-check: a race found
-# unasked costs a failing case three more runs, cheap beside the student's hunt for it.
-# Threads reversed, then a random order (the one that lets a warp run ahead through a reduction and
-# overwrite what a slower warp has yet to read), then the blocks alone reversed.
-RERUN_WHEN_FAILING: tuple[tuple[int, str], ...] = tuple(s for n in (1, 2, -1) for s in RACE_SCHEDULES if s[0] == n)
 
 
 def select_cases(
@@ -221,7 +199,7 @@ def judged_case(
         return find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
 
     try:
-        run = worker.run_case("student", launches, given, writable, ("out",), timeout_s)
+        run = worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=FIRST_SCHEDULE)
         reference = inputs.reference()
         judgement = judge(
             case,
@@ -262,6 +240,8 @@ def judged_case(
             stage_check,
             words=not judgement.by_sanitizer,
         )
+        if judgement.between_blocks:
+            evidence["between_blocks"] = True
     result = CaseResult(
         case.name,
         judgement.status,

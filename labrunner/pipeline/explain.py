@@ -11,6 +11,7 @@ import numpy as np
 
 from labrunner.build.gate import Submission
 from labrunner.labs.definition import Lab
+from labrunner.pipeline.schedules import FIRST_SCHEDULE
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import (
     Case,
@@ -100,7 +101,7 @@ def stage_buffers(
     inputs,
     launches: list,
     timeout_s: float,
-    schedule: int = 0,
+    schedule: int = FIRST_SCHEDULE,
     constants: dict[str, int] | None = None,
 ) -> list[tuple[str, np.ndarray]]:
     """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote.
@@ -148,13 +149,15 @@ def racing_kernel(
     first = run.outputs["out"]
     for index, launch in enumerate(launches):
         for number in schedules:
-            alone = [0] * len(launches)
+            alone = [FIRST_SCHEDULE] * len(launches)
             alone[index] = number
             other = worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=alone)
             if not same_values(other.outputs["out"], first).all():
                 return str(launch.kernel)
     if carries(first, SHARED_POISON_BITS).any():
-        for kernel, buffer in stage_buffers(lab, worker, case, inputs, launches, timeout_s, 0, submission.constants):
+        for kernel, buffer in stage_buffers(
+            lab, worker, case, inputs, launches, timeout_s, FIRST_SCHEDULE, submission.constants
+        ):
             if carries(buffer, SHARED_POISON_BITS).any():
                 return str(kernel)
     return None

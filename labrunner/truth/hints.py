@@ -155,6 +155,18 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
         return []
     found: dict[str, str] = {}
 
+    if any(e["status"] == Status.RACE and e.get("between_blocks") for e in failing):
+        # The blocks' order alone moved the output: no barrier inside a block can help.
+        return [
+            {
+                "hazard": "race",
+                "text": (
+                    "the output depends on the order the blocks run in: a GPU runs a launch's blocks in any "
+                    "order, many at once, so a block cannot read what another block of the same launch writes; "
+                    "pass it through a second kernel launch (as the combine kernel does)"
+                ),
+            }
+        ]
     if any(e["status"] == Status.RACE for e in failing):
         # A race makes every other pattern in the failures an accident of the thread order: it is the one hint.
         return [

@@ -46,6 +46,8 @@ class Evidence(TypedDict):
     scores_kv_heads_read: NotRequired[dict[int, int]]  # query head -> the KV head its scores were taken against
     wsum_kv_heads_read: NotRequired[dict[int, int]]  # query head -> the KV head its weighted sum read V from
     stages_compared: NotRequired[bool]
+    # The race was seen between blocks: only their order changed, and the output moved (truth/judge.py).
+    between_blocks: NotRequired[bool]
 
 
 class Hint(TypedDict):

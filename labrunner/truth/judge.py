@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -29,8 +29,8 @@ from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
 from labrunner.truth.poison import inspect_guards
 from labrunner.truth.verdict import Status, failure_status
 
-# How the label of a schedule that reorders only the blocks begins (the CPU's negative numbers,
-# pipeline/cases.py's RACE_SCHEDULES): a difference it makes is about the blocks, not the threads.
+# How the label of a schedule that reorders only the blocks begins (pipeline/schedules.py): a
+# difference it makes is about the blocks, not the threads.
 BLOCK_ORDER = "blocks in "
 
 # compute-sanitizer's answer on one case (run/racecheck.py's find_hazard): (hazard, inconclusive),
@@ -70,6 +70,7 @@ class Judgement:
     nonfinite: int = 0
     output: Status | None = None
     by_sanitizer: bool = False
+    between_blocks: bool = False  # a race seen when only the blocks' order changed
 
     @property
     def run_failed(self) -> bool:
@@ -138,7 +139,9 @@ def judge(
                     f"the output depends on thread order: with each block's threads in {label} between "
                     f"barriers, {differs}: a missing __syncthreads()?"
                 )
-            return _judged(checked, Status.RACE, message, Status.RACE)
+            return replace(
+                _judged(checked, Status.RACE, message, Status.RACE), between_blocks=label.startswith(BLOCK_ORDER)
+            )
     if sanitizer is not None:
         hazard, inconclusive = sanitizer()
         if hazard:
