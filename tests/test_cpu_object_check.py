@@ -285,7 +285,11 @@ def test_every_shipped_kernel_builds_no_section_beyond_the_ordinary_ones(cache):
         )
         check_built_object(so_path, "attention.cu", cache)
         beyond |= set(read_elf(so_path).sections) - empty
-    assert {".rodata", ".rela.plt", ".gnu.version_r"} <= beyond <= ORDINARY_SECTIONS
+    # The runtime alone already imports from the C library and keeps constants (.rodata, .rela.plt and
+    # .gnu.version_r are in the empty file's build too, since it guards shared memory itself); the kernels'
+    # own tables of pointers still add one section, so the check is not vacuous.
+    assert ".data.rel.ro" in beyond
+    assert beyond <= ORDINARY_SECTIONS
 
 
 # ----------------------------------------------------------------- the compiler's limits
