@@ -90,7 +90,7 @@ def guarded_array(shape: tuple[int, ...] | int, dtype) -> np.ndarray:
 
 def mapping_of(array: np.ndarray) -> GuardedMapping | None:
     """The guarded mapping an array (or a view of one) lives in, or None."""
-    base = array
+    base: object = array
     while isinstance(base, np.ndarray):
         base = base.base
     return base if isinstance(base, GuardedMapping) else None
