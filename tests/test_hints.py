@@ -433,3 +433,35 @@ def test_a_case_too_large_to_redo_gets_no_stage_evidence():
     found = gather_evidence(case, inputs, out, reference, "wrong", list(range(257)))
     add_stage_evidence(found, inputs, case, [("attn_scores", np.zeros(1)), ("attn_softmax", np.zeros(1))], "w", out)
     assert "stage_matches" not in found and found["factor_text"] == "2"
+
+
+IDENTITY_TABLE_TEXT = (
+    "the output is attention over pages b * maxPages + j / 16, as if the block table were the identity: a "
+    "sequence's pages lie wherever its row of the table says, so key j of sequence b is row j % 16 of page "
+    "blockTable[b][j / 16]"
+)
+
+
+def test_pages_read_as_if_the_table_were_the_identity_are_a_page_table_hint_not_masked_nan():
+    # the pages such a kernel reads include unused ones, which hold NaN: its NaN rows are the variant's too
+    case = lab_case("lab3", "single-token")
+    inputs = make_inputs(case, SEED)
+    reference = inputs.reference()
+    with np.errstate(invalid="ignore"):
+        out = decode_variant(inputs, table_ignored=True).astype(np.float32)
+    checked = check_output(out, reference, exact=True)
+    assert checked.status == "wrong"
+    found = gather_evidence(case, inputs, out, reference, checked.status, checked.failing_rows)
+    assert "table-ignored" in found["matches"]
+    assert derive_hints([found])[0] == {"hazard": "page-table", "text": IDENTITY_TABLE_TEXT}
+    assert "masked-nan" not in [h["hazard"] for h in derive_hints([found])]
+
+
+def test_a_correct_decode_is_never_the_identity_table_variant():
+    case = lab_case("lab3", "lengths-around-p")
+    inputs = make_inputs(case, SEED)
+    reference = inputs.reference()
+    wrong = reference.astype(np.float32) * np.float32(1.5)  # wrong, but not through the pages it reads
+    checked = check_output(wrong, reference)
+    found = gather_evidence(case, inputs, wrong, reference, checked.status, checked.failing_rows)
+    assert "table-ignored" not in found["matches"]

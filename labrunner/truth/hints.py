@@ -183,6 +183,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
     # A combine that rescaled by partition 0's max overflows on exactly the planted sequences, with NaN:
     # the patterns a softmax without its max, or a masked NaN key, would leave. The variant explains it all.
     first_max = _all_match(failing, "combine-first-max")
+    table_ignored = _all_match(failing, "table-ignored")
     overflow = next((e for e in failing if "softmax-no-max" in e.get("stage_matches", [])), None)
     if overflow is not None:
         found["max-subtraction"] = (
@@ -269,9 +270,13 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
                 "exp(-inf - -inf) are nan): skip it, or stop at the sequence's own "
                 "partition count"
             )
-        if not first_max and all(
-            e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
-            for e in decode
+        if (
+            not first_max
+            and not table_ignored
+            and all(
+                e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
+                for e in decode
+            )
         ):
             found["masked-nan"] = (
                 "only sequences whose last page is partly used fail, with nan: the rows past a "
@@ -284,7 +289,13 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "partition: a length need not be a multiple of attnlab_partition_tokens, so a "
             "sequence has ceil(seqLens[b] / p) partitions and the last ends at seqLens[b]"
         )
-    if _all_match(failing, "page-table"):
+    if table_ignored:
+        found["page-table"] = (
+            "the output is attention over pages b * maxPages + j / 16, as if the block table were the "
+            "identity: a sequence's pages lie wherever its row of the table says, so key j of sequence b "
+            "is row j % 16 of page blockTable[b][j / 16]"
+        )
+    elif _all_match(failing, "page-table"):
         found["page-table"] = (
             "the output is attention over keys read through a block-table index off by one: key "
             "j of sequence b is row j % 16 of page blockTable[b][j / 16]"

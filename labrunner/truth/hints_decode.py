@@ -60,6 +60,8 @@ def decode_evidence(evidence: Evidence, case: Case, inputs: Inputs, out: np.ndar
             evidence["matches"].append(name)
     if any(name.startswith("page-") for name in evidence["matches"]):
         evidence["matches"].append("page-table")
+    if _explains_in_cache(out, decode_variant(inputs, table_ignored=True), _past_the_cache(inputs)):
+        evidence["matches"].append("table-ignored")
     per_kv = [decode_variant(inputs, kv_head=g) for g in range(KV_HEADS)]
     record_kv_heads_read(evidence["kv_heads_read"], out, heads_wrong, per_kv)
     return evidence
@@ -73,14 +75,16 @@ def decode_variant(
     keys: Callable[[int], int] = lambda n: n,
     unrescaled_partition: int = 0,
     first_partition_max: int = 0,
+    table_ignored: bool = False,
 ) -> np.ndarray:
     """Decode through the block table with one thing changed: the scale, one KV head read by every
     query head, the table index of key j (`page_index`), how many keys a sequence of n keys reads
     (`keys`), partitions of `unrescaled_partition` keys added up without rescaling each by its max, or
     partitions of `first_partition_max` keys each rescaled by exp(partMax - partition 0's max) in
     float32, as a kernel does: where a later partition's max lies more than 88 above the first's, that
-    factor is inf and the sequence NaN. A sequence the change leaves without keys, or sends to a -1
-    entry, is NaN. float64 `[B][32][64]`."""
+    factor is inf and the sequence NaN. `table_ignored`: page j // 16 of sequence b read as page
+    b * maxPages + j // 16 of the cache, as if the table were the identity. A sequence the change leaves
+    without keys, sends to a -1 entry or past the cache's last page, is NaN. float64 `[B][32][64]`."""
     table = inputs.block_table
     assert table is not None, "a decode variant needs a decode case's inputs"
     heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
@@ -90,7 +94,10 @@ def decode_variant(
         index = page_index(j)
         if j.size == 0 or index.min() < 0 or index.max() >= table.shape[1] or (table[b, index] < 0).any():
             continue
-        rows = table[b, index].astype(np.int64) * PAGE_TOKENS + j % PAGE_TOKENS
+        pages = b * table.shape[1] + index if table_ignored else table[b, index].astype(np.int64)
+        rows = pages * PAGE_TOKENS + j % PAGE_TOKENS
+        if rows.max() >= inputs.k.shape[0]:  # past the cache's last page
+            continue
         k = inputs.k.astype(np.float64)[rows][:, heads, :]  # [keys][32][64]
         v = inputs.v.astype(np.float64)[rows][:, heads, :]
         scores = np.einsum("hd,jhd->hj", inputs.q[b].astype(np.float64), k) * scale
@@ -109,6 +116,28 @@ def decode_variant(
                 acc += np.einsum("hj,jhd->hd", weights, v[start : start + size])
             out[b] = acc / total[:, None]
     return out
+
+
+def _past_the_cache(inputs: Inputs) -> np.ndarray:
+    """The sequences whose pages, read as if the block table were the identity, run past the cache."""
+    table = inputs.block_table
+    assert table is not None, "a decode case's inputs have a block table"
+    last_page = [b * table.shape[1] + (max(int(n), 1) - 1) // PAGE_TOKENS for b, n in enumerate(inputs.lengths)]
+    return np.array([(page + 1) * PAGE_TOKENS > inputs.k.shape[0] for page in last_page])
+
+
+def _explains_in_cache(out: np.ndarray, variant: np.ndarray, past_the_cache: np.ndarray) -> bool:
+    """A variant reproduces every sequence whose pages lie in the cache (within the pass rule where it is
+    finite, not finite where it is not: the pages past a sequence's end hold NaN), one of them at least
+    finite; a sequence read past the cache is whatever lies there, and says nothing."""
+    inside = ~past_the_cache
+    finite = inside & np.isfinite(variant).all(axis=(1, 2))
+    nan = inside & ~finite
+    if not finite.any():
+        return False
+    if not within_tolerance(out[finite], variant[finite]).all():
+        return False
+    return bool((~np.isfinite(out[nan])).any(axis=(1, 2)).all())
 
 
 def explains_rows(out: np.ndarray, variant: np.ndarray) -> bool:
