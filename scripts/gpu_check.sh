@@ -103,6 +103,11 @@ step grade-lab3-solution 0 python3 -m labrunner grade lab3 kernels/lab3/solution
 step grade-lab3-starter 5 python3 -m labrunner grade lab3 kernels/lab3/starter.cu --budget 1
 step fixtures-lab3 0 python3 tests/fixture_suite.py --device gpu --lab lab3
 step race-check-gpu 0 python3 scripts/barrier_variants.py --device gpu
+# The races the CPU finds unasked (its fixtures are CPU only: on a GPU the warps' order decides whether
+# they show): --race-check must find each on the GPU too.
+step race-check-softmax-max 4 python3 -m labrunner grade lab1 tests/fixtures/lab1/wrong/softmax_max_overwritten.cu --race-check --no-timing
+step race-check-tile-early 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/wrong/tile_overwritten_early.cu --race-check --no-timing
+step race-check-merge-unsynced 4 python3 -m labrunner grade lab3 tests/fixtures/lab3/wrong/partial_merge_unsynced.cu --race-check --no-timing
 step bench-stability 0 python3 scripts/bench_stability.py
 step bench-stability-rounds3 0 python3 scripts/bench_stability.py 3
 
