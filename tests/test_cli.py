@@ -712,3 +712,16 @@ def test_ci_runs_the_two_commands_at_the_top_of_the_readme():
     grade = setup_and_grade.split(" && ")[-1]
     assert grade == ".venv/bin/attnlab grade lab2 kernels/lab2/solution.cu --device auto"
     assert grade in ci.splitlines()
+
+
+def test_json_to_a_dash_is_the_json_alone_on_standard_output(runner, tmp_path):
+    # `--json - | jq`: the document on stdout, the report a person reads on stderr, no file named "-"
+    result = invoke(runner, "check", "lab2", str(STARTER), "--json", "-")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert (data["command"], data["verdict"], data["exit_code"]) == ("check", "pass", 0)
+    assert "PASS" in result.stderr
+    assert not (tmp_path / "-").exists()
+    # and the next command's report is back on stdout
+    again = invoke(runner, "check", "lab2", str(STARTER))
+    assert "PASS" in again.stdout

@@ -19,8 +19,11 @@ from labrunner.exit_codes import AttnlabError, ExitCode, Terminated
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
-from labrunner.report.results import RunResult, write_json
+from labrunner.report.results import RunResult, json_text, write_json
 from labrunner.truth.verdict import Status
+
+# `--json -`: the JSON on standard output, as a pipe into jq expects.
+STANDARD_OUTPUT = Path("-")
 
 
 def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None, after=None) -> None:
@@ -30,6 +33,9 @@ def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = 
     if after:
         after(result)
     for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
+        if option == "--json" and path == STANDARD_OUTPUT:
+            sys.stdout.write(json_text(result))
+            continue
         if path:
             try:
                 write(result, path)
@@ -47,8 +53,27 @@ def guarded(
     also_writes: tuple[tuple[str, Path], ...] = (),
     after=None,
 ) -> None:
+    if json_path == STANDARD_OUTPUT:
+        # the report a person reads goes to standard error, so standard output holds the JSON alone
+        report_to, terminal.stdout = terminal.stdout, terminal.stderr
+        try:
+            _guarded(result, json_path, body, junit_path, also_writes, after)
+        finally:
+            terminal.stdout = report_to
+        return
+    _guarded(result, json_path, body, junit_path, also_writes, after)
+
+
+def _guarded(
+    result: RunResult,
+    json_path: Path | None,
+    body,
+    junit_path: Path | None,
+    also_writes: tuple[tuple[str, Path], ...],
+    after,
+) -> None:
     for option, path in (("--json", json_path), ("--junit", junit_path), *also_writes):
-        problem = path and unwritable(path)
+        problem = path and not (option == "--json" and path == STANDARD_OUTPUT) and unwritable(path)
         if problem:
             terminal.error(f"{option} {path}: cannot write ({problem})")
             sys.exit(int(ExitCode.USAGE))

@@ -167,7 +167,11 @@ def attnlab_version() -> str:
 
 
 def write_json(result: RunResult, path: Path) -> None:
-    path.write_text(json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n")
+    path.write_text(json_text(result))
+
+
+def json_text(result: RunResult) -> str:
+    return json.dumps(result.to_json(), indent=2, allow_nan=False, default=_plain) + "\n"
 
 
 def _number(value: float | None) -> float | str | None:
