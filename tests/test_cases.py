@@ -236,3 +236,17 @@ def test_the_lastkey_case_plants_only_the_last_key_and_row(name):
     planted, plain = planted_and_plain(case)
     assert changed_slots(planted.k, plain.k) == [(case.keys - 1, 0)]
     assert changed_slots(planted.q, plain.q) == [(case.rows - 1, 0)]
+
+
+def test_a_cases_progress_line_speaks_of_its_size_as_its_lab_does():
+    from labrunner.pipeline.cases import size_in_words
+    from labrunner.truth.cases import load_catalogue
+
+    def named(lab: str, name: str):
+        case = next(c for c in load_catalogue(lab).cases if c.name == name)
+        return case.resolved(64) if case.decode else case
+
+    assert size_in_words(named("lab1", "T1")) == "1 row"
+    assert size_in_words(named("lab1", "T17")) == "17 rows"
+    assert size_in_words(named("lab2", "C1-P1000")) == "1 row, prefix 1000"
+    assert size_in_words(named("lab3", "single-token")) == "3 sequences, the longest 1 key"

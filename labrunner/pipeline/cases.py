@@ -106,7 +106,7 @@ def run_cases(
         if stopped_by:
             results.append(CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix))
             continue
-        progress.advance(f"{case.name} ({case.rows} rows, prefix {case.prefix})")
+        progress.advance(f"{case.name} ({size_in_words(case)})")
         # Once a race is found the verdict is race: later cases need no more schedules to say so.
         raced = any(r.status == Status.RACE for r in results)
         limit = case_limit(lab.name, backend, case, options.timeout_s)  # this case's, and why
@@ -133,6 +133,16 @@ def run_cases(
     progress.done()
     results += [CaseResult(c.name, Status.SKIPPED, f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
     return results
+
+
+def size_in_words(case: Case) -> str:
+    """A case's size as its lab speaks of it: `3 sequences, the longest 2049 keys` (decode), `17 rows,
+    prefix 31` (a prefill chunk), `1 row` (a whole prompt)."""
+    counted = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    if case.decode:
+        return f"{counted(len(case.lengths), 'sequence')}, the longest {counted(case.prefix, 'key')}"
+    rows = counted(case.rows, "row")
+    return f"{rows}, prefix {case.prefix}" if case.prefix else rows
 
 
 def run_one_case(
