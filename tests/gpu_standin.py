@@ -130,7 +130,7 @@ class InProcessWorker:
     def load(self, role, composed_source, filename, entry_types, options=None, binary=None):
         self.kernels[role] = self.device.compile(composed_source, filename, entry_types, **(options or {}))
 
-    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
+    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False, quiet=False):
         from labrunner.run import replies
         from labrunner.run.worker import CaseRun
         from labrunner.run.worker_main import run_case

@@ -74,7 +74,7 @@ class Worker(InProcessWorker):
         super().__init__(device)
         self.crash = crash
 
-    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
+    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False, quiet=False):
         if writable["out"] // ROW in self.crash:
             raise WorkerFailure("crash", "cudaErrorIllegalAddress: an illegal memory access was encountered")
         run = super().run_case(role, launches, inputs, writable, returned, timeout_s, reverse_threads)

@@ -84,7 +84,7 @@ class StandInWorker:
     def load(self, *args, **kwargs):
         pass
 
-    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
+    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False, quiet=False):
         rows = inputs["q"].shape[0]
         out = oracle.attention(inputs["q"], inputs["k"], inputs["v"], prefix=inputs["k"].shape[0] - rows)
         band = np.full(GUARD_ELEMENTS, CANARY_BITS, dtype=np.uint32).view(np.float32)
@@ -452,7 +452,7 @@ class DecodeStandInWorker(StandInWorker):
 
     requests: list = []
 
-    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False):
+    def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False, quiet=False):
         from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
         q = inputs["q"].reshape(-1, QUERY_HEADS, HEAD_DIM)

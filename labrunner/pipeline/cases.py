@@ -200,7 +200,9 @@ def judged_case(
             tried.append((number, label))
             yield (
                 label,
-                worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=number),
+                worker.run_case(
+                    "student", launches, given, writable, ("out",), timeout_s, reverse_threads=number, quiet=True
+                ),
             )
 
     def under_sanitizer() -> SanitizerReport:

@@ -249,6 +249,7 @@ class Worker:
         returned: tuple[str, ...],
         timeout_s: float,
         reverse_threads: int | list[int] = False,  # the CPU schedule: one for all launches, or one per launch
+        quiet: bool = False,  # a rerun: what its kernels print is dropped (the first run's is shown)
     ) -> CaseRun:
         reply = self._call(
             {
@@ -259,6 +260,7 @@ class Worker:
                 "writable": writable,
                 "returned": list(returned),
                 "reverse_threads": reverse_threads,
+                "quiet": quiet,
             },
             timeout_s,
             replies.case_reply(inputs, writable, returned),

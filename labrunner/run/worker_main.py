@@ -9,6 +9,7 @@ replies leave on REPLY_FD, each in the wire format (`wire.py`), never pickled.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -37,14 +38,52 @@ def run_case(device, kernels, request: dict) -> dict:
     buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
     guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
     buffers.update({name: g.inner for name, g in guarded.items()})
-    for launch, schedule in zip(request["launches"], launch_schedules(request)):
-        device.launch(kernels, launch, buffers, reverse_threads=schedule)
-    device.synchronize()
+    with kernel_printf_silenced(request.get("quiet", False)):
+        for launch, schedule in zip(request["launches"], launch_schedules(request)):
+            device.launch(kernels, launch, buffers, reverse_threads=schedule)
+        device.synchronize()
     return {
         "outputs": {name: device.to_host(guarded[name].inner) for name in request["returned"]},
         "bands": {name: list(g.bands(device.to_host)) for name, g in guarded.items()},
         "inputs_after": {name: device.to_host(buffers[name]) for name in request["inputs"]},
     }
+
+
+# /dev/null, opened before the module's system-call filter refuses every open: where a rerun's kernel
+# printf goes. None where the box has no /dev/null (reruns then print as first runs do).
+_DEV_NULL: list[int] = []
+
+
+@contextlib.contextmanager
+def kernel_printf_silenced(quiet: bool):
+    """A rerun of a case (another schedule, the race's kernel search) prints nothing: what the kernels
+    printed is shown once, from the case's first run, not once per schedule. Kernel printf reaches fd 1
+    (the driver's capped pipe), and the CPU runtime flushes C's stdio around every launch, so fd 1 points
+    at /dev/null for the launches. The filter allows dup and close but not dup2: closing fd 1 makes it the
+    lowest free descriptor, which dup then fills."""
+    if not quiet or not _DEV_NULL:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    flush_output()
+    kept = libc.dup(1)  # the C call: Python's os.dup asks fcntl for F_DUPFD_CLOEXEC, which the filter refuses
+    if kept < 0:
+        raise OSError(ctypes.get_errno(), "dup of fd 1 for a rerun")
+    os.close(1)
+    silenced = libc.dup(_DEV_NULL[0])
+    if silenced != 1:  # fd 0 closed too: put fd 1 back rather than lose it
+        if silenced >= 0:
+            os.close(silenced)
+        libc.dup(kept)
+        os.close(kept)
+        raise RuntimeError("fd 1 could not be pointed at /dev/null for a rerun")
+    try:
+        yield
+    finally:
+        flush_output()
+        os.close(1)
+        libc.dup(kept)
+        os.close(kept)
 
 
 def launch_schedules(request: dict) -> list[int]:
@@ -119,6 +158,10 @@ def main(backend: str, request_fd: int, reply_fd: int) -> None:
         write_message(reply_fd, encode(body, cookie))
 
     reply({"ok": True, "landlock": sandbox.LANDLOCK_ABI, "pid_namespace": sandbox.PID_NAMESPACE})
+    try:
+        _DEV_NULL.append(os.open(os.devnull, os.O_WRONLY))
+    except OSError:
+        pass
     device = None
     kernels: dict[str, object] = {}
     while True:
