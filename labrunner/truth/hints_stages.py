@@ -32,6 +32,7 @@ from labrunner.truth.hints_records import Evidence
 SCALE_SLIPS = (("scale-missing", 8.0), ("scale-doubled", 2.0), ("scale-twice", 0.125))
 
 
+@np.errstate(over="ignore", invalid="ignore")  # a buffer may hold inf and NaN: that is often the evidence
 def stage_evidence(
     evidence: Evidence,
     inputs: Inputs,
@@ -42,22 +43,7 @@ def stage_evidence(
 ) -> None:
     """Compare a staged pipeline's buffers with the variants (see the module's docstring) and record what
     matches: `stage_matches`, `scores_kv_heads_read`, `wsum_kv_heads_read`. `stages`: (kernel, buffer) of
-    the scores and the probabilities kernels, each [32][T][T] as the kernel left it; `out` [T][32][64].
-
-    A buffer may hold inf and NaN (that is often the evidence): numpy is told not to warn about them.
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        _compare(evidence, inputs, rows, stages, output_kernel, out)
-
-
-def _compare(
-    evidence: Evidence,
-    inputs: Inputs,
-    rows: int,
-    stages: Sequence[tuple[str, np.ndarray]],
-    output_kernel: str,
-    out: np.ndarray,
-) -> None:
+    the scores and the probabilities kernels, each [32][T][T] as the kernel left it; `out` [T][32][64]."""
     (scores_kernel, scores_buffer), (softmax_kernel, probabilities_buffer) = stages
     matches: list[str] = []
     evidence["stage_kernels"] = [scores_kernel, softmax_kernel, output_kernel]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -139,9 +139,7 @@ def judge(
                     f"the output depends on thread order: with each block's threads in {label} between "
                     f"barriers, {differs}: a missing __syncthreads()?"
                 )
-            return replace(
-                _judged(checked, Status.RACE, message, Status.RACE), between_blocks=label.startswith(BLOCK_ORDER)
-            )
+            return _judged(checked, Status.RACE, message, Status.RACE, between_blocks=label.startswith(BLOCK_ORDER))
     if sanitizer is not None:
         hazard, inconclusive = sanitizer()
         if hazard:
@@ -165,7 +163,12 @@ def same_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _judged(
-    checked: OutputCheck, status: Status, message: str, output: Status, by_sanitizer: bool = False
+    checked: OutputCheck,
+    status: Status,
+    message: str,
+    output: Status,
+    by_sanitizer: bool = False,
+    between_blocks: bool = False,
 ) -> Judgement:
     """A verdict reached after the values were checked: it carries the check's numbers."""
     return Judgement(
@@ -178,6 +181,7 @@ def _judged(
         checked.nonfinite,
         output,
         by_sanitizer,
+        between_blocks,
     )
 
 
