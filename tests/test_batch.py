@@ -21,7 +21,8 @@ from result_schema import validate_file
 from labrunner.cli import main
 from labrunner.cli.options import passed_options
 from labrunner.exit_codes import ExitCode
-from labrunner.pipeline import batch
+from labrunner.pipeline import batch, batch_files, slurm, submission
+from labrunner.pipeline.batch_options import BatchOptions
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 COMPILE_ERROR = FIXTURES / "lab2/hostile/foreign_include.cu"
@@ -213,7 +214,7 @@ def test_a_job_that_dies_costs_its_submission_only(tmp_path, monkeypatch):
 
     cloudpickle.register_pickle_by_value(batch_jobs)
     monkeypatch.chdir(tmp_path)
-    options = batch.BatchOptions(executor="submitit-local", out_dir=tmp_path / "out")
+    options = BatchOptions(executor="submitit-local", out_dir=tmp_path / "out")
     code = batch.grade_batch(
         "lab2",
         (SOLUTION, COMPILE_ERROR),
@@ -241,7 +242,7 @@ def test_a_local_job_that_fails_costs_its_submission_only(tmp_path, monkeypatch)
     import batch_jobs
 
     monkeypatch.chdir(tmp_path)
-    options = batch.BatchOptions(jobs=2, out_dir=tmp_path / "out")
+    options = BatchOptions(jobs=2, out_dir=tmp_path / "out")
     code = batch.grade_batch(
         "lab2",
         (SOLUTION, COMPILE_ERROR),
@@ -259,8 +260,8 @@ def test_a_local_job_that_fails_costs_its_submission_only(tmp_path, monkeypatch)
 
 
 def test_a_grader_killed_by_a_signal_is_said_plainly():
-    assert batch.ended_how(-9) == "was killed by SIGKILL"
-    assert batch.ended_how(1) == "exited 1"
+    assert submission.ended_how(-9) == "was killed by SIGKILL"
+    assert submission.ended_how(1) == "exited 1"
 
 
 def test_slurm_without_a_cluster_is_exit_6_and_says_what_to_do(tmp_path, monkeypatch):
@@ -278,10 +279,10 @@ def test_slurm_without_a_cluster_is_exit_6_and_says_what_to_do(tmp_path, monkeyp
 
 
 def test_slurm_options_become_submitit_parameters():
-    options = batch.BatchOptions(
+    options = BatchOptions(
         executor="slurm", jobs=8, partition="h200", gpus_per_job=1, time_limit_min=30, account="cs249"
     )
-    assert batch.slurm_parameters(options, 120) == {
+    assert slurm.slurm_parameters(options, 120) == {
         "time": 30,
         "gpus_per_node": 1,
         "ntasks_per_node": 1,
@@ -290,7 +291,7 @@ def test_slurm_options_become_submitit_parameters():
         "partition": "h200",
         "account": "cs249",
     }
-    assert batch.slurm_parameters(batch.BatchOptions(executor="slurm"), 120)["array_parallelism"] == 120
+    assert slurm.slurm_parameters(BatchOptions(executor="slurm"), 120)["array_parallelism"] == 120
 
 
 # --- what a batch is made of -------------------------------------------------------------------
@@ -346,14 +347,18 @@ def test_the_grade_options_are_passed_on_and_a_secret_seed_never_is(monkeypatch)
 
 def test_report_names_are_unique_and_never_the_batchs_own():
     files = [Path("a/x.cu"), Path("b/x.cu"), Path("junit.cu"), Path("gradebook.cu"), Path("x-2.cu")]
-    assert batch.report_names(files) == ["x", "x-2", "junit-2", "gradebook-2", "x-2-2"]
+    assert batch_files.report_names(files) == ["x", "x-2", "junit-2", "gradebook-2", "x-2-2"]
 
 
 def test_a_folder_is_its_cu_files_sorted(tmp_path):
     for name in ("b.cu", "a.cu", "notes.txt", "c.cuh"):
         (tmp_path / name).write_text("")
     (tmp_path / "sub.cu").mkdir()
-    assert batch.expand_submissions((tmp_path, Path("z.cu"))) == [tmp_path / "a.cu", tmp_path / "b.cu", Path("z.cu")]
+    assert batch_files.expand_submissions((tmp_path, Path("z.cu"))) == [
+        tmp_path / "a.cu",
+        tmp_path / "b.cu",
+        Path("z.cu"),
+    ]
 
 
 def test_a_folder_without_cu_files_is_a_usage_error(tmp_path):
@@ -383,7 +388,9 @@ def test_the_worst_code_puts_the_grader_before_the_students():
 
 
 def test_a_submission_named_like_an_option_is_still_a_file():
-    task = batch.SubmissionTask("lab2", "-rf.cu", ("--device", "cpu"), "/o/a.json", "/o/a.xml", None, "/w", python="py")
+    task = submission.SubmissionTask(
+        "lab2", "-rf.cu", ("--device", "cpu"), "/o/a.json", "/o/a.xml", None, "/w", python="py"
+    )
     assert task.argv() == [
         "py",
         "-m",
@@ -413,7 +420,7 @@ def test_a_folder_lists_links_fifos_and_odd_names_without_following_any(tmp_path
     (folder / "real_folder.cu").mkdir()  # a folder is not a submission, and is not descended into
     not_utf8 = os.fsdecode(b"\xff.cu")
     (folder / not_utf8).write_text("")
-    assert batch.expand_submissions((folder,)) == [
+    assert batch_files.expand_submissions((folder,)) == [
         folder / n for n in ("a.cu", "folder_link.cu", "link.cu", "pipe.cu", not_utf8)
     ]
 
@@ -431,7 +438,7 @@ def test_report_names_are_safe_file_names():
         Path("Junit.cu"),
         Path("a" * 300 + ".cu"),
     ]
-    assert batch.report_names(files) == [
+    assert batch_files.report_names(files) == [
         "evil___error__x",
         "__2J",
         "_",

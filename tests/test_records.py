@@ -16,7 +16,7 @@ from labrunner.measure.range_pass import KernelMetrics
 from labrunner.measure.roofline import Point, ceilings_from_facts
 from labrunner.measure.trace import CUPTI_MISSING
 from labrunner.measure.traffic import TrafficShape, traffic
-from labrunner.pipeline.batch import SubmissionTask, dead_result
+from labrunner.pipeline.submission import SubmissionTask, dead_result
 from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.records.compile import CompileSummary
 from labrunner.report.records.device import CPU_NAME, DeviceFacts

@@ -32,7 +32,8 @@ from labrunner.cli.options import (
 )
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
-from labrunner.pipeline.batch import BatchOptions, grade_batch
+from labrunner.pipeline.batch import grade_batch
+from labrunner.pipeline.batch_options import BatchOptions
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.calibrate import calibrate_gate
 from labrunner.pipeline.check import check_submission
@@ -51,6 +52,7 @@ from labrunner.pipeline.starter import starter_text, write_starter
 from labrunner.pipeline.traffic import show_traffic
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
+from labrunner.report.gradescope import write_gradescope
 from labrunner.report.results import RunResult
 from labrunner.run.sandbox import forget_environment_variable, keep_driver_private
 from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, keep_environment_seed
@@ -139,7 +141,10 @@ def doctor(device: str, json_path: Path | None, junit_path: Path | None) -> None
 
 def wants_batch(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
     """One file with no batch option is graded as it always was; anything more is a batch."""
-    given = any(options[name] not in (None, "local") for name in ("jobs", "executor", "out_dir", "csv_path"))
+    given = any(
+        options[name] not in (None, "local")
+        for name in ("jobs", "executor", "out_dir", "csv_path", "html_path", "batch_timeout_s")
+    )
     return len(files) != 1 or files[0].is_dir() or given
 
 
@@ -151,7 +156,9 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
             f"--json {options['json_path']}: one result per file; for a batch, --out-dir writes a JSON per submission"
         )
         sys.exit(int(ExitCode.USAGE))
-    batch = BatchOptions(**{name: options[name] for name in (*BATCH_ONLY, "junit_path", "annotations")})
+    batch = BatchOptions(
+        **{name: options[name] for name in (*BATCH_ONLY, "junit_path", "annotations", "gradescope_path", "device")}
+    )
     forwarded = passed_options(context.command, context.params, {"json_path", "junit_path", "annotations", *BATCH_ONLY})
     try:
         code = grade_batch(lab, files, options["device"], forwarded, batch)
@@ -164,11 +171,16 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
     sys.exit(code)
 
 
-def annotate(kind: str | None) -> Callable[[RunResult], None] | None:
-    """The step that prints a single run's CI annotations, after its verdict."""
-    if kind != "github":
-        return None
-    return lambda result: terminal.plain_lines(github_annotations(result.to_json()))
+def after_verdict(annotations: str | None, gradescope_path: Path | None) -> Callable[[RunResult], None]:
+    """What a single run writes after its verdict: CI annotations, Gradescope's results.json."""
+
+    def write(result: RunResult) -> None:
+        if annotations == "github":
+            terminal.plain_lines(github_annotations(result.to_json()))
+        if gradescope_path:
+            write_gradescope(result.to_json(), gradescope_path)
+
+    return write
 
 
 @main.command(context_settings=CONTEXT)
@@ -193,7 +205,8 @@ def grade(lab: str, file: tuple[Path, ...], **options: Any) -> None:
         options["json_path"],
         lambda: grade_submission(request, result),
         options["junit_path"],
-        after=annotate(options["annotations"]),
+        also_writes=(("--gradescope", options["gradescope_path"]),),
+        after=after_verdict(options["annotations"], options["gradescope_path"]),
     )
 
 

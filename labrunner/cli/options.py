@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from labrunner import box as boxes
-from labrunner.pipeline.batch import BatchOptions
+from labrunner.pipeline.batch_options import BatchOptions
 from labrunner.pipeline.requests import CalibrateRequest, GradeRequest, ProfileRequest, default
 from labrunner.report import terminal
 
@@ -181,13 +181,51 @@ batch_options = stacked(
         default=None,
         help="Also print GitHub Actions ::error annotations for compile errors and failing cases.",
     ),
+    click.option(
+        "--regrade",
+        is_flag=True,
+        help="Grade every file again, even where --out-dir holds a report of the same bytes, lab, options "
+        "and attnlab version (by default such a report is reused).",
+    ),
+    click.option(
+        "--batch-timeout",
+        "batch_timeout_s",
+        type=click.FloatRange(min=1),
+        default=None,
+        help="Seconds the whole batch may take; past them, what has not finished is stopped and reported "
+        "interrupted, and the reports of what finished are written.",
+    ),
+    click.option(
+        "--gradescope",
+        "gradescope_path",
+        type=FILE_PATH,
+        default=None,
+        help="Also write Gradescope's autograder results.json (one submission: the batch's single file).",
+    ),
+    click.option(
+        "--html",
+        "html_path",
+        type=FILE_PATH,
+        default=None,
+        help="Also write the course report: one self-contained HTML page (gradebook, cases, SPEEDUP).",
+    ),
     click.option("--partition", default=None, help="Slurm: the partition to submit to."),
     click.option(
         "--gpus-per-job",
         type=click.IntRange(min=0),
-        default=default(BatchOptions, "gpus_per_job"),
-        show_default=True,
-        help="Slurm: GPUs each array task asks for.",
+        default=None,
+        help="Slurm: GPUs each array task asks for (default: 1 with --device gpu, none otherwise).",
+    ),
+    click.option("--gres", default=None, help="Slurm: a typed GPU request, such as gpu:h100:1 (with --device gpu)."),
+    click.option("--mem", default=None, help="Slurm: memory per array task, as sbatch takes it (such as 8G)."),
+    click.option("--cpus-per-task", type=click.IntRange(min=1), default=None, help="Slurm: CPUs per array task."),
+    click.option("--qos", default=None, help="Slurm: the quality of service to submit under."),
+    click.option("--constraint", default=None, help="Slurm: node features the tasks need (sbatch --constraint)."),
+    click.option(
+        "--sbatch-arg",
+        "sbatch_args",
+        multiple=True,
+        help="Slurm: any other sbatch option, passed as given (repeatable), such as --sbatch-arg=--reservation=exam.",
     ),
     click.option(
         "--time-limit",
@@ -201,7 +239,25 @@ batch_options = stacked(
 )
 
 # The batch options a single submission's own process never sees.
-BATCH_ONLY = ("jobs", "executor", "out_dir", "csv_path", "partition", "gpus_per_job", "time_limit_min", "account")
+BATCH_ONLY = (
+    "jobs",
+    "executor",
+    "out_dir",
+    "csv_path",
+    "regrade",
+    "batch_timeout_s",
+    "html_path",
+    "partition",
+    "gpus_per_job",
+    "gres",
+    "mem",
+    "cpus_per_task",
+    "qos",
+    "constraint",
+    "sbatch_args",
+    "time_limit_min",
+    "account",
+)
 
 grade_options = stacked(
     click.option(

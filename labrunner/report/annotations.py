@@ -92,3 +92,8 @@ def entry_point_names(lab: str) -> tuple[str, ...]:
 
     definition = LABS.get(lab)
     return tuple(e.name for e in definition.entry_points) if definition else ()
+
+
+def github_batch_annotations(results: list[dict]) -> list[str]:
+    """The workflow commands for a batch's results."""
+    return [line for data in results for line in github_annotations(data)]

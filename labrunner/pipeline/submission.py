@@ -1,0 +1,141 @@
+"""One submission's grading in a batch, as a process runs it, on this machine or on a cluster's node.
+
+Each submission is graded by the single-file path itself (`attnlab grade LAB FILE --json ...`) in a
+process of its own, so a batch gives every file exactly the verdict it gets graded alone, a grader
+that dies costs one submission its verdict and nothing more, and the result comes back as the JSON
+file that process wrote (never its stdout, which a kernel's printf can fill).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labrunner.exit_codes import ExitCode
+from labrunner.report.results import RunResult
+from labrunner.run.untrusted_text import shown
+from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, environment_seed
+
+
+@dataclass(frozen=True)
+class SubmissionTask:
+    """One submission's grading, as a process runs it: picklable, so a Slurm job can carry it."""
+
+    lab: str
+    file: str  # as the user named it or the folder listed it (the reports show it escaped)
+    options: tuple[str, ...]  # the grade command's options, as given
+    json_path: str
+    junit_path: str
+    log_path: str | None
+    cwd: str
+    python: str = sys.executable
+    environment: tuple[tuple[str, str], ...] = ()
+
+    def argv(self) -> list[str]:
+        # `--` before the file: a submission named `-x.cu` is a file, never an option
+        return [
+            self.python,
+            "-m",
+            "labrunner",
+            "grade",
+            "--json",
+            self.json_path,
+            "--junit",
+            self.junit_path,
+            *self.options,
+            "--",
+            self.lab,
+            self.file,
+        ]
+
+
+@dataclass
+class Outcome:
+    task: SubmissionTask
+    result: dict
+    seconds: float
+    exit_code: int = field(init=False)
+
+    def __post_init__(self):
+        self.exit_code = int(self.result.get("exit_code", ExitCode.ENVIRONMENT))
+
+
+def seed_environment() -> dict[str, str]:
+    """$ATTNLAB_SEED for a submission's own process, given only to it: the batch's driver took it out of
+    its own environment as it started (the single-file command it runs does the same at once)."""
+    seed = environment_seed()
+    return {SEED_ENVIRONMENT_VARIABLE: seed} if seed else {}
+
+
+@contextlib.contextmanager
+def environment_for_submission(extra: dict[str, str]):
+    """`extra` in this process's environment only while a cluster's jobs are submitted."""
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for name in extra:
+            os.environ.pop(name, None)
+
+
+def grade_in_process(task: SubmissionTask) -> Outcome:
+    """Grade one submission through the single-file command, in a process of its own.
+
+    This is the function every executor runs, on this machine or on a cluster's node."""
+    Path(task.json_path).unlink(missing_ok=True)  # a result left by an earlier batch must never stand in
+    started = time.perf_counter()
+    environment = {**os.environ, **seed_environment(), **dict(task.environment)}
+    # stdout and stderr as one stream, in the order they were written: the log reads as a terminal would
+    completed = subprocess.run(
+        task.argv(),
+        cwd=task.cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        stdin=subprocess.DEVNULL,
+    )
+    seconds = time.perf_counter() - started
+    if task.log_path:
+        Path(task.log_path).write_text(completed.stdout)
+    try:
+        result = json.loads(Path(task.json_path).read_text())
+    except (OSError, ValueError):
+        result = None
+    if result is None or result.get("exit_code") != completed.returncode:
+        why = ended_how(completed.returncode)
+        last = (completed.stdout.strip().splitlines() or [""])[-1][:300]
+        result = dead_result(task, f"the grading process {why} without a result" + (f": {shown(last)}" if last else ""))
+        write_json_file(result, Path(task.json_path))
+    return Outcome(task, result, seconds)
+
+
+def ended_how(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited {returncode}"
+
+
+def dead_result(task: SubmissionTask, reason: str) -> dict:
+    """What a submission's result says when the job grading it died: the grader's fault, not the student's
+    (environment-missing, exit 6), with nothing the dead process could have said, its version included."""
+    result = RunResult("grade", task.lab, task.file, error=reason, error_code=ExitCode.ENVIRONMENT, grader_died=True)
+    return result.to_json()
+
+
+def write_json_file(data: dict, path: Path) -> None:
+    try:
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    except OSError:
+        pass  # the gradebook still has the row; the folder itself is what failed
