@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,15 +86,60 @@ def environment_for_submission(extra: dict[str, str]):
             os.environ.pop(name, None)
 
 
-def grade_in_process(task: SubmissionTask) -> Outcome:
+class RunningProcesses:
+    """The grading processes a driver has started and not yet seen end, so that a stop can end them.
+
+    Each runs in a session of its own (`start_new_session`), so a terminal's Ctrl-C reaches the driver
+    alone, and the driver decides: it passes the signal on to each grading process, whose own handler
+    (cli/guard.py) closes its worker and writes its result as interrupted; one still there after
+    `grace_s` is killed with its whole process group, box and compiler included."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._processes: set[subprocess.Popen] = set()
+        self._ending: signal.Signals | None = None
+
+    def started(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._processes.add(process)
+            ending = self._ending
+        if ending is not None:  # started as the stop came: it is ended like the rest
+            _signal_group(process, ending)
+
+    def ended(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._processes.discard(process)
+
+    def end_all(self, signum: signal.Signals, grace_s: float = 5.0) -> None:
+        with self._lock:
+            self._ending = signum
+            processes = list(self._processes)
+        for process in processes:
+            with contextlib.suppress(OSError):
+                process.send_signal(signum)
+        deadline = time.monotonic() + grace_s
+        for process in processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(max(0.0, deadline - time.monotonic()))
+            # ended or not, its group goes: what it started (a worker, a box, a compiler) must not outlive it
+            _signal_group(process, signal.SIGKILL)
+
+
+def _signal_group(process: subprocess.Popen, signum: signal.Signals) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(process.pid, signum)
+
+
+def grade_in_process(task: SubmissionTask, running: RunningProcesses | None = None) -> Outcome:
     """Grade one submission through the single-file command, in a process of its own.
 
-    This is the function every executor runs, on this machine or on a cluster's node."""
+    This is the function every executor runs, on this machine or on a cluster's node. `running` is the
+    registry a driver ends its processes through when the batch is stopped."""
     Path(task.json_path).unlink(missing_ok=True)  # a result left by an earlier batch must never stand in
     started = time.perf_counter()
     environment = {**os.environ, **seed_environment(), **dict(task.environment)}
     # stdout and stderr as one stream, in the order they were written: the log reads as a terminal would
-    completed = subprocess.run(
+    process = subprocess.Popen(
         task.argv(),
         cwd=task.cwd,
         env=environment,
@@ -102,17 +148,26 @@ def grade_in_process(task: SubmissionTask) -> Outcome:
         text=True,
         errors="replace",
         stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
+    if running is not None:
+        running.started(process)
+    try:
+        output, _ = process.communicate()
+    finally:
+        if running is not None:
+            running.ended(process)
     seconds = time.perf_counter() - started
     if task.log_path:
-        Path(task.log_path).write_text(completed.stdout)
+        with contextlib.suppress(OSError):
+            Path(task.log_path).write_text(output)
     try:
         result = json.loads(Path(task.json_path).read_text())
     except (OSError, ValueError):
         result = None
-    if result is None or result.get("exit_code") != completed.returncode:
-        why = ended_how(completed.returncode)
-        last = (completed.stdout.strip().splitlines() or [""])[-1][:300]
+    if result is None or result.get("exit_code") != process.returncode:
+        why = ended_how(process.returncode)
+        last = (output.strip().splitlines() or [""])[-1][:300]
         result = dead_result(task, f"the grading process {why} without a result" + (f": {shown(last)}" if last else ""))
         write_json_file(result, Path(task.json_path))
     return Outcome(task, result, seconds)
@@ -132,6 +187,12 @@ def dead_result(task: SubmissionTask, reason: str) -> dict:
     (environment-missing, exit 6), with nothing the dead process could have said, its version included."""
     result = RunResult("grade", task.lab, task.file, error=reason, error_code=ExitCode.ENVIRONMENT, grader_died=True)
     return result.to_json()
+
+
+def interrupted_result(task: SubmissionTask, reason: str, exit_code: ExitCode) -> dict:
+    """What a submission's result says when the batch stopped before it had a verdict: `interrupted`, with
+    the batch's own exit code (130 or 143) and why."""
+    return RunResult("grade", task.lab, task.file, error=reason, error_code=exit_code).to_json()
 
 
 def write_json_file(data: dict, path: Path) -> None:
