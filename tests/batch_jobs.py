@@ -10,13 +10,13 @@ import signal
 from labrunner.pipeline.submission import SubmissionTask, grade_in_process
 
 
-def dies_on_foreign_include(task: SubmissionTask):
+def dies_on_foreign_include(task: SubmissionTask, running=None):
     if "foreign_include" in task.file:
         os.kill(os.getpid(), signal.SIGKILL)
-    return grade_in_process(task)
+    return grade_in_process(task, running)
 
 
-def raises_on_foreign_include(task: SubmissionTask):
+def raises_on_foreign_include(task: SubmissionTask, running=None):
     if "foreign_include" in task.file:
         raise RuntimeError("node lost")
-    return grade_in_process(task)
+    return grade_in_process(task, running)

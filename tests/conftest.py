@@ -1,11 +1,26 @@
 """Shared test setup: the gpu marker skips, with its reason, where no GPU is, and every JSON result a
-test makes in this process is checked against the shipped JSON Schema."""
+test makes in this process is checked against the shipped JSON Schema.
+
+`$CI` is taken out of the environment here, once: with CI=true and no $ATTNLAB_SEED, grading refuses
+to use the public seed unasked (truth/cases.py), and the tests grade with the public seed on purpose.
+`RUNNING_IN_CI` keeps what it said, for the tests whose tool must be there in CI (a cluster, a browser):
+there a missing tool fails the test instead of skipping it."""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
+
+RUNNING_IN_CI = os.environ.pop("CI", "").lower() == "true"
+
+
+def needed_in_ci(reason: str) -> None:
+    """Skip with `reason` on a developer's machine; in CI, fail: the tool is installed there on purpose."""
+    if RUNNING_IN_CI:
+        pytest.fail(f"{reason}, and CI must have it (.ci/run installs it)")
+    pytest.skip(reason)
 
 
 @functools.lru_cache(maxsize=1)

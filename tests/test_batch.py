@@ -22,6 +22,7 @@ from labrunner.cli import main
 from labrunner.cli.options import passed_options
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline import batch, batch_files, slurm, submission
+from labrunner.pipeline.batch_files import Found, NotGraded
 from labrunner.pipeline.batch_options import BatchOptions
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"
@@ -346,18 +347,20 @@ def test_the_grade_options_are_passed_on_and_a_secret_seed_never_is(monkeypatch)
 
 
 def test_report_names_are_unique_and_never_the_batchs_own():
-    files = [Path("a/x.cu"), Path("b/x.cu"), Path("junit.cu"), Path("gradebook.cu"), Path("x-2.cu")]
-    assert batch_files.report_names(files) == ["x", "x-2", "junit-2", "gradebook-2", "x-2-2"]
+    files = [Found(Path(p)) for p in ("a/x.cu", "b/x.cu", "junit.cu", "gradebook.cu", "x-2.cu", "X-2.cu")]
+    assert batch_files.report_names(files) == ["a-x", "b-x", "junit-2", "gradebook-2", "x-2", "X-2-2"]
 
 
 def test_a_folder_is_its_cu_files_sorted(tmp_path):
     for name in ("b.cu", "a.cu", "notes.txt", "c.cuh"):
         (tmp_path / name).write_text("")
     (tmp_path / "sub.cu").mkdir()
-    assert batch_files.expand_submissions((tmp_path, Path("z.cu"))) == [
-        tmp_path / "a.cu",
-        tmp_path / "b.cu",
-        Path("z.cu"),
+    found, skipped = batch_files.expand_submissions((tmp_path, Path("z.cu")))
+    assert found == [Found(tmp_path / "a.cu"), Found(tmp_path / "b.cu"), Found(Path("z.cu"))]
+    assert skipped == [
+        NotGraded(tmp_path / "c.cuh", "a C++ source or header: a lab's kernels are graded from one .cu file"),
+        NotGraded(tmp_path / "notes.txt", "not a .cu file"),
+        NotGraded(tmp_path / "sub.cu", "a student's folder with no .cu file in it"),
     ]
 
 
@@ -365,9 +368,9 @@ def test_a_folder_without_cu_files_is_a_usage_error(tmp_path):
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(main, ["grade", "lab2", str(tmp_path / "empty"), "--device", "cpu"])
     assert result.exit_code == 2
-    assert (
-        result.stderr
-        == f"error: {tmp_path / 'empty'}: a folder with no .cu files; name the submissions or their folder\n"
+    assert result.stderr == (
+        f"error: {tmp_path / 'empty'}: a folder with no .cu files, nor a folder per student holding them; "
+        "name the submissions or their folder\n"
     )
 
 
@@ -417,12 +420,12 @@ def test_a_folder_lists_links_fifos_and_odd_names_without_following_any(tmp_path
     os.symlink("../secret/s.cu", folder / "link.cu")
     os.symlink("../secret", folder / "folder_link.cu")  # a link to a folder is listed, never entered
     os.mkfifo(folder / "pipe.cu")
-    (folder / "real_folder.cu").mkdir()  # a folder is not a submission, and is not descended into
+    (folder / "real_folder.cu").mkdir()  # a folder is not a submission: it is a student's folder
     not_utf8 = os.fsdecode(b"\xff.cu")
     (folder / not_utf8).write_text("")
-    assert batch_files.expand_submissions((folder,)) == [
-        folder / n for n in ("a.cu", "folder_link.cu", "link.cu", "pipe.cu", not_utf8)
-    ]
+    found, skipped = batch_files.expand_submissions((folder,))
+    assert found == [Found(folder / n) for n in ("a.cu", "folder_link.cu", "link.cu", "pipe.cu", not_utf8)]
+    assert skipped == [NotGraded(folder / "real_folder.cu", "a student's folder with no .cu file in it")]
 
 
 def test_report_names_are_safe_file_names():
@@ -438,7 +441,7 @@ def test_report_names_are_safe_file_names():
         Path("Junit.cu"),
         Path("a" * 300 + ".cu"),
     ]
-    assert batch_files.report_names(files) == [
+    assert batch_files.report_names([Found(f) for f in files]) == [
         "evil___error__x",
         "__2J",
         "_",

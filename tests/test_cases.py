@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 
 import numpy as np
@@ -120,13 +121,14 @@ def test_default_seed_without_option_or_environment(monkeypatch, value):
     assert seed.shown == "20261129"
 
 
-@pytest.mark.parametrize("value", ["abc", "1.5", "12 34"])
-def test_a_non_integer_environment_seed_is_a_usage_error(monkeypatch, value):
+@pytest.mark.parametrize("value", ["abc", "1.5", "12 34", "-5"])
+def test_a_secret_that_is_not_a_whole_number_is_hashed_to_its_seed(monkeypatch, value):
+    """A CI secret is any text: it is hashed to a seed of its own, never refused and never the default."""
     monkeypatch.setenv("ATTNLAB_SEED", value)
-    with pytest.raises(AttnlabError, match=r"^\$ATTNLAB_SEED must be an integer, got ") as caught:
-        resolve_seed(None)
-    assert caught.value.exit_code == ExitCode.USAGE == 2
-    assert caught.value.message == f"$ATTNLAB_SEED must be an integer, got {value!r}"
+    seed = resolve_seed(None)
+    expected = int.from_bytes(hashlib.sha256(value.encode()).digest()[:8], "big") >> 1
+    assert seed == Seed(expected, "ATTNLAB_SEED") and seed.shown == "secret"
+    assert seed.value != DEFAULT_SEED
 
 
 def test_an_environment_seed_with_leading_zeros_is_an_integer(monkeypatch):

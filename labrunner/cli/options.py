@@ -91,7 +91,12 @@ seed_option = click.option(
     "--seed",
     type=int,
     default=None,
-    help="Seed for every case's inputs (default: $ATTNLAB_SEED, else the public default).",
+    help="Seed for every case's inputs (default: $ATTNLAB_SEED, any text, else the public default).",
+)
+public_seed_option = click.option(
+    "--public-seed",
+    is_flag=True,
+    help="With CI=true and no $ATTNLAB_SEED, grade with the public seed on purpose (else a usage error).",
 )
 
 # grade, bench and calibrate: where and how the kernels run.
@@ -108,6 +113,7 @@ run_options = stacked(
         "has none (a student grading their own file; never for files you did not write).",
     ),
     seed_option,
+    public_seed_option,
     click.option(
         "--timeout",
         "timeout_s",
@@ -391,6 +397,7 @@ profile_options = stacked(
         default=None,
         help="Seed for the inputs (default: $ATTNLAB_SEED, else the public default).",
     ),
+    public_seed_option,
     click.option(
         "--timeout",
         "timeout_s",

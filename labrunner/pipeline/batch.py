@@ -19,15 +19,16 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
 
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
 from labrunner.pipeline.batch_files import expand_submissions, report_names
 from labrunner.pipeline.batch_options import BatchOptions
+from labrunner.pipeline.batch_reuse import ReuseRecord, seed_hash
+from labrunner.pipeline.batch_stop import BatchStop, stopped_by_signals
 from labrunner.pipeline.grade import gates_not_applied
-from labrunner.pipeline.local_executor import default_jobs, run_local, visible_gpus
+from labrunner.pipeline.local_executor import Job, default_jobs, run_local, visible_gpus
 from labrunner.pipeline.outputs import unwritable
 from labrunner.pipeline.slurm import run_submitit, submitit_executor
 from labrunner.pipeline.submission import Outcome, SubmissionTask, grade_in_process
@@ -38,6 +39,7 @@ from labrunner.report.html_report import write_html_report
 from labrunner.report.junit import write_aggregate
 from labrunner.report.records.batch_row import BatchRow
 from labrunner.run.untrusted_text import shown_path
+from labrunner.truth.cases import resolve_seed
 from labrunner.truth.verdict import BATCH_EXIT_CODES, worst_exit_code
 
 
@@ -58,16 +60,24 @@ def grade_batch(
     device: str,
     options: tuple[str, ...],
     batch: BatchOptions,
-    job: Callable[[SubmissionTask], Outcome] = grade_in_process,
+    job: Job = grade_in_process,
     executor=None,
 ) -> int:
     """Grade every submission, write the reports, print the gradebook; returns the batch's exit code.
 
     `job` and `executor` are for tests: a job that dies, submitit's local executor injected."""
     get_lab(lab)  # an unknown lab is one usage error, not one per submission
-    files = expand_submissions(paths)
+    found, not_graded = expand_submissions(paths)
+    if batch.gradescope_path and len(found) > 1:
+        raise usage_error(
+            f"--gradescope {batch.gradescope_path}: Gradescope's results.json is one student's, and this batch "
+            f"has {len(found)} files; grade each submission on its own (as Gradescope's autograder does)"
+        )
+    resolve_seed(None, "--public-seed" in options)  # a seed the grade would refuse is refused once, before all
     prepare_outputs(batch)
-    backend, gpus = "gpu", []
+    for skipped in not_graded:
+        terminal.note(f"not graded: {shown_path(skipped.path)}: {skipped.reason}")
+    backend, gpus = ("gpu" if device == "gpu" else device), []
     if batch.executor == "local":
         backend, notes = resolve_backend(device)
         if "--gates" in options and backend != "gpu":
@@ -76,32 +86,56 @@ def grade_batch(
             terminal.note(words)
         gpus = visible_gpus() if backend == "gpu" else []
     jobs = batch.jobs or default_jobs(backend)
-    with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch:
+    stop = BatchStop(batch.batch_timeout_s)
+    with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch, stopped_by_signals(stop):
         reports = Path(batch.out_dir or scratch).resolve()
         tasks = [
             SubmissionTask(
                 lab,
-                str(path),
+                str(submission.path),
                 options,
                 str(reports / f"{name}.json"),
                 str(reports / f"{name}.xml"),
                 str(reports / f"{name}.log") if batch.out_dir else None,
                 str(Path.cwd()),
             )
-            for path, name in zip(files, report_names(files))
+            for submission, name in zip(found, report_names(found))
         ]
-        with terminal.batch_progress(len(tasks)) as progress:
+        record = ReuseRecord(reports)
+        seed = seed_hash(record.salt)
+        reused: dict[int, Outcome] = {}
+        if batch.out_dir and not batch.regrade:
+            for i, task in enumerate(tasks):
+                result = record.reusable(task, backend, seed)
+                if result is not None:
+                    reused[i] = Outcome(task, result, float(result.get("seconds") or 0.0))
+        if reused:
+            terminal.note(
+                f"reused {len(reused)} of {len(tasks)} reports: the same bytes, lab, options, seed and attnlab "
+                "version as when they were graded (--regrade grades them again)"
+            )
+        to_grade = [task for i, task in enumerate(tasks) if i not in reused]
+        with terminal.batch_progress(len(to_grade)) as progress:
 
             def finished(outcome: Outcome) -> None:
                 progress(f"{shown_path(outcome.task.file)}: {outcome.result.get('verdict')} (exit {outcome.exit_code})")
 
-            if batch.executor == "local":
-                outcomes = run_local(tasks, jobs, gpus, finished, job)
+            if not to_grade:
+                graded: list[Outcome] = []
+            elif batch.executor == "local":
+                graded = run_local(to_grade, jobs, gpus, finished, job, stop)
             else:
                 folder = (batch.out_dir.resolve() / "submitit") if batch.out_dir else Path(scratch) / "submitit"
-                chosen = executor or submitit_executor(batch, folder, len(tasks))
-                outcomes = run_submitit(tasks, chosen, finished, job)
-        return report(lab, outcomes, batch)
+                chosen = executor or submitit_executor(batch, folder, len(to_grade))
+                graded = run_submitit(to_grade, chosen, finished, job, stop=stop)
+        fresh = iter(graded)
+        outcomes = [reused[i] if i in reused else next(fresh) for i in range(len(tasks))]
+        if batch.out_dir:
+            record.remember(graded, backend, seed)
+        if stop.is_set():
+            terminal.error(f"{stop.reason.removeprefix('not graded: ')}: the reports of what finished are written")
+        code = report(lab, outcomes, batch)
+        return int(stop.exit_code) if stop.is_set() else code
 
 
 def prepare_outputs(batch: BatchOptions) -> None:

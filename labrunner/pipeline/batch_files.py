@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from labrunner.exit_codes import usage_error
@@ -12,39 +13,94 @@ from labrunner.run.untrusted_text import shown_path
 RESERVED_NAMES = ("junit", "gradebook")  # the batch's own files in --out-dir
 
 
-def expand_submissions(paths: tuple[Path, ...]) -> list[Path]:
-    """Files as given, and each folder's .cu entries (sorted by name), in the order named."""
-    files: list[Path] = []
+@dataclass(frozen=True)
+class Found:
+    """A file the batch grades, and the student it belongs to where the layout names one (a folder each)."""
+
+    path: Path
+    student: str | None = None
+
+
+@dataclass(frozen=True)
+class NotGraded:
+    """An entry of a submissions folder that is not graded, and why, so no student is dropped unsaid."""
+
+    path: Path
+    reason: str
+
+
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".cuh", ".h", ".hpp")
+
+
+def expand_submissions(paths: tuple[Path, ...]) -> tuple[list[Found], list[NotGraded]]:
+    """Files as given, and each folder's submissions, in the order named; and what the folders held that
+    is not graded. A folder is either `DIR/*.cu` or `DIR/<student>/<file>.cu` (a folder per student,
+    the student named by the folder), or both at once."""
+    found: list[Found] = []
+    skipped: list[NotGraded] = []
     for path in paths:
         if path.is_dir():  # the folder as named; reading each entry walks its path as build/source.py says
-            found = folder_entries(path)
-            if not found:
+            files, passed = folder_submissions(path)
+            if not files:
                 raise usage_error(
-                    f"{shown_path(path)}: a folder with no .cu files; name the submissions or their folder"
+                    f"{shown_path(path)}: a folder with no .cu files, nor a folder per student holding them; "
+                    "name the submissions or their folder"
                 )
-            files += found
+            found += files
+            skipped += passed
         else:  # a file, or anything else: reading it says what it is
-            files.append(path)
-    return files
+            found.append(Found(path))
+    return found, skipped
 
 
-def folder_entries(folder: Path) -> list[Path]:
-    """Every entry of `folder` named *.cu that is not itself a folder, without following links.
+def folder_submissions(folder: Path) -> tuple[list[Found], list[NotGraded]]:
+    """A submissions folder's .cu entries, then each student folder's, sorted by name; and the rest.
 
-    A link, a FIFO or a device named `x.cu` is listed like a file: grading it gives that submission
-    its usage error (build/source.py), so it has its row in the gradebook and is never graded as
-    whatever it points at. Folders are not descended into. Names come as the OS gives them, a name
-    that is not UTF-8 with surrogate escapes (`os.fsdecode`), and are only ever shown escaped."""
+    Links are never followed: a link, a FIFO or a device named `x.cu` is listed like a file, and grading
+    it gives that submission its usage error (build/source.py), so it has its row in the gradebook and is
+    never graded as whatever it points at; a link to a folder is not a student's folder. Names come as
+    the OS gives them (a name that is not UTF-8 with surrogate escapes) and are only ever shown escaped."""
+    found: list[Found] = []
+    skipped: list[NotGraded] = []
+    for entry in sorted(listed(folder), key=lambda e: e.name):
+        path = folder / entry.name
+        if Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False):
+            found.append(Found(path))
+        elif entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+            own = [e for e in sorted(listed(path), key=lambda e: e.name)]
+            files = [e for e in own if Path(e.name).suffix == ".cu" and not e.is_dir(follow_symlinks=False)]
+            found += [Found(path / e.name, entry.name) for e in files]
+            skipped += [
+                NotGraded(path / e.name, why_not_graded(e, in_student_folder=True)) for e in own if e not in files
+            ]
+            if not files:
+                skipped.append(NotGraded(path, "a student's folder with no .cu file in it"))
+        else:
+            skipped.append(NotGraded(path, why_not_graded(entry, in_student_folder=False)))
+    return found, skipped
+
+
+def listed(folder: Path) -> list[os.DirEntry]:
     try:
         with os.scandir(folder) as entries:
-            found = [
-                folder / entry.name
-                for entry in entries
-                if Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False)
-            ]
+            return list(entries)
     except OSError as exc:
         raise usage_error(f"{shown_path(folder)}: cannot list it ({exc.strerror}); check its permissions") from None
-    return sorted(found, key=lambda p: p.name)
+
+
+def why_not_graded(entry: os.DirEntry, in_student_folder: bool) -> str:
+    suffix = Path(entry.name).suffix
+    if entry.is_dir(follow_symlinks=False):
+        if in_student_folder:
+            return "a folder inside a student's folder (only the student's folder itself is searched)"
+        return "a hidden folder, not searched"
+    if entry.is_symlink() and entry.is_dir():
+        return "a link to a folder, not followed (a student's folder must be a folder)"
+    if suffix.lower() == ".cu":
+        return f"named {suffix}, not .cu: rename it {Path(entry.name).stem}.cu to grade it"
+    if suffix.lower() in SOURCE_SUFFIXES:
+        return "a C++ source or header: a lab's kernels are graded from one .cu file"
+    return "not a .cu file"
 
 
 # A report's file name keeps these characters of the submission's stem and writes `_` for any other:
@@ -55,19 +111,23 @@ _REPORT_NAME_KEEPS = re.compile(r"[^A-Za-z0-9_.-]")
 REPORT_NAME_MAX = 100
 
 
-def report_name(path: Path) -> str:
-    """The stem of `path` as a safe file name (before it is made unique)."""
-    stem = _REPORT_NAME_KEEPS.sub("_", path.stem)[:REPORT_NAME_MAX]
+def report_name(text: str) -> str:
+    """`text` (a stem, the student's folder before it) as a safe file name (before it is made unique)."""
+    stem = _REPORT_NAME_KEEPS.sub("_", text)[:REPORT_NAME_MAX]
     return re.sub(r"^[.-]", "_", stem) or "submission"
 
 
-def report_names(files: list[Path]) -> list[str]:
-    """A report name per submission: its safe stem, made unique (a.cu twice becomes a, a-2; unique without
-    regard to case, for file systems that ignore it) and never the batch's own."""
+def report_names(files: list[Found]) -> list[str]:
+    """A report name per submission: its safe stem, made unique (unique without regard to case, for file
+    systems that ignore it) and never the batch's own. It keeps the student: a file in a student's folder
+    is `<student>-<stem>`, and files named alike in different folders (a glob over `subs/*/flash.cu`)
+    take their folder's name first, so `subs/alice/flash.cu` is `alice-flash`, never `flash-2`."""
+    stems = [f.path.stem.lower() for f in files]
     used = {name.lower() for name in RESERVED_NAMES}
     names = []
-    for path in files:
-        stem = report_name(path)
+    for found in files:
+        owner = found.student or (found.path.parent.name if stems.count(found.path.stem.lower()) > 1 else "")
+        stem = report_name(f"{owner}-{found.path.stem}" if owner else found.path.stem)
         name, n = stem, 1
         while name.lower() in used:
             n += 1

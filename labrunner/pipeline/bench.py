@@ -36,6 +36,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
         request.seed,
         request.compile_limits,
         request.unsafe_cpu,
+        request.public_seed,
     )
     if backend_name != "gpu":
         raise backend.needs_a_gpu(

@@ -47,6 +47,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         request.seed,
         request.compile_limits,
         request.unsafe_cpu,
+        request.public_seed,
     )
     gates = load_gates_where_timed(request.gates_path, backend, result)
     options = CaseOptions(

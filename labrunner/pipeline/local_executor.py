@@ -5,11 +5,26 @@ from __future__ import annotations
 
 import os
 import queue
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import signal
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable
 
-from labrunner.pipeline.submission import Outcome, SubmissionTask, dead_result, grade_in_process, write_json_file
+from labrunner.exit_codes import ExitCode
+from labrunner.pipeline.batch_stop import BatchStop
+from labrunner.pipeline.submission import (
+    Outcome,
+    RunningProcesses,
+    SubmissionTask,
+    dead_result,
+    grade_in_process,
+    interrupted_result,
+    write_json_file,
+)
+
+# What grades one submission: the task, and the registry its process is entered in (so a stop can end it).
+Job = Callable[[SubmissionTask, RunningProcesses | None], Outcome]
 
 
 def default_jobs(backend: str) -> int:
@@ -36,10 +51,16 @@ def run_local(
     jobs: int,
     gpus: list[str],
     finished: Callable[[Outcome], None],
-    job: Callable[[SubmissionTask], Outcome] = grade_in_process,
+    job: Job = grade_in_process,
+    stop: BatchStop | None = None,
 ) -> list[Outcome]:
     """A pool of `jobs` slots; each slot grades one submission at a time in its own process. Slots are
-    spread over the GPUs, so with one job per GPU every GPU grades one submission at a time."""
+    spread over the GPUs, so with one job per GPU every GPU grades one submission at a time.
+
+    Once `stop` is set, no submission starts, the running grading processes are ended (each is given the
+    batch's signal, then killed with its group), and every submission without a verdict is `interrupted`."""
+    stop = stop or BatchStop()
+    running = RunningProcesses()
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(jobs):
         slots.put(slot)
@@ -47,24 +68,39 @@ def run_local(
     def one(task: SubmissionTask) -> Outcome:
         slot = slots.get()
         try:
+            if stop.is_set():
+                outcome = Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), 0.0)
+                write_json_file(outcome.result, Path(task.json_path))
+                return outcome
             if len(gpus) > 1:
                 task = SubmissionTask(
                     **{**task.__dict__, "environment": (("CUDA_VISIBLE_DEVICES", gpus[slot % len(gpus)]),)}
                 )
             try:
-                return job(task)
+                outcome = job(task, running)
             except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
                 outcome = Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0)
+            if stop.is_set() and outcome.result.get("grader_died"):  # ended by the stop, not dead of its own
+                outcome = Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), outcome.seconds)
+            if outcome.result.get("grader_died") or stop.is_set():
                 write_json_file(outcome.result, Path(task.json_path))
-                return outcome
+            return outcome
         finally:
             slots.put(slot)
 
     outcomes: dict[int, Outcome] = {}
+    ending: threading.Thread | None = None
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(one, task): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            outcome = future.result()
-            outcomes[futures[future]] = outcome
-            finished(outcome)
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in done:
+                outcome = future.result()
+                outcomes[futures[future]] = outcome
+                finished(outcome)
+            if ending is None and stop.is_set():
+                signum = signal.SIGINT if stop.exit_code == ExitCode.INTERRUPTED else signal.SIGTERM
+                ending = threading.Thread(target=running.end_all, args=(signum,), daemon=True)
+                ending.start()
     return [outcomes[i] for i in range(len(tasks))]

@@ -29,6 +29,7 @@ def prepare(
     seed: int | None,
     limits: CompileLimits = CompileLimits(),
     unsafe_cpu: bool = False,
+    public_seed: bool = False,
 ):
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
@@ -39,7 +40,7 @@ def prepare(
     for words in notes:
         terminal.note(words)
     result.backend, result.notes = backend, result.notes + notes
-    chosen = resolve_seed(seed)
+    chosen = resolve_seed(seed, public_seed)
     result.seed = chosen.shown
     return lab, submission, backend, chosen
 

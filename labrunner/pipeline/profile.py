@@ -125,7 +125,9 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     if request.plot_path:
         require_matplotlib()
     refuse_without_gpu("profile", request.device, grade_instead(request.lab, request.file))
-    lab, submission, backend, seed = prepare(result, request.lab, request.file, "gpu", request.arch, request.seed)
+    lab, submission, backend, seed = prepare(
+        result, request.lab, request.file, "gpu", request.arch, request.seed, public_seed=request.public_seed
+    )
     result.device = device_facts(backend)
     profile = Profile()
     result.profile = profile

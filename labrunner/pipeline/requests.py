@@ -36,6 +36,7 @@ class RunRequest(FromOptions):
     file: Path | None
     device: str = "auto"  # the GPU where there is one, else the CPU: the one default that works everywhere
     seed: int | None = None
+    public_seed: bool = False  # --public-seed: in CI without a secret, the public inputs on purpose
     timeout_s: float | None = None
     arch: str = DEFAULT_ARCH
     compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
@@ -99,6 +100,7 @@ class ProfileRequest(FromOptions):
     file: Path
     device: str = "auto"  # profile needs a GPU; auto and cpu without one are refused in one line
     seed: int | None = None
+    public_seed: bool = False
     timeout_s: float | None = None
     arch: str = DEFAULT_ARCH
     calls: int = 5

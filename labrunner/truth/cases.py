@@ -6,6 +6,7 @@ are data in `cases/` (read by `truth.catalogue`); this module turns a case and a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zlib
 from dataclasses import dataclass
@@ -55,22 +56,40 @@ def environment_seed() -> str:
     return _TAKEN_SEED if _TAKEN_SEED is not None else os.environ.get(SEED_ENVIRONMENT_VARIABLE, "")
 
 
-def resolve_seed(option: int | None) -> Seed:
-    """--seed wins, then $ATTNLAB_SEED (a CI job's secret seed), then the public default."""
+def resolve_seed(option: int | None, public_seed: bool = False) -> Seed:
+    """--seed wins, then $ATTNLAB_SEED (a CI job's secret seed), then the public default.
+
+    The secret may be any text a CI system stores: a decimal or 0x integer is that seed, anything else
+    is hashed to one (never shown, not even in an error). In CI (`CI=true`), an empty or unset secret is
+    what a pull request from a fork or a misspelt secret's name gives; grading it with the public seed,
+    whose inputs every student can reproduce, would be silent, so it is refused unless `--public-seed`
+    says that seed is meant."""
     if option is not None:
         if option < 0:
             raise usage_error(f"--seed must not be negative, got {option}")
         return Seed(option, "--seed")
     secret = environment_seed().strip()
     if secret:
-        try:
-            value = int(secret, 10) if secret.lstrip("+-").isdigit() else int(secret, 0)
-        except ValueError:
-            raise usage_error(f"${SEED_ENVIRONMENT_VARIABLE} must be an integer, got {secret!r}") from None
-        if value < 0:
-            raise usage_error(f"${SEED_ENVIRONMENT_VARIABLE} must not be negative, got {value}")
-        return Seed(value, SEED_ENVIRONMENT_VARIABLE)
+        return Seed(secret_seed(secret), SEED_ENVIRONMENT_VARIABLE)
+    if os.environ.get("CI", "").lower() == "true" and not public_seed:
+        said = "is empty" if SEED_ENVIRONMENT_VARIABLE in os.environ or _TAKEN_SEED is not None else "is not set"
+        raise usage_error(
+            f"${SEED_ENVIRONMENT_VARIABLE} {said}, and CI=true: a CI grade uses the course's secret seed; set "
+            f"${SEED_ENVIRONMENT_VARIABLE} from the CI system's secret (a fork's pull request gets none), or "
+            "pass --public-seed to grade with the public inputs on purpose"
+        )
     return Seed(DEFAULT_SEED, "default")
+
+
+def secret_seed(secret: str) -> int:
+    """The seed a secret stands for: a non-negative integer as itself, any other text hashed to 63 bits."""
+    try:
+        value = int(secret, 10) if secret.lstrip("+-").isdigit() else int(secret, 0)
+    except ValueError:
+        value = -1
+    if value >= 0:
+        return value
+    return int.from_bytes(hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()[:8], "big") >> 1
 
 
 def geometry_case(catalogue: Catalogue, tiles: list[int]) -> Case | None:

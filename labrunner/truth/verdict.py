@@ -71,9 +71,12 @@ ERROR_VERDICTS: dict[ExitCode, Status] = {
 }
 
 # A batch exits with the worst of its submissions' exit codes and counts each code in words. Worst
-# first: a grader that could not run at all, then a command that was wrong, then the submissions'
+# first: a batch stopped before its end (Ctrl-C, SIGTERM, its deadline), a grader that could not run
+# at all, then a command that was wrong, then the submissions'
 # own faults from the worst down.
 BATCH_EXIT_CODES: dict[ExitCode, str] = {
+    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.TERMINATED: "terminated",
     ExitCode.ENVIRONMENT: "environment missing",
     ExitCode.USAGE: "usage error",
     ExitCode.COMPILE_ERROR: "compile error",
