@@ -93,6 +93,8 @@ def test_an_error_names_the_verdict_its_exit_code_means():
 
 def test_a_batch_orders_exit_codes_worst_first_and_names_each():
     assert [(int(code), words) for code, words in BATCH_EXIT_CODES.items()] == [
+        (130, "interrupted"),
+        (143, "terminated"),
         (6, "environment missing"),
         (2, "usage error"),
         (3, "compile error"),

@@ -165,9 +165,9 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
     except AttnlabError as exc:
         terminal.error(exc.message)
         code = int(exc.exit_code)
-    except KeyboardInterrupt:
-        terminal.error("interrupted")
-        code = int(ExitCode.ENVIRONMENT)
+    except KeyboardInterrupt:  # before the batch's own handlers were in place, or after they were put back
+        terminal.error("interrupted by SIGINT")
+        code = int(ExitCode.INTERRUPTED)
     sys.exit(code)
 
 
