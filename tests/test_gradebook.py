@@ -38,12 +38,68 @@ def test_a_timed_gated_pass_fills_every_column():
         "sha256": SHA,
         "verdict": "pass",
         "exit_code": 0,
+        "backend": "gpu",
+        "cases_run": 1,
+        "cases_skipped": 0,
         "speedup": "12.987",
         "gate_met": "yes",
         "first_failing_case": "",
+        "first_hint": "",
         "hints": "",
+        "cluster_state": "",
+        "cluster_elapsed_s": "",
         "seconds": "43.3",
     }
+
+
+def test_a_cpu_pass_that_skipped_cases_says_so_and_never_reads_as_a_gpu_pass():
+    cases = [CaseResult(name, "pass", "ok", 1, 31) for name in ("C1-P31", "C17-P31", "C33-P31")] + [
+        CaseResult(name, "skipped", "skipped: outside the CPU backend's time budget; --full runs it", 33, 1000)
+        for name in ("planted-C33-P1000", "lastkey-C33-P1000", "C2048-P2048")
+    ]
+    cpu = row(RunResult("grade", "lab2", "a.cu", backend="cpu", cases=cases).to_json())
+    gpu = row(RunResult("grade", "lab2", "a.cu", backend="gpu", cases=cases[:3]).to_json())
+    assert (cpu["verdict"], cpu["backend"], cpu["cases_run"], cpu["cases_skipped"]) == ("pass", "cpu", 3, 3)
+    assert (gpu["verdict"], gpu["backend"], gpu["cases_run"], gpu["cases_skipped"]) == ("pass", "gpu", 3, 0)
+
+
+def test_cases_not_run_after_a_crash_are_neither_run_nor_skipped():
+    cases = [
+        CaseResult("C1-P31", "pass", "ok", 1, 31),
+        CaseResult("C17-P31", "crash", "boom", 17, 31),
+        CaseResult("C33-P31", "not-run", "not run: case C17-P31 ended in a crash", 33, 31),
+    ]
+    entry = row(RunResult("grade", "lab2", "a.cu", backend="cpu", cases=cases).to_json())
+    assert (entry["cases_run"], entry["cases_skipped"], entry["first_failing_case"]) == (2, 0, "C17-P31")
+
+
+def test_a_compile_error_ran_no_case_on_no_backend():
+    data = RunResult("grade", "lab2", "c.cu", error="c.cu(1): error: x", error_code=ExitCode.COMPILE_ERROR).to_json()
+    assert (row(data)["backend"], row(data)["cases_run"], row(data)["cases_skipped"]) == ("", 0, 0)
+
+
+def test_the_first_hint_has_a_column_of_its_own_beside_all_of_them():
+    hints = [
+        {"hazard": "rescale", "text": "when the max moves, rescale\nl and the accumulator"},
+        {"hazard": "constant-factor", "text": "each failing row is off by a factor"},
+    ]
+    cases = [CaseResult("C1-P1000", "wrong", "bad", 1, 1000)]
+    entry = row(RunResult("grade", "lab2", "e.cu", backend="cpu", cases=cases, hints=hints).to_json())
+    assert entry["first_hint"] == "when the max moves, rescale l and the accumulator"
+    assert entry["hints"] == "when the max moves, rescale l and the accumulator | each failing row is off by a factor"
+    assert row(RunResult("grade", "lab2", "p.cu").to_json())["first_hint"] == ""
+
+
+def test_the_clusters_state_and_elapsed_time_fill_their_columns_where_the_result_has_them(tmp_path):
+    entry = written(tmp_path, "a.cu", cluster={"job_id": "4242_3", "state": "TIMEOUT", "elapsed_s": 61})[0]
+    assert (entry["cluster_state"], entry["cluster_elapsed_s"]) == ("TIMEOUT", "61")
+    entry = written(tmp_path, "a.cu", cluster={"job_id": "4242_4", "state": "COMPLETED", "elapsed_s": 12.25})[0]
+    assert (entry["cluster_state"], entry["cluster_elapsed_s"]) == ("COMPLETED", "12.2")
+    entry = written(tmp_path, "a.cu")[0]  # a local batch: no cluster, empty cells
+    assert (entry["cluster_state"], entry["cluster_elapsed_s"]) == ("", "")
+    # another program's text is a text cell too: a state that looks like a formula stays text
+    assert written(tmp_path, "a.cu", cluster={"state": "=CANCELLED by 0"})[0]["cluster_state"] == "'=CANCELLED by 0"
+    assert written(tmp_path, "a.cu", cluster={"state": "x", "elapsed_s": "=1"})[0]["cluster_elapsed_s"] == ""
 
 
 def test_the_first_failing_case_is_the_first_in_catalogue_order():
@@ -117,8 +173,9 @@ def written(tmp_path, file: str, **fields) -> tuple[dict, str]:
 def test_every_field_is_quoted_and_the_grader_s_numbers_stay_numbers(tmp_path):
     entry, raw = written(tmp_path, "a.cu")
     assert raw.splitlines() == [
-        '"file","sha256","verdict","exit_code","speedup","gate_met","first_failing_case","hints","seconds"',
-        f'"a.cu","{SHA}","pass","0","","","","","1.2"',
+        '"file","sha256","verdict","exit_code","backend","cases_run","cases_skipped","speedup","gate_met",'
+        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","seconds"',
+        f'"a.cu","{SHA}","pass","0","","0","0","","","","","","","","1.2"',
     ]
 
 
@@ -128,7 +185,8 @@ def test_a_formula_after_a_separator_a_spreadsheet_splits_on_is_text_too(tmp_pat
     assert written(tmp_path, "a; =1.cu")[0]["file"] == "a;' =1.cu"  # spaces before the opener do not hide it
     assert written(tmp_path, "\t=1.cu")[0]["file"] == "'\t'=1.cu"
     assert written(tmp_path, "a-b;c=d.cu")[0]["file"] == "a-b;c=d.cu"  # inside a cell, `-` and `=` are text
-    assert written(tmp_path, "ok.cu", hints=[{"text": "=HYPERLINK(1); -2"}])[0]["hints"] == "'=HYPERLINK(1);' -2"
+    hinted = written(tmp_path, "ok.cu", hints=[{"text": "=HYPERLINK(1); -2"}])[0]
+    assert (hinted["hints"], hinted["first_hint"]) == ("'=HYPERLINK(1);' -2", "'=HYPERLINK(1);' -2")
 
 
 def test_a_name_with_controls_or_bytes_that_are_not_utf8_is_shown_not_a_crash(tmp_path):

@@ -413,10 +413,16 @@ def test_a_batch_row_is_read_from_a_submissions_json_and_writes_the_gradebooks_c
         "sha256": "ab" * 32,
         "verdict": "pass",
         "exit_code": 0,
+        "backend": "gpu",
+        "cases_run": 1,
+        "cases_skipped": 1,
         "speedup": "12.987",
         "gate_met": "yes",
         "first_failing_case": "",
+        "first_hint": "check the causal bound",
         "hints": "check the causal bound",  # one line, its spacing collapsed
+        "cluster_state": "",
+        "cluster_elapsed_s": "",
         "seconds": "43.3",
     }
     assert BatchRow.from_json(valid(result)).seconds_text == "41.0"  # the result's own clock without the batch's
@@ -459,9 +465,15 @@ def test_a_dead_grading_process_leaves_every_field_of_the_schema_and_says_it_nev
         "sha256": "",
         "verdict": "environment-missing",
         "exit_code": 6,
+        "backend": "",
+        "cases_run": 0,
+        "cases_skipped": 0,
         "speedup": "",
         "gate_met": "",
         "first_failing_case": "",
+        "first_hint": "",
         "hints": "",
+        "cluster_state": "",
+        "cluster_elapsed_s": "",
         "seconds": "",
     }

@@ -14,8 +14,10 @@ A file name is the student's text, and a spreadsheet runs text that looks like a
   spreadsheet might split a line on when it guesses the wrong separator (`;`, `,`, tab, `|`),
   when what follows there, after any spaces, is a formula opener (`=`, `+`, `-`, `@`, tab, CR).
   `y;=1+1;.cu` is written `y;'=1+1;.cu`: split on `;`, its middle cell is the text `=1+1`;
-- the numbers the grader itself writes (exit_code, speedup, seconds) are written as they are:
-  no student's text reaches them, and a spreadsheet must read them as numbers.
+- the numbers the grader itself writes (exit_code, cases_run, cases_skipped, speedup, seconds, and
+  the cluster's cluster_elapsed_s) are written as they are: no student's text reaches them, and a
+  spreadsheet must read them as numbers. Everything else (a hint quotes what a kernel wrote; the
+  cluster's state is another program's text) is a text cell, under the rules above.
 """
 
 from __future__ import annotations
@@ -28,8 +30,25 @@ from typing import Any
 from labrunner.report.records.batch_row import BatchRow
 from labrunner.run.untrusted_text import shown
 
-COLUMNS = ("file", "sha256", "verdict", "exit_code", "speedup", "gate_met", "first_failing_case", "hints", "seconds")
-NUMBERS = ("exit_code", "speedup", "seconds")  # the grader's own numbers; every other column is text
+COLUMNS = (
+    "file",
+    "sha256",
+    "verdict",
+    "exit_code",
+    "backend",
+    "cases_run",
+    "cases_skipped",
+    "speedup",
+    "gate_met",
+    "first_failing_case",
+    "first_hint",
+    "hints",
+    "cluster_state",
+    "cluster_elapsed_s",
+    "seconds",
+)
+# the grader's own numbers (and the cluster's count of seconds); every other column is text
+NUMBERS = ("exit_code", "cases_run", "cases_skipped", "speedup", "cluster_elapsed_s", "seconds")
 
 # Where a formula could begin in a cell: its start, or just after a separator a spreadsheet may split
 # on; and what begins one (after any spaces).

@@ -768,14 +768,16 @@ def batch_progress(total: int):
 def batch_report(lab: str, rows: list[BatchRow], counts: list[tuple[int, str, int]], worst: int) -> None:
     """The gradebook as a table (one row per submission), then a line per exit code with its count."""
     table = Table(title=f"{lab}: {len(rows)} submission{'s' if len(rows) != 1 else ''}")
-    for column in ("file", "verdict", "exit", "SPEEDUP", "gate", "first failing case", "s"):
+    for column in ("file", "verdict", "exit", "backend", "SPEEDUP", "gate", "first failing case", "s"):
         table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
     for row in rows:
         style = "green" if row.verdict == Status.PASS else "bold red"
+        skipped = f", {row.cases_skipped} skipped" if row.cases_skipped else ""  # a CPU pass is not a GPU pass
         table.add_row(
             escape(shown(row.file)),
             f"[{style}]{escape(row.verdict)}[/]",
             str(row.exit_code),
+            escape(row.backend + skipped) if row.backend else "",
             f"{row.speedup_text}x" if row.speedup_text else "",
             row.gate_met,
             escape(row.first_failing_case),

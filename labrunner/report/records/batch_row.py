@@ -13,10 +13,15 @@ from labrunner.truth.verdict import NOT_RUN, Status
 class BatchRow:
     """What the gradebook and the batch's table show of one submission.
 
-    `speedup` is the timed SPEEDUP (labs graded on it only), `gate_met` "yes" or "no" where a speed gate
-    decided (else empty), `first_failing_case` the first case in catalogue order that failed ("compile"
-    for a compile error), `hints` the hints' texts as one cell, `seconds` the batch's own clock where it
-    has one, else the result's."""
+    `backend` is where its verdict was reached ("gpu" or "cpu"; empty where no backend was chosen, as for
+    a compile error), `cases_run` how many cases ran to a status of their own and `cases_skipped` how many
+    the CPU backend left out (its time budget; --full runs them), so a CPU pass that skipped cases never
+    reads as a GPU pass. `speedup` is the timed SPEEDUP (labs graded on it only), `gate_met` "yes" or
+    "no" where a speed gate decided (else empty), `first_failing_case` the first case in catalogue order
+    that failed ("compile" for a compile error), `first_hint` the first hint's text and `hints` every
+    hint's, as one cell. `cluster_state` and `cluster_elapsed_s` are the cluster's word on the task that
+    graded it (Slurm's job state and elapsed seconds, from the result's `cluster`), empty elsewhere.
+    `seconds` is the batch's own clock where it has one, else the result's."""
 
     file: str
     sha256: str
@@ -27,6 +32,13 @@ class BatchRow:
     first_failing_case: str
     hints: str
     seconds: float | None
+    # added later, so last and with defaults: a row built by position keeps its meaning
+    backend: str = ""
+    cases_run: int = 0
+    cases_skipped: int = 0
+    first_hint: str = ""
+    cluster_state: str = ""
+    cluster_elapsed_s: float | None = None
 
     @property
     def speedup_text(self) -> str:
@@ -37,6 +49,17 @@ class BatchRow:
     def seconds_text(self) -> str:
         return "" if self.seconds is None else f"{self.seconds:.1f}"
 
+    @property
+    def cluster_elapsed_text(self) -> str:
+        """The cluster's elapsed time as the gradebook writes it: whole seconds as sacct counts them."""
+        if self.cluster_elapsed_s is None:
+            return ""
+        return (
+            f"{self.cluster_elapsed_s:.0f}"
+            if float(self.cluster_elapsed_s).is_integer()
+            else f"{self.cluster_elapsed_s:.1f}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The row as the gradebook's columns, in their order (`gradebook.COLUMNS`)."""
         return {
@@ -44,10 +67,16 @@ class BatchRow:
             "sha256": self.sha256,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
+            "backend": self.backend,
+            "cases_run": self.cases_run,
+            "cases_skipped": self.cases_skipped,
             "speedup": self.speedup_text,
             "gate_met": self.gate_met,
             "first_failing_case": self.first_failing_case,
+            "first_hint": self.first_hint,
             "hints": self.hints,
+            "cluster_state": self.cluster_state,
+            "cluster_elapsed_s": self.cluster_elapsed_text,
             "seconds": self.seconds_text,
         }
 
@@ -56,18 +85,28 @@ class BatchRow:
         """From one submission's JSON result (schema attnlab.result/1); `seconds` is the batch's clock."""
         timing = data.get("timing") or {}
         gate = data.get("gate") or {}
-        failing = next((c["name"] for c in data.get("cases") or [] if c["status"] not in (Status.PASS, *NOT_RUN)), None)
+        cases = data.get("cases") or []
+        cluster = data.get("cluster") or {}
+        failing = next((c["name"] for c in cases if c["status"] not in (Status.PASS, *NOT_RUN)), None)
         if failing is None and data.get("verdict") == Status.COMPILE_ERROR:
             failing = "compile"
+        hints = data.get("hints")
+        elapsed = cluster.get("elapsed_s")
         return cls(
             file=shown(data.get("file") or ""),
             sha256=data.get("sha256") or "",
             verdict=data.get("verdict") or "",
             exit_code=data.get("exit_code"),
+            backend=shown(data.get("backend") or ""),
+            cases_run=sum(1 for c in cases if c["status"] not in NOT_RUN),
+            cases_skipped=sum(1 for c in cases if c["status"] == Status.SKIPPED),
             speedup=timing["speedup"] if timing.get("kind") == "speedup" else None,
             gate_met={"met": "yes", "missed": "no"}.get(gate.get("status", ""), ""),
             first_failing_case=failing or "",
-            hints=hints_text(data.get("hints")),
+            first_hint=hints_text(hints[:1] if isinstance(hints, list) else hints),
+            hints=hints_text(hints),
+            cluster_state=shown(str(cluster.get("state") or "")),
+            cluster_elapsed_s=elapsed if isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool) else None,
             seconds=seconds if seconds is not None else data.get("seconds"),
         )
 
