@@ -151,6 +151,15 @@ def test_the_gradebook_has_a_row_per_submission_matching_its_json(twenty):
             hints = results[entry["file"]]["hints"]
             assert entry["hints"] == " | ".join(" ".join(h["text"].split()) for h in hints)
             assert (entry["hints"] == "") == (not hints) and (fixture.expected["verdict"] != "pass" or not hints)
+            assert entry["first_hint"] == (" ".join(hints[0]["text"].split()) if hints else "")
+            # where the verdict was reached and how many cases it rests on: a CPU pass is not a GPU pass
+            data = results[entry["file"]]
+            ran = sum(c["status"] not in ("skipped", "not-run") for c in data["cases"])
+            assert (entry["backend"], entry["cases_run"], entry["cases_skipped"]) == (
+                data["backend"] or "",
+                str(ran),
+                str(data["skipped"]),
+            )
             assert float(entry["seconds"]) > 0
         assert (out / "gradebook.csv").read_text() == csv_path.read_text()  # --out-dir keeps one too
 
