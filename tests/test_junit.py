@@ -168,3 +168,58 @@ def test_a_hostile_file_name_is_shown_in_the_suite_and_its_classname(tmp_path):
     assert suite.name == "attnlab lab2 subs/a\\x0a::error::b\\x1b[2J\\xff.v2.cu"
     assert case.classname == "attnlab.lab2.a\\x0a::error::b\\x1b[2J\\xff_v2"
     assert case.result[0].message == "subs/a\\x0a::error::b\\x1b[2J\\xff.v2.cu: is a FIFO, not a regular file"
+
+
+HINTS = [
+    {"hazard": "rescale", "text": "when the max moves, rescale both l\nand the accumulator"},
+    {"hazard": "constant-factor", "text": "each failing row is off by a factor of its own"},
+]
+
+
+def test_each_failure_carries_the_grades_hints_in_its_message_and_its_body(tmp_path):
+    cases = [
+        CaseResult("C1-P31", "pass", "all 2048 elements within the pass rule", 1, 31),
+        wrong_case("C1-P1000"),
+        CaseResult("C17-P1000", "crash", "cudaErrorIllegalAddress in flash_prefill", 17, 1000),
+    ]
+    write_junit(RunResult("grade", "lab2", "a.cu", backend="cpu", cases=cases, hints=HINTS), tmp_path / "r.xml")
+    written = {case.name: case for case in parse(tmp_path / "r.xml")}
+    wrong = written["C1-P1000"].result[0]
+    assert wrong.message == (
+        "row 0, head 0, col 3: got 1.5, expected 0.25 (|err| > 1e-4 + 1e-3*|ref|); "
+        "hint (rescale): when the max moves, rescale both l and the accumulator"
+    )
+    assert wrong.text == (
+        "row 0, head 0, col 3: got 1.5, expected 0.25 (|err| > 1e-4 + 1e-3*|ref|)\n\n"
+        "hint (rescale): when the max moves, rescale both l and the accumulator\n"
+        "hint (constant-factor): each failing row is off by a factor of its own"
+    )
+    crash = written["C17-P1000"].result[0]
+    assert crash.message == (
+        "cudaErrorIllegalAddress in flash_prefill; "
+        "hint (rescale): when the max moves, rescale both l and the accumulator"
+    )
+    assert crash.text.endswith(
+        "\n\nhint (rescale): when the max moves, rescale both l and the accumulator\n"
+        "hint (constant-factor): each failing row is off by a factor of its own"
+    )
+    assert written["C1-P31"].is_passed
+
+
+def test_the_aggregates_failures_carry_their_hints_too(tmp_path):
+    hinted = RunResult("grade", "lab2", "a.cu", cases=[wrong_case("C1-P1000")], hints=HINTS[1:])
+    plain = RunResult("grade", "lab2", "b.cu", cases=[wrong_case("C1-P31")])
+    write_aggregate([hinted.to_json(), plain.to_json()], tmp_path / "all.xml", "attnlab lab2")
+    first, second = junitparser.JUnitXml.fromfile(str(tmp_path / "all.xml"))
+    (failure,) = list(first)[0].result
+    assert failure.message.endswith("; hint (constant-factor): each failing row is off by a factor of its own")
+    assert failure.text.endswith("\n\nhint (constant-factor): each failing row is off by a factor of its own")
+    (failure,) = list(second)[0].result
+    assert (failure.message, failure.text) == (wrong_case("C1-P31").message, wrong_case("C1-P31").message)
+
+
+def test_a_grader_fault_carries_no_hint(tmp_path):
+    result = RunResult("grade", "lab2", "a.cu", error="no GPU found", error_code=ExitCode.ENVIRONMENT, hints=HINTS)
+    write_junit(result, tmp_path / "r.xml")
+    (case,) = list(parse(tmp_path / "r.xml"))
+    assert (case.result[0].message, case.result[0].text) == ("no GPU found", "no GPU found")

@@ -7,7 +7,10 @@ What viewers rely on, and so what is written:
 - `tests` counts the test cases written; `failures`, `errors`, `skipped` and `time` are all there.
 - A failure (the submission failed a check: a wrong case, a misbehaving kernel, a compile error,
   a missed speed gate) carries its text twice: the first line as the `message` attribute (what
-  Jenkins and GitHub show) and the whole text in the body (what GitLab shows).
+  Jenkins and GitHub show) and the whole text in the body (what GitLab shows). Where the grade gave
+  hints, each failure carries them too: the first after the message's line
+  (`...; hint (rescale): ...`), and every one on a line of its own at the end of the body, as the
+  terminal prints them, since a hint says why where the failure says only what.
 - An error is a run that could not grade at all (no GPU, a usage error, a grader that died): the
   fault is the grading job's, not the student's.
 - The classname is `attnlab.<lab>.<file stem>`, with the stem's dots replaced, because viewers
@@ -56,9 +59,15 @@ def testsuite(data: dict) -> ElementTree.Element:
         counts["tests"] += 1
         return ElementTree.SubElement(suite, "testcase", classname=owner, name=xml_text(name))
 
+    hints = [h for h in data.get("hints") or [] if isinstance(h, dict) and h.get("text")]
+    hint_lines = [f"hint ({h.get('hazard') or 'hint'}): {' '.join(h['text'].split())}" for h in hints]
+
     def outcome(element: ElementTree.Element, kind: str, status: str, text: str) -> None:
         counts["failures" if kind == "failure" else "errors"] += 1
         first_line = xml_text(text).split("\n", 1)[0]
+        if kind == "failure" and hint_lines:  # the grader's faults (errors) have no hint to carry
+            first_line = xml_text(f"{first_line}; {hint_lines[0]}")
+            text = "\n\n".join([text, "\n".join(hint_lines)])
         tag = ElementTree.SubElement(element, kind, type=status, message=first_line)
         tag.text = xml_text(text)
 
