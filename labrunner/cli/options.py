@@ -213,7 +213,8 @@ batch_options = stacked(
         "html_path",
         type=FILE_PATH,
         default=None,
-        help="Also write the course report: one self-contained HTML page (gradebook, cases, SPEEDUP).",
+        help="Also write the course report: one self-contained HTML page (the gradebook, sortable; each "
+        "submission's cases; the distribution of SPEEDUP or of the copy fraction; a roofline of profiled kernels).",
     ),
     click.option("--partition", default=None, help="Slurm: the partition to submit to."),
     click.option(
