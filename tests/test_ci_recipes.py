@@ -1,20 +1,27 @@
-"""The CI recipes work as written: the README's course-CI block and the example GitHub Actions and
-GitLab jobs, run here on the CPU (this machine has no GPU, like most CI runners); and the set-up
-the README promises (a CPU-only install, a licence that matches the package's)."""
+"""The CI recipes work as written: the README's course-CI block, and the example GitHub Actions and
+GitLab jobs, which keep their CI systems' published schemas (checked with check-jsonschema, which
+vendors both; a broken copy shows the check can fail) and whose every step runs here on the CPU
+(this machine has no GPU, like most CI runners: tests/ci_runners.py runs the jobs as their runners
+do); and the set-up the README promises (a CPU-only install, a licence that matches the package's)."""
 
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+from ci_runners import load_recipe, run_github_job, run_gitlab_job
+from package_source import copy_source, outside_environment
 from result_schema import validate_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -81,34 +88,255 @@ def test_the_readmes_course_ci_block_runs_unchanged_without_a_gpu(course):
     check_reports(folder / "out")
 
 
-def grading_commands(path: Path) -> list[tuple[str, str]]:
-    """(job, command) for every `attnlab grade` line of an example file."""
-    found, job = [], None
-    for line in path.read_text().splitlines():
-        named = re.match(r"^ {0,2}(grade-[\w-]+):$", line)
-        if named:
-            job = named[1]
-        command = re.sub(r"^\s*(- )?", "", line)
-        if command.startswith("attnlab grade "):
-            found.append((job, command))
-    return found
+RECIPES = REPO / "examples"
+# The published schema of each recipe's CI system, as check-jsonschema vendors it (GitHub's workflow
+# schema and GitLab's CI schema, from SchemaStore and GitLab's own repository).
+SCHEMAS = {"github-actions.yml": "vendor.github-workflows", "gitlab-ci.yml": "vendor.gitlab-ci"}
+SECRET = "31337"
+T = TypeVar("T")
+
+
+def schema_check(path: Path, schema: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_recipe_in_examples_has_a_schema_to_keep():
+    assert sorted(p.name for p in RECIPES.iterdir()) == sorted(SCHEMAS)
+
+
+@pytest.mark.parametrize("recipe", sorted(SCHEMAS))
+def test_each_recipe_keeps_its_ci_systems_published_schema(recipe):
+    completed = schema_check(RECIPES / recipe, SCHEMAS[recipe])
+    assert (completed.returncode, completed.stdout, completed.stderr) == (0, "ok -- validation done\n", "")
+
+
+def broken_copy(folder: Path, recipe: str, text: str, broken: str) -> Path:
+    original = (RECIPES / recipe).read_text()
+    assert original.count(text) == 1, f"{recipe} no longer holds {text!r} once: break it elsewhere"
+    path = folder / recipe
+    path.write_text(original.replace(text, broken))
+    return path
+
+
+def test_the_check_refuses_a_recipe_that_is_not_yaml(tmp_path):
+    # What GitHub refused the workflow for: an unquoted ": " inside a plain scalar starts a mapping there.
+    quoted = '- name: "Install attnlab (CPU only: no CuPy)"'
+    broken = broken_copy(tmp_path, "github-actions.yml", quoted, quoted.replace('"', ""))
+    line = 1 + broken.read_text().splitlines().index("      - name: Install attnlab (CPU only: no CuPy)")
+    completed = schema_check(broken, SCHEMAS["github-actions.yml"])
+    assert completed.returncode == 1
+    assert f"Failed to parse {broken}\n    ScannerError: mapping values are not allowed here\n" in completed.stdout
+    assert f"(line: {line})" in completed.stdout
+
+
+@pytest.mark.parametrize(
+    ("recipe", "text", "broken", "error", "detail"),
+    [
+        (
+            "github-actions.yml",
+            "    runs-on: ubuntu-latest\n",
+            "    run-on: ubuntu-latest\n",
+            # the job matches none of the schema's job forms; the closest one names what it lacks
+            "$.jobs['grade-cpu']: {'run-on': 'ubuntu-latest', 'steps': [",
+            "  Best Match:\n    $.jobs['grade-cpu']: 'runs-on' is a required property\n",
+        ),
+        (
+            "gitlab-ci.yml",
+            "  before_script:\n",
+            "  before_scripts:\n",
+            "$['grade-cpu']: Additional properties are not allowed ('before_scripts' was unexpected)\n",
+            "",
+        ),
+    ],
+    ids=["github-actions.yml", "gitlab-ci.yml"],
+)
+def test_the_check_refuses_a_recipe_that_breaks_its_schema(tmp_path, recipe, text, broken, error, detail):
+    path = broken_copy(tmp_path, recipe, text, broken)
+    completed = schema_check(path, SCHEMAS[recipe])
+    assert completed.returncode == 1
+    assert completed.stdout.startswith("Schema validation errors were encountered.\n")
+    assert f"\n  {path}::{error}" in completed.stdout
+    assert detail in completed.stdout
+
+
+@pytest.fixture
+def runner(tmp_path):
+    """The environment a CI runner gives a job: no attnlab anywhere (the job installs it), and `sudo` and
+    `apt-get` as stand-ins that log what they were asked to do, in the file $APT_LOG (a test cannot
+    install system packages; this machine has the g++ and bubblewrap the jobs install)."""
+    stand_ins = tmp_path / "runner-bin"
+    stand_ins.mkdir()
+    (stand_ins / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    (stand_ins / "apt-get").write_text('#!/bin/sh\necho "apt-get $*" >> "$APT_LOG"\n')
+    for stand_in in stand_ins.iterdir():
+        stand_in.chmod(0o755)
+    environment = outside_environment()
+    environment["PATH"] = f"{stand_ins}:{environment['PATH']}"
+    return environment
+
+
+def checkout(folder: Path) -> Path:
+    """A course's grading repository as a job checks it out: two submissions, the committed gates file,
+    and attnlab's source in the folder `attnlab` (a git submodule, say)."""
+    (folder / "submissions").mkdir(parents=True)
+    shutil.copy(SOLUTION, folder / "submissions" / "ana.cu")
+    shutil.copy(COMPILE_ERROR, folder / "submissions" / "bo.cu")
+    (folder / "gates.json").write_text(
+        json.dumps({"schema": "attnlab.gates/1", "lab2": {"NVIDIA H200": {"solution_speedup": 13.0, "fraction": 0.5}}})
+    )
+    copy_source(folder / "attnlab")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def attnlab_url(tmp_path_factory) -> str:
+    """attnlab's source as the URL form of ATTNLAB_SOURCE reaches it (git+https://HOST/attnlab@TAG in a
+    course; a git repository on this machine here, as git+file:// with a tag)."""
+    source = copy_source(tmp_path_factory.mktemp("attnlab-git") / "attnlab")
+    git = ["git", "-c", "user.name=course", "-c", "user.email=course@example.org", "-C", str(source)]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "attnlab"], ["tag", "v0.1.0"]):
+        subprocess.run([*git, *command], check=True, capture_output=True, timeout=60)
+    # file://localhost/PATH, not file:///PATH: the pip that a venv of Python 3.11 starts with (23.2) refuses a
+    # git+file URL without a host as an invalid requirement (a git+https URL always has one)
+    return f"git+file://localhost{source}@v0.1.0"
+
+
+class OnThisMachine:
+    """The GPU job's grade asks for a GPU, which this machine lacks: its `--device gpu` is graded with
+    `--device cpu` here, everything else in the command as written. Counts what it rewrote."""
+
+    def __init__(self) -> None:
+        self.rewritten = 0
+
+    def __call__(self, script: str) -> str:
+        self.rewritten += script.count(" --device gpu ")
+        return script.replace(" --device gpu ", " --device cpu ")
+
+
+ANNOTATION = "::error file=submissions/bo.cu,"
+JOBS = ("grade-gpu", "grade-cpu")  # each recipe's jobs, in its order
+
+
+def attnlab_sources(url: str) -> dict[str, str]:
+    """ATTNLAB_SOURCE for each job: the URL form for the GPU job, and for the CPU job a plain folder of its
+    checkout (the form pip refused as "Invalid requirement" before the recipes turned it into a path)."""
+    return {"grade-gpu": url, "grade-cpu": "attnlab"}
+
+
+def side_by_side(jobs: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Run the jobs at once, as a CI system runs a pipeline's jobs on runners of their own: their installs,
+    which mostly wait on unpacking wheels to disk, overlap, and the test takes less time than job after job."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        started = {job: pool.submit(run) for job, run in jobs.items()}
+        return {job: future.result() for job, future in started.items()}
 
 
 @needs_cpu_backend
-@pytest.mark.parametrize("example", ["github-actions.yml", "gitlab-ci.yml"])
 @pytest.mark.slow
-def test_the_examples_grading_commands_run_on_the_cpu(course, example):
-    folder, environment = course
-    commands = grading_commands(REPO / "examples" / example)
-    assert [job for job, _ in commands] == ["grade-gpu", "grade-cpu"]
-    for job, command in commands:
-        if job == "grade-gpu":  # the GPU job insists on a GPU; here everything else in it is checked
-            assert " --device gpu " in command
-            command = command.replace(" --device gpu ", " --device cpu ")
-        shutil.rmtree(folder / "out", ignore_errors=True)
-        completed = run_bash(f'export ATTNLAB_SEED="$GRADING_SECRET"; {command}', folder, environment)
-        assert completed.returncode == 3, (job, completed.stderr[-2000:])
-        check_reports(folder / "out")
+def test_every_step_of_the_github_workflow_runs_on_the_cpu(tmp_path, runner, attnlab_url):
+    workflow = load_recipe(RECIPES / "github-actions.yml")
+    assert list(workflow["jobs"]) == list(JOBS)
+    sources = attnlab_sources(attnlab_url)
+    rewrites = {job: OnThisMachine() for job in JOBS}
+    ran = side_by_side(
+        {
+            job: functools.partial(
+                run_github_job,
+                workflow,
+                job,
+                checkout(tmp_path / job),
+                {**runner, "APT_LOG": str(tmp_path / f"{job}.apt")},
+                secrets={"GRADING_SECRET": SECRET},
+                variables={"ATTNLAB_SOURCE": sources[job]},
+                rewrite=rewrites[job],
+            )
+            for job in JOBS
+        }
+    )
+    expected = {
+        "grade-gpu": [
+            ("actions/checkout@v4", 0),
+            ("Install attnlab (CUDA 13 wheels; use [cuda12] with a CUDA 12 driver)", 0),
+            ("Grade (exit code of the worst submission)", 3),
+            ("actions/upload-artifact@v4", 0),
+        ],
+        "grade-cpu": [
+            ("actions/checkout@v4", 0),
+            ("Install bubblewrap (the box every CPU grade runs in)", 0),
+            ("Install attnlab (CPU only: no CuPy)", 0),
+            ("Grade correctness on the CPU backend (exit code of the worst submission)", 3),
+            ("actions/upload-artifact@v4", 0),
+        ],
+    }
+    installs = {"grade-gpu": [], "grade-cpu": ["apt-get update -qq", "apt-get install -y -qq bubblewrap"]}
+    for job in JOBS:
+        assert [(r.name, r.exit_code) for r in ran[job]] == expected[job], [r.stderr[-2000:] for r in ran[job]]
+        assert rewrites[job].rewritten == (job == "grade-gpu")
+        assert (tmp_path / f"{job}.github_path").read_text() == f"{tmp_path / job}/.venv/bin\n"
+        assert apt_requests(tmp_path / f"{job}.apt") == installs[job]
+        assert ANNOTATION in ran[job][-2].stdout  # --annotations github: pinned to the file that failed to compile
+        check_reports(tmp_path / job / "out")
+
+
+@needs_cpu_backend
+@pytest.mark.slow
+def test_every_line_of_the_gitlab_pipeline_runs_on_the_cpu(tmp_path, runner, attnlab_url):
+    pipeline = load_recipe(RECIPES / "gitlab-ci.yml")
+    assert list(pipeline) == list(JOBS)
+    sources = attnlab_sources(attnlab_url)
+    rewrites = {job: OnThisMachine() for job in JOBS}
+    ran = side_by_side(
+        {
+            job: functools.partial(
+                run_gitlab_job,
+                pipeline,
+                job,
+                checkout(tmp_path / job),
+                {**runner, "APT_LOG": str(tmp_path / f"{job}.apt")},
+                variables={"ATTNLAB_SOURCE": sources[job], "ATTNLAB_SEED": SECRET},
+                rewrite=rewrites[job],
+            )
+            for job in JOBS
+        }
+    )
+    installs = {"grade-gpu": [], "grade-cpu": ["apt-get update -qq", "apt-get install -y -qq g++ bubblewrap"]}
+    for job in JOBS:
+        assert (ran[job].exit_code, ran[job].missing_artifacts) == (3, ()), ran[job].stderr[-2000:]
+        assert rewrites[job].rewritten == (job == "grade-gpu")
+        assert apt_requests(tmp_path / f"{job}.apt") == installs[job]
+        check_reports(tmp_path / job / "out")
+
+
+def apt_requests(log: Path) -> list[str]:
+    """What a job asked apt-get to do (the stand-in's log; no file: nothing)."""
+    return log.read_text().splitlines() if log.exists() else []
+
+
+UNSET = "ATTNLAB_SOURCE: set the variable ATTNLAB_SOURCE to a git+https:// URL or a folder of attnlab"
+
+
+def test_a_github_job_without_attnlab_source_stops_at_the_install_and_says_so(tmp_path, runner):
+    # an unset repository variable reads as "" in the workflow: the install says what to set, before pip
+    folder = checkout(tmp_path / "grade-cpu")
+    workflow = load_recipe(RECIPES / "github-actions.yml")
+    ran = run_github_job(workflow, "grade-cpu", folder, {**runner, "APT_LOG": str(tmp_path / "apt")}, {}, {})
+    assert [r.exit_code for r in ran] == [0, 0, 1, None, 1]
+    assert UNSET in ran[2].stderr
+    assert not (folder / ".venv").exists()
+
+
+def test_a_gitlab_job_without_attnlab_source_stops_at_the_install_and_says_so(tmp_path, runner):
+    folder = checkout(tmp_path / "grade-cpu")
+    pipeline = load_recipe(RECIPES / "gitlab-ci.yml")
+    ran = run_gitlab_job(pipeline, "grade-cpu", folder, {**runner, "APT_LOG": str(tmp_path / "apt")}, {})
+    assert (ran.exit_code, ran.missing_artifacts) == (1, ("out/", "out/junit.xml"))
+    assert UNSET in ran.stderr
+    assert not (folder / ".venv").exists()
 
 
 def test_the_readme_shows_a_cpu_only_install_that_pulls_no_cupy():
