@@ -88,13 +88,20 @@ def load_fixtures(lab: str | None = None) -> list[Fixture]:
     return fixtures
 
 
-def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcome:
+def grade(
+    fixture: Fixture,
+    backend: str,
+    extra: tuple[str, ...] = (),
+    attnlab: tuple[str, ...] = (sys.executable, "-m", "labrunner"),
+    cwd: Path = REPO,
+    env: dict[str, str] | None = None,
+) -> Outcome:
+    """Grade `fixture` as a CI job would; `attnlab`, `cwd` and `env` grade it with an installed package
+    (its `attnlab` command, run from a folder outside the repository) instead of the source tree."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "result.json"
         command = [
-            sys.executable,
-            "-m",
-            "labrunner",
+            *attnlab,
             "grade",
             fixture.lab,
             str(fixture.path),
@@ -112,7 +119,7 @@ def grade(fixture: Fixture, backend: str, extra: tuple[str, ...] = ()) -> Outcom
         if "timeout" in fixture.expected:
             command += ["--timeout", str(fixture.expected["timeout"])]
         started = time.perf_counter()
-        completed = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+        completed = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
         seconds = time.perf_counter() - started
         result = validate_file(report) if report.exists() else {}
     decisive = next((c for c in result.get("cases", []) if c["name"] == result.get("decisive_case")), None)

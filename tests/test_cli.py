@@ -614,63 +614,6 @@ def test_python_m_labrunner_doctor_without_a_gpu():
 
 
 @pytest.mark.slow
-def test_the_built_package_runs_outside_the_source_tree(tmp_path):
-    """A wheel built by pip and installed into a folder of its own runs from anywhere.
-
-    pip builds it as a user's `pip install` would, in an isolated build environment holding what
-    pyproject.toml's build-system asks for (whatever this environment has or lacks). A build that
-    cannot get its tools fails here, never skips.
-    """
-    source = tmp_path / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        if (REPO / name).exists():
-            shutil.copy(REPO / name, source / name)
-    for name in ("labrunner", "cases", "kernels"):
-        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    build = subprocess.run(
-        [*pip, "wheel", "--no-deps", "-w", str(tmp_path / "dist"), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr[-2000:]
-    (wheel,) = (tmp_path / "dist").glob("attnlab-*.whl")
-    install = subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(tmp_path / "lib"), str(wheel)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert install.returncode == 0, install.stderr[-2000:]
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    completed = subprocess.run(
-        [sys.executable, "-m", "labrunner", "starter", "lab2"],
-        cwd=elsewhere,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert completed.returncode == 0, completed.stderr[-500:]
-    assert completed.stdout == STARTER.read_text()
-    # the compile gate finds the bundled headers (prelude, signature check) from the built package
-    (elsewhere / "attention.cu").write_text(completed.stdout)
-    checked = subprocess.run(
-        [sys.executable, "-m", "labrunner", "check", "lab2", "attention.cu"],
-        cwd=elsewhere,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "lib")},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert checked.returncode == 0, checked.stderr[-500:]
-    assert checked.stdout.rstrip().endswith("PASS (exit 0)")
-
-
-@pytest.mark.slow
 def test_grade_writes_a_junit_report_with_one_test_case_per_case(runner, tmp_path):
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")
