@@ -10,6 +10,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import junitparser
@@ -462,3 +463,31 @@ def test_report_names_are_safe_file_names():
         "Junit-2",
         "a" * 100,
     ]
+
+
+@pytest.mark.slow
+def test_an_unchanged_rerun_of_the_batch_reuses_every_report_in_seconds(twenty):
+    """Last in this file: it grades nothing, but writes the gradebook again (the seconds from the reports)."""
+    fixtures, first, out, csv_path = twenty["lab2"]
+    before = {r["file"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(open(csv_path))}
+    started = time.monotonic()
+    again = attnlab(
+        "grade",
+        "lab2",
+        *(str(f.path) for f in fixtures),
+        "--jobs",
+        "2",
+        "--device",
+        "cpu",
+        "--out-dir",
+        str(out),
+        "--csv",
+        str(csv_path),
+        cwd=out.parents[2],
+    )
+    seconds = time.monotonic() - started
+    assert again.returncode == first.returncode
+    assert f"note: reused {len(fixtures)} of {len(fixtures)} reports" in " ".join(again.stderr.split())
+    assert seconds < 10, f"{seconds:.1f} s"
+    after = {r["file"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(open(csv_path))}
+    assert after == before
