@@ -21,7 +21,7 @@ from result_schema import validate_file
 
 from labrunner.cli import main
 from labrunner.cli.options import passed_options
-from labrunner.exit_codes import ExitCode
+from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.pipeline import batch, batch_files, slurm, submission
 from labrunner.pipeline.batch_files import Found, NotGraded
 from labrunner.pipeline.batch_options import BatchOptions
@@ -278,8 +278,11 @@ def test_a_grader_killed_by_a_signal_is_said_plainly():
 def test_slurm_without_a_cluster_is_exit_6_and_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("a.cu").write_text(SOLUTION.read_text())
+    (tmp_path / "no-slurm").mkdir()  # a PATH with no srun (CI's machine has a cluster of its own)
     result = CliRunner().invoke(
-        main, ["grade", "lab2", "a.cu", "--executor", "slurm", "--partition", "gpu"], env={"PATH": "/usr/bin:/bin"}
+        main,
+        ["grade", "lab2", "a.cu", "--executor", "slurm", "--partition", "gpu"],
+        env={"PATH": str(tmp_path / "no-slurm")},
     )
     assert result.exit_code == 6
     assert result.stderr == (
@@ -301,8 +304,126 @@ def test_slurm_options_become_submitit_parameters():
         "job_name": "attnlab-grade",
         "partition": "h200",
         "account": "cs249",
+        # submitit's USR2 (90 s before the limit, up to 60 s earlier still) made harmless: see slurm.py
+        "additional_parameters": {"signal": "B:URG@1"},
     }
     assert slurm.slurm_parameters(BatchOptions(executor="slurm"), 120)["array_parallelism"] == 120
+
+
+def test_a_slurm_task_asks_for_a_gpu_only_when_it_grades_on_one():
+    def gpus(**given) -> dict:
+        parameters = slurm.slurm_parameters(BatchOptions(executor="slurm", **given), 4)
+        return {k: v for k, v in parameters.items() if k in ("gpus_per_node", "gres")}
+
+    assert gpus(device="gpu") == {"gpus_per_node": 1}
+    assert gpus(device="gpu", gpus_per_job=2) == {"gpus_per_node": 2}
+    assert gpus(device="gpu", gres="gpu:h100:1") == {"gres": "gpu:h100:1"}  # typed, as given
+    assert gpus(device="cpu") == gpus(device="auto") == gpus(device="gpu", gpus_per_job=0) == {}
+    assert gpus(device="auto", gpus_per_job=1) == {"gpus_per_node": 1}
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        (
+            {"device": "cpu", "gres": "gpu:h100:1"},
+            "--gres gpu:h100:1 with --device cpu: the CPU backend uses no GPU, so its tasks ask for none; "
+            "drop the GPU request, or grade on GPUs with --device gpu",
+        ),
+        (
+            {"device": "cpu", "gpus_per_job": 1},
+            "--gpus-per-job 1 with --device cpu: the CPU backend uses no GPU, so its tasks ask for none; "
+            "drop the GPU request, or grade on GPUs with --device gpu",
+        ),
+        (
+            {"device": "auto", "gres": "gpu:a100:1"},
+            "--gres gpu:a100:1: a typed GPU request is for --device gpu (with --device auto a node's GPU may "
+            "go unused); add --device gpu",
+        ),
+        (
+            {"device": "gpu", "gres": "gpu:a100:1", "gpus_per_job": 1},
+            "--gres gpu:a100:1 and --gpus-per-job 1: give one GPU request",
+        ),
+        (
+            {"sbatch_args": ("-w node3",)},
+            "--sbatch-arg -w node3: give sbatch's long form, such as --sbatch-arg=--reservation=exam "
+            "(a short one such as -w is not taken)",
+        ),
+    ],
+)
+def test_a_slurm_request_that_cannot_be_meant_is_a_usage_error(given, message):
+    with pytest.raises(AttnlabError) as raised:
+        slurm.slurm_parameters(BatchOptions(executor="slurm", **given), 4)
+    assert (raised.value.message, raised.value.exit_code) == (message, ExitCode.USAGE)
+
+
+def test_the_cluster_requests_and_sbatch_args_reach_the_job_script():
+    options = BatchOptions(
+        executor="slurm",
+        device="cpu",
+        mem="8G",
+        cpus_per_task=4,
+        qos="course",
+        constraint="avx512",
+        sbatch_args=("--reservation=exam", "--exclusive", "--mail-user you@uni.edu", "--time=0:30"),
+    )
+    parameters = slurm.slurm_parameters(options, 3)
+    assert {k: parameters[k] for k in ("mem", "cpus_per_task", "qos", "constraint")} == {
+        "mem": "8G",
+        "cpus_per_task": 4,
+        "qos": "course",
+        "constraint": "avx512",
+    }
+    assert parameters["additional_parameters"] == {
+        "signal": "B:URG@1",
+        "reservation": "exam",
+        "exclusive": True,
+        "mail_user": "you@uni.edu",
+        "time": "0:30",  # an --sbatch-arg takes the place of attnlab's own
+    }
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    script = _make_sbatch_string(command="true", folder="/shared/out/submitit", map_count=3, **parameters)
+    assert [line for line in script.splitlines() if line.startswith("#SBATCH")] == [
+        "#SBATCH --array=0-2%3",
+        "#SBATCH --constraint=avx512",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --error=/shared/out/submitit/%A_%a_0_log.err",
+        "#SBATCH --exclusive",
+        "#SBATCH --job-name=attnlab-grade",
+        "#SBATCH --mail-user=you@uni.edu",
+        "#SBATCH --mem=8G",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --open-mode=append",
+        "#SBATCH --output=/shared/out/submitit/%A_%a_0_log.out",
+        "#SBATCH --qos=course",
+        "#SBATCH --reservation=exam",
+        "#SBATCH --signal=B:URG@1",
+        "#SBATCH --time=0:30",
+        "#SBATCH --wckey=submitit",
+    ]
+
+
+def test_a_slurm_out_dir_must_be_one_the_nodes_share(tmp_path, monkeypatch):
+    from labrunner.pipeline import slurm_queue
+
+    with pytest.raises(AttnlabError) as raised:
+        slurm.check_out_dir(BatchOptions(executor="slurm"))
+    assert raised.value.exit_code == ExitCode.USAGE
+    assert raised.value.message.startswith("--executor slurm needs --out-dir: the nodes write")
+    monkeypatch.setattr(slurm_queue, "node_count", lambda partition: 12)
+    with pytest.raises(AttnlabError) as raised:
+        slurm.check_out_dir(BatchOptions(executor="slurm", partition="gpu", out_dir=Path("/tmp/grading/out")))
+    assert (raised.value.message, raised.value.exit_code) == (
+        "--out-dir /tmp/grading/out: a folder under /tmp is each node's own, and the partition gpu's 12 nodes "
+        "would write their reports where this machine never sees them; give a folder on storage the nodes "
+        "share (your home or a project folder)",
+        ExitCode.USAGE,
+    )
+    slurm.check_out_dir(BatchOptions(executor="slurm", out_dir=REPO / "out"))  # not node-local: taken
+    monkeypatch.setattr(slurm_queue, "node_count", lambda partition: 1)
+    slurm.check_out_dir(BatchOptions(executor="slurm", out_dir=Path("/tmp/grading/out")))  # one node: its own /tmp
 
 
 # --- what a batch is made of -------------------------------------------------------------------
