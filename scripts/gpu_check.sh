@@ -91,6 +91,7 @@ step profile-lab3 0 python3 -m labrunner profile lab3 kernels/lab3/solution.cu -
 step grade-lab2-profile 0 python3 -m labrunner grade lab2 kernels/lab2/solution.cu --budget 0.5 --profile
 step cpu-vs-gpu 0 python3 scripts/compare_backends.py
 step batch-vs-alone 0 python3 scripts/batch_vs_alone.py --jobs 4
+step batch-course 0 python3 scripts/gpu_batch_check.py --out "$out/batch-course"
 step expert-five-seeds 0 every_seed lab2 kernels/lab2/expert.cu
 step lab1-five-seeds 0 every_seed lab1 kernels/lab1/solution.cu
 step bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 --vs sdpa
