@@ -50,13 +50,18 @@ wait_for() {
 # alive PIDFILE: the process the file names is running
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# end PIDFILE: SIGTERM to the process the file names, then wait for it to go (SIGKILL after 10 s)
+# end PIDFILE...: SIGTERM to the processes the files name, then wait for them to go (SIGKILL after 10 s)
 end() {
-    alive "$1" || return 0
-    local pid; pid=$(cat "$1")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null || true
+    local pids=() file pid
+    for file in "$@"; do alive "$file" && pids+=("$(cat "$file")"); done
+    [ "${#pids[@]}" -gt 0 ] || return 0
+    kill "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 50); do
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && break; pid=; done
+        [ -n "$pid" ] || return 0
+        sleep 0.2
+    done
+    kill -9 "${pids[@]}" 2>/dev/null || true
 }
 
 install_packages() {
@@ -73,6 +78,8 @@ install_packages() {
 write_configuration() {
     local host node
     host=$(hostname -s)
+    # the controller and the node are found by this name: a machine that cannot resolve it is told
+    getent hosts "$host" >/dev/null || echo "127.0.0.1 $host" >>/etc/hosts
     # the node as slurmd sees this machine (CPUs, sockets, memory), so that the controller accepts it
     node=$(slurmd -C | head -n 1)
     mkdir -p /etc/slurm "$logs" "$state/slurmctld" "$state/slurmd"
@@ -179,14 +186,14 @@ start)
     ;;
 stop)
     export PATH=$PATH:/usr/sbin
-    end /run/slurmd.pid
-    end /run/slurmctld.pid
+    # the controller first tells slurmdbd what it knows; MariaDB and munge go last
+    end /run/slurmd.pid /run/slurmctld.pid
     end /run/slurmdbd.pid
-    end /run/mysqld/mysqld.pid
-    end /run/munge/munged.pid
+    end /run/mysqld/mysqld.pid /run/munge/munged.pid
     elapsed "stopped"
     ;;
 status)
+    scontrol ping >/dev/null 2>&1 || fail "slurmctld does not answer: scripts/slurm_cluster.sh start brings it up"
     sinfo
     squeue
     sacct -n -X -S now-1hour >/dev/null && echo "sacct answers"

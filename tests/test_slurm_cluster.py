@@ -176,7 +176,10 @@ def time_limited(cluster, tmp_path_factory):
         "grade", "lab2", str(HANG), "--executor", "slurm", *QUICK, "--timeout", "200", "--time-limit", "1",
         f"--sbatch-arg={named('time-limit')}", "--out-dir", "out", cwd=folder,
     )  # fmt: skip
-    return folder, process, started
+    yield folder, process, started
+    if process.poll() is None:  # a part of the module was run, without the test that reads it
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
 
 
 # --- without a cluster: how a batch is cut into arrays and let out ---------------------------------
@@ -374,6 +377,7 @@ def test_a_stopped_batch_cancels_its_arrays_and_reports_the_rest_interrupted(clu
     assert [(o.result["verdict"], o.exit_code, o.result["error"]) for o in outcomes] == [
         ("interrupted", 143, "not graded: the batch's deadline (--batch-timeout 12 s) passed first")
     ] * 2
+    assert outcomes[0].result["cluster"]["state"] == "CANCELLED"  # as sacct has it once the stop cancelled it
     assert wait_for_empty_queue("stopped") == []
 
 
@@ -485,6 +489,7 @@ def test_a_node_failure_requeues_the_task_or_says_it_was_lost(cluster, time_limi
     if slurm_queue.config_value("ClusterName") != "attnlab-test" or os.geteuid() != 0:
         pytest.skip("stops slurmd: only on scripts/slurm_cluster.sh's own cluster (attnlab-test), as root")
     cloudpickle.register_pickle_by_value(slurm_jobs)
+    time_limited[1].wait(timeout=200)  # the node goes away from every job on it: the time-limit batch ends first
     outcomes: dict[str, list] = {}
 
     def batch(name: str, sbatch_args: tuple[str, ...]) -> None:

@@ -457,8 +457,11 @@ class SlurmBatch:
             terminal.note(f"cancelled Slurm job {', '.join(arrays)} ({self.stop.reason.removeprefix('not graded: ')})")
         self.drain()
         self.gather_results()
-        for place in self.unfinished():
-            state = self.watch[place].state
+        left = self.unfinished()
+        # what the cluster says of them now (CANCELLED, as a rule), else what it said last
+        states = (slurm_queue.poll([str(self.handle(p).job_id) for p in left]) or {}) if left else {}
+        for place in left:
+            state = states.get(str(self.handle(place).job_id)) or self.watch[place].state
             self.done(place, interrupted(self.tasks[place], self.stop, cluster_record(state, None) if state else None))
         for place in (p for chunk in self.pending for p in chunk):
             self.done(place, interrupted(self.tasks[place], self.stop))
