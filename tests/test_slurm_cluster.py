@@ -251,6 +251,33 @@ def test_a_batch_is_cut_at_max_array_size_and_held_to_jobs(tmp_path, fake_queue,
     ]
 
 
+def test_slurms_durations_and_array_records_are_read():
+    assert [slurm_queue.seconds(t) for t in ("00:01:17", "1:17", "1-02:00:05", "00:00:00", "UNLIMITED", "")] == [
+        77,
+        77,
+        93605,
+        0,
+        None,
+        None,
+    ]
+    assert slurm_queue.task_ids("12_[1-3,7%2]") == ["12_1", "12_2", "12_3", "12_7"]
+    assert slurm_queue.task_ids("12_4") == ["12_4"] and slurm_queue.task_ids("13") == ["13"]
+
+
+def test_a_task_requeued_after_a_node_failure_says_so_while_it_waits(monkeypatch):
+    """squeue has the requeued task pending again; sacct has its failed attempt (and, a moment later, the new)."""
+    monkeypatch.setattr(slurm_queue, "queued", lambda: {"7_0": "PENDING", "7_1": "PENDING"})
+    monkeypatch.setattr(
+        slurm_queue,
+        "accounted",
+        lambda arrays: {"7_0": [("NODE_FAIL", 28, 120)], "7_1": [("NODE_FAIL", 28, 120), ("PENDING", 0, 120)]},
+    )
+    states = slurm_queue.poll(["7_0", "7_1"])
+    assert [(s.state, s.queued, s.earlier, s.requeued_after_node_failure) for s in states.values()] == [
+        ("PENDING", True, ["NODE_FAIL"], True)
+    ] * 2
+
+
 # --- the same gradebook as the local executor ------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ that neither knows any more, with no result, is one the cluster removed before i
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -74,7 +75,8 @@ def task_ids(job_id: str) -> list[str]:
 def queued() -> dict[str, str] | None:
     """squeue: every task of this user's still in the queue, pending array tasks one by one; None when
     squeue did not answer (a poll then learns nothing, and decides nothing)."""
-    completed = run(["squeue", "--me", "--noheader", "--array", "--format=%i|%T"])
+    # --user, not --me: --me is Slurm 20.11's, and clusters run older ones
+    completed = run(["squeue", f"--user={os.getuid()}", "--noheader", "--array", "--format=%i|%T"])
     if completed is None or completed.returncode != 0:
         return None
     states = {}
