@@ -48,6 +48,7 @@ def test_a_timed_gated_pass_fills_every_column():
         "hints": "",
         "cluster_state": "",
         "cluster_elapsed_s": "",
+        "cluster_reason": "",
         "seconds": "43.3",
     }
 
@@ -95,8 +96,10 @@ def test_the_clusters_state_and_elapsed_time_fill_their_columns_where_the_result
     assert (entry["cluster_state"], entry["cluster_elapsed_s"]) == ("TIMEOUT", "61")
     entry = written(tmp_path, "a.cu", cluster={"job_id": "4242_4", "state": "COMPLETED", "elapsed_s": 12.25})[0]
     assert (entry["cluster_state"], entry["cluster_elapsed_s"]) == ("COMPLETED", "12.2")
+    requeued = {"job_id": "4242_5", "state": "COMPLETED", "elapsed_s": 9, "reason": "node failure, requeued"}
+    assert written(tmp_path, "a.cu", cluster=requeued)[0]["cluster_reason"] == "node failure, requeued"
     entry = written(tmp_path, "a.cu")[0]  # a local batch: no cluster, empty cells
-    assert (entry["cluster_state"], entry["cluster_elapsed_s"]) == ("", "")
+    assert (entry["cluster_state"], entry["cluster_elapsed_s"], entry["cluster_reason"]) == ("", "", "")
     # another program's text is a text cell too: a state that looks like a formula stays text
     assert written(tmp_path, "a.cu", cluster={"state": "=CANCELLED by 0"})[0]["cluster_state"] == "'=CANCELLED by 0"
     assert written(tmp_path, "a.cu", cluster={"state": "x", "elapsed_s": "=1"})[0]["cluster_elapsed_s"] == ""
@@ -174,8 +177,8 @@ def test_every_field_is_quoted_and_the_grader_s_numbers_stay_numbers(tmp_path):
     entry, raw = written(tmp_path, "a.cu")
     assert raw.splitlines() == [
         '"file","sha256","verdict","exit_code","backend","cases_run","cases_skipped","speedup","gate_met",'
-        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","seconds"',
-        f'"a.cu","{SHA}","pass","0","","0","0","","","","","","","","1.2"',
+        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","cluster_reason","seconds"',
+        f'"a.cu","{SHA}","pass","0","","0","0","","","","","","","","","1.2"',
     ]
 
 

@@ -423,6 +423,7 @@ def test_a_batch_row_is_read_from_a_submissions_json_and_writes_the_gradebooks_c
         "hints": "check the causal bound",  # one line, its spacing collapsed
         "cluster_state": "",
         "cluster_elapsed_s": "",
+        "cluster_reason": "",
         "seconds": "43.3",
     }
     assert BatchRow.from_json(valid(result)).seconds_text == "41.0"  # the result's own clock without the batch's
@@ -475,5 +476,6 @@ def test_a_dead_grading_process_leaves_every_field_of_the_schema_and_says_it_nev
         "hints": "",
         "cluster_state": "",
         "cluster_elapsed_s": "",
+        "cluster_reason": "",
         "seconds": "",
     }

@@ -4,7 +4,7 @@ the lab, the options that change a verdict, the seed and the attnlab version are
 Courses re-run a batch for ordinary reasons (a late submission added, a cluster job that died, a CI job
 re-run), and grading twelve unchanged files again costs minutes of a GPU for the same verdicts. Every
 report already records the sha256 of the bytes it graded; the batch keeps, beside the reports in
---out-dir, one record (`.attnlab-reuse`, JSON) of the key each report was graded under, and a report is
+--out-dir, one record (`attnlab-reuse.keys`, JSON) of the key each report was graded under, and a report is
 reused only when its key is the key the file would be graded under now. A report that says the grader
 did not finish (a dead job, an interrupted batch, a missing environment) is never reused: only a verdict
 about the student's file is. `--regrade` grades every file again.
@@ -27,7 +27,7 @@ from labrunner.pipeline.submission import Outcome, SubmissionTask
 from labrunner.report.results import attnlab_version
 from labrunner.truth.cases import environment_seed
 
-RECORD_NAME = ".attnlab-reuse"  # JSON, named so that a `*.json` over --out-dir finds the reports alone
+RECORD_NAME = "attnlab-reuse.keys"  # JSON, named so that a `*.json` over --out-dir finds the reports alone
 RECORD_SCHEMA = "attnlab.batch-reuse/1"
 # A result whose exit code is one of these is a verdict on the student's file, and may be reused.
 VERDICT_CODES = {

@@ -45,6 +45,7 @@ COLUMNS = (
     "hints",
     "cluster_state",
     "cluster_elapsed_s",
+    "cluster_reason",
     "seconds",
 )
 # the grader's own numbers (and the cluster's count of seconds); every other column is text

@@ -53,10 +53,21 @@ COLUMN_LABELS = {
     "cases_skipped": "skipped",
     "cluster_state": "cluster state",
     "cluster_elapsed_s": "cluster s",
+    "cluster_reason": "cluster's reason",
     "seconds": "s",
 }
 # Columns that hold text even where every value looks like a number (a hash of digits, a case named 17).
-TEXT_COLUMNS = {"file", "sha256", "verdict", "first_failing_case", "hints", "first_hint", "backend", "gate_met"}
+TEXT_COLUMNS = {
+    "file",
+    "sha256",
+    "verdict",
+    "first_failing_case",
+    "hints",
+    "first_hint",
+    "backend",
+    "gate_met",
+    "cluster_reason",
+}
 # The verdict column sorts from the worst down: a grader that could not run, then the run's own errors,
 # then the case statuses most severe first (truth/verdict.py's order), pass last.
 VERDICT_ORDER: tuple[str, ...] = (

@@ -39,6 +39,7 @@ class BatchRow:
     first_hint: str = ""
     cluster_state: str = ""
     cluster_elapsed_s: float | None = None
+    cluster_reason: str = ""  # the cluster's fault, where one ended or requeued the task (`node failure, requeued`)
 
     @property
     def speedup_text(self) -> str:
@@ -77,6 +78,7 @@ class BatchRow:
             "hints": self.hints,
             "cluster_state": self.cluster_state,
             "cluster_elapsed_s": self.cluster_elapsed_text,
+            "cluster_reason": self.cluster_reason,
             "seconds": self.seconds_text,
         }
 
@@ -107,6 +109,7 @@ class BatchRow:
             hints=hints_text(hints),
             cluster_state=shown(str(cluster.get("state") or "")),
             cluster_elapsed_s=elapsed if isinstance(elapsed, (int, float)) and not isinstance(elapsed, bool) else None,
+            cluster_reason=shown(str(cluster.get("reason") or "")),
             seconds=seconds if seconds is not None else data.get("seconds"),
         )
 
