@@ -421,7 +421,7 @@ def test_a_slurm_out_dir_must_be_one_the_nodes_share(tmp_path, monkeypatch):
         "share (your home or a project folder)",
         ExitCode.USAGE,
     )
-    slurm.check_out_dir(BatchOptions(executor="slurm", out_dir=REPO / "out"))  # not node-local: taken
+    slurm.check_out_dir(BatchOptions(executor="slurm", out_dir=Path("/home/course/out")))  # not node-local: taken
     monkeypatch.setattr(slurm_queue, "node_count", lambda partition: 1)
     slurm.check_out_dir(BatchOptions(executor="slurm", out_dir=Path("/tmp/grading/out")))  # one node: its own /tmp
 
