@@ -63,8 +63,9 @@ def gradebook(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def grading_processes() -> list[str]:
-    """Every `labrunner grade` process still alive on this machine (a stopped batch must leave none)."""
+def grading_processes(folder: Path) -> list[str]:
+    """Every `labrunner grade` process still alive that writes its report under `folder` (a stopped batch
+    must leave none; other batches on the machine are not this test's)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -72,7 +73,8 @@ def grading_processes() -> list[str]:
                 words = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"labrunner" in words and b"grade" in words and b"--json" in words:
+            mine = any(word.startswith(os.fsencode(folder)) for word in words)
+            if b"labrunner" in words and b"grade" in words and b"--json" in words and mine:
                 found.append(entry.name)
     return found
 
@@ -125,7 +127,7 @@ def test_a_signal_stops_the_batch_within_ten_seconds_and_keeps_what_finished(tmp
     assert starter["error"] == f"not graded: the batch was interrupted by {signum.name}"
     assert (out / "junit.xml").is_file()
     assert f"error: the batch was interrupted by {signum.name}: the reports of what finished are written" in stderr
-    assert grading_processes() == []
+    assert grading_processes(tmp_path) == []
 
 
 @needs_cpu_backend
@@ -150,11 +152,11 @@ def test_the_batch_deadline_stops_what_is_left(tmp_path):
         cwd=tmp_path,
     )
     assert completed.returncode == 143, completed.stderr[-3000:]
-    assert time.monotonic() - started < 25 + 15
+    assert time.monotonic() - started < 25 + 10  # the deadline, then the 5 s grace and the reports
     rows = gradebook(out / "gradebook.csv")
     assert [(r["verdict"], r["exit_code"]) for r in rows] == [("pass", "0"), ("interrupted", "143")]
     assert "error: the batch's deadline (--batch-timeout 25 s) passed first" in completed.stderr
-    assert grading_processes() == []
+    assert grading_processes(tmp_path) == []
 
 
 # --- re-runs -----------------------------------------------------------------------------------
@@ -214,6 +216,7 @@ def test_a_folder_per_student_names_each_student_and_lists_what_it_skips(tmp_pat
     (subs / "bob" / "old").mkdir()
     (subs / "top.cu").write_text("")
     (subs / ".git").mkdir()
+    (subs / "alice" / "._flash.cu").write_text("")
     found, skipped = batch_files.expand_submissions((subs,))
     assert found == [  # by name: a student's folder and a file at the top are sorted together
         Found(subs / "alice/flash.cu", "alice"),
@@ -222,6 +225,9 @@ def test_a_folder_per_student_names_each_student_and_lists_what_it_skips(tmp_pat
     ]
     assert skipped == [
         NotGraded(subs / ".git", "a hidden folder, not searched"),
+        NotGraded(
+            subs / "alice/._flash.cu", "a hidden file (such as the ._ copies macOS's archiver leaves), not graded"
+        ),
         NotGraded(subs / "bob/notes.txt", "not a .cu file"),
         NotGraded(
             subs / "bob/old", "a folder inside a student's folder (only the student's folder itself is searched)"
@@ -293,24 +299,39 @@ def test_any_secret_text_is_a_seed_and_integers_stay_themselves(monkeypatch):
     assert secret_seed("-5") != 5 and secret_seed("-5") >= 0
 
 
-@pytest.mark.parametrize("value", [None, "", "  "])
-def test_in_ci_an_empty_or_unset_secret_is_a_usage_error(monkeypatch, value):
+def test_in_ci_an_unset_secret_is_a_usage_error(monkeypatch):
     monkeypatch.setenv("CI", "true")
-    if value is None:
-        monkeypatch.delenv("ATTNLAB_SEED", raising=False)
-    else:
-        monkeypatch.setenv("ATTNLAB_SEED", value)
+    monkeypatch.delenv("ATTNLAB_SEED", raising=False)
     with pytest.raises(AttnlabError) as caught:
         resolve_seed(None)
-    said = "is not set" if value is None else "is empty"
     assert caught.value.exit_code == ExitCode.USAGE
     assert caught.value.message == (
-        f"$ATTNLAB_SEED {said}, and CI=true: a CI grade uses the course's secret seed; set $ATTNLAB_SEED from "
-        "the CI system's secret (a fork's pull request gets none), or pass --public-seed to grade with the "
+        "$ATTNLAB_SEED is not set, and CI=true: a CI grade uses the course's secret seed; set $ATTNLAB_SEED "
+        "from the CI system's secret (a fork's pull request gets none), or pass --public-seed to grade with the "
         "public inputs on purpose"
     )
     assert resolve_seed(None, public_seed=True) == Seed(DEFAULT_SEED, "default")
     assert resolve_seed(5) == Seed(5, "--seed")
+    monkeypatch.delenv("CI")
+    assert resolve_seed(None) == Seed(DEFAULT_SEED, "default")  # outside CI, no secret means the public inputs
+
+
+@pytest.mark.parametrize("ci", [None, "true"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_secret_is_a_usage_error_in_ci_or_not(monkeypatch, ci, value):
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    monkeypatch.setenv("ATTNLAB_SEED", value)
+    with pytest.raises(AttnlabError) as caught:
+        resolve_seed(None)
+    assert caught.value.exit_code == ExitCode.USAGE
+    assert caught.value.message == (
+        "$ATTNLAB_SEED is empty: set it to the course's secret (a fork's pull request gets none, a misspelt "
+        "secret's name an empty value), unset it, or pass --public-seed to grade with the public inputs on purpose"
+    )
+    assert resolve_seed(None, public_seed=True) == Seed(DEFAULT_SEED, "default")
 
 
 @needs_cpu_backend
@@ -326,4 +347,13 @@ def test_a_ci_batch_without_its_secret_stops_before_grading(tmp_path):
     )
     assert completed.returncode == 2
     assert completed.stderr.startswith("error: $ATTNLAB_SEED is not set, and CI=true: ")
+    with_seed = subprocess.run(  # an explicit --seed is a seed: the batch goes on
+        [sys.executable, "-m", "labrunner", "grade", "lab2", str(SOLUTION), str(STARTER), *QUICK, "--seed", "7"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert with_seed.returncode == 0, with_seed.stderr[-2000:]
     assert "[1/2]" not in completed.stderr

@@ -159,7 +159,9 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
     batch = BatchOptions(
         **{name: options[name] for name in (*BATCH_ONLY, "junit_path", "annotations", "gradescope_path", "device")}
     )
-    forwarded = passed_options(context.command, context.params, {"json_path", "junit_path", "annotations", *BATCH_ONLY})
+    # the batch writes Gradescope's results.json itself, reused or interrupted as the submission may be
+    leave_out = {"json_path", "junit_path", "annotations", "gradescope_path", *BATCH_ONLY}
+    forwarded = passed_options(context.command, context.params, leave_out)
     try:
         code = grade_batch(lab, files, options["device"], forwarded, batch)
     except AttnlabError as exc:

@@ -25,7 +25,7 @@ from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
 from labrunner.pipeline.batch_files import expand_submissions, report_names
 from labrunner.pipeline.batch_options import BatchOptions
-from labrunner.pipeline.batch_reuse import ReuseRecord, seed_hash
+from labrunner.pipeline.batch_reuse import ReuseRecord, grading_machine, seed_hash
 from labrunner.pipeline.batch_stop import BatchStop, stopped_by_signals
 from labrunner.pipeline.grade import gates_not_applied
 from labrunner.pipeline.local_executor import Job, default_jobs, run_local, visible_gpus
@@ -35,6 +35,7 @@ from labrunner.pipeline.submission import Outcome, SubmissionTask, grade_in_proc
 from labrunner.report import terminal
 from labrunner.report.annotations import github_batch_annotations
 from labrunner.report.gradebook import write_gradebook
+from labrunner.report.gradescope import write_gradescope
 from labrunner.report.html_report import write_html_report
 from labrunner.report.junit import write_aggregate
 from labrunner.report.records.batch_row import BatchRow
@@ -73,7 +74,8 @@ def grade_batch(
             f"--gradescope {batch.gradescope_path}: Gradescope's results.json is one student's, and this batch "
             f"has {len(found)} files; grade each submission on its own (as Gradescope's autograder does)"
         )
-    resolve_seed(None, "--public-seed" in options)  # a seed the grade would refuse is refused once, before all
+    if "--seed" not in options:  # a seed the grade would refuse is refused once, before all
+        resolve_seed(None, "--public-seed" in options)
     prepare_outputs(batch)
     for skipped in not_graded:
         terminal.note(f"not graded: {shown_path(skipped.path)}: {skipped.reason}")
@@ -103,10 +105,11 @@ def grade_batch(
         ]
         record = ReuseRecord(reports)
         seed = seed_hash(record.salt)
+        machine = grading_machine(backend, None if batch.executor == "local" else cluster_request(batch))
         reused: dict[int, Outcome] = {}
         if batch.out_dir and not batch.regrade:
             for i, task in enumerate(tasks):
-                result = record.reusable(task, backend, seed)
+                result = record.reusable(task, machine, seed)
                 if result is not None:
                     reused[i] = Outcome(task, result, float(result.get("seconds") or 0.0))
         if reused:
@@ -130,12 +133,28 @@ def grade_batch(
                 graded = run_submitit(to_grade, chosen, finished, job, stop=stop)
         fresh = iter(graded)
         outcomes = [reused[i] if i in reused else next(fresh) for i in range(len(tasks))]
+        stopped = stop.is_set()  # once: a deadline passing while the reports are written stops nothing
         if batch.out_dir:
-            record.remember(graded, backend, seed)
-        if stop.is_set():
+            record.remember(graded, machine, seed)
+        if stopped:
             terminal.error(f"{stop.reason.removeprefix('not graded: ')}: the reports of what finished are written")
         code = report(lab, outcomes, batch)
-        return int(stop.exit_code) if stop.is_set() else code
+        return int(stop.exit_code) if stopped else code
+
+
+def cluster_request(batch: BatchOptions) -> str:
+    """A cluster's request as the verdicts may depend on it: which nodes, and what GPU, the tasks asked for."""
+    return " ".join(
+        f"{name}={value}"
+        for name, value in (
+            ("device", batch.device),
+            ("partition", batch.partition),
+            ("gres", batch.gres),
+            ("constraint", batch.constraint),
+            ("gpus", batch.gpus_per_job),
+        )
+        if value is not None
+    )
 
 
 def prepare_outputs(batch: BatchOptions) -> None:
@@ -147,7 +166,12 @@ def prepare_outputs(batch: BatchOptions) -> None:
             raise usage_error(f"--out-dir {batch.out_dir}: cannot create it ({exc.strerror})") from None
         if not os.access(batch.out_dir, os.W_OK):
             raise usage_error(f"--out-dir {batch.out_dir}: cannot write there (Permission denied)")
-    for option, path in (("--csv", batch.csv_path), ("--junit", batch.junit_path), ("--html", batch.html_path)):
+    for option, path in (
+        ("--csv", batch.csv_path),
+        ("--junit", batch.junit_path),
+        ("--html", batch.html_path),
+        ("--gradescope", batch.gradescope_path),
+    ):
         problem = path and unwritable(path)
         if problem:
             raise usage_error(f"{option} {path}: cannot write ({problem})")
@@ -174,6 +198,9 @@ def report(lab: str, outcomes: list[Outcome], batch: BatchOptions) -> int:
         if batch.html_path:
             write_html_report(lab, [r.to_json() for r in rows], results, batch.html_path)
             written.append(str(batch.html_path))
+        if batch.gradescope_path:  # a batch of one file (more is refused): reused or interrupted, it is written
+            write_gradescope(results[0], batch.gradescope_path)
+            written.append(str(batch.gradescope_path))
     except OSError as exc:
         raise AttnlabError(f"{exc.filename}: cannot write ({exc.strerror})", ExitCode.USAGE) from None
     if batch.out_dir:

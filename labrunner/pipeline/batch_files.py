@@ -64,11 +64,11 @@ def folder_submissions(folder: Path) -> tuple[list[Found], list[NotGraded]]:
     skipped: list[NotGraded] = []
     for entry in sorted(listed(folder), key=lambda e: e.name):
         path = folder / entry.name
-        if Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False):
+        if is_submission(entry):
             found.append(Found(path))
         elif entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
             own = [e for e in sorted(listed(path), key=lambda e: e.name)]
-            files = [e for e in own if Path(e.name).suffix == ".cu" and not e.is_dir(follow_symlinks=False)]
+            files = [e for e in own if is_submission(e)]
             found += [Found(path / e.name, entry.name) for e in files]
             skipped += [
                 NotGraded(path / e.name, why_not_graded(e, in_student_folder=True)) for e in own if e not in files
@@ -78,6 +78,13 @@ def folder_submissions(folder: Path) -> tuple[list[Found], list[NotGraded]]:
         else:
             skipped.append(NotGraded(path, why_not_graded(entry, in_student_folder=False)))
     return found, skipped
+
+
+def is_submission(entry: os.DirEntry) -> bool:
+    """A `.cu` entry that is not a folder and not hidden (`._flash.cu` is the copy macOS's archiver leaves)."""
+    return (
+        Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
+    )
 
 
 def listed(folder: Path) -> list[os.DirEntry]:
@@ -94,6 +101,8 @@ def why_not_graded(entry: os.DirEntry, in_student_folder: bool) -> str:
         if in_student_folder:
             return "a folder inside a student's folder (only the student's folder itself is searched)"
         return "a hidden folder, not searched"
+    if entry.name.startswith("."):
+        return "a hidden file (such as the ._ copies macOS's archiver leaves), not graded"
     if entry.is_symlink() and entry.is_dir():
         return "a link to a folder, not followed (a student's folder must be a folder)"
     if suffix.lower() == ".cu":

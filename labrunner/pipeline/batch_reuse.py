@@ -42,19 +42,51 @@ VERDICT_CODES = {
 }
 
 
-def grading_key(task: SubmissionTask, sha256: str, backend: str, seed_hash: str) -> str:
+def grading_key(task: SubmissionTask, sha256: str, machine: str, seed_hash: str) -> str:
     """What a report's verdict depends on, as one hash: the file (where it is and what its bytes are), the
-    lab, the grade options as passed on, the backend, the seed and attnlab's version."""
+    lab, the grade options as passed on and the bytes of the files they name (a gates file recalibrated
+    changes every gate's verdict), where it ran (`grading_machine`), the seed and attnlab's version."""
     parts = {
         "file": os.path.abspath(task.file),
         "sha256": sha256,
         "lab": task.lab,
         "options": list(task.options),
-        "backend": backend,
+        "named_files": named_file_hashes(task.options),
+        "machine": machine,
         "seed": seed_hash,
         "version": attnlab_version(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+FILE_OPTIONS = ("--gates",)  # grade options whose value is a file the verdict reads
+
+
+def named_file_hashes(options: tuple[str, ...]) -> dict[str, str]:
+    hashes = {}
+    for i, word in enumerate(options[:-1]):
+        if word in FILE_OPTIONS:
+            try:
+                hashes[word] = hashlib.sha256(Path(options[i + 1]).read_bytes()).hexdigest()
+            except OSError:
+                hashes[word] = "unreadable"
+    return hashes
+
+
+def grading_machine(backend: str, cluster_request: str | None = None) -> str:
+    """Where the verdicts come from, as far as they depend on it: the GPU's name (a speed gate is per GPU
+    model, and timings are), the CPU backend, or a cluster's request (its nodes' GPU is theirs to say)."""
+    if cluster_request is not None:
+        return f"cluster {cluster_request}"
+    if backend != "gpu":
+        return backend
+    try:
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+        return f"gpu {name.decode() if isinstance(name, bytes) else name}"
+    except Exception:
+        return "gpu"
 
 
 def seed_hash(salt: str) -> str:
@@ -80,13 +112,13 @@ class ReuseRecord:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.salt, self.keys = os.urandom(16).hex(), {}
 
-    def reusable(self, task: SubmissionTask, backend: str, seed: str) -> dict | None:
+    def reusable(self, task: SubmissionTask, machine: str, seed: str) -> dict | None:
         """The report to reuse for `task`, or None where it must be graded."""
         name = Path(task.json_path).name
         if name not in self.keys:
             return None
         sha256 = submission_sha256(Path(task.file))
-        if sha256 is None or self.keys[name] != grading_key(task, sha256, backend, seed):
+        if sha256 is None or self.keys[name] != grading_key(task, sha256, machine, seed):
             return None
         try:
             result = json.loads(Path(task.json_path).read_text())
@@ -96,16 +128,18 @@ class ReuseRecord:
             return None
         if result.get("exit_code") not in VERDICT_CODES or result.get("grader_died"):
             return None
+        if not isinstance(result.get("seconds"), (int, float, type(None))):
+            return None
         return result
 
-    def remember(self, outcomes: list[Outcome], backend: str, seed: str) -> None:
+    def remember(self, outcomes: list[Outcome], machine: str, seed: str) -> None:
         """Keys for the outcomes that are verdicts on the file graded (under the sha256 the result itself
         records: a file changed while it was graded is keyed by the bytes that were graded)."""
         for outcome in outcomes:
             name = Path(outcome.task.json_path).name
             sha256 = outcome.result.get("sha256")
             if outcome.exit_code in VERDICT_CODES and sha256 and not outcome.result.get("grader_died"):
-                self.keys[name] = grading_key(outcome.task, sha256, backend, seed)
+                self.keys[name] = grading_key(outcome.task, sha256, machine, seed)
             else:
                 self.keys.pop(name, None)
         data = {"schema": RECORD_SCHEMA, "salt": self.salt, "keys": dict(sorted(self.keys.items()))}

@@ -376,7 +376,11 @@ class SlurmBatch:
             try:
                 # sbatch passes the submitting environment on; submitit prints sbatch's refusal itself,
                 # which the error below says once
-                with environment_for_submission(seed_environment()), contextlib.redirect_stderr(io.StringIO()):
+                with (
+                    environment_for_submission(seed_environment()),
+                    contextlib.redirect_stderr(io.StringIO()),
+                    signals_held(),
+                ):
                     handles = self.executor.map_array(self.node_job, [self.tasks[p] for p in places])
             except Exception as exc:
                 message = refusal(exc)
@@ -452,9 +456,14 @@ class SlurmBatch:
         """The batch was stopped: nothing more is submitted, every array with a task unfinished is
         cancelled, and each unfinished task is `interrupted` (a result that arrived first still counts)."""
         arrays = [a.job_id for a in self.arrays if any(p not in self.outcomes for p in a.places)]
-        slurm_queue.cancel(arrays)
-        if arrays:
-            terminal.note(f"cancelled Slurm job {', '.join(arrays)} ({self.stop.reason.removeprefix('not graded: ')})")
+        if slurm_queue.cancel(arrays) or slurm_queue.cancel(arrays):  # once more: a busy controller may time out
+            if arrays:
+                why = self.stop.reason.removeprefix("not graded: ")
+                terminal.note(f"cancelled Slurm job {', '.join(arrays)} ({why})")
+        else:
+            terminal.error(
+                f"scancel did not take Slurm job {', '.join(arrays)}: cancel it by hand (scancel {arrays[0]})"
+            )
         self.drain()
         self.gather_results()
         left = self.unfinished()
@@ -486,7 +495,8 @@ class SlurmBatch:
         waiting = [job_id for place, job_id in ids.items() if "cluster" not in self.outcomes[place].result]
         if not waiting:
             return
-        until = time.monotonic() + QUEUE_DRAIN_S
+        # after a stop the jobs were drained already: a second wait would hold the batch past its 10 s
+        until = time.monotonic() + (1.0 if self.stop.is_set() else QUEUE_DRAIN_S)
         states = slurm_queue.poll(waiting) or {}
         # sacct's record of a just-ended job can lag squeue a little: GONE is waited out too
         while time.monotonic() < until and any(s.live or s.state == "GONE" for s in states.values()):
@@ -504,6 +514,19 @@ class SlurmBatch:
             reason = "node failure, requeued" if state.requeued_after_node_failure else None
             result["cluster"] = cluster_record(state, reason)
             write_json_file(result, Path(self.tasks[place].json_path))
+
+
+@contextlib.contextmanager
+def signals_held():
+    """SIGINT and SIGTERM held back while sbatch runs: sbatch is in this terminal's process group, and a
+    Ctrl-C reaching it would kill it mid-submission, leaving an array Slurm took that this batch never
+    heard of, so never cancels. The signal is delivered (and the batch stopped) as soon as sbatch is done."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 # The states in which the cluster, not the grading, ended a task.

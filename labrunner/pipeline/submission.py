@@ -21,6 +21,7 @@ from pathlib import Path
 
 from labrunner.exit_codes import ExitCode
 from labrunner.report.results import RunResult
+from labrunner.run.sandbox import end_process_tree
 from labrunner.run.untrusted_text import shown
 from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, environment_seed
 
@@ -92,42 +93,45 @@ class RunningProcesses:
     Each runs in a session of its own (`start_new_session`), so a terminal's Ctrl-C reaches the driver
     alone, and the driver decides: it passes the signal on to each grading process, whose own handler
     (cli/guard.py) closes its worker and writes its result as interrupted; one still there after
-    `grace_s` is killed with its whole process group, box and compiler included."""
+    `grace_s` is killed with every process below it (its worker, a box, a compiler: each in a session
+    of its own, so found by parent links, not by its group)."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = 5.0) -> None:
         self._lock = threading.Lock()
         self._processes: set[subprocess.Popen] = set()
         self._ending: signal.Signals | None = None
+        self.grace_s = grace_s
 
     def started(self, process: subprocess.Popen) -> None:
         with self._lock:
             self._processes.add(process)
             ending = self._ending
-        if ending is not None:  # started as the stop came: it is ended like the rest
-            _signal_group(process, ending)
+        if ending is not None:  # started as the stop came: it is ended like the rest, on a clock of its own
+            threading.Thread(target=self._end, args=([process], ending), daemon=True).start()
 
     def ended(self, process: subprocess.Popen) -> None:
         with self._lock:
             self._processes.discard(process)
 
-    def end_all(self, signum: signal.Signals, grace_s: float = 5.0) -> None:
+    def end_all(self, signum: signal.Signals) -> None:
         with self._lock:
             self._ending = signum
             processes = list(self._processes)
+        self._end(processes, signum)
+
+    def _end(self, processes: list[subprocess.Popen], signum: signal.Signals) -> None:
         for process in processes:
             with contextlib.suppress(OSError):
                 process.send_signal(signum)
-        deadline = time.monotonic() + grace_s
+        deadline = time.monotonic() + self.grace_s
         for process in processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(max(0.0, deadline - time.monotonic()))
-            # ended or not, its group goes: what it started (a worker, a box, a compiler) must not outlive it
-            _signal_group(process, signal.SIGKILL)
-
-
-def _signal_group(process: subprocess.Popen, signum: signal.Signals) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(process.pid, signum)
+            if process.poll() is None:
+                end_process_tree(process.pid)
+            else:  # what is left of its group (it ended; what it started in its own group must not outlive it)
+                with contextlib.suppress(OSError):
+                    os.killpg(process.pid, signal.SIGKILL)
 
 
 def grade_in_process(task: SubmissionTask, running: RunningProcesses | None = None) -> Outcome:

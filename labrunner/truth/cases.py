@@ -60,10 +60,10 @@ def resolve_seed(option: int | None, public_seed: bool = False) -> Seed:
     """--seed wins, then $ATTNLAB_SEED (a CI job's secret seed), then the public default.
 
     The secret may be any text a CI system stores: a decimal or 0x integer is that seed, anything else
-    is hashed to one (never shown, not even in an error). In CI (`CI=true`), an empty or unset secret is
-    what a pull request from a fork or a misspelt secret's name gives; grading it with the public seed,
-    whose inputs every student can reproduce, would be silent, so it is refused unless `--public-seed`
-    says that seed is meant."""
+    is hashed to one (never shown, not even in an error). An empty secret is what a pull request from a
+    fork or a misspelt secret's name gives, and in CI (`CI=true`) so is an unset one; grading with the
+    public seed, whose inputs every student can reproduce, would then be silent, so both are refused
+    unless `--public-seed` says that seed is meant."""
     if option is not None:
         if option < 0:
             raise usage_error(f"--seed must not be negative, got {option}")
@@ -71,12 +71,19 @@ def resolve_seed(option: int | None, public_seed: bool = False) -> Seed:
     secret = environment_seed().strip()
     if secret:
         return Seed(secret_seed(secret), SEED_ENVIRONMENT_VARIABLE)
-    if os.environ.get("CI", "").lower() == "true" and not public_seed:
-        said = "is empty" if SEED_ENVIRONMENT_VARIABLE in os.environ or _TAKEN_SEED is not None else "is not set"
+    was_set = SEED_ENVIRONMENT_VARIABLE in os.environ or _TAKEN_SEED is not None
+    in_ci = os.environ.get("CI", "").lower() == "true"
+    if was_set and not public_seed:
         raise usage_error(
-            f"${SEED_ENVIRONMENT_VARIABLE} {said}, and CI=true: a CI grade uses the course's secret seed; set "
-            f"${SEED_ENVIRONMENT_VARIABLE} from the CI system's secret (a fork's pull request gets none), or "
-            "pass --public-seed to grade with the public inputs on purpose"
+            f"${SEED_ENVIRONMENT_VARIABLE} is empty: set it to the course's secret (a fork's pull request gets "
+            "none, a misspelt secret's name an empty value), unset it, or pass --public-seed to grade with the "
+            "public inputs on purpose"
+        )
+    if in_ci and not public_seed:
+        raise usage_error(
+            f"${SEED_ENVIRONMENT_VARIABLE} is not set, and CI=true: a CI grade uses the course's secret seed; "
+            f"set ${SEED_ENVIRONMENT_VARIABLE} from the CI system's secret (a fork's pull request gets none), "
+            "or pass --public-seed to grade with the public inputs on purpose"
         )
     return Seed(DEFAULT_SEED, "default")
 
