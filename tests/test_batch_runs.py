@@ -357,3 +357,21 @@ def test_a_ci_batch_without_its_secret_stops_before_grading(tmp_path):
     )
     assert with_seed.returncode == 0, with_seed.stderr[-2000:]
     assert "[1/2]" not in completed.stderr
+
+
+@needs_cpu_backend
+def test_a_batch_of_one_writes_gradescope_results_even_when_its_report_is_reused(tmp_path):
+    out, results = tmp_path / "out", tmp_path / "results.json"
+    command = ("grade", "lab2", str(SOLUTION), *QUICK, "--out-dir", str(out), "--gradescope", str(results))
+    first = attnlab(*command, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    written = json.loads(results.read_text())
+    results.unlink()
+    again = attnlab(*command, cwd=tmp_path)
+    assert "reused 1 of 1 reports" in " ".join(again.stderr.split())
+    rewritten = json.loads(results.read_text())
+    assert (rewritten["score"], [t["name"] for t in rewritten["tests"]]) == (
+        written["score"],
+        [t["name"] for t in written["tests"]],
+    )
+    assert rewritten["score"] == 80.0 and [t["status"] for t in rewritten["tests"]] == ["passed"]
