@@ -16,6 +16,7 @@ guesses of the secret.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -55,8 +56,26 @@ def grading_key(task: SubmissionTask, sha256: str, machine: str, seed_hash: str)
         "machine": machine,
         "seed": seed_hash,
         "version": attnlab_version(),
+        "grader": grader_fingerprint(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+@functools.cache
+def grader_fingerprint() -> str:
+    """The grader's own bytes: its code, its case catalogues and its reference kernels, hashed. The version
+    number alone misses a checkout edited between two batches (a fixed rule, a new case), which grades
+    differently under the same number."""
+    import labrunner
+    from labrunner.labs.definition import KERNELS_DIR
+    from labrunner.truth.catalogue import CASES_DIR
+
+    digest = hashlib.sha256()
+    for root in (Path(labrunner.__file__).parent, CASES_DIR, KERNELS_DIR):
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(str(path.relative_to(root)).encode("utf-8", "surrogateescape") + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 FILE_OPTIONS = ("--gates",)  # grade options whose value is a file the verdict reads
