@@ -76,22 +76,14 @@ def twenty(tmp_path_factory):
         ("lab1", [f for f in load_fixtures("lab1") if f.path.is_relative_to(REPO / "kernels")]),
     ):
         out = folder / lab / "reports" / "nested"  # created, parents too
-        completed = attnlab(
-            "grade",
-            lab,
-            *(str(f.path) for f in fixtures),
-            "--jobs",
-            "2",
-            "--device",
-            "cpu",
-            "--out-dir",
-            str(out),
-            "--csv",
-            str(folder / f"{lab}.csv"),
-            cwd=folder,
-        )
+        completed = attnlab(*twenty_command(lab, fixtures, out, folder / f"{lab}.csv"), cwd=folder)
         runs[lab] = (fixtures, completed, out, folder / f"{lab}.csv")
     return runs
+
+
+def twenty_command(lab: str, fixtures: list, out: Path, csv_path: Path) -> tuple[str, ...]:
+    files = (str(f.path) for f in fixtures)
+    return ("grade", lab, *files, "--jobs", "2", "--device", "cpu", "--out-dir", str(out), "--csv", str(csv_path))
 
 
 @pytest.mark.slow
@@ -592,20 +584,7 @@ def test_an_unchanged_rerun_of_the_batch_reuses_every_report_in_seconds(twenty):
     fixtures, first, out, csv_path = twenty["lab2"]
     before = {r["file"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(open(csv_path))}
     started = time.monotonic()
-    again = attnlab(
-        "grade",
-        "lab2",
-        *(str(f.path) for f in fixtures),
-        "--jobs",
-        "2",
-        "--device",
-        "cpu",
-        "--out-dir",
-        str(out),
-        "--csv",
-        str(csv_path),
-        cwd=out.parents[2],
-    )
+    again = attnlab(*twenty_command("lab2", fixtures, out, csv_path), cwd=out.parents[2])
     seconds = time.monotonic() - started
     assert again.returncode == first.returncode
     assert f"note: reused {len(fixtures)} of {len(fixtures)} reports" in " ".join(again.stderr.split())

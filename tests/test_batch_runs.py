@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from fixture_suite import FIXTURES, REPO
+from test_batch import needs_cpu_backend
 
 from labrunner.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
@@ -30,15 +31,6 @@ STARTER = REPO / "kernels/lab2/starter.cu"
 HANG = FIXTURES / "lab2/hostile/hang.cu"
 WRONG = FIXTURES / "lab2/wrong"
 QUICK = ("--case", "C1-P31", "--device", "cpu")
-
-
-def cpu_backend_ready() -> bool:
-    from labrunner.run.cpu_device import cpu_backend_status
-
-    return cpu_backend_status()[0]
-
-
-needs_cpu_backend = pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
 
 
 def environment() -> dict[str, str]:

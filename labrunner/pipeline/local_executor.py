@@ -65,13 +65,16 @@ def run_local(
     for slot in range(jobs):
         slots.put(slot)
 
+    def written(outcome: Outcome) -> Outcome:
+        """A result made here, not by the grading process: written where that process would have put it."""
+        write_json_file(outcome.result, Path(outcome.task.json_path))
+        return outcome
+
     def one(task: SubmissionTask) -> Outcome:
         slot = slots.get()
         try:
             if stop.is_set():
-                outcome = Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), 0.0)
-                write_json_file(outcome.result, Path(task.json_path))
-                return outcome
+                return written(Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), 0.0))
             if len(gpus) > 1:
                 task = SubmissionTask(
                     **{**task.__dict__, "environment": (("CUDA_VISIBLE_DEVICES", gpus[slot % len(gpus)]),)}
@@ -79,11 +82,9 @@ def run_local(
             try:
                 outcome = job(task, running)
             except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
-                outcome = Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0)
+                outcome = written(Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0))
             if stop.is_set() and outcome.result.get("grader_died"):  # ended by the stop, not dead of its own
-                outcome = Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), outcome.seconds)
-            if outcome.result.get("grader_died") or stop.is_set():
-                write_json_file(outcome.result, Path(task.json_path))
+                outcome = written(Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), outcome.seconds))
             return outcome
         finally:
             slots.put(slot)
