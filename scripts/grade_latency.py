@@ -1,84 +1,200 @@
-"""How long one whole `attnlab grade` takes, end to end, boxed and unboxed, cold and warm.
+"""How long a whole `attnlab grade` takes, end to end, cold and warm, per lab; and a batch's throughput.
 
 A benchmark, never a test: it prints figures. Each grade is a fresh process, as a student's is.
-The first grade of a mode on a fresh machine fills NVRTC's and CuPy's caches (cold); the rest are
-warm, and their median is the figure to read. "unboxed" grades with the box taken away
-(`ATTNLAB_BWRAP` pointed at nothing), which is what the box costs.
 
-    python scripts/grade_latency.py [--lab lab2] [--file kernels/lab2/solution.cu] [--runs 5] [--device gpu]
-                                    [--against OTHER_CHECKOUT]
+- cold: the first grade with every cache empty (a new HOME, so attnlab's cache, CuPy's kernel cache and
+  the CUDA driver's JIT cache all start empty), as on a fresh machine;
+- warm: the median of --runs grades after it, with those caches kept;
+- where the time went: the phases (`--json`'s `timings`) of the cold grade and of the median warm one;
+- --batch N: a folder of N files of one lab (the solution, the starter and wrong fixtures, mixed), graded
+  as one batch with --jobs (default auto), warm: submissions per GPU-hour (per CPU-hour on the CPU).
+
+    python scripts/grade_latency.py [--labs lab1,lab2,lab3] [--runs 5] [--device gpu|cpu]
+                                    [--against OTHER_CHECKOUT] [--batch 40 --batch-lab lab2 --jobs auto]
+
+--against: another checkout (an earlier commit, unpacked) timed the same way in the same run, for a table
+before and after; an older tree may write no `timings`, and its phases are then left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# Wrong fixtures mixed into a batch (each fails a case; none hangs, so the figure is the grader's).
+WRONG = {
+    "lab1": ["tests/fixtures/lab1/wrong"],
+    "lab2": ["tests/fixtures/lab2/wrong"],
+    "lab3": ["tests/fixtures/lab3/wrong"],
+}
 
 
-def one_grade(lab: str, path: str, device: str, boxed: bool, tree: Path = REPO) -> tuple[float, int]:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    if not boxed:
-        env["ATTNLAB_BWRAP"] = "/nonexistent/bwrap"
-    extra = [] if device == "gpu" else ["--unsafe-cpu"] if not boxed else []
+def fresh_home(root: Path) -> dict[str, str]:
+    """An environment whose caches all start empty (and stay, for the warm runs that follow)."""
+    home = root / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HOME": str(home), "CUDA_CACHE_PATH": str(home / ".nv")}
+    for name in ("XDG_CACHE_HOME", "CUPY_CACHE_DIR", "ATTNLAB_CACHE_DIR"):
+        env.pop(name, None)
+    return env
+
+
+def one_grade(tree: Path, env: dict[str, str], lab: str, path: str, device: str, report: Path) -> dict:
+    command = [sys.executable, "-m", "labrunner", "grade", lab, path, "--device", device, "--public-seed"]
+    command += ["--json", str(report)]
     started = time.perf_counter()
     completed = subprocess.run(
-        [sys.executable, "-m", "labrunner", "grade", lab, path, "--device", device, *extra],
+        command,
         cwd=tree,
-        env=env,
+        env={**env, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    return time.perf_counter() - started, completed.returncode
+    seconds = time.perf_counter() - started
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if completed.returncode != 0:
+        print(f"  exit {completed.returncode}: {completed.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+    timing = data.get("timing") or {}
+    return {
+        "seconds": seconds,
+        "exit": completed.returncode,
+        "phases": data.get("timings"),
+        "speedup": timing.get("speedup") if isinstance(timing, dict) else None,
+    }
+
+
+def lab_latency(tree: Path, lab: str, device: str, runs: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="attnlab-latency-") as scratch:
+        env = fresh_home(Path(scratch))
+        path = f"kernels/{lab}/solution.cu"
+        grades = [one_grade(tree, env, lab, path, device, Path(scratch) / f"run{i}.json") for i in range(runs + 1)]
+    warm = sorted(grades[1:], key=lambda g: g["seconds"])
+    median = warm[len(warm) // 2]
+    return {
+        "cold": grades[0],
+        "warm_median": statistics.median(g["seconds"] for g in warm),
+        "warm_min": warm[0]["seconds"],
+        "warm_max": warm[-1]["seconds"],
+        "median_run": median,
+        "exits": sorted({g["exit"] for g in grades}),
+        "speedups": [g["speedup"] for g in grades if g["speedup"] is not None],
+    }
+
+
+def phase_rows(cold: list | None, warm: list | None) -> list[tuple[str, str, str]]:
+    names: list[str] = []
+    for table in (cold or [], warm or []):
+        names += [row["phase"] for row in table if row["phase"] not in names]
+    as_dict = [{row["phase"]: row["seconds"] for row in table or []} for table in (cold, warm)]
+    return [(name, *(f"{d[name]:.3f}" if name in d else "" for d in as_dict)) for name in names]  # type: ignore[misc]
+
+
+def batch_folder(root: Path, lab: str, count: int) -> Path:
+    """count files, the solution, the starter and the lab's wrong fixtures in turn, each under a name of its own."""
+    sources = [REPO / f"kernels/{lab}/solution.cu", REPO / f"kernels/{lab}/starter.cu"]
+    for folder in WRONG[lab]:
+        sources += sorted((REPO / folder).glob("*.cu"))[:6]
+    folder = root / "submissions"
+    folder.mkdir(parents=True)
+    for i in range(count):
+        source = sources[i % len(sources)]
+        shutil.copyfile(source, folder / f"s{i:03d}-{source.stem}.cu")
+    return folder
+
+
+def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="attnlab-batch-latency-") as scratch:
+        root = Path(scratch)
+        env = fresh_home(root)
+        one_grade(tree, env, lab, f"kernels/{lab}/solution.cu", device, root / "warmup.json")  # fills the caches
+        folder = batch_folder(root, lab, count)
+        gradebook = root / "gradebook.csv"
+        command = [sys.executable, "-m", "labrunner", "grade", lab, str(folder), "--device", device]
+        command += ["--jobs", jobs, "--csv", str(gradebook), "--public-seed"]
+        started = time.perf_counter()
+        completed = subprocess.run(
+            command,
+            cwd=tree,
+            env={**env, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        seconds = time.perf_counter() - started
+        rows = list(csv.DictReader(gradebook.open())) if gradebook.exists() else []
+    verdicts: dict[str, int] = {}
+    for row in rows:
+        verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
+    return {"seconds": seconds, "rows": len(rows), "exit": completed.returncode, "verdicts": verdicts}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lab", default="lab2")
-    parser.add_argument("--file", default=None)
+    parser.add_argument("--labs", default="lab1,lab2,lab3")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--device", default="gpu", choices=["gpu", "cpu"])
-    parser.add_argument(
-        "--against",
-        type=Path,
-        default=None,
-        help="another checkout (an earlier commit, unpacked) timed the same way in the same run",
-    )
+    parser.add_argument("--against", type=Path, default=None, help="an earlier checkout, timed the same way")
+    parser.add_argument("--against-labs", default=None, help="labs for --against (default: --labs)")
+    parser.add_argument("--batch", type=int, default=0, help="files in the throughput batch (0: none)")
+    parser.add_argument("--batch-lab", default="lab2")
+    parser.add_argument("--jobs", default="auto")
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     arguments = parser.parse_args()
-    path = arguments.file or f"kernels/{arguments.lab}/solution.cu"
-    rows = []
-    modes = [("boxed", True, REPO), ("unboxed", False, REPO)]
+    trees = [("this tree", REPO, arguments.labs.split(","))]
     if arguments.against:
-        modes.append((f"{arguments.against.name}", False, arguments.against.resolve()))
-    for mode, boxed, tree in modes:
-        seconds, codes = [], set()
-        for _ in range(arguments.runs + 1):  # the first is the cold one
-            took, code = one_grade(arguments.lab, path, arguments.device, boxed, tree)
-            seconds.append(took)
-            codes.add(code)
-        rows.append(
-            (mode, seconds[0], statistics.median(seconds[1:]), min(seconds[1:]), max(seconds[1:]), sorted(codes))
+        trees.append(
+            (arguments.against.name, arguments.against.resolve(), (arguments.against_labs or arguments.labs).split(","))
         )
-    print(f"grade {arguments.lab} {path} --device {arguments.device}: {arguments.runs} warm runs after one cold")
-    print(f"{'mode':12} {'first s':>8} {'median s':>9} {'min s':>6} {'max s':>6}  exit codes")
-    for mode, first, median, low, high, codes in rows:
-        print(f"{mode:12} {first:8.2f} {median:9.2f} {low:6.2f} {high:6.2f}  {codes}")
-    boxed_median, unboxed_median = rows[0][2], rows[1][2]
-    print(
-        f"the box costs {boxed_median - unboxed_median:+.2f} s per warm grade "
-        f"({boxed_median / unboxed_median - 1:+.1%} of the unboxed median)"
-    )
-    if arguments.against:
+    figures: dict = {"device": arguments.device, "runs": arguments.runs, "latency": [], "batch": None}
+    for name, tree, labs in trees:
+        for lab in labs:
+            measured = lab_latency(tree, lab, arguments.device, arguments.runs)
+            figures["latency"].append({"tree": name, "lab": lab, **measured})
+            print(
+                f"{name}: grade {lab} solution --device {arguments.device}: cold {measured['cold']['seconds']:.2f} s, "
+                f"warm median {measured['warm_median']:.2f} s (min {measured['warm_min']:.2f}, max "
+                f"{measured['warm_max']:.2f}), exits {measured['exits']}",
+                flush=True,
+            )
+    for entry in figures["latency"]:
+        rows = phase_rows(entry["cold"]["phases"], entry["median_run"]["phases"])
+        if rows:
+            print(f"\nwhere the time went: {entry['tree']}, {entry['lab']} (seconds)")
+            print(f"  {'phase':28} {'cold':>8} {'warm':>8}")
+            for phase, cold, warm in rows:
+                print(f"  {phase:28} {cold:>8} {warm:>8}")
+    if arguments.batch:
+        batch = batch_throughput(REPO, arguments.batch_lab, arguments.batch, arguments.jobs, arguments.device)
+        per_hour = 3600 * batch["rows"] / batch["seconds"] if batch["seconds"] else 0.0
+        figures["batch"] = {**batch, "per_hour": per_hour}
+        unit = "GPU" if arguments.device == "gpu" else "CPU"
         print(
-            f"this tree, boxed, against {arguments.against.name}: {boxed_median / rows[2][2] - 1:+.1%} per warm grade"
+            f"\nbatch: {batch['rows']} {arguments.batch_lab} files, --jobs {arguments.jobs}: {batch['seconds']:.1f} s, "
+            f"{per_hour:.0f} submissions per {unit}-hour; verdicts {batch['verdicts']}; exit {batch['exit']}"
         )
-    return 0 if all(codes == [0] for *_, codes in rows) else 1
+    print(f"\n{'tree':14} {'lab':5} {'cold s':>7} {'warm s':>7} {'speedup':>8}")
+    for entry in figures["latency"]:
+        speedups = entry["speedups"]
+        spread = f"{statistics.median(speedups):.2f}x" if speedups else "-"
+        print(
+            f"{entry['tree']:14} {entry['lab']:5} {entry['cold']['seconds']:7.2f} {entry['warm_median']:7.2f} {spread:>8}"
+        )
+    if arguments.json:
+        arguments.json.write_text(json.dumps(figures, indent=2))
+    return 0 if all(e["exits"] == [0] for e in figures["latency"]) else 1
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from pathlib import Path
 import click
 
 from labrunner.build.source import submission_sha256
+from labrunner.cli.options import SHOW_TIMINGS
 from labrunner.exit_codes import AttnlabError, ExitCode, Terminated
+from labrunner.phases import CLOCK
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
@@ -26,12 +28,17 @@ from labrunner.truth.verdict import Status
 STANDARD_OUTPUT = Path("-")
 
 
-def finish(result: RunResult, json_path: Path | None, junit_path: Path | None = None, after=None) -> None:
+def finish(result: RunResult, json_path: Path | None, junit_path: Path | None, after, started: float) -> None:
     """Render what is there, write --json and --junit, exit with the result's code. Never a traceback."""
-    if result.error:
-        terminal.error(result.error)
-    if after:
-        after(result)
+    with CLOCK.phase("reports"):
+        if result.error:
+            terminal.error(result.error)
+        if after:
+            after(result)
+    result.seconds = round(time.perf_counter() - started, 3)
+    result.timings = CLOCK.table()  # what writing the JSON itself takes is the one thing left out
+    if show_timings():
+        terminal.phase_table(result.timings, result.seconds)
     for option, path, write in (("--json", json_path, write_json), ("--junit", junit_path, write_junit)):
         if option == "--json" and path == STANDARD_OUTPUT:
             sys.stdout.write(json_text(result))
@@ -78,6 +85,7 @@ def _guarded(
             terminal.error(f"{option} {path}: cannot write ({problem})")
             sys.exit(int(ExitCode.USAGE))
     started = time.perf_counter()
+    CLOCK.start()
     previous = _on_sigterm(_terminate)
     try:
         body()
@@ -92,9 +100,8 @@ def _guarded(
         terminal.cases_report(result)
     finally:
         _on_sigterm(previous)
-    result.seconds = round(time.perf_counter() - started, 3)
     describe_run(result)
-    finish(result, json_path, junit_path, after)
+    finish(result, json_path, junit_path, after, started)
 
 
 def describe_run(result: RunResult) -> None:
@@ -107,6 +114,12 @@ def describe_run(result: RunResult) -> None:
         result.options = {name: plain_option(value) for name, value in context.params.items()}
     if result.file:
         result.sha256 = submission_sha256(Path(result.file))  # None where the run itself says why not
+
+
+def show_timings() -> bool:
+    """`--timings` on the command line of the command that runs (every command that grades takes it)."""
+    context = click.get_current_context(silent=True)
+    return bool(context is not None and context.meta.get(SHOW_TIMINGS))
 
 
 def plain_option(value):

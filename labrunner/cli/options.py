@@ -72,6 +72,9 @@ compile_options = stacked(
     ),
 )
 
+# context.meta's key for --timings (`cli/guard.py:show_timings`).
+SHOW_TIMINGS = "attnlab.timings"
+
 report_options = stacked(
     click.option(
         "--json",
@@ -84,6 +87,14 @@ report_options = stacked(
         "junit_path",
         type=FILE_PATH,
         help="Also write the cases as a JUnit XML report (one test case per case).",
+    ),
+    click.option(
+        "--timings",
+        is_flag=True,
+        expose_value=False,  # read by the guard, which prints the table last, not by each command
+        callback=lambda context, parameter, value: context.meta.__setitem__(SHOW_TIMINGS, value),
+        help="Print where the command's time went, phase by phase (imports, box start, compiles, golden "
+        "proof, each case, timing, reports); the JSON carries it as `timings` either way.",
     ),
 )
 

@@ -6,12 +6,16 @@ Correctness gates timing: nothing is timed (`timing.py`) until every case passed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from labrunner.build.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
+from labrunner.phases import phase
 from labrunner.pipeline.case_limit import case_limit
 from labrunner.pipeline.explain import explain_failure
 from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
@@ -22,6 +26,7 @@ from labrunner.run.racecheck import find_hazard
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import (
     Case,
+    Inputs,
     Seed,
     geometry_case,
     make_inputs,
@@ -41,6 +46,9 @@ class CaseOptions:
     only: tuple[str, ...] = ()  # case names to run (empty: all)
     diagnose: bool = True  # GPU: replay a crashing case under compute-sanitizer, where installed
     rerun: bool = True  # CPU: rerun a failing case under three other schedules, to find a race unasked
+    # where a case's float64 reference comes from: None is the CPU oracle (`Inputs.reference`); on the
+    # GPU backend the driver's proven GPU oracle (`pipeline/oracle_ahead.py`)
+    oracle: Callable[[Inputs], np.ndarray] | None = None
 
 
 # Failing cases whose output is compared with the variant oracles for hints (the first ones).
@@ -110,19 +118,20 @@ def run_cases(
         # Once a race is found the verdict is race: later cases need no more schedules to say so.
         raced = any(r.status == Status.RACE for r in results)
         limit = case_limit(lab.name, backend, case, options.timeout_s)  # this case's, and why
-        result, judgement = judged_case(
-            lab,
-            submission,
-            worker,
-            case,
-            replace(options, race_check=False, rerun=False) if raced else options,
-            limit.seconds,
-            explain=failures < EXPLAINED_FAILURES,
-            stage_check=failures == 0,
-            sanitize=sanitizing and case.cpu,
-            diagnose=backend == "gpu" and options.diagnose,
-            progress=progress,
-        )
+        with phase(f"case {case.name}"):
+            result, judgement = judged_case(
+                lab,
+                submission,
+                worker,
+                case,
+                replace(options, race_check=False, rerun=False) if raced else options,
+                limit.seconds,
+                explain=failures < EXPLAINED_FAILURES,
+                stage_check=failures == 0,
+                sanitize=sanitizing and case.cpu,
+                diagnose=backend == "gpu" and options.diagnose,
+                progress=progress,
+            )
         if result.status == Status.TIMEOUT:
             result.message = limit.timed_out()
         results.append(result)
@@ -180,8 +189,9 @@ def judged_case(
     each costs time. `sanitize`: the judge may ask compute-sanitizer's racecheck and synccheck about
     the case (GPU --race-check). `diagnose`: a crash is replayed under compute-sanitizer's memcheck,
     to name the kernel and the line (GPU)."""
-    inputs = make_inputs(case, options.seed.value)
-    given = inputs.buffers()
+    with phase("inputs"):
+        inputs = make_inputs(case, options.seed.value)
+        given = inputs.buffers()
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     writable = {
         "out": case.rows * QUERY_HEADS * HEAD_DIM,
@@ -212,7 +222,8 @@ def judged_case(
 
     try:
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=FIRST_SCHEDULE)
-        reference = inputs.reference()
+        with phase("oracle"):
+            reference = options.oracle(inputs) if options.oracle else inputs.reference()
         judgement = judge(
             case,
             run,
@@ -236,22 +247,23 @@ def judged_case(
     words = ""
     if judgement.output in (Status.WRONG, Status.NEVER_WRITTEN, Status.RACE):
         # the schedule that disagreed is the last one tried: the kernel search replays only that one
-        evidence, words = explain_failure(
-            lab,
-            submission,
-            worker,
-            case,
-            inputs,
-            run,
-            reference,
-            judgement.output,
-            list(judgement.failing_rows),
-            dict(tried[-1:] or RACE_SCHEDULES[:2]),  # a poisoned output disagreed with no schedule: try two
-            timeout_s,
-            explain,
-            stage_check,
-            words=not judgement.by_sanitizer,
-        )
+        with phase("explain"):
+            evidence, words = explain_failure(
+                lab,
+                submission,
+                worker,
+                case,
+                inputs,
+                run,
+                reference,
+                judgement.output,
+                list(judgement.failing_rows),
+                dict(tried[-1:] or RACE_SCHEDULES[:2]),  # a poisoned output disagreed with no schedule: try two
+                timeout_s,
+                explain,
+                stage_check,
+                words=not judgement.by_sanitizer,
+            )
         if judgement.between_blocks:
             evidence["between_blocks"] = True
     result = CaseResult(

@@ -19,8 +19,10 @@ from labrunner.measure.gates import (
     apply_gate,
     load_gates,
 )
+from labrunner.phases import phase
 from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
 from labrunner.pipeline.cases import CaseOptions, run_cases
+from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options
@@ -38,6 +40,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
     if request.file is None:  # the command always names the file it grades; a request without one is a caller's mistake
         raise TypeError("grade_submission: the request names no file to grade")
+    ahead = OracleAhead(request.device)  # made and proven while the file compiles
     lab, submission, backend, seed = prepare(
         result,
         request.lab,
@@ -57,21 +60,24 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         race_check=request.race_check,
         only=request.only,
         diagnose=request.diagnose,
+        oracle=ahead.for_cases() if backend == "gpu" else None,
     )
     result.device = device_facts(backend)
     with Worker(backend) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
         load_student(worker, lab, submission, request.load_options)
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
             run_cases(lab, submission, worker, backend, options, progress, results=result.cases)
-        result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
+        with phase("hints"):
+            result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
         advice = race_check_advice(backend, request.race_check, result, submission)
         if advice:
             result.notes.append(advice)
-        terminal.cases_report(result)
+        with phase("reports"):
+            terminal.cases_report(result)
         correct = result.decisive_case is None
         if correct and not request.no_timing and backend == "gpu" and not request.only:
             timing_options = request.timing_options(seed.value)
-            with gpu_share(backend, "timing"):
+            with gpu_share(backend, "timing"), phase("timing"):
                 run_lab_timing(
                     lab,
                     submission,
@@ -83,6 +89,7 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
                     baseline=lab.starter_path if lab.timing_strategy.baseline_kernel else None,
                     arch=request.arch,
                     limits=request.compile_limits,
+                    references=ahead.for_timing(),
                 )
             timing = result.timing
             if isinstance(timing, SpeedupTiming) and timing.bandwidth is not None:
@@ -92,10 +99,11 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         elif correct and backend == "cpu":
             result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
         result.kernel_output = worker.kernel_output()
-    terminal.timing_report(result)
-    terminal.gate_report(result)
-    terminal.kernel_output(result.kernel_output)
-    close_report(lab, submission, result, request, seed.value)
+    with phase("reports"):
+        terminal.timing_report(result)
+        terminal.gate_report(result)
+        terminal.kernel_output(result.kernel_output)
+        close_report(lab, submission, result, request, seed.value)
     if advice:
         terminal.note(advice)  # last: what to run next
 

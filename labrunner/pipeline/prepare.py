@@ -9,6 +9,7 @@ from labrunner.build.gate import Submission, load_submission
 from labrunner.build.source import take_notes
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
+from labrunner.phases import phase
 from labrunner.pipeline.backend import resolve_backend
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
@@ -33,8 +34,10 @@ def prepare(
 ):
     """Oracle proof, compile gate, backend: everything before the first kernel runs."""
     lab = get_lab(lab_name)
-    result.oracle_proof = require_proven_oracle().to_json()
-    submission = load_submission(lab, path, shown_path(path), arch, limits)  # the name as every message shows it
+    with phase("golden proof"):
+        result.oracle_proof = require_proven_oracle().to_json()
+    with phase("compile student"):
+        submission = load_submission(lab, path, shown_path(path), arch, limits)  # the name as every message shows it
     result.notes += said_once(take_notes())  # what reading the file set right (a byte-order mark removed)
     backend, notes = resolve_backend(device, unsafe_cpu)
     for words in notes:

@@ -36,6 +36,7 @@ from labrunner.measure.roofline import GpuFacts
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.phases import phase
 from labrunner.pipeline.prepare import display_path
 from labrunner.report import terminal
 from labrunner.report.records.timing import (
@@ -110,6 +111,12 @@ def gpu_references() -> References:
             f"{exc}); a GPU in exclusive-process compute mode cannot serve the driver and the worker at once: "
             "`nvidia-smi -c DEFAULT` allows both"
         ) from None
+
+
+def proven_gpu_references() -> References:
+    """`gpu_references`, made here because no oracle was started ahead of the timing (bench, calibrate)."""
+    with phase("GPU oracle and its proof"):
+        return gpu_references()
 
 
 def new_key() -> list[int]:
@@ -230,7 +237,7 @@ def check_peer(
         # words from the worker's process: shown, never interpreted, and cut to a line
         why = shown(reply["why"][:500]) if isinstance(reply.get("why"), str) else "no reason given"
         return {**record, "status": "missing", "message": f"--vs {name}: {why}; the bench goes on without the peer"}
-    references = references or gpu_references()
+    references = references or proven_gpu_references()
     checked = reply.get("checked")
     if not isinstance(checked, dict) or set(checked) != {"sets", "outputs"} or int(checked["sets"][0]) != 0:
         return {
@@ -274,7 +281,7 @@ def time_speedup(
 
     `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
     kernel that knew its inputs could have their answers ready."""
-    references = references or gpu_references()
+    references = references or proven_gpu_references()
     baseline = None if baseline_peer else kernel_constants(baseline_constants)  # a peer: no kernel of its own
     launches: dict[str, list[Launch] | str] = {
         "student_launches": lab.plan_launches(student_constants, rows, prefix),
@@ -308,21 +315,23 @@ def time_speedup(
             "copy_bytes": copy_bytes(must),
         }
         try:
-            reply = worker.time(request, timing_budget_s(options, 2))
-            failure = verify_timed_outputs(
-                f"timed C{rows}-P{prefix}",
-                {
-                    "student": (student_label, reply["checked"]["student"]),
-                    "baseline": (baseline_label, reply["checked"]["baseline"]),
-                },
-                key,
-                reply["sets_drawn"],
-                rows,
-                prefix,
-                references,
-                options.min_verified,
-                layout,
-            )
+            with phase("timed runs"):
+                reply = worker.time(request, timing_budget_s(options, 2))
+            with phase("timed calls checked"):
+                failure = verify_timed_outputs(
+                    f"timed C{rows}-P{prefix}",
+                    {
+                        "student": (student_label, reply["checked"]["student"]),
+                        "baseline": (baseline_label, reply["checked"]["baseline"]),
+                    },
+                    key,
+                    reply["sets_drawn"],
+                    rows,
+                    prefix,
+                    references,
+                    options.min_verified,
+                    layout,
+                )
         except WorkerFailure as crash:
             return None, CaseResult(f"timed C{rows}-P{prefix}", crash.status, crash.detail, rows, prefix)
         if failure:
@@ -465,7 +474,7 @@ def time_pipeline(
     """The whole call at every size, each kernel timed inside it, every call on a fresh input set: lab 1's
     cost table. With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved
     at each size. (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
-    references = references or gpu_references()
+    references = references or proven_gpu_references()
     size_requests: list[dict[str, Any]] = [  # JSON for the worker, one a size
         {
             "T": t,
@@ -486,7 +495,8 @@ def time_pipeline(
     if peer:
         request["peer"] = peer
     try:
-        reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
+        with phase("timed runs"):
+            reply = worker.time(request, timing_budget_s(options, 4 * len(sizes)))
         bounds = run_limits([reply])
         rows = []
         for size, measured in zip(size_requests, reply["sizes"]):
@@ -660,6 +670,7 @@ def run_lab_timing(
     prefix: int | None = None,
     limits: CompileLimits = CompileLimits(),
     peer: str | None = None,
+    references: References | None = None,
 ) -> None:
     """Time a correct kernel as its lab's timing strategy says: the whole call at fixed sizes, or against a
     baseline kernel (or the lab's peer) at one shape, the catalogue's unless `chunk` and `prefix` say."""
@@ -668,18 +679,25 @@ def run_lab_timing(
     timing: Timing | None
     if strategy.kind is TimingKind.PIPELINE:
         sizes = [rows for rows, _ in shapes]
-        checked = peer_checked(peer, worker, sizes[0], 0, result)
+        checked = peer_checked(peer, worker, sizes[0], 0, result, references)
         terminal.note(
             "timing the pipeline at "
             + ", ".join(strategy.shape_label(t, 0) for t in sizes)
             + (f", interleaved with {checked['label']}" if ready(checked) else "")
         )
         timing, failure = time_pipeline(
-            lab, worker, submission.constants, sizes, seed, options, peer=peer if ready(checked) else None
+            lab,
+            worker,
+            submission.constants,
+            sizes,
+            seed,
+            options,
+            peer=peer if ready(checked) else None,
+            references=references,
         )
     else:
         ((rows, cached),) = shapes
-        checked = peer_checked(peer, worker, rows, cached, result)
+        checked = peer_checked(peer, worker, rows, cached, result, references)
         if ready(checked):
             rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
             terminal.note(
@@ -697,12 +715,14 @@ def run_lab_timing(
                 options,
                 submission.label,
                 checked["label"],
+                references=references,
                 baseline_peer=peer,
             )
             finish_timing(result, timing, failure, checked)
             return
         baseline = baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
-        base = load_submission(lab, baseline, shown_path(display_path(baseline)), arch, limits)
+        with phase("compile starter"):
+            base = load_submission(lab, baseline, shown_path(display_path(baseline)), arch, limits)
         worker.load(
             "baseline",
             base.module.composed_source,
@@ -714,19 +734,31 @@ def run_lab_timing(
         shape = strategy.shape_in_note(rows, cached)
         terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
         timing, failure = time_speedup(
-            lab, worker, submission.constants, base.constants, rows, cached, seed, options, submission.label, base.label
+            lab,
+            worker,
+            submission.constants,
+            base.constants,
+            rows,
+            cached,
+            seed,
+            options,
+            submission.label,
+            base.label,
+            references=references,
         )
         if isinstance(timing, SpeedupTiming):
             timing = timing.with_required_fraction(lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION))
     finish_timing(result, timing, failure, checked)
 
 
-def peer_checked(peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult) -> dict[str, Any] | None:
+def peer_checked(
+    peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult, references: References | None = None
+) -> dict[str, Any] | None:
     """The peer's record after its check before timing (`check_peer` above); one line where it is
     not timed (a note where PyTorch is missing, an error where it ran and failed)."""
     if peer is None:
         return None
-    checked = check_peer(peer, worker, rows, prefix)
+    checked = check_peer(peer, worker, rows, prefix, references)
     if not ready(checked):
         (terminal.note if checked["status"] == "missing" else terminal.error)(checked["message"])
         result.notes.append(checked["message"])

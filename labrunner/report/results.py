@@ -90,6 +90,7 @@ class RunResult:
     sha256: str | None = None  # of the file graded, as read: a gradebook row names exactly what it graded
     options: dict = field(default_factory=dict)  # the command's options, as given
     seconds: float | None = None  # wall time of the whole command
+    timings: list[tuple[str, float]] | None = None  # (phase, seconds): where that time went (`labrunner.phases`)
     hints: list[Hint] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
     grader_died: bool = False  # a batch's record of a grading process that died: it never said its version
 
@@ -154,6 +155,9 @@ class RunResult:
             "options": self.options,
             "gpu": self.device_name if self.backend == "gpu" else None,
             "seconds": self.seconds,
+            "timings": None
+            if self.timings is None
+            else [{"phase": name, "seconds": seconds} for name, seconds in self.timings],
         }
 
 

@@ -448,6 +448,19 @@ def verdict_line(result: RunResult, why_on_the_cpu: str | None = None) -> None:
     )  # in a log, one line to grep; on a terminal, wrapped at spaces (a terminal's own wrap cuts words)
 
 
+def phase_table(phases: list[tuple[str, float]], total_s: float) -> None:
+    """`--timings`: where the command's time went, on stderr (standard output keeps the verdict last)."""
+    table = Table(title="where the time went", title_justify="left")
+    table.add_column("phase")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    whole = total_s + next((s for name, s in phases if name == "imports"), 0.0)  # imports ran before the command
+    for name, seconds in phases:
+        table.add_row(escape(name), f"{seconds:.3f}", f"{100 * seconds / whole:.0f}%" if whole > 0 else "")
+    table.add_row("[bold]total[/]", f"[bold]{whole:.3f}[/]", "")
+    stderr.print(table)
+
+
 def kernel_output(lines: list[str]) -> None:
     if lines:
         stderr.print("[dim]the kernels printed (device printf; shown for reference, never read as results):[/]")

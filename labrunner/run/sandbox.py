@@ -202,11 +202,13 @@ class Sandbox:
         pass_fds: tuple[int, ...] = (),
         host_code: bool = True,
         readable: tuple[str, ...] = (),
+        environment: dict[str, str] | None = None,
     ) -> subprocess.Popen:
         """Start `command` boxed, its stdout and stderr both to `stdout`. `host_code`: whether it
         runs a student's host code (the CPU backend), for the environment's caches. `readable`:
-        more read-only paths for the box (the tests' probe)."""
-        env = scrubbed_environment(self.private, host_code, self.boxed)
+        more read-only paths for the box (the tests' probe, the grader's shared CPU parts);
+        `environment`: variables set inside besides the scrubbed ones (where those parts lie)."""
+        env = {**scrubbed_environment(self.private, host_code, self.boxed), **(environment or {})}
         if self.boxed:
             if not host_code and os.path.isdir(grader_cupy_cache()):
                 readable = (*readable, grader_cupy_cache())

@@ -28,9 +28,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from labrunner import box as boxes
+from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Launch
+from labrunner.phases import phase
 from labrunner.run import replies
+from labrunner.run.cpu.module import SHARED_PARTS_VARIABLE
+from labrunner.run.cpu.parts import shared_parts
 from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
@@ -81,6 +85,7 @@ class Worker:
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
         self._loaded: list[dict] = []
+        self.cpu_arch = DEFAULT_ARCH  # the CPU build's architecture (its NVRTC view), from the first load
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -88,17 +93,32 @@ class Worker:
         return self._sandbox.process.pid if self._sandbox and self._sandbox.process else None
 
     def _start(self) -> None:
+        with phase("box start"):
+            self._start_box()
+        with phase("context"):  # the device (a CUDA context, or the CPU's runtime) before any module
+            self._exchange({"op": "device"}, START_TIMEOUT_S, NO_BUFFERS)
+        for load in self._loaded:  # a restarted worker needs the modules again
+            with phase(f"load {load['role']}"):
+                self._exchange(load, COMPILE_TIMEOUT_S, NO_BUFFERS)
+
+    def _start_box(self) -> None:
         box = Sandbox(boxes.GPU_RUN if self.backend == "gpu" else boxes.CPU_RUN)
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         output = self.output.pipe()
         limits = limits_for(self.backend)
+        parts = shared_parts(self.cpu_arch) if self.backend == "cpu" else None  # made here, read-only inside
         command = box.python_command(
             "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write)
         )
         try:
             process = box.start(
-                command, stdout=output, pass_fds=(request_read, reply_write), host_code=limits.host_code
+                command,
+                stdout=output,
+                pass_fds=(request_read, reply_write),
+                host_code=limits.host_code,
+                readable=(str(parts),) if parts else (),
+                environment={SHARED_PARTS_VARIABLE: str(parts)} if parts else None,
             )
         except OSError:
             for fd in (request_write, reply_read):
@@ -115,8 +135,6 @@ class Worker:
         landlock = hello.get("landlock")  # said before any student code ran: what the box holds
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
         self.pid_namespace = hello.get("pid_namespace") is True
-        for load in self._loaded:  # a restarted worker needs the modules again
-            self._exchange(load, COMPILE_TIMEOUT_S, NO_BUFFERS)
 
     def close(self) -> None:
         """Stop the worker and everything it started; `kernel_output()` still answers after this."""
@@ -151,11 +169,14 @@ class Worker:
 
     # -- requests ----------------------------------------------------------------------------
     def _call(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+        self._ensure_started()
+        return self._exchange(request, timeout_s, expected)
+
+    def _ensure_started(self) -> None:
         process = self._sandbox.process if self._sandbox is not None else None
         if process is None or process.poll() is not None:
             self._stop()
             self._start()
-        return self._exchange(request, timeout_s, expected)
 
     def _exchange(self, request: dict, timeout_s: float, expected: Expected) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -234,8 +255,12 @@ class Worker:
             arch, code = binary
             padded = code + b"\0" * (-len(code) % 4)  # the wire carries words, not bytes
             request["binary"] = {"arch": arch, "bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
+        if self._sandbox is None and "arch" in request["options"]:
+            self.cpu_arch = str(request["options"]["arch"])
         try:
-            self._call(request, COMPILE_TIMEOUT_S, NO_BUFFERS)
+            self._ensure_started()
+            with phase(f"load {role}"):
+                self._exchange(request, COMPILE_TIMEOUT_S, NO_BUFFERS)
         except WorkerFailure as failure:
             raise load_failure(filename, self.backend, failure) from None
         self._loaded.append(request)

@@ -599,10 +599,26 @@ def _compile_failed(res: subprocess.CompletedProcess, tmp: str, filename: str) -
     return CpuCompileError("C++ compile failed:\n" + compiler_error_message(kept, filename, "g++"))
 
 
+# A folder of the parts every build shares (the runtime's text, the NVRTC view, the baseline object),
+# made by the driver before the box starts (`parts.py`) and mapped into it read-only: a worker reads
+# them there instead of making them again, which cost every CPU grade seconds.
+SHARED_PARTS_VARIABLE = "ATTNLAB_CPU_PARTS"
+
+
+def shared_part(name: str) -> Path | None:
+    """The driver's ready-made part of this name, where the driver made one."""
+    folder = os.environ.get(SHARED_PARTS_VARIABLE)
+    if not folder:
+        return None
+    path = Path(folder) / name
+    return path if path.is_file() else None
+
+
 def _runtime_text(cxx: str, cache: Path) -> str:
     """shim.h preprocessed with g++'s own macros and headers (the first half of every build), kept on
     disk per compiler, flags and runtime: the same text for every kernel file."""
     path = cache / f"attnlab_runtime_{_runtime_digest(cxx, 'runtime ' + str(_SHIM))}.ii"
+    path = shared_part(path.name) or path
     try:
         return path.read_text(encoding="utf-8")
     except OSError:
@@ -637,6 +653,7 @@ def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:
 
     key = _runtime_digest(cxx, f"view {arch} {nvrtc_version()} " + (_HERE / "nvrtc_view.py").read_text())
     path = cache / f"nvrtc_view_{key}.h"
+    path = shared_part(path.name) or path
     try:
         return path.read_text()
     except OSError:
@@ -650,10 +667,28 @@ def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _baseline_facts(cache_key: str, cache_dir: str | None, timeout_s: float) -> ElfFacts:
+    shared = shared_part(baseline_name(cache_key))
+    if shared is not None:
+        return read_elf(shared)
     so_path = build_object(
         "", "attnlab-empty.cu", {}, Path(cache_dir) if cache_dir else None, timeout_s=max(timeout_s, 60.0)
     )
     return read_elf(so_path)
+
+
+def baseline_name(cache_key: str) -> str:
+    return f"attnlab_baseline_{cache_key}.so"
+
+
+def build_baseline(folder: Path, timeout_s: float = 120.0) -> Path:
+    """The baseline object (an empty file built with the runtime) as `folder`'s shared part."""
+    path = folder / baseline_name(_runtime_digest(_cxx(), "baseline"))
+    if not path.is_file():
+        built = build_object("", "attnlab-empty.cu", {}, folder, timeout_s=timeout_s)
+        part = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+        shutil.copyfile(built, part)
+        os.replace(part, path)
+    return path
 
 
 def baseline_facts(cache_dir: Path | None = None, timeout_s: float = BUILD_TIMEOUT_S) -> ElfFacts:

@@ -1,0 +1,65 @@
+"""The driver's GPU oracle, started while the compile gate runs, and used by the cases and the timing.
+
+On the GPU backend the float64 references of the cases took the CPU oracle seconds (lab 2's
+C2048-P2048 alone 2.3 s on an H200 host's core), and the timing made and proved a GPU oracle of its
+own after the cases. Both now come from one `GpuOracle` (`labrunner.run.gpu_oracle`), made and
+proven in a thread of the driver while the compile gate's child compiles the file and the worker
+starts: its CUDA context, CuPy's import and its proof cost the grade no time of its own.
+
+The oracle is the same code (`labrunner.truth.oracle` with CuPy as its array module), proven every
+run against the golden case and against the CPU oracle on a random set to 1e-12, far inside the
+pass rule, so a case judged from it is judged as from the CPU oracle. Where the driver cannot use the
+GPU (an exclusive-process GPU, CuPy missing), the cases fall back to the CPU oracle and the timing
+says why it cannot check its calls, as it always did.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from labrunner.phases import phase
+from labrunner.pipeline.timing import References, gpu_references
+from labrunner.truth.cases import Inputs
+
+# The NVIDIA driver's control device: where it is missing no GPU can be used, and no thread is started
+# (CuPy's import alone would cost a two-core CI runner's compile a share of its time).
+NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"
+
+
+class OracleAhead:
+    """A GPU oracle being made in the background where a GPU may grade; nothing for `--device cpu`."""
+
+    def __init__(self, requested_device: str):
+        self._future: Future | None = None
+        if requested_device != "cpu" and os.path.exists(NVIDIA_CONTROL_DEVICE):
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-oracle")
+            self._future = pool.submit(gpu_references)
+            pool.shutdown(wait=False)
+
+    def _ready(self) -> References | None:
+        if self._future is None:
+            return None
+        with phase("waiting for the GPU oracle"):
+            try:
+                return self._future.result()
+            except Exception:  # said where the timing needs it; the cases use the CPU oracle
+                return None
+
+    def for_cases(self) -> Callable[[Inputs], np.ndarray] | None:
+        """The cases' references from the GPU (None: the CPU oracle, `Inputs.reference`)."""
+        references = self._ready()
+        case_reference = getattr(references, "case_reference", None)
+        return case_reference if callable(case_reference) else None
+
+    def for_timing(self) -> References:
+        """The timing's references: this oracle, or the environment error that says why there is none."""
+        references = self._ready()
+        if references is not None:
+            return references
+        if self._future is None:
+            return gpu_references()
+        return self._future.result()  # raises what made it fail: the timing's error, as before
