@@ -127,6 +127,9 @@ class InProcessWorker:
     def __exit__(self, *exc):
         pass
 
+    def start(self):  # a worker in this process: nothing to start ahead
+        pass
+
     def load(self, role, composed_source, filename, entry_types, options=None, binary=None):
         self.kernels[role] = self.device.compile(composed_source, filename, entry_types, **(options or {}))
 

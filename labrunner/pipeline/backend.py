@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,16 @@ from labrunner.report.records.device import DeviceFacts
 from labrunner.run import cpu_device
 
 BACKENDS = ("gpu", "cpu", "auto")
+
+
+# The NVIDIA driver's control device: where it is missing, no GPU can be used here.
+NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"
+
+
+def gpu_may_be_here() -> bool:
+    """Whether a GPU may grade here, asked without CuPy (whose import alone costs a two-core CI runner
+    a share of its time): work started ahead for the GPU is started only where this holds."""
+    return os.path.exists(NVIDIA_CONTROL_DEVICE)
 
 
 def gpu_status() -> tuple[bool, str]:

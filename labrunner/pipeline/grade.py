@@ -27,6 +27,7 @@ from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options
 from labrunner.pipeline.timing import run_lab_timing
+from labrunner.pipeline.worker_ahead import WorkerAhead
 from labrunner.report import terminal
 from labrunner.report.records.gate import Gate
 from labrunner.report.records.timing import SpeedupTiming
@@ -40,7 +41,17 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
     refuse_speedup_options(get_lab(request.lab), request)
     if request.file is None:  # the command always names the file it grades; a request without one is a caller's mistake
         raise TypeError("grade_submission: the request names no file to grade")
-    ahead = OracleAhead(request.device)  # made and proven while the file compiles
+    # While the file compiles: the GPU oracle is made and proven, and the worker's box starts.
+    oracle_ahead = OracleAhead(request.device)
+    worker_ahead = WorkerAhead(request.device, request.arch, lambda backend: Worker(backend))
+    try:
+        grade_with(request, result, oracle_ahead, worker_ahead)
+    finally:
+        worker_ahead.close()
+
+
+def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, worker_ahead: WorkerAhead) -> None:
+    assert request.file is not None
     lab, submission, backend, seed = prepare(
         result,
         request.lab,
@@ -63,7 +74,9 @@ def grade_submission(request: GradeRequest, result: RunResult) -> None:
         oracle=ahead.for_cases() if backend == "gpu" else None,
     )
     result.device = device_facts(backend)
-    with Worker(backend) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
+    with worker_ahead.take(
+        backend
+    ) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
         load_student(worker, lab, submission, request.load_options)
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
             run_cases(lab, submission, worker, backend, options, progress, results=result.cases)

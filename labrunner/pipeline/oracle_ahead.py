@@ -15,19 +15,15 @@ says why it cannot check its calls, as it always did.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 from labrunner.phases import phase
-from labrunner.pipeline.timing import References, gpu_references
+from labrunner.pipeline.backend import gpu_may_be_here
+from labrunner.pipeline.timing import References, proven_gpu_references
 from labrunner.truth.cases import Inputs
-
-# The NVIDIA driver's control device: where it is missing no GPU can be used, and no thread is started
-# (CuPy's import alone would cost a two-core CI runner's compile a share of its time).
-NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"
 
 
 class OracleAhead:
@@ -35,9 +31,9 @@ class OracleAhead:
 
     def __init__(self, requested_device: str):
         self._future: Future | None = None
-        if requested_device != "cpu" and os.path.exists(NVIDIA_CONTROL_DEVICE):
+        if requested_device != "cpu" and gpu_may_be_here():
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-oracle")
-            self._future = pool.submit(gpu_references)
+            self._future = pool.submit(proven_gpu_references)
             pool.shutdown(wait=False)
 
     def _ready(self) -> References | None:
@@ -55,11 +51,10 @@ class OracleAhead:
         case_reference = getattr(references, "case_reference", None)
         return case_reference if callable(case_reference) else None
 
-    def for_timing(self) -> References:
-        """The timing's references: this oracle, or the environment error that says why there is none."""
+    def for_timing(self) -> References | None:
+        """The timing's references: this oracle; None where none was started (the timing makes its own);
+        or the environment error that says why the one started failed."""
         references = self._ready()
-        if references is not None:
+        if references is not None or self._future is None:
             return references
-        if self._future is None:
-            return gpu_references()
         return self._future.result()  # raises what made it fail: the timing's error, as before

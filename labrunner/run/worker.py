@@ -77,7 +77,7 @@ class CaseRun:
 class Worker:
     """The parent's handle on one worker process for one backend ('gpu' or 'cpu')."""
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, cpu_arch: str = DEFAULT_ARCH):
         self.backend = backend
         self.output = CappedOutput()  # across restarts: one report of what the kernels printed
         self.landlock_abi: int | None = None
@@ -85,7 +85,7 @@ class Worker:
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
         self._loaded: list[dict] = []
-        self.cpu_arch = DEFAULT_ARCH  # the CPU build's architecture (its NVRTC view), from the first load
+        self.cpu_arch = cpu_arch  # the CPU build's architecture: the parts its box is given are made for it
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -135,6 +135,10 @@ class Worker:
         landlock = hello.get("landlock")  # said before any student code ran: what the box holds
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
         self.pid_namespace = hello.get("pid_namespace") is True
+
+    def start(self) -> None:
+        """Start the box and the device now, before the first request needs them."""
+        self._ensure_started()
 
     def close(self) -> None:
         """Stop the worker and everything it started; `kernel_output()` still answers after this."""
@@ -255,8 +259,6 @@ class Worker:
             arch, code = binary
             padded = code + b"\0" * (-len(code) % 4)  # the wire carries words, not bytes
             request["binary"] = {"arch": arch, "bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
-        if self._sandbox is None and "arch" in request["options"]:
-            self.cpu_arch = str(request["options"]["arch"])
         try:
             self._ensure_started()
             with phase(f"load {role}"):
