@@ -53,6 +53,7 @@ class PhaseClock:
         if threading.current_thread() is not threading.main_thread():
             name = f"{name} (ahead)"
             self.ahead.add(name)
+        self.seconds.setdefault(name, 0.0)  # the table lists phases in the order they began
         frame = [time.perf_counter(), 0.0]
         self._open.append(frame)
         try:

@@ -1,0 +1,188 @@
+"""Where a grade's time goes (`--timings`, the JSON's `timings`), and what it now makes once or ahead:
+the phase clock, the grader's cache and the CPU build's shared parts in it, the worker and the GPU
+oracle started while the file compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from test_cli import cpu_backend_ready
+
+from labrunner import phases
+from labrunner.grader_cache import CACHE_VARIABLE, grader_cache_dir
+from labrunner.pipeline import oracle_ahead, worker_ahead
+from labrunner.pipeline.oracle_ahead import OracleAhead
+from labrunner.pipeline.worker_ahead import WorkerAhead
+
+REPO = Path(__file__).resolve().parent.parent
+SOLUTION = REPO / "kernels/lab2/solution.cu"
+
+
+class Ticks:
+    """perf_counter as a clock the test moves by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def ticks(monkeypatch) -> Ticks:
+    clock = Ticks()
+    monkeypatch.setattr(phases.time, "perf_counter", clock)
+    monkeypatch.setattr(phases, "process_age_s", lambda: 0.75)
+    return clock
+
+
+def test_a_phase_inside_another_is_counted_once_in_itself_and_the_rest_is_other(ticks):
+    clock = phases.PhaseClock()
+    clock.start()
+    with clock.phase("case C1"):
+        ticks.now += 1.0
+        with clock.phase("oracle"):
+            ticks.now += 0.25
+        ticks.now += 0.5
+    with clock.phase("case C2"):
+        ticks.now += 2.0
+        with clock.phase("oracle"):
+            ticks.now += 0.5
+    ticks.now += 0.125  # covered by no phase
+    assert clock.table() == [
+        ("imports", 0.75),
+        ("case C1", 1.5),
+        ("oracle", 0.75),
+        ("case C2", 2.0),
+        ("other", 0.125),
+    ]
+
+
+def test_a_phase_timed_in_another_thread_is_named_ahead_and_left_out_of_the_sum(ticks):
+    clock = phases.PhaseClock()
+    clock.start()
+
+    def ahead():
+        with clock.phase("box start"):
+            ticks.now += 3.0
+
+    thread = threading.Thread(target=ahead)
+    thread.start()
+    thread.join()
+    with clock.phase("compile student"):
+        ticks.now += 1.0
+    # 4 s passed in all; the main thread's phase took 1 of them (the other 3 overlapped nothing here,
+    # and are still no phase of the main thread's)
+    assert clock.table() == [("imports", 0.75), ("box start (ahead)", 3.0), ("compile student", 1.0), ("other", 3.0)]
+
+
+def test_the_process_age_is_read_from_proc_and_is_positive():
+    age = phases.process_age_s()
+    assert age is not None and 0.0 <= age < 24 * 3600
+
+
+def test_the_grader_cache_is_made_private_and_refused_where_others_can_write(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    folder = grader_cache_dir("cpu-parts")
+    assert folder == tmp_path / "cache" / "cpu-parts"
+    assert folder.stat().st_mode & 0o777 == 0o700
+    os.chmod(tmp_path / "cache", 0o777)  # anyone may plant a file in it now
+    assert grader_cache_dir("cpu-parts") is None
+
+
+def test_no_gpu_oracle_is_started_where_no_gpu_driver_is(monkeypatch):
+    monkeypatch.setattr(oracle_ahead, "gpu_may_be_here", lambda: False)
+    ahead = OracleAhead("auto")
+    assert (ahead.for_cases(), ahead.for_timing()) == (None, None)  # the cases' CPU oracle; the timing makes its own
+
+
+def test_a_gpu_oracle_that_failed_leaves_the_cases_on_the_cpu_and_the_timing_says_why(monkeypatch):
+    def fails():
+        raise RuntimeError("cudaErrorDevicesUnavailable")
+
+    monkeypatch.setattr(oracle_ahead, "gpu_may_be_here", lambda: True)
+    monkeypatch.setattr(oracle_ahead, "proven_gpu_references", fails)
+    ahead = OracleAhead("gpu")
+    assert ahead.for_cases() is None
+    with pytest.raises(RuntimeError, match="cudaErrorDevicesUnavailable"):
+        ahead.for_timing()
+
+
+class StartedWorker:
+    def __init__(self, backend: str, made: list):
+        self.backend, self.started, self.closed = backend, 0, 0
+        made.append(self)
+
+    def start(self):
+        self.started += 1
+
+    def close(self):
+        self.closed += 1
+
+
+@pytest.mark.parametrize(
+    "device, gpu_here, guessed",
+    [("cpu", True, "cpu"), ("gpu", False, "gpu"), ("auto", True, "gpu"), ("auto", False, "cpu")],
+)
+def test_the_worker_started_ahead_is_the_grade_s_where_the_backend_was_guessed_right(
+    monkeypatch, device, gpu_here, guessed
+):
+    monkeypatch.setattr(worker_ahead, "gpu_may_be_here", lambda: gpu_here)
+    made: list[StartedWorker] = []
+    ahead = WorkerAhead(device, "sm_90", lambda backend: StartedWorker(backend, made))  # type: ignore[arg-type,return-value]
+    taken = ahead.take(guessed)
+    ahead.close()
+    assert (len(made), taken is made[0], made[0].backend, made[0].started, made[0].closed) == (1, True, guessed, 1, 0)
+    assert made[0].cpu_arch == "sm_90"  # type: ignore[attr-defined]
+
+
+def test_a_worker_started_for_another_backend_is_closed_and_a_new_one_made(monkeypatch):
+    monkeypatch.setattr(worker_ahead, "gpu_may_be_here", lambda: True)
+    made: list[StartedWorker] = []
+    ahead = WorkerAhead("auto", "sm_90", lambda backend: StartedWorker(backend, made))  # type: ignore[arg-type,return-value]
+    taken = ahead.take("cpu")  # CuPy found no usable GPU after all
+    ahead.close()
+    assert [(w.backend, w.started, w.closed) for w in made] == [("gpu", 1, 1), ("cpu", 0, 0)]
+    assert taken is made[1]
+
+
+def test_a_worker_the_grade_never_took_is_closed_when_the_grade_ends(monkeypatch):
+    monkeypatch.setattr(worker_ahead, "gpu_may_be_here", lambda: False)
+    made: list[StartedWorker] = []
+    ahead = WorkerAhead("cpu", "sm_90", lambda backend: StartedWorker(backend, made))  # type: ignore[arg-type,return-value]
+    ahead.close()  # the compile gate refused the file
+    assert [(w.started, w.closed) for w in made] == [(1, 1)]
+
+
+@pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
+def test_a_cpu_grade_says_where_its_time_went_and_makes_the_shared_parts_once(tmp_path):
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", CACHE_VARIABLE: str(tmp_path / "cache")}
+    environment.pop("ATTNLAB_SEED", None)
+
+    def grade(report: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "labrunner", "grade", "lab2", str(SOLUTION), "--device", "cpu"]
+        command += ["--case", "C1-P31", "--timings", "--json", report]
+        return subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
+
+    first = grade("first.json")
+    folder = tmp_path / "cache" / "cpu-parts"
+    made = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    second = grade("second.json")
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    assert "where the time went" in second.stderr and second.stdout.splitlines()[-1].startswith("PASS")
+    rows = json.loads((tmp_path / "second.json").read_text())["timings"]
+    names = [row["phase"] for row in rows]
+    assert names[0] == "imports" and names[-1] == "other"
+    for expected in ("golden proof", "compile student", "box start (ahead)", "load student", "case C1-P31", "reports"):
+        assert expected in names
+    assert all(row["seconds"] >= 0 for row in rows)
+    kinds = sorted(name.split("_")[1] for name in made)
+    assert (kinds.count("runtime"), kinds.count("baseline"), kinds.count("view")) == (1, 1, 1)
+    # the second grade found them made and rewrote none
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == made
