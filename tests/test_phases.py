@@ -4,6 +4,7 @@ oracle started while the file compiles."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -186,3 +187,46 @@ def test_a_cpu_grade_says_where_its_time_went_and_makes_the_shared_parts_once(tm
     assert (kinds.count("runtime"), kinds.count("baseline"), kinds.count("view")) == (1, 1, 1)
     # the second grade found them made and rewrote none
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == made
+
+
+@pytest.mark.parametrize(
+    "cores, gpus, free_gib, expected",
+    [
+        (16, ["0"], 139, 8),  # an H200 host: half its 16 cores keep 8 grades busy, its memory holds 17
+        (16, ["0"], 20, 2),  # a GPU with 20 GiB free holds two grades of 8 GiB
+        (64, ["0", "1", "2", "3"], 139, 32),  # four GPUs: 8 per GPU
+        (2, ["0"], 139, 1),  # two cores: one grade at a time
+        (2, [], 0, 2),  # the CPU backend: one per core
+    ],
+)
+def test_jobs_auto_follows_the_gpus_memory_and_the_cores(monkeypatch, cores, gpus, free_gib, expected):
+    from labrunner.pipeline import local_executor
+
+    monkeypatch.setattr(local_executor, "default_jobs", lambda backend: cores)
+    monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda: free_gib << 30)
+    assert local_executor.auto_jobs("gpu" if gpus else "cpu", gpus) == expected
+
+
+def test_jobs_takes_a_number_or_auto_and_refuses_anything_else():
+    from click.testing import CliRunner
+
+    from labrunner.cli import main
+
+    result = CliRunner().invoke(main, ["grade", "lab2", "a.cu", "b.cu", "--jobs", "0"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--jobs': '0' is neither a whole number of at least 1 nor auto" in result.output
+    result = CliRunner().invoke(main, ["grade", "lab2", "a.cu", "b.cu", "--jobs", "many"])
+    assert "Invalid value for '--jobs': 'many' is neither a whole number of at least 1 nor auto" in result.output
+
+
+@pytest.mark.skipif(not cpu_backend_ready(), reason="no C++ compiler for the CPU backend")
+def test_a_batch_with_jobs_auto_grades_every_file(tmp_path):
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    environment.pop("ATTNLAB_SEED", None)
+    starter = REPO / "kernels/lab2/starter.cu"
+    command = [sys.executable, "-m", "labrunner", "grade", "lab2", str(SOLUTION), str(starter), "--jobs", "auto"]
+    command += ["--device", "cpu", "--case", "C1-P31", "--csv", str(tmp_path / "grades.csv")]
+    done = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with (tmp_path / "grades.csv").open() as gradebook:
+        assert [row["verdict"] for row in csv.DictReader(gradebook)] == ["pass", "pass"]

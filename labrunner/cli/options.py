@@ -162,13 +162,34 @@ run_options = stacked(
     report_options,
 )
 
+
+class JobsType(click.ParamType):
+    """--jobs: a whole number of at least 1, or auto."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1:
+            self.fail(f"{value!r} is neither a whole number of at least 1 nor auto", param, ctx)
+        return number
+
+
 # grade's options for many submissions (see pipeline/batch.py).
 batch_options = stacked(
     click.option(
         "--jobs",
-        type=click.IntRange(min=1),
+        type=JobsType(),
         default=default(BatchOptions, "jobs"),
-        help="Submissions graded at once (default: one per GPU; on the CPU backend, one per core).",
+        help="Submissions graded at once, a number or auto (default: one per GPU; on the CPU backend, one "
+        "per core). auto: on a GPU as many per GPU as its free memory holds (8 GiB each) and half the cores "
+        "keep busy (their cases share the GPU, their timing takes turns); on the CPU one per core; on Slurm "
+        "as many as the scheduler runs.",
     ),
     click.option(
         "--executor",

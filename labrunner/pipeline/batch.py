@@ -28,7 +28,7 @@ from labrunner.pipeline.batch_options import BatchOptions
 from labrunner.pipeline.batch_reuse import ReuseRecord, grading_machine, seed_hash
 from labrunner.pipeline.batch_stop import BatchStop, stopped_by_signals
 from labrunner.pipeline.grade import gates_not_applied
-from labrunner.pipeline.local_executor import Job, default_jobs, run_local, visible_gpus
+from labrunner.pipeline.local_executor import Job, auto_jobs, default_jobs, run_local, visible_gpus
 from labrunner.pipeline.outputs import unwritable
 from labrunner.pipeline.slurm import run_submitit, submitit_executor
 from labrunner.pipeline.submission import Outcome, SubmissionTask, grade_in_process
@@ -87,7 +87,7 @@ def grade_batch(
         for words in notes:
             terminal.note(words)
         gpus = visible_gpus() if backend == "gpu" else []
-    jobs = batch.jobs or default_jobs(backend)
+    jobs = auto_jobs(backend, gpus) if batch.jobs == "auto" else int(batch.jobs or default_jobs(backend))
     stop = BatchStop(batch.batch_timeout_s)
     with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch, stopped_by_signals(stop):
         reports = Path(batch.out_dir or scratch).resolve()

@@ -11,7 +11,7 @@ EXECUTORS = ("local", "slurm", "submitit-local")
 
 @dataclass
 class BatchOptions:
-    jobs: int | None = None
+    jobs: int | str | None = None  # a number, "auto" (from the GPUs' memory and the cores), or None (the default)
     executor: str = "local"
     out_dir: Path | None = None
     csv_path: Path | None = None

@@ -33,6 +33,34 @@ def default_jobs(backend: str) -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+# What one grading process may hold of a GPU at once: its worker's buffers (lab 2's largest case and
+# the timing's input pool), the driver's GPU oracle and two CUDA contexts, with room to spare.
+GRADE_GPU_BYTES = 8 << 30
+# Each grading process keeps about two cores busy while it compiles (the driver, the compiler's box
+# or the worker's): more processes than half the cores only queue for them.
+CORES_PER_GRADE = 2
+
+
+def auto_jobs(backend: str, gpus: list[str]) -> int:
+    """`--jobs auto`: on the GPU, per GPU as many grading processes as its free memory holds and the cores
+    keep busy (their cases share the GPU; their timing takes it one at a time); on the CPU, one per core."""
+    cores = default_jobs("cpu")
+    if backend != "gpu" or not gpus:
+        return cores
+    per_gpu = min(free_gpu_bytes() // GRADE_GPU_BYTES, max(1, cores // len(gpus) // CORES_PER_GRADE))
+    return max(1, per_gpu) * len(gpus)
+
+
+def free_gpu_bytes() -> int:
+    """The free memory of the first visible GPU (the smallest figure is what limits; they are alike here)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:  # no usable GPU in the driver: one grade at a time per GPU, as without auto
+        return GRADE_GPU_BYTES
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for a child."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -114,7 +114,8 @@ def slurm_parameters(options: BatchOptions, count: int) -> dict[str, Any]:
     parameters: dict[str, Any] = {
         "time": options.time_limit_min,
         "ntasks_per_node": 1,
-        "array_parallelism": options.jobs or count,
+        # --jobs auto on a cluster: as many at once as the scheduler will run
+        "array_parallelism": options.jobs if isinstance(options.jobs, int) else count,
         "job_name": JOB_NAME,
     }
     parameters.update(gpu_request(options))
