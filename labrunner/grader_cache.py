@@ -19,6 +19,8 @@ import stat
 from pathlib import Path
 
 CACHE_VARIABLE = "ATTNLAB_CACHE_DIR"
+# Inside a CPU box: the folder of the CPU build's shared parts (`labrunner/run/cpu/parts.py`), read-only.
+CPU_PARTS_VARIABLE = "ATTNLAB_CPU_PARTS"
 
 
 def grader_cache_dir(part: str) -> Path | None:

@@ -135,10 +135,27 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
         )
         seconds = time.perf_counter() - started
         rows = list(csv.DictReader(gradebook.open())) if gradebook.exists() else []
+        # each timed file graded alone too, once, in the same environment: its SPEEDUP beside the batch's
+        alone = {
+            stem: one_grade(tree, env, lab, f"kernels/{lab}/{stem}.cu", device, root / f"alone-{stem}.json")["speedup"]
+            for stem in ("solution", "starter")
+        }
     verdicts: dict[str, int] = {}
+    deviations: dict[str, float] = {}
     for row in rows:
         verdicts[row["verdict"]] = verdicts.get(row["verdict"], 0) + 1
-    return {"seconds": seconds, "rows": len(rows), "exit": completed.returncode, "verdicts": verdicts}
+        stem = row["file"].rsplit("-", 1)[-1].removesuffix(".cu")
+        if row.get("speedup") and alone.get(stem):
+            gap = abs(float(row["speedup"]) / alone[stem] - 1)
+            deviations[stem] = max(deviations.get(stem, 0.0), gap)
+    return {
+        "seconds": seconds,
+        "rows": len(rows),
+        "exit": completed.returncode,
+        "verdicts": verdicts,
+        "alone": alone,
+        "largest_gap_from_alone": deviations,
+    }
 
 
 def main() -> int:
@@ -185,13 +202,16 @@ def main() -> int:
             f"\nbatch: {batch['rows']} {arguments.batch_lab} files, --jobs {arguments.jobs}: {batch['seconds']:.1f} s, "
             f"{per_hour:.0f} submissions per {unit}-hour; verdicts {batch['verdicts']}; exit {batch['exit']}"
         )
-    print(f"\n{'tree':14} {'lab':5} {'cold s':>7} {'warm s':>7} {'speedup':>8}")
+        for stem, gap in batch["largest_gap_from_alone"].items():
+            print(f"  {stem}: SPEEDUP alone {batch['alone'][stem]:.3f}x; largest gap of a batch row from it {gap:.2%}")
+    # SPEEDUP over every grade of the lab (each a fresh process), and its spread: largest over smallest, less 1
+    print(f"\n{'tree':14} {'lab':5} {'cold s':>7} {'warm s':>7} {'speedup':>8} {'spread':>8}")
     for entry in figures["latency"]:
         speedups = entry["speedups"]
-        spread = f"{statistics.median(speedups):.2f}x" if speedups else "-"
-        print(
-            f"{entry['tree']:14} {entry['lab']:5} {entry['cold']['seconds']:7.2f} {entry['warm_median']:7.2f} {spread:>8}"
-        )
+        median = f"{statistics.median(speedups):.2f}x" if speedups else "-"
+        spread = f"{max(speedups) / min(speedups) - 1:.2%}" if speedups else "-"
+        cold, warm = entry["cold"]["seconds"], entry["warm_median"]
+        print(f"{entry['tree']:14} {entry['lab']:5} {cold:7.2f} {warm:7.2f} {median:>8} {spread:>8}")
     if arguments.json:
         arguments.json.write_text(json.dumps(figures, indent=2))
     return 0 if all(e["exits"] == [0] for e in figures["latency"]) else 1

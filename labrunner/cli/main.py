@@ -32,7 +32,6 @@ from labrunner.cli.options import (
 )
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
-from labrunner.pipeline.batch import grade_batch
 from labrunner.pipeline.batch_options import BatchOptions
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.calibrate import calibrate_gate
@@ -52,7 +51,6 @@ from labrunner.pipeline.starter import starter_text, write_starter
 from labrunner.pipeline.traffic import show_traffic
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
-from labrunner.report.gradescope import write_gradescope
 from labrunner.report.results import RunResult
 from labrunner.run.sandbox import forget_environment_variable, keep_driver_private
 from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, keep_environment_seed
@@ -162,6 +160,8 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
     # the batch writes Gradescope's results.json itself, reused or interrupted as the submission may be
     leave_out = {"json_path", "junit_path", "annotations", "gradescope_path", *BATCH_ONLY}
     forwarded = passed_options(context.command, context.params, leave_out)
+    from labrunner.pipeline.batch import grade_batch  # here: a single grade's start does without the batch's modules
+
     try:
         code = grade_batch(lab, files, options["device"], forwarded, batch)
     except AttnlabError as exc:
@@ -180,6 +180,8 @@ def after_verdict(annotations: str | None, gradescope_path: Path | None) -> Call
         if annotations == "github":
             terminal.plain_lines(github_annotations(result.to_json()))
         if gradescope_path:
+            from labrunner.report.gradescope import write_gradescope
+
             write_gradescope(result.to_json(), gradescope_path)
 
     return write

@@ -30,11 +30,10 @@ import numpy as np
 from labrunner import box as boxes
 from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.grader_cache import CPU_PARTS_VARIABLE
 from labrunner.labs.definition import Launch
 from labrunner.phases import phase
 from labrunner.run import replies
-from labrunner.run.cpu.module import SHARED_PARTS_VARIABLE
-from labrunner.run.cpu.parts import shared_parts
 from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
@@ -107,7 +106,7 @@ class Worker:
         reply_read, reply_write = os.pipe()
         output = self.output.pipe()
         limits = limits_for(self.backend)
-        parts = shared_parts(self.cpu_arch) if self.backend == "cpu" else None  # made here, read-only inside
+        parts = cpu_parts(self.cpu_arch) if self.backend == "cpu" else None  # made here, read-only inside
         command = box.python_command(
             "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write)
         )
@@ -118,7 +117,7 @@ class Worker:
                 pass_fds=(request_read, reply_write),
                 host_code=limits.host_code,
                 readable=(str(parts),) if parts else (),
-                environment={SHARED_PARTS_VARIABLE: str(parts)} if parts else None,
+                environment={CPU_PARTS_VARIABLE: str(parts)} if parts else None,
             )
         except OSError:
             for fd in (request_write, reply_read):
@@ -331,6 +330,13 @@ def _carries_arrays(value) -> bool:
     if isinstance(value, list):
         return any(_carries_arrays(v) for v in value)
     return False
+
+
+def cpu_parts(arch: str):
+    """The CPU build's shared parts (imported here: the CPU build's modules cost a GPU grade's start)."""
+    from labrunner.run.cpu.parts import shared_parts
+
+    return shared_parts(arch)
 
 
 def _describe_exit(code: int | None) -> str:

@@ -1,5 +1,5 @@
-"""CPU backend: compile a CUDA kernel file with g++ and run it on cooperative fibers."""
+"""CPU backend: compile a CUDA kernel file with g++ and run it on cooperative fibers (`module.py`).
 
-from .module import CpuKernelError, CpuModule, cpu_compiler_available
-
-__all__ = ["CpuKernelError", "CpuModule", "cpu_compiler_available"]
+Nothing is imported here: the driver reaches this package for its light parts (`device_memory`), and
+the build's modules cost every grade's start where they are imported before they are needed.
+"""

@@ -28,6 +28,7 @@ from labrunner.build.attributes import refuse_in_preprocessed
 from labrunner.build.nvrtc import DEFAULT_ARCH, NVRTC_STANDARD_HEADERS
 from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
 from labrunner.exit_codes import AttnlabError
+from labrunner.grader_cache import CPU_PARTS_VARIABLE
 from labrunner.run.cpu.linkage import brace_linkage
 from labrunner.run.cpu.nvrtc_view import STUDENT_PREPROCESS_FLAGS, nvrtc_view_header
 from labrunner.run.cpu.object_check import ElfFacts, ObjectRefused, check_object, read_elf
@@ -599,15 +600,11 @@ def _compile_failed(res: subprocess.CompletedProcess, tmp: str, filename: str) -
     return CpuCompileError("C++ compile failed:\n" + compiler_error_message(kept, filename, "g++"))
 
 
-# A folder of the parts every build shares (the runtime's text, the NVRTC view, the baseline object),
-# made by the driver before the box starts (`parts.py`) and mapped into it read-only: a worker reads
-# them there instead of making them again, which cost every CPU grade seconds.
-SHARED_PARTS_VARIABLE = "ATTNLAB_CPU_PARTS"
-
-
 def shared_part(name: str) -> Path | None:
-    """The driver's ready-made part of this name, where the driver made one."""
-    folder = os.environ.get(SHARED_PARTS_VARIABLE)
+    """The driver's ready-made part of this name, where the driver made one: the parts every build shares
+    (the runtime's text, the NVRTC view, the baseline object), made before the box starts (`parts.py`)
+    and mapped into it read-only, so that a worker reads them instead of making them again."""
+    folder = os.environ.get(CPU_PARTS_VARIABLE)
     if not folder:
         return None
     path = Path(folder) / name
