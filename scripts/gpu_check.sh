@@ -68,7 +68,7 @@ every_seed() {  # every_seed LAB FILE: every case of FILE on five seeds, no timi
 }
 
 step box-doctor 0 python3 -m labrunner doctor
-step grade-latency 0 python3 scripts/grade_latency.py --runs 5
+step grade-latency 0 python3 scripts/grade_latency.py --runs 5 --batch 40 --jobs auto --json "$out/latency.json"
 step race-check-flood 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_printf_flood.cu --race-check --no-timing
 step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_slow_under_sanitizer.cu --race-check --no-timing --timeout 2
 step bench-lab1-physics 1 python3 -m labrunner bench lab1 tests/fixtures/lab1/hostile/softmax_left_to_wsum.cu --budget 0.5
