@@ -49,19 +49,24 @@ def fresh_home(root: Path) -> dict[str, str]:
     return env
 
 
-def one_grade(tree: Path, env: dict[str, str], lab: str, path: str, device: str, report: Path) -> dict:
-    command = [sys.executable, "-m", "labrunner", "grade", lab, path, "--device", device, "--public-seed"]
-    command += ["--json", str(report)]
+def timed_attnlab(tree: Path, env: dict[str, str], *arguments: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`attnlab ARGUMENTS` from `tree`, as a fresh process: what it said on stderr, and its wall seconds."""
     started = time.perf_counter()
     completed = subprocess.run(
-        command,
+        [sys.executable, "-m", "labrunner", *arguments],
         cwd=tree,
         env={**env, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    seconds = time.perf_counter() - started
+    return completed, time.perf_counter() - started
+
+
+def one_grade(tree: Path, env: dict[str, str], lab: str, path: str, device: str, report: Path) -> dict:
+    completed, seconds = timed_attnlab(
+        tree, env, "grade", lab, path, "--device", device, "--public-seed", "--json", str(report)
+    )
     try:
         data = json.loads(report.read_text())
     except (OSError, ValueError):
@@ -123,17 +128,20 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
         one_grade(tree, env, lab, f"kernels/{lab}/solution.cu", device, root / "warmup.json")  # fills the caches
         folder = batch_folder(root, lab, count)
         gradebook = root / "gradebook.csv"
-        command = [sys.executable, "-m", "labrunner", "grade", lab, str(folder), "--device", device]
-        command += ["--jobs", jobs, "--csv", str(gradebook), "--public-seed"]
-        started = time.perf_counter()
-        completed = subprocess.run(
-            command,
-            cwd=tree,
-            env={**env, "PYTHONPATH": os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        completed, seconds = timed_attnlab(
+            tree,
+            env,
+            "grade",
+            lab,
+            str(folder),
+            "--device",
+            device,
+            "--jobs",
+            jobs,
+            "--csv",
+            str(gradebook),
+            "--public-seed",
         )
-        seconds = time.perf_counter() - started
         rows = list(csv.DictReader(gradebook.open())) if gradebook.exists() else []
         # each timed file graded alone too, once, in the same environment: its SPEEDUP beside the batch's
         alone = {
