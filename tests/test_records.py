@@ -459,6 +459,7 @@ def test_a_dead_grading_process_leaves_every_field_of_the_schema_and_says_it_nev
         "options": {},
         "gpu": None,
         "seconds": None,
+        "timings": None,
     }
     assert list(data) == list(RunResult("grade").to_json())  # the keys in the order every result writes them
     assert BatchRow.from_json(data).to_json() == {

@@ -313,6 +313,7 @@ def test_the_json_form_has_every_field_and_says_none_where_no_case_decided(tmp_p
         "options": {},
         "gpu": "NVIDIA H200",
         "seconds": None,
+        "timings": None,
     }
     assert (data["timing"]["kind"], data["timing"]["speedup"]) == ("speedup", 13.0)
     assert path.read_text().startswith('{\n  "schema": "attnlab.result/1",\n  "command": "grade",\n')
