@@ -22,6 +22,14 @@ from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.worker_ahead import WorkerAhead
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def box_missing() -> bool:
+    from labrunner import box as boxes
+
+    return boxes.availability() is not None
+
+
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 
 
@@ -230,3 +238,26 @@ def test_a_batch_with_jobs_auto_grades_every_file(tmp_path):
     assert done.returncode == 0, done.stderr
     with (tmp_path / "grades.csv").open() as gradebook:
         assert [row["verdict"] for row in csv.DictReader(gradebook)] == ["pass", "pass"]
+
+
+@pytest.mark.skipif(box_missing(), reason="no box here (bubblewrap, or user namespaces refused)")
+def test_code_in_a_cpu_box_cannot_plant_anything_in_the_shared_parts(tmp_path):
+    """The parts are mapped into every CPU box read-only: code that runs there (a student's) cannot write one."""
+    from labrunner import box as boxes
+
+    parts = tmp_path / "cache" / "cpu-parts"
+    parts.mkdir(parents=True)
+    (parts / "attnlab_runtime_x.ii").write_text("the grader's own")
+    plant = (
+        "import os, sys\n"
+        "for name in ('attnlab_runtime_x.ii', 'attnlab_baseline_y.so'):\n"
+        "    try:\n"
+        "        open(os.path.join(sys.argv[1], name), 'w').write('planted')\n"
+        "    except OSError as exc:\n"
+        "        print(name, exc.errno)\n"
+    )
+    command = boxes.wrap(boxes.CPU_RUN, [sys.executable, "-I", "-c", plant, str(parts)], {}, (str(parts),))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["attnlab_runtime_x.ii", "30", "attnlab_baseline_y.so", "30"]  # EROFS, both
+    assert sorted(p.name for p in parts.iterdir()) == ["attnlab_runtime_x.ii"]
+    assert (parts / "attnlab_runtime_x.ii").read_text() == "the grader's own"
