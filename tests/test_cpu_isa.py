@@ -1,0 +1,77 @@
+"""The CPU build's one host-dependent flag, `-mfma`: when it is given, and that it changes no bit.
+
+`host_isa_flags` is read from /proc/cpuinfo, so each rule is checked on a written cpuinfo. On a host
+with FMA the shipped solutions are built twice, with the flag and without it, and every output of a
+case of each lab is compared bit for bit (AVX code too, for the solutions that write no fmaf): fmaf
+rounds once whether it is an instruction or a libm call, and contraction stays off, so the two
+builds must agree exactly. The FMA build is also shown to have taken the flag: lab 2's imports no
+fmaf from libm, where its portable build does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from labrunner.build.gate import load_submission
+from labrunner.labs import get_lab
+from labrunner.pipeline.cases import CaseOptions, case_payload, resolved_cases
+from labrunner.run.cpu import module as cpu_module
+from labrunner.run.cpu.module import CpuModule, cpu_compiler_available, host_isa_flags
+from labrunner.run.cpu.object_check import read_elf
+from labrunner.run.cpu_device import CpuDevice
+from labrunner.run.worker_main import run_case
+from labrunner.truth.cases import Seed
+
+X86_FLAGS = "processor\t: 0\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2\n"
+
+
+def test_fma_is_asked_for_where_an_x86_64_host_has_fma_and_avx():
+    assert host_isa_flags("x86_64", X86_FLAGS) == ["-mfma"]
+
+
+@pytest.mark.parametrize(
+    ("machine", "cpuinfo"),
+    [
+        ("x86_64", X86_FLAGS.replace(" fma", "")),  # no FMA3 (an older x86-64)
+        ("x86_64", X86_FLAGS.replace(" avx f16c", " f16c")),  # FMA without AVX: no VEX encoding to use
+        ("x86_64", "processor\t: 0\n"),  # no flags line at all: unknown, the portable build
+        ("aarch64", "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\n"),  # fused multiply-add is base ISA
+    ],
+)
+def test_no_flag_where_the_host_lacks_it_or_needs_none(machine, cpuinfo):
+    assert host_isa_flags(machine, cpuinfo) == []
+
+
+needs_fma = pytest.mark.skipif(
+    cpu_compiler_available() is not None or host_isa_flags() != ["-mfma"],
+    reason="needs g++ on an x86-64 host with FMA",
+)
+
+
+def outputs_of(lab_name: str, case_name: str, cache, monkeypatch, flags: list[str]):
+    """The case's output bytes from the lab's solution built with `flags`, and the built object's path."""
+    monkeypatch.setattr(cpu_module, "CXXFLAGS", flags)
+    lab = get_lab(lab_name)
+    submission = load_submission(lab, lab.solution_path)
+    (case,) = [c for c in resolved_cases(lab, lab.catalogue, submission.constants) if c.name == case_name]
+    payload = case_payload(lab, submission, case, CaseOptions(seed=Seed(7, "--seed")))
+    built = CpuModule.build(payload["source"], payload["filename"], payload["entry_types"], cache_dir=cache)
+    reply = run_case(CpuDevice(), built, payload["request"])
+    return reply["outputs"]["out"].tobytes(), built.so_path
+
+
+@needs_fma
+@pytest.mark.parametrize(
+    ("lab_name", "case_name", "calls_fmaf"),
+    [("lab1", "T33", False), ("lab2", "C33-P1000", True), ("lab3", "skewed", False)],  # only lab 2's writes fmaf
+)
+def test_the_fma_build_gives_the_portable_builds_bits(lab_name, case_name, calls_fmaf, tmp_path, monkeypatch):
+    with_fma = list(cpu_module.CXXFLAGS)
+    portable = [flag for flag in with_fma if flag != "-mfma"]
+    assert portable != with_fma
+    fused, fused_object = outputs_of(lab_name, case_name, tmp_path / "fma", monkeypatch, with_fma)
+    plain, plain_object = outputs_of(lab_name, case_name, tmp_path / "portable", monkeypatch, portable)
+    assert fused == plain
+    assert "fmaf" not in read_elf(fused_object).undefined
+    # lab 2's portable build calls libm's fmaf, its FMA build has the instruction: the flag made the difference
+    assert ("fmaf" in read_elf(plain_object).undefined) is calls_fmaf
