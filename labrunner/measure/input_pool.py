@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from labrunner.measure.device import Device, DeviceArray
+from labrunner.measure.device import Device, DeviceArray, device_zeros
 from labrunner.truth.timing_sets import CUDA_KERNEL, CUDA_SOURCE, check_key, make_set, set_shapes
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class InputPool:
         self.slots: list[Slot] = [
             {
                 **{
-                    name: device.upload(np.zeros(shape, dtype=np.float32))
+                    name: device_zeros(device, shape)
                     for name, shape in set_shapes(rows, prefix, pages).items()
                 },
                 **fixed,

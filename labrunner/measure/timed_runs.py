@@ -31,7 +31,7 @@ import numpy as np
 
 from labrunner.labs.definition import Launch
 from labrunner.measure import peers
-from labrunner.measure.device import Device, DeviceArray, GuardedBuffer, Kernels
+from labrunner.measure.device import Device, DeviceArray, GuardedBuffer, Kernels, device_zeros
 from labrunner.measure.input_pool import InputPool
 from labrunner.truth.poison import poison_for
 
@@ -138,8 +138,8 @@ class DeviceCopy:
         self.bytes = count_bytes
         xp = device.xp if hasattr(device.xp, "copyto") else np
         self.copyto = xp.copyto
-        self.source = device.upload(np.zeros(count_bytes // 4, dtype=np.float32))
-        self.target = device.upload(np.zeros(count_bytes // 4, dtype=np.float32))
+        self.source = device_zeros(device, count_bytes // 4)
+        self.target = device_zeros(device, count_bytes // 4)
 
     def prepare(self, input_index: int, verify: bool) -> None:
         """Nothing to refresh: a copy's time does not depend on the values."""
