@@ -1,11 +1,10 @@
-"""The CPU build's one host-dependent flag, `-mfma`: when it is given, and that it changes no bit.
+"""The CPU build's one host-dependent flag, ATTNLAB_HOST_FMA: when it is given, and that it changes no bit.
 
 `host_isa_flags` is read from /proc/cpuinfo, so each rule is checked on a written cpuinfo. On a host
 with FMA the shipped solutions are built twice, with the flag and without it, and every output of a
-case of each lab is compared bit for bit (AVX code too, for the solutions that write no fmaf): fmaf
-rounds once whether it is an instruction or a libm call, and contraction stays off, so the two
-builds must agree exactly. The FMA build is also shown to have taken the flag: lab 2's imports no
-fmaf from libm, where its portable build does.
+case of each lab is compared bit for bit: the fused multiply-add instruction rounds once, as libm's
+fmaf does, so the two builds must agree exactly. The FMA build is also shown to have taken the flag:
+lab 2's solution (the one that writes fmaf) imports no fmaf from libm, where its portable build does.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ X86_FLAGS = "processor\t: 0\nflags\t\t: fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx
 
 
 def test_fma_is_asked_for_where_an_x86_64_host_has_fma_and_avx():
-    assert host_isa_flags("x86_64", X86_FLAGS) == ["-mfma"]
+    assert host_isa_flags("x86_64", X86_FLAGS) == ["-DATTNLAB_HOST_FMA"]
 
 
 @pytest.mark.parametrize(
@@ -43,7 +42,7 @@ def test_no_flag_where_the_host_lacks_it_or_needs_none(machine, cpuinfo):
 
 
 needs_fma = pytest.mark.skipif(
-    cpu_compiler_available() is not None or host_isa_flags() != ["-mfma"],
+    cpu_compiler_available() is not None or host_isa_flags() != ["-DATTNLAB_HOST_FMA"],
     reason="needs g++ on an x86-64 host with FMA",
 )
 
@@ -67,7 +66,7 @@ def outputs_of(lab_name: str, case_name: str, cache, monkeypatch, flags: list[st
 )
 def test_the_fma_build_gives_the_portable_builds_bits(lab_name, case_name, calls_fmaf, tmp_path, monkeypatch):
     with_fma = list(cpu_module.CXXFLAGS)
-    portable = [flag for flag in with_fma if flag != "-mfma"]
+    portable = [flag for flag in with_fma if flag != "-DATTNLAB_HOST_FMA"]
     assert portable != with_fma
     fused, fused_object = outputs_of(lab_name, case_name, tmp_path / "fma", monkeypatch, with_fma)
     plain, plain_object = outputs_of(lab_name, case_name, tmp_path / "portable", monkeypatch, portable)

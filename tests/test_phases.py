@@ -12,14 +12,18 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_cli import cpu_backend_ready
 
 from labrunner import phases
 from labrunner.grader_cache import CACHE_VARIABLE, grader_cache_dir
+from labrunner.labs import get_lab
 from labrunner.pipeline import oracle_ahead, worker_ahead
+from labrunner.pipeline.cases import resolved_cases
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.worker_ahead import WorkerAhead
+from labrunner.truth.cases import make_inputs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,10 +121,35 @@ def test_a_gpu_oracle_that_failed_leaves_the_cases_on_the_cpu_and_the_timing_say
 
     monkeypatch.setattr(oracle_ahead, "gpu_may_be_here", lambda: True)
     monkeypatch.setattr(oracle_ahead, "proven_gpu_references", fails)
+    monkeypatch.setattr(oracle_ahead, "GPU_CASE_SCORES", 100)  # C17-P31's 816 scores count as large here
     ahead = OracleAhead("gpu")
-    assert ahead.for_cases() is None
+    inputs = make_inputs(case_named("lab2", "C17-P31"), 7)
+    assert np.array_equal(ahead.for_cases()(inputs), inputs.reference())
     with pytest.raises(RuntimeError, match="cudaErrorDevicesUnavailable"):
         ahead.for_timing()
+
+
+def case_named(lab_name: str, name: str):
+    lab = get_lab(lab_name)
+    (case,) = [c for c in resolved_cases(lab, lab.catalogue, None) if c.name == name]
+    return case
+
+
+def test_only_a_large_prefill_case_takes_the_gpu_oracle_and_by_its_size_alone(monkeypatch):
+    class Marked:  # a proven oracle whose every reference is recognisable
+        def case_reference(self, inputs):
+            return np.full(inputs.q.shape, 7.0)
+
+    monkeypatch.setattr(oracle_ahead, "gpu_may_be_here", lambda: True)
+    monkeypatch.setattr(oracle_ahead, "proven_gpu_references", Marked)
+    monkeypatch.setattr(oracle_ahead, "GPU_CASE_SCORES", 33 * (1000 + 33))  # C33-P1000 is large, C17-P1000 not
+    reference = OracleAhead("gpu").for_cases()
+    large, small = (make_inputs(case_named("lab2", n), 7) for n in ("C33-P1000", "C17-P1000"))
+    assert (reference(large) == 7.0).all()
+    assert np.array_equal(reference(small), small.reference())
+    decode = make_inputs(case_named("lab3", "skewed"), 7)
+    monkeypatch.setattr(oracle_ahead, "GPU_CASE_SCORES", 1)
+    assert np.array_equal(reference(decode), decode.reference())  # decode: the CPU oracle at any size
 
 
 class StartedWorker:

@@ -85,13 +85,29 @@ def signature_probe(lab: Lab) -> tuple[str, list[tuple[EntryPoint, int]]]:
     return source, checked
 
 
+def probe_parameter_types(
+    lab: Lab, composed_source: str, label: str, arch: str, limits: CompileLimits = CompileLimits()
+) -> tuple[bool, str]:
+    """NVRTC's answer to the file with the signature probe appended: (compiled, log). It needs only the
+    composed text, so the gate runs it beside the file's own compile (`gate.load_submission`)."""
+    probe, _ = signature_probe(lab)
+    compiled, log, _ = run_nvrtc(composed_source + probe, label, arch, ["--fdevice-syntax-only"], limits)
+    return compiled, log
+
+
 def check_parameter_types(
-    lab: Lab, module: CompiledModule, label: str, arch: str, limits: CompileLimits = CompileLimits()
+    lab: Lab,
+    module: CompiledModule,
+    label: str,
+    arch: str,
+    limits: CompileLimits = CompileLimits(),
+    probed: tuple[bool, str] | None = None,
 ) -> None:
     """Each parameter's C++ type against what the lab passes (PTX shows only widths): `double*`
-    where float data comes is a compile error naming the type, not garbage read at run time."""
-    probe, checked = signature_probe(lab)
-    compiled, log, _ = run_nvrtc(module.composed_source + probe, label, arch, ["--fdevice-syntax-only"], limits)
+    where float data comes is a compile error naming the type, not garbage read at run time.
+    `probed`: `probe_parameter_types`' answer for this module's text, where it was already asked."""
+    _, checked = signature_probe(lab)
+    compiled, log = probed or probe_parameter_types(lab, module.composed_source, label, arch, limits)
     if compiled:
         return
     match = _MISMATCH.search(log)

@@ -12,21 +12,22 @@ starts:
    ceiling (`compiler_process`): the compiler's own words about the student's lines only
    (`diagnostics`);
 4. entry points and parameter types (`entry_points`): every kernel the lab launches, as it passes
-   them (the type check is a second compile, in a child like the first);
+   them (the type check is a second compile, in a child like the first, run beside it);
 5. launch constants (`launch_constants`): the geometry the file exports, checked against the lab.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from labrunner.build.attributes import refuse_linker_requests
 from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.entry_points import check_entry_points, check_parameter_types
+from labrunner.build.entry_points import check_entry_points, check_parameter_types, probe_parameter_types
 from labrunner.build.includes import refuse_foreign_includes
 from labrunner.build.launch_constants import check_launch_constants
-from labrunner.build.nvrtc import DEFAULT_ARCH, CompiledModule, compile_module
+from labrunner.build.nvrtc import DEFAULT_ARCH, CompiledModule, compile_module, compose_source
 from labrunner.build.source import read_source
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
@@ -51,9 +52,16 @@ def load_submission(
             f"{label}: error: file is empty; `attnlab starter {lab.name}` prints the file to start from",
             ExitCode.COMPILE_ERROR,
         )
-    module = compile_gate(source, label, arch, limits)
-    check_entry_points(lab, module, label)
-    check_parameter_types(lab, module, label, arch, limits)
+    refuse_before_compiling(source, label)
+    # The signature probe's compile needs only the text, so it runs beside the file's own (each in its
+    # own box): the gate then costs the longer of the two, not their sum. Its answer counts only once
+    # the file itself compiled and has its entry points; a failed compile waits for it, which fails as
+    # fast (it is the same text).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-probe") as pool:
+        probed = pool.submit(probe_parameter_types, lab, compose_source(source, label), label, arch, limits)
+        module = compile_module(source, label, arch, limits)
+        check_entry_points(lab, module, label)
+        check_parameter_types(lab, module, label, arch, limits, probed.result())
     constants = check_launch_constants(lab, module, label)
     return Submission(path, label, source, module, constants)
 
@@ -62,6 +70,11 @@ def compile_gate(
     source: str, label: str, arch: str = DEFAULT_ARCH, limits: CompileLimits = CompileLimits()
 ) -> CompiledModule:
     """Steps 2 and 3 for source text already read: the include policy, then NVRTC."""
+    refuse_before_compiling(source, label)
+    return compile_module(source, label, arch, limits)
+
+
+def refuse_before_compiling(source: str, label: str) -> None:
+    """What no compiler may be shown: foreign includes, and what reaches the linker or loader."""
     refuse_foreign_includes(source, label)
     refuse_linker_requests(source, label)  # attributes, pragmas and asm forms that reach the linker or loader
-    return compile_module(source, label, arch, limits)

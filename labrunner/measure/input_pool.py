@@ -94,10 +94,7 @@ class InputPool:
         fixed = {name: device.upload(array) for name, array in request.get("fixed", {}).items()}
         self.slots: list[Slot] = [
             {
-                **{
-                    name: device_zeros(device, shape)
-                    for name, shape in set_shapes(rows, prefix, pages).items()
-                },
+                **{name: device_zeros(device, shape) for name, shape in set_shapes(rows, prefix, pages).items()},
                 **fixed,
             }
             for _ in range(slots)

@@ -16,6 +16,7 @@ from labrunner.build.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
 from labrunner.phases import phase
+from labrunner.pipeline.case_inputs import CaseInputs
 from labrunner.pipeline.case_limit import case_limit
 from labrunner.pipeline.explain import explain_failure
 from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
@@ -110,35 +111,40 @@ def run_cases(
     # GPU --race-check: the small cases, in order, each under compute-sanitizer after its own run,
     # until its first report (a hazard, or a check it could not finish) has decided a case.
     sanitizing = options.race_check and backend == "gpu"
-    for case in cases:
-        if stopped_by:
-            results.append(CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix))
-            continue
-        progress.advance(f"{case.name} ({size_in_words(case)})")
-        # Once a race is found the verdict is race: later cases need no more schedules to say so.
-        raced = any(r.status == Status.RACE for r in results)
-        limit = case_limit(lab.name, backend, case, options.timeout_s)  # this case's, and why
-        with phase(f"case {case.name}"):
-            result, judgement = judged_case(
-                lab,
-                submission,
-                worker,
-                case,
-                replace(options, race_check=False, rerun=False) if raced else options,
-                limit.seconds,
-                explain=failures < EXPLAINED_FAILURES,
-                stage_check=failures == 0,
-                sanitize=sanitizing and case.cpu,
-                diagnose=backend == "gpu" and options.diagnose,
-                progress=progress,
-            )
-        if result.status == Status.TIMEOUT:
-            result.message = limit.timed_out()
-        results.append(result)
-        failures += judgement.run_failed
-        sanitizing = sanitizing and not judgement.by_sanitizer
-        if result.status in (Status.CRASH, Status.TIMEOUT):
-            stopped_by = f"case {case.name} ended in a {result.status}"
+    made = CaseInputs(options.seed.value, options.oracle, cases, ahead=True)  # a case or two ahead of the runs
+    try:
+        for case in cases:
+            if stopped_by:
+                results.append(CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix))
+                continue
+            progress.advance(f"{case.name} ({size_in_words(case)})")
+            # Once a race is found the verdict is race: later cases need no more schedules to say so.
+            raced = any(r.status == Status.RACE for r in results)
+            limit = case_limit(lab.name, backend, case, options.timeout_s)  # this case's, and why
+            with phase(f"case {case.name}"):
+                result, judgement = judged_case(
+                    lab,
+                    submission,
+                    worker,
+                    case,
+                    replace(options, race_check=False, rerun=False) if raced else options,
+                    limit.seconds,
+                    explain=failures < EXPLAINED_FAILURES,
+                    stage_check=failures == 0,
+                    sanitize=sanitizing and case.cpu,
+                    diagnose=backend == "gpu" and options.diagnose,
+                    progress=progress,
+                    made=made,
+                )
+            if result.status == Status.TIMEOUT:
+                result.message = limit.timed_out()
+            results.append(result)
+            failures += judgement.run_failed
+            sanitizing = sanitizing and not judgement.by_sanitizer
+            if result.status in (Status.CRASH, Status.TIMEOUT):
+                stopped_by = f"case {case.name} ended in a {result.status}"
+    finally:
+        made.close()
     progress.done()
     results += [CaseResult(c.name, Status.SKIPPED, f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
     return results
@@ -180,6 +186,7 @@ def judged_case(
     sanitize: bool = False,
     diagnose: bool = False,
     progress: Progress = Progress(),
+    made: CaseInputs | None = None,
 ) -> tuple[CaseResult, Judgement]:
     """One case: its run, its evidence handed to the judge, the judgement explained; its result is made
     once, from all of them.
@@ -188,10 +195,11 @@ def judged_case(
     wrong pipeline kernel by kernel (lab 1); the driver does both for the first failures only, since
     each costs time. `sanitize`: the judge may ask compute-sanitizer's racecheck and synccheck about
     the case (GPU --race-check). `diagnose`: a crash is replayed under compute-sanitizer's memcheck,
-    to name the kernel and the line (GPU)."""
-    with phase("inputs"):
-        inputs = make_inputs(case, options.seed.value)
-        given = inputs.buffers()
+    to name the kernel and the line (GPU). `made`: where the inputs and the reference were made ahead
+    (`run_cases`); without it both are made here."""
+    made = made or CaseInputs(options.seed.value, options.oracle)
+    inputs = made.inputs(case)
+    given = inputs.buffers()
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     writable = {
         "out": case.rows * QUERY_HEADS * HEAD_DIM,
@@ -222,8 +230,7 @@ def judged_case(
 
     try:
         run = worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=FIRST_SCHEDULE)
-        with phase("oracle"):
-            reference = options.oracle(inputs) if options.oracle else inputs.reference()
+        reference = made.reference(case, inputs)
         judgement = judge(
             case,
             run,

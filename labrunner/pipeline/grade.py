@@ -26,7 +26,7 @@ from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options
-from labrunner.pipeline.timing import run_lab_timing
+from labrunner.pipeline.timing import compile_starter_ahead, run_lab_timing
 from labrunner.pipeline.worker_ahead import WorkerAhead
 from labrunner.report import terminal
 from labrunner.report.records.gate import Gate
@@ -74,6 +74,12 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         oracle=ahead.for_cases() if backend == "gpu" else None,
     )
     result.device = device_facts(backend)
+    timed = not request.no_timing and backend == "gpu" and not request.only
+    starter = (
+        compile_starter_ahead(lab, request.arch, request.compile_limits)
+        if timed and lab.timing_strategy.baseline_kernel
+        else None
+    )
     with worker_ahead.take(
         backend
     ) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
@@ -88,7 +94,7 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         with phase("reports"):
             terminal.cases_report(result)
         correct = result.decisive_case is None
-        if correct and not request.no_timing and backend == "gpu" and not request.only:
+        if correct and timed:
             timing_options = request.timing_options(seed.value)
             with gpu_share(backend, "timing"), phase("timing"):
                 run_lab_timing(
@@ -103,6 +109,7 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
                     arch=request.arch,
                     limits=request.compile_limits,
                     references=ahead.for_timing(),
+                    starter=starter,
                 )
             timing = result.timing
             if isinstance(timing, SpeedupTiming) and timing.bandwidth is not None:

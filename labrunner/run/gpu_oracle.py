@@ -10,7 +10,10 @@ never competes with a timed call.
 Before it judges anything it proves itself, every run: the closed-form golden case to the
 golden proof's tolerance, and a random set (more rows than one of the oracle's row blocks)
 made both by the numpy definition and by the CUDA twin, bit for bit the same, whose GPU
-reference must match the CPU oracle's to 1e-12. A failed proof refuses to time (exit 6).
+reference must match the CPU oracle's to 1e-12; the decode oracle on a small paged batch, to the
+same; and the pass rule as applied on the GPU must give the CPU checker's verdicts on a right and a
+wrong output. A failed proof refuses to time (exit 6). The three run in threads of their own, as on
+a fresh machine they are mostly CuPy compiling kernels, which is then done before any case needs them.
 
 The pass rule is applied on the GPU too (`contract.within_tolerance` takes CuPy arrays); only a
 call that fails is brought back to the CPU checker, for its message. The tests run this class
@@ -21,16 +24,17 @@ checked where there is no GPU; on a GPU it is CuPy and the CUDA twin.
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from labrunner.exit_codes import environment_error
 from labrunner.labs.timing_strategy import TimingLayout
 from labrunner.measure.input_pool import CudaSets
-from labrunner.truth import oracle
+from labrunner.truth import oracle, paged_cache
 from labrunner.truth.cases import Inputs
 from labrunner.truth.check import PASS, OutputCheck, check_output
-from labrunner.truth.contract import within_tolerance
+from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS, within_tolerance
 from labrunner.truth.golden import PROOF_TOLERANCE, prove_oracle
 from labrunner.truth.timing_sets import KEY_BITS, make_set, set_shapes
 
@@ -98,6 +102,15 @@ class GpuOracle:
             self.cp.get_default_memory_pool().free_all_blocks()
 
     def prove(self) -> dict:
+        """Every proof, each in a thread of its own: on a fresh machine most of their time is CuPy
+        compiling its kernels (NVRTC, which lets other threads run), so they overlap."""
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix="attnlab-proof") as pool:
+            parts = [pool.submit(part) for part in (self.prove_prefill, self.prove_checker, self.prove_decode)]
+            proof = {key: value for part in parts for key, value in part.result().items()}
+        self.release()
+        return {**proof, "tolerance": PROOF_TOLERANCE}
+
+    def prove_prefill(self) -> dict:
         cp = self.cp
         golden = prove_oracle(
             attention=lambda q, k, v, prefix: self.host(
@@ -130,10 +143,44 @@ class GpuOracle:
                 f"the GPU oracle differs from the CPU oracle by {gap:.3g} (> {PROOF_TOLERANCE:g}) "
                 "on a random set: refusing to time; check the GPU and the CuPy install"
             )
-        self.release()
-        return {
-            "golden_max_error": golden.max_error,
-            "cpu_gpu_max_difference": gap,
-            "tolerance": PROOF_TOLERANCE,
-            "set_bits_equal": True,
-        }
+        return {"golden_max_error": golden.max_error, "cpu_gpu_max_difference": gap, "set_bits_equal": True}
+
+    def prove_checker(self) -> dict:
+        """The pass rule as the GPU applies it (`check`) gives the CPU checker's verdicts: a right output
+        passes, and one element off by a thousandth fails with the checker's own message. This also has
+        CuPy build the rule's kernels here, ahead, rather than at the first timed call's check."""
+        draw = np.random.default_rng(random.SystemRandom().getrandbits(64))
+        reference = draw.standard_normal((4, QUERY_HEADS, HEAD_DIM))
+        right = reference.astype(np.float32)
+        wrong = right.copy()
+        wrong[1, 5, 7] += np.float32(1e-3 * abs(reference[1, 5, 7]) + 1e-3)
+        on_gpu = self.cp.asarray(reference)
+        verdicts = (self.check(right, on_gpu), self.check(wrong, on_gpu))
+        expected = (check_output(right, reference), check_output(wrong, reference))
+        if verdicts[0].status != PASS or verdicts[1] != expected[1] or verdicts[1].status == PASS:
+            raise environment_error(
+                "the GPU applied the pass rule differently from the CPU checker "
+                f"({verdicts[0].status} and {verdicts[1].status}, where {expected[0].status} and "
+                f"{expected[1].status} were due): refusing to time; check the GPU and the CuPy install"
+            )
+        return {"checker_agrees": True}
+
+    def prove_decode(self) -> dict:
+        """The decode oracle on the GPU against the CPU's, on a small paged batch (shuffled pages, NaN
+        where no key stands), to the proof's tolerance."""
+        cp = self.cp
+        draw = np.random.default_rng(random.SystemRandom().getrandbits(64))
+        lengths = [1, 17, 40]
+        table, pages = paged_cache.layout(draw, lengths)
+        q = draw.standard_normal((len(lengths), QUERY_HEADS, HEAD_DIM), dtype=np.float32)
+        k, v = (paged_cache.fill_pages(draw, table, lengths, pages, (KV_HEADS, HEAD_DIM)) for _ in range(2))
+        seq_lens = np.array(lengths, dtype=np.int32)
+        cpu = oracle.decode_attention(q, k, v, table, seq_lens)
+        gpu = self.host(oracle.decode_attention(cp.asarray(q), cp.asarray(k), cp.asarray(v), table, seq_lens, xp=cp))
+        gap = float(np.max(np.abs(gpu - cpu)))
+        if not gap <= PROOF_TOLERANCE:
+            raise environment_error(
+                f"the GPU's decode oracle differs from the CPU's by {gap:.3g} (> {PROOF_TOLERANCE:g}) "
+                "on a paged batch: refusing to time; check the GPU and the CuPy install"
+            )
+        return {"decode_cpu_gpu_max_difference": gap}

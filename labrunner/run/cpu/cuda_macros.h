@@ -54,6 +54,10 @@
 #define __tanf(x) ::attnlab::fast_tanf(x)
 #define __powf(x, y) ::attnlab::fast_powf(x, y)
 #define __sincosf(x, s, c) ::attnlab::fast_sincosf(x, s, c)
+// The GPU's fused multiply-add, as one instruction where the host has one (shim.h says why); the
+// names stay unqualified so that `std::fmaf(...)` and `::fmaf(...)` still read as calls.
+#define fmaf(a, b, c) attnlab_fmaf(a, b, c)
+#define fma(a, b, c) attnlab_fma(a, b, c)
 
 // Device assert (NVRTC defines assert without any include, and so does this).
 #define assert(e) ((e) ? (void)0 : ::attnlab::device_assert_fail(#e, __FILE__, __LINE__))

@@ -63,14 +63,13 @@ MAX_THREADS = 1024
 
 
 def host_isa_flags(machine: str | None = None, cpuinfo: str | None = None) -> list[str]:
-    """`-mfma` where this host is an x86-64 whose processor has FMA3 (and AVX, whose encoding it uses).
-
-    Kernels write the GPU's fused multiply-adds as fmaf (and __fmaf_rn, which the shim maps to it).
-    Without an FMA instruction g++ calls libm's fmaf for every one, and those calls were two thirds of
-    a flash kernel's CPU time; with it each is one instruction. The bits are the same: fmaf rounds once
-    either way, and contraction stays off (-ffp-contract=off), so no other a*b+c is fused. AArch64 has
-    fused multiply-add in its base instruction set and needs no flag. Every build cache is keyed on the
-    flags (`_runtime_digest`), so a cache shared between hosts never hands an FMA object to one without."""
+    """`-DATTNLAB_HOST_FMA` where this host is an x86-64 whose processor has FMA3 (and AVX, whose
+    encoding it uses): the shim's fmaf and fma are then the fused multiply-add instruction, not a libm
+    call (shim.h, `attnlab_fmaf`). The bits are the same, since both round once. Not -mfma: that makes
+    the whole build AVX code, whose memory operands need no alignment, and a misaligned float4 would
+    stop faulting as it does on a GPU. AArch64 has fused multiply-add in its base instruction set and
+    g++ already emits it. Every build cache is keyed on the flags (`_runtime_digest`), so a cache
+    shared between hosts never hands an object using the instruction to a host without it."""
     machine = machine if machine is not None else os.uname().machine
     if machine not in ("x86_64", "amd64", "AMD64"):
         return []
@@ -79,9 +78,9 @@ def host_isa_flags(machine: str | None = None, cpuinfo: str | None = None) -> li
             with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
                 cpuinfo = handle.read()
         except OSError:
-            return []  # unknown: the portable build, slower and the same bits
+            return []  # unknown: libm's fmaf, slower and the same bits
     flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return ["-mfma"] if {"fma", "avx"} <= set(flags) else []
+    return ["-DATTNLAB_HOST_FMA"] if {"fma", "avx"} <= set(flags) else []
 
 
 CXXFLAGS = [

@@ -183,6 +183,32 @@ inline void fast_sincosf(float x, float* s, float* c) {
 }
 }  // namespace
 }  // namespace attnlab
+// fmaf and fma (cuda_macros.h points a kernel file's calls here) as the one fused multiply-add
+// instruction, where the host has it (module.py defines ATTNLAB_HOST_FMA): g++ for plain x86-64
+// calls libm for each, and spills the vector registers around every call, which made a flash
+// kernel three times slower. The instruction rounds once, as libm's fmaf does: the same bits. Only
+// these calls change; the rest stays plain SSE code, whose aligned accesses fault where a GPU's
+// misaligned float4 does (fiber_faults.h decodes them), as -mfma's AVX code would not.
+static inline float attnlab_fmaf(float a, float b, float c) {
+#if defined(ATTNLAB_HOST_FMA) && defined(__x86_64__)
+    __asm__("vfmadd213ss %2, %1, %0" : "+x"(a) : "x"(b), "x"(c));  // a = a * b + c, rounded once
+    return a;
+#else
+    return ::fmaf(a, b, c);
+#endif
+}
+static inline double attnlab_fma(double a, double b, double c) {
+#if defined(ATTNLAB_HOST_FMA) && defined(__x86_64__)
+    __asm__("vfmadd213sd %2, %1, %0" : "+x"(a) : "x"(b), "x"(c));
+    return a;
+#else
+    return ::fma(a, b, c);
+#endif
+}
+namespace std {
+using ::attnlab_fma;  // `std::fmaf(...)` in a kernel file reads `std::attnlab_fmaf(...)`
+using ::attnlab_fmaf;
+}  // namespace std
 static inline float rsqrtf(float x) { return 1.0f / ::sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / ::sqrt(x); }
 static inline float __fdividef(float a, float b) { return a / b; }
@@ -190,11 +216,11 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
 static inline float __fsqrt_rn(float x) { return ::sqrtf(x); }
 static inline float __frsqrt_rn(float x) { return 1.0f / ::sqrtf(x); }
-static inline float __fmaf_rn(float a, float b, float c) { return ::fmaf(a, b, c); }
+static inline float __fmaf_rn(float a, float b, float c) { return attnlab_fmaf(a, b, c); }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
-static inline double __fma_rn(double a, double b, double c) { return ::fma(a, b, c); }
+static inline double __fma_rn(double a, double b, double c) { return attnlab_fma(a, b, c); }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
 static inline float __saturatef(float x) { return x >= 1.0f ? 1.0f : (x > 0.0f ? x : 0.0f); }  // NaN -> 0
