@@ -116,7 +116,7 @@ def test_no_gpu_oracle_is_started_where_no_gpu_driver_is(monkeypatch):
 
 
 def test_a_gpu_oracle_that_failed_leaves_the_cases_on_the_cpu_and_the_timing_says_why(monkeypatch):
-    def fails():
+    def fails(decode: bool):
         raise RuntimeError("cudaErrorDevicesUnavailable")
 
     monkeypatch.setattr(oracle_ahead, "gpu_may_be_here", lambda: True)
@@ -137,6 +137,9 @@ def case_named(lab_name: str, name: str):
 
 def test_only_a_large_prefill_case_takes_the_gpu_oracle_and_by_its_size_alone(monkeypatch):
     class Marked:  # a proven oracle whose every reference is recognisable
+        def __init__(self, decode: bool):
+            self.decode = decode
+
         def case_reference(self, inputs):
             return np.full(inputs.q.shape, 7.0)
 

@@ -1,4 +1,4 @@
-"""Each case's inputs and float64 reference, made in a thread a case or two ahead of the worker.
+"""Each case's inputs and float64 reference, made in threads a few cases ahead of the worker.
 
 A case's inputs are normals drawn from the seed and the case's name, and its reference is the
 oracle's answer for them: neither depends on anything the submission does, so both can be made while
@@ -8,7 +8,7 @@ gets a case's inputs only once they are whole, the judge gets the reference made
 inputs, and an error in making either is raised where the case asks for it, as before.
 
 numpy's generators and its float64 matrix products release the GIL, and the GPU oracle works in the
-driver's own CUDA context, so the thread runs beside the main one's wait on the worker. When the cases
+driver's own CUDA context, so the threads run beside the main one's wait on the worker. When the cases
 stop (a crash, an interrupt) what was not started is dropped, and `close` waits for the one being
 made: nothing of the oracle's may still run when the timing starts, or it would share the GPU with a
 timed call.
@@ -26,7 +26,9 @@ from labrunner.truth.cases import Inputs, make_inputs
 from labrunner.truth.catalogue import Case
 
 Oracle = Callable[[Inputs], np.ndarray]
-CASES_AHEAD = 2  # inputs and references held at once beyond the case running: lab 2's largest are ~60 MiB
+# Cases whose inputs and references are made at once, each in a thread: one thread fell behind lab 3's
+# runs (its paged caches take longer to draw than to run). They hold lab 3's longest case, ~140 MiB.
+CASES_AHEAD = 3
 
 
 class CaseInputs:
@@ -37,7 +39,7 @@ class CaseInputs:
         self.seed, self.oracle = seed, oracle
         self._waiting = list(cases) if ahead else []
         self._made: dict[str, tuple[Future, Future]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-inputs") if ahead else None
+        self._pool = ThreadPoolExecutor(max_workers=CASES_AHEAD, thread_name_prefix="attnlab-inputs") if ahead else None
         for _ in range(CASES_AHEAD):
             self._start_next()
 
@@ -46,7 +48,7 @@ class CaseInputs:
             return
         case = self._waiting.pop(0)
         inputs = self._pool.submit(self._inputs, case)
-        # one thread, first in first out: the inputs are made before their reference starts
+        # queued behind its inputs, so a thread that waits for them waits for work already running
         self._made[case.name] = (inputs, self._pool.submit(lambda: self._reference(inputs.result())))
 
     def _inputs(self, case: Case) -> Inputs:

@@ -38,11 +38,12 @@ from labrunner.truth.verdict import Status
 
 
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
-    refuse_speedup_options(get_lab(request.lab), request)
+    lab = get_lab(request.lab)
+    refuse_speedup_options(lab, request)
     if request.file is None:  # the command always names the file it grades; a request without one is a caller's mistake
         raise TypeError("grade_submission: the request names no file to grade")
     # While the file compiles: the GPU oracle is made and proven, and the worker's box starts.
-    oracle_ahead = OracleAhead(request.device)
+    oracle_ahead = OracleAhead(request.device, decode=any(case.decode for case in lab.catalogue.cases))
     worker_ahead = WorkerAhead(request.device, request.arch, lambda backend: Worker(backend))
     try:
         grade_with(request, result, oracle_ahead, worker_ahead)

@@ -40,11 +40,13 @@ def on_the_gpu_oracle(inputs: Inputs) -> bool:
 class OracleAhead:
     """A GPU oracle being made in the background where a GPU may grade; nothing for `--device cpu`."""
 
-    def __init__(self, requested_device: str):
+    def __init__(self, requested_device: str, decode: bool = True):
+        """`decode`: the lab judges decode batches (its decode oracle is proven too; lab 3 only, since
+        on a fresh machine that proof is a second of CuPy compiling kernels the other labs never use)."""
         self._future: Future | None = None
         if requested_device != "cpu" and gpu_may_be_here():
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-oracle")
-            self._future = pool.submit(proven_gpu_references)
+            self._future = pool.submit(proven_gpu_references, decode)
             pool.shutdown(wait=False)
 
     def _ready(self) -> References | None:

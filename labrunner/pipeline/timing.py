@@ -82,6 +82,9 @@ class References(Protocol):
 class CpuReferences:
     """The numpy definition of each set and the CPU oracle: exact, and seconds per set at the timing shape."""
 
+    def __init__(self, decode: bool = True):
+        """Made as `gpu_references` is (it stands in for it); the CPU oracle judges decode batches anyway."""
+
     def reference(
         self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None
     ) -> np.ndarray:
@@ -100,10 +103,11 @@ class CpuReferences:
         pass
 
 
-def gpu_references() -> References:
-    """The driver's GPU oracle, proven; a GPU the driver cannot use is an environment error (exit 6)."""
+def gpu_references(decode: bool = True) -> References:
+    """The driver's GPU oracle, proven; a GPU the driver cannot use is an environment error (exit 6).
+    `decode`: it will judge decode batches too (lab 3), so its decode oracle is proven as well."""
     try:
-        return GpuOracle()
+        return GpuOracle(decode=decode)
     except AttnlabError:
         raise
     except Exception as exc:  # CuPy's own errors: no device for this process, out of memory, ...
@@ -114,10 +118,10 @@ def gpu_references() -> References:
         ) from None
 
 
-def proven_gpu_references() -> References:
+def proven_gpu_references(decode: bool = True) -> References:
     """`gpu_references`, made here because no oracle was started ahead of the timing (bench, calibrate)."""
     with phase("GPU oracle and its proof"):
-        return gpu_references()
+        return gpu_references(decode)
 
 
 def new_key() -> list[int]:

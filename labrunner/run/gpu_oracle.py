@@ -52,9 +52,10 @@ class GpuOracle:
 
     `xp` and `sets` are CuPy and `CudaSets` unless a test passes numpy and `NumpySets`."""
 
-    def __init__(self, xp=None, sets=CudaSets):
+    def __init__(self, xp=None, sets=CudaSets, decode: bool = True):
         self.cp = xp if xp is not None else _cupy()
         self.sets = sets
+        self.decode = decode  # whether it will judge decode batches: its decode oracle is then proven too
         self.proof = self.prove()
 
     def host(self, array) -> np.ndarray:
@@ -105,7 +106,8 @@ class GpuOracle:
         """Every proof, each in a thread of its own: on a fresh machine most of their time is CuPy
         compiling its kernels (NVRTC, which lets other threads run), so they overlap."""
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="attnlab-proof") as pool:
-            parts = [pool.submit(part) for part in (self.prove_prefill, self.prove_checker, self.prove_decode)]
+            proofs = (self.prove_prefill, self.prove_checker, *((self.prove_decode,) if self.decode else ()))
+            parts = [pool.submit(part) for part in proofs]
             proof = {key: value for part in parts for key, value in part.result().items()}
         self.release()
         return {**proof, "tolerance": PROOF_TOLERANCE}
