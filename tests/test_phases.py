@@ -135,7 +135,7 @@ def case_named(lab_name: str, name: str):
     return case
 
 
-def test_only_a_large_prefill_case_takes_the_gpu_oracle_and_by_its_size_alone(monkeypatch):
+def test_only_a_large_case_takes_the_gpu_oracle_and_by_its_size_alone(monkeypatch):
     class Marked:  # a proven oracle whose every reference is recognisable
         def __init__(self, decode: bool):
             self.decode = decode
@@ -146,13 +146,24 @@ def test_only_a_large_prefill_case_takes_the_gpu_oracle_and_by_its_size_alone(mo
     monkeypatch.setattr(oracle_ahead, "gpu_may_be_here", lambda: True)
     monkeypatch.setattr(oracle_ahead, "proven_gpu_references", Marked)
     monkeypatch.setattr(oracle_ahead, "GPU_CASE_SCORES", 33 * (1000 + 33))  # C33-P1000 is large, C17-P1000 not
+    monkeypatch.setattr(oracle_ahead, "GPU_CASE_KEYS", 4226)  # lab 3's skewed (4,226 keys) is large, key0 not
     reference = OracleAhead("gpu").for_cases()
-    large, small = (make_inputs(case_named("lab2", n), 7) for n in ("C33-P1000", "C17-P1000"))
-    assert (reference(large) == 7.0).all()
-    assert np.array_equal(reference(small), small.reference())
-    decode = make_inputs(case_named("lab3", "skewed"), 7)
-    monkeypatch.setattr(oracle_ahead, "GPU_CASE_SCORES", 1)
-    assert np.array_equal(reference(decode), decode.reference())  # decode: the CPU oracle at any size
+    named = {n: make_inputs(case_named(lab, n), 7) for lab, n in [("lab2", "C33-P1000"), ("lab2", "C17-P1000")]}
+    named.update({n: make_inputs(case_named("lab3", n), 7) for n in ("skewed", "planted-key0")})
+    for large in ("C33-P1000", "skewed"):
+        assert (reference(named[large]) == 7.0).all()
+    for small in ("C17-P1000", "planted-key0"):
+        assert np.array_equal(reference(named[small]), named[small].reference())
+
+
+def test_the_gpu_oracle_answers_a_decode_case_as_the_cpu_oracle_does():
+    from labrunner.measure.input_pool import NumpySets
+    from labrunner.run.gpu_oracle import GpuOracle
+
+    inputs = make_inputs(case_named("lab3", "skewed"), 7)
+    on_numpy = GpuOracle(xp=np, sets=NumpySets)  # its logic with numpy as the array module: the same arithmetic
+    assert on_numpy.proof["decode_cpu_gpu_max_difference"] == 0.0 and on_numpy.proof["checker_agrees"]
+    assert np.array_equal(on_numpy.case_reference(inputs), inputs.reference())
 
 
 class StartedWorker:

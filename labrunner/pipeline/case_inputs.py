@@ -1,4 +1,4 @@
-"""Each case's inputs and float64 reference, made in threads a few cases ahead of the worker.
+"""Each case's inputs and float64 reference, made in threads ahead of the worker.
 
 A case's inputs are normals drawn from the seed and the case's name, and its reference is the
 oracle's answer for them: neither depends on anything the submission does, so both can be made while
@@ -9,7 +9,7 @@ inputs, and an error in making either is raised where the case asks for it, as b
 
 numpy's generators and its float64 matrix products release the GIL, and the GPU oracle works in the
 driver's own CUDA context, so the threads run beside the main one's wait on the worker. When the cases
-stop (a crash, an interrupt) what was not started is dropped, and `close` waits for the one being
+stop (a crash, an interrupt) what was not started is dropped, and `close` waits for those being
 made: nothing of the oracle's may still run when the timing starts, or it would share the GPU with a
 timed call.
 """
@@ -26,34 +26,34 @@ from labrunner.truth.cases import Inputs, make_inputs
 from labrunner.truth.catalogue import Case
 
 Oracle = Callable[[Inputs], np.ndarray]
-# Cases whose inputs and references are made at once, each in a thread: one thread fell behind lab 3's
-# runs (its paged caches take longer to draw than to run). They hold lab 3's longest case, ~140 MiB.
-CASES_AHEAD = 3
+# Threads making inputs and references at once. numpy's generators release the GIL, so they draw in
+# parallel; lab 3's longest case alone takes a second to draw on one core.
+THREADS = 4
 
 
 class CaseInputs:
-    """Where `judged_case` takes a case's inputs and reference from. `ahead`: made in a thread, in
-    `cases`' order; a case not among them (or with `ahead` off) is made when asked, in this thread."""
+    """Where `judged_case` takes a case's inputs and reference from. `ahead`: every case's made in
+    threads from the start, the first case first and then the largest (the one that takes longest is
+    then ready when its turn comes); a case not among them, or with `ahead` off, is made when asked."""
 
     def __init__(self, seed: int, oracle: Oracle | None, cases: Sequence[Case] = (), ahead: bool = False):
         self.seed, self.oracle = seed, oracle
-        self._waiting = list(cases) if ahead else []
         self._made: dict[str, tuple[Future, Future]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=CASES_AHEAD, thread_name_prefix="attnlab-inputs") if ahead else None
-        for _ in range(CASES_AHEAD):
-            self._start_next()
-
-    def _start_next(self) -> None:
-        if self._pool is None or not self._waiting:
+        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="attnlab-inputs") if ahead else None
+        if self._pool is None or not cases:
             return
-        case = self._waiting.pop(0)
-        inputs = self._pool.submit(self._inputs, case)
-        # queued behind its inputs, so a thread that waits for them waits for work already running
-        self._made[case.name] = (inputs, self._pool.submit(lambda: self._reference(inputs.result())))
+        first, *rest = cases
+        for case in [first, *sorted(rest, key=lambda c: -sum(c.buffer_bytes().values()))]:
+            inputs = self._pool.submit(self._inputs, case)
+            # queued behind its inputs, so a thread that waits for them waits for work already running
+            self._made[case.name] = (inputs, self._pool.submit(self._reference_of, inputs))
 
     def _inputs(self, case: Case) -> Inputs:
         with phase("inputs"):
             return make_inputs(case, self.seed)
+
+    def _reference_of(self, inputs: Future[Inputs]) -> np.ndarray:
+        return self._reference(inputs.result())
 
     def _reference(self, inputs: Inputs) -> np.ndarray:
         with phase("oracle"):
@@ -64,7 +64,6 @@ class CaseInputs:
         made = self._made.get(case.name)
         if made is None:
             return self._inputs(case)
-        self._start_next()  # this case's turn: the next one starts behind it
         with phase("inputs"):
             return made[0].result()
 

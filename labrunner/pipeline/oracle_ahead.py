@@ -26,15 +26,19 @@ from labrunner.pipeline.timing import References, proven_gpu_references
 from labrunner.truth.cases import Inputs
 
 # A prefill case whose rows times keys reach this takes its reference from the GPU oracle (lab 2's
-# C2048-P2048 has 8.4 million; its next largest, under 30 thousand, take the CPU oracle milliseconds).
+# C2048-P2048 has 8.4 million; its next largest, under 30 thousand, take the CPU oracle milliseconds);
+# so does a decode batch of this many keys in all (lab 3's `long` has 42,283 and took the CPU oracle
+# a second; its next largest, 4,226).
 GPU_CASE_SCORES = 1 << 20
+GPU_CASE_KEYS = 1 << 14
 
 
 def on_the_gpu_oracle(inputs: Inputs) -> bool:
-    """Whether a case is large enough for the GPU oracle: a prefill case of GPU_CASE_SCORES scores or more
-    (a decode case walks its block table on the host, and takes the CPU oracle)."""
+    """Whether a case is large enough for the GPU oracle (GPU_CASE_SCORES, GPU_CASE_KEYS)."""
+    if inputs.block_table is not None:
+        return sum(inputs.lengths) >= GPU_CASE_KEYS
     rows = inputs.q.shape[0]
-    return inputs.block_table is None and rows * (inputs.prefix + rows) >= GPU_CASE_SCORES
+    return rows * (inputs.prefix + rows) >= GPU_CASE_SCORES
 
 
 class OracleAhead:
@@ -63,9 +67,9 @@ class OracleAhead:
         for the rest; None where no GPU oracle was started (every case on the CPU oracle).
 
         Which oracle a case gets depends on its size alone, never on timing, so a grade is the same every
-        run: the CPU oracle answers lab 2's small chunks in milliseconds, and only C2048-P2048 (2.3 s on
-        the CPU) needs the GPU's. That case runs last, so the cases no longer wait for the GPU oracle's
-        proof (a second and a half on a fresh machine)."""
+        run: the CPU oracle answers the small cases in milliseconds, and only lab 2's C2048-P2048 (2.3 s
+        on the CPU) and lab 3's `long` need the GPU's. Those run last, so the cases no longer wait for
+        the GPU oracle's proof (a second and a half on a fresh machine)."""
         if self._future is None:
             return None
 

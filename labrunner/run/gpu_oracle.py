@@ -36,6 +36,7 @@ from labrunner.truth.cases import Inputs
 from labrunner.truth.check import PASS, OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS, within_tolerance
 from labrunner.truth.golden import PROOF_TOLERANCE, prove_oracle
+from labrunner.truth.paged_cache import PAGE_TOKENS
 from labrunner.truth.timing_sets import KEY_BITS, make_set, set_shapes
 
 PROOF_ROWS, PROOF_PREFIX = 260, 36  # past the oracle's 256-row block, so the blocking is proven too
@@ -77,13 +78,14 @@ class GpuOracle:
     def case_reference(self, inputs: Inputs) -> np.ndarray:
         """A correctness case's float64 reference (`Inputs.reference` on the CPU), made here and brought
         back: the same oracle, milliseconds instead of seconds at lab 2's largest case."""
-        if inputs.block_table is not None:
-            # a decode batch is one row per sequence (lab 3's cases take the CPU oracle a fraction of a
-            # second), and the decode oracle walks its block table on the host: the CPU's oracle, as before
-            return inputs.reference()
         cp = self.cp
         q, k, v = (cp.asarray(a) for a in (inputs.q, inputs.k, inputs.v))
-        reference = self.host(oracle.attention(q, k, v, prefix=inputs.prefix, xp=cp))
+        if inputs.block_table is not None:  # the table and the lengths stay on the host, as the oracle walks them
+            assert inputs.seq_lens is not None  # a decode case's inputs carry both
+            decoded = oracle.decode_attention(q, k, v, inputs.block_table, inputs.seq_lens, PAGE_TOKENS, xp=cp)
+            reference = self.host(decoded)
+        else:
+            reference = self.host(oracle.attention(q, k, v, prefix=inputs.prefix, xp=cp))
         del q, k, v
         self.release()
         return reference
