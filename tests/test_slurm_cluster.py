@@ -540,6 +540,9 @@ def test_a_node_failure_requeues_the_task_or_says_it_was_lost(cluster, time_limi
         60,
         "the node declared down",
     )
+    # and its jobs taken off it (the lost one ended, the other requeued) before it comes back: a slurmd
+    # back sooner finds the first job's step still running, and its end is recorded as FAILED instead
+    wait_until(lambda: "RUNNING" not in task_states("node").values(), 60, "the node's jobs taken off it")
     subprocess.run([str(SCRIPT), "node-up"], check=True, timeout=60)
     for thread in threads:
         thread.join(timeout=120)
