@@ -9,6 +9,7 @@ lab 2's solution (the one that writes fmaf) imports no fmaf from libm, where its
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from labrunner.build.gate import load_submission
@@ -74,3 +75,38 @@ def test_the_fma_build_gives_the_portable_builds_bits(lab_name, case_name, calls
     assert "fmaf" not in read_elf(fused_object).undefined
     # lab 2's portable build calls libm's fmaf, its FMA build has the instruction: the flag made the difference
     assert ("fmaf" in read_elf(plain_object).undefined) is calls_fmaf
+
+
+# Every way a kernel file may write CUDA's fused multiply-add. With a = 1 + 2^-12, a * a is 1 + 2^-11 + 2^-24,
+# and c = -(1 + 2^-11): fused, a * a + c is exactly 2^-24; rounded first (an unfused product) it would be 0.
+SPELLINGS = """
+#include <cmath>
+extern "C" __global__ void spell(float* o, double* d) {
+    float a = o[0], c = o[1];
+    o[2] = fmaf(a, a, c);
+    o[3] = std::fmaf(a, a, c);
+    o[4] = ::fmaf(a, a, c);
+    o[5] = __fmaf_rn(a, a, c);
+    double x = d[0], z = d[1];
+    d[2] = fma(x, x, z);
+    d[3] = std::fma(x, x, z);
+    d[4] = __fma_rn(x, x, z);
+}
+"""
+
+
+@pytest.mark.skipif(cpu_compiler_available() is not None, reason="needs g++")
+@pytest.mark.parametrize("fused_instruction", [True, False], ids=["fma-instruction", "libm"])
+def test_every_spelling_of_fmaf_and_fma_is_fused_on_either_build(fused_instruction, tmp_path, monkeypatch):
+    if fused_instruction and host_isa_flags() != ["-DATTNLAB_HOST_FMA"]:
+        pytest.skip("this host has no FMA instruction")
+    flags = [f for f in cpu_module.CXXFLAGS if f != "-DATTNLAB_HOST_FMA"]
+    monkeypatch.setattr(cpu_module, "CXXFLAGS", flags + (["-DATTNLAB_HOST_FMA"] if fused_instruction else []))
+    source = '#include <attnlab/prelude.cuh>\n#line 1 "spell.cu"\n' + SPELLINGS
+    built = CpuModule.build(source, "spell.cu", {"spell": ["float*", "double*"]}, cache_dir=tmp_path)
+    assert ("fmaf" in read_elf(built.so_path).undefined) is not fused_instruction
+    floats = np.array([1 + 2**-12, -(1 + 2**-11), 0, 0, 0, 0], dtype=np.float32)
+    doubles = np.array([1 + 2**-27, -(1 + 2**-26), 0, 0, 0], dtype=np.float64)  # fused: exactly 2^-54
+    built.launch("spell", (1, 1, 1), (1, 1, 1), 0, [floats, doubles])
+    assert floats[2:].tolist() == [2**-24] * 4
+    assert doubles[2:].tolist() == [2**-54] * 3

@@ -70,7 +70,7 @@ class CaseInputs:
     def reference(self, case: Case, inputs: Inputs) -> np.ndarray:
         """The float64 reference of `inputs`, the case's own (made ahead, or now)."""
         made = self._made.pop(case.name, None)
-        if made is None or made[0].result() is not inputs:
+        if made is None:
             return self._reference(inputs)
         with phase("oracle"):
             return made[1].result()

@@ -732,7 +732,7 @@ def run_lab_timing(
             if starter is not None and baseline == lab.starter_path:
                 base = starter.result()  # compiled while the cases ran (`compile_starter_ahead`)
             else:
-                base = load_submission(lab, baseline, shown_path(display_path(baseline)), arch, limits)
+                base = compile_baseline(lab, baseline, arch, limits)
         worker.load(
             "baseline",
             base.module.composed_source,
@@ -767,15 +767,19 @@ def compile_starter_ahead(lab: Lab, arch: str, limits: CompileLimits = CompileLi
     starter is the grader's own file, compiled in the same box as on the timing's own path; where the
     file is wrong and never timed, its result is simply not used."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-starter")
-    path = lab.starter_path
 
     def compiled() -> Submission:
         with phase("compile starter"):
-            return load_submission(lab, path, shown_path(display_path(path)), arch, limits)
+            return compile_baseline(lab, lab.starter_path, arch, limits)
 
     made = pool.submit(compiled)
     pool.shutdown(wait=False)
     return made
+
+
+def compile_baseline(lab: Lab, path: Path, arch: str, limits: CompileLimits) -> Submission:
+    """A baseline file through the compile gate, named in messages as the user would write it."""
+    return load_submission(lab, path, shown_path(display_path(path)), arch, limits)
 
 
 def peer_checked(

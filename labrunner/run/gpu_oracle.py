@@ -12,8 +12,9 @@ golden proof's tolerance, and a random set (more rows than one of the oracle's r
 made both by the numpy definition and by the CUDA twin, bit for bit the same, whose GPU
 reference must match the CPU oracle's to 1e-12; the decode oracle on a small paged batch, to the
 same; and the pass rule as applied on the GPU must give the CPU checker's verdicts on a right and a
-wrong output. A failed proof refuses to time (exit 6). The three run in threads of their own, as on
-a fresh machine they are mostly CuPy compiling kernels, which is then done before any case needs them.
+wrong output. A failed proof refuses to time (exit 6). The parts run in threads of their own, so
+that one's host work (the CPU oracle it is held to, numpy, which lets other threads run) overlaps
+another's; CuPy's kernel compiles, most of a fresh machine's proof, were seen to run one at a time.
 
 The pass rule is applied on the GPU too (`contract.within_tolerance` takes CuPy arrays); only a
 call that fails is brought back to the CPU checker, for its message. The tests run this class
@@ -36,7 +37,6 @@ from labrunner.truth.cases import Inputs
 from labrunner.truth.check import PASS, OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS, within_tolerance
 from labrunner.truth.golden import PROOF_TOLERANCE, prove_oracle
-from labrunner.truth.paged_cache import PAGE_TOKENS
 from labrunner.truth.timing_sets import KEY_BITS, make_set, set_shapes
 
 PROOF_ROWS, PROOF_PREFIX = 260, 36  # past the oracle's 256-row block, so the blocking is proven too
@@ -82,8 +82,8 @@ class GpuOracle:
         q, k, v = (cp.asarray(a) for a in (inputs.q, inputs.k, inputs.v))
         if inputs.block_table is not None:  # the table and the lengths stay on the host, as the oracle walks them
             assert inputs.seq_lens is not None  # a decode case's inputs carry both
-            decoded = oracle.decode_attention(q, k, v, inputs.block_table, inputs.seq_lens, PAGE_TOKENS, xp=cp)
-            reference = self.host(decoded)
+            table, lengths = inputs.block_table, inputs.seq_lens
+            reference = self.host(oracle.decode_attention(q, k, v, table, lengths, paged_cache.PAGE_TOKENS, xp=cp))
         else:
             reference = self.host(oracle.attention(q, k, v, prefix=inputs.prefix, xp=cp))
         del q, k, v
@@ -105,8 +105,7 @@ class GpuOracle:
             self.cp.get_default_memory_pool().free_all_blocks()
 
     def prove(self) -> dict:
-        """Every proof, each in a thread of its own: on a fresh machine most of their time is CuPy
-        compiling its kernels (NVRTC, which lets other threads run), so they overlap."""
+        """Every part of the proof, each in a thread of its own (the module's note says what overlaps)."""
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="attnlab-proof") as pool:
             proofs = (self.prove_prefill, self.prove_checker, *((self.prove_decode,) if self.decode else ()))
             parts = [pool.submit(part) for part in proofs]

@@ -310,8 +310,8 @@ class Worker:
 
 
 # A pipe's buffer, as large as Linux lets any process make one (/proc/sys/fs/pipe-max-size, 1 MiB by
-# default): a case's buffers (lab 3's longest, 134 MiB each way) cross in 64 KiB steps otherwise, each
-# a wake-up of the reader, and that took half of the case's time.
+# default): a case's buffers (lab 3's longest, 134 MiB each way) would otherwise cross in 64 KiB steps,
+# each a wake-up of the reader. What is read is checked against the same limits either way (wire.py).
 PIPE_BYTES = 1 << 20
 
 
