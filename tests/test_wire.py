@@ -125,6 +125,17 @@ def test_a_success_missing_one_of_its_buffers_is_refused():
         deliver(encode(body, COOKIE))
 
 
+def test_a_case_reply_may_leave_out_an_input_it_found_unchanged_but_not_an_output():
+    inputs = {"q": np.ones((2, 2), dtype=np.float32)}
+    expected = replies.case_reply(inputs, {"out": 4}, ["out"])
+    bands = {"out": [np.zeros(replies.GUARD_ELEMENTS, np.float32)] * 2}
+    unchanged = {"ok": True, "outputs": {"out": np.arange(4, dtype=np.float32)}, "bands": bands, "inputs_after": {}}
+    assert deliver(encode(unchanged, COOKIE), expected)["inputs_after"] == {}
+    no_output = {"ok": True, "outputs": {}, "bands": bands, "inputs_after": inputs}
+    with pytest.raises(WireError, match=r"buffer 'outputs/out' is missing from the reply"):
+        deliver(encode(no_output, COOKIE), expected)
+
+
 def test_a_placeholder_that_is_not_its_own_place_is_refused():
     header = {
         "body": {

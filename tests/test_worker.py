@@ -26,6 +26,7 @@ pytestmark = [
 LAB = get_lab("lab2")
 STARTER = load_submission(LAB, LAB.starter_path, "starter.cu")
 ROWS, PREFIX = 2, 31
+FIXTURES = Path(__file__).parent / "fixtures" / "lab2" / "hostile"
 
 
 def run_starter(worker: Worker, inputs) -> np.ndarray:
@@ -61,3 +62,23 @@ def test_close_ends_the_process_and_leaves_nothing_on_disk(tmp_path, monkeypatch
     assert list(tmp_path.iterdir()) == []
     assert not os.path.exists(f"/proc/{pid}")
     assert worker.kernel_output() == []
+
+
+def test_a_case_reply_brings_back_only_the_inputs_the_kernels_changed():
+    inputs = random_inputs(np.random.default_rng(5), ROWS, PREFIX)
+    mutating = load_submission(LAB, FIXTURES / "input_mutation.cu", "input_mutation.cu")
+    launches = LAB.plan_launches(mutating.constants, ROWS, PREFIX)
+    given = {"q": inputs.q, "k": inputs.k, "v": inputs.v}
+    out = {"out": ROWS * QUERY_HEADS * HEAD_DIM}
+    with Worker("cpu") as worker:
+        worker.load("student", STARTER.module.composed_source, "starter.cu", LAB.entry_point_types())
+        untouched = worker.run_case(
+            "student", LAB.plan_launches(STARTER.constants, ROWS, PREFIX), given, out, ("out",), 60.0
+        )
+    assert untouched.inputs_after == {}
+    with Worker("cpu") as worker:  # a CPU worker loads one module
+        worker.load("student", mutating.module.composed_source, "input_mutation.cu", LAB.entry_point_types())
+        scribbled = worker.run_case("student", launches, given, out, ("out",), 60.0)
+    assert list(scribbled.inputs_after) == ["k"]
+    changed = np.flatnonzero(scribbled.inputs_after["k"] != inputs.k)
+    assert changed.tolist() == list(range(32))  # the first 32 of key 0 of KV head 0, zeroed by one warp

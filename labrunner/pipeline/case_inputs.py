@@ -33,8 +33,9 @@ THREADS = 4
 
 class CaseInputs:
     """Where `judged_case` takes a case's inputs and reference from. `ahead`: every case's made in
-    threads from the start, the first case first and then the largest (the one that takes longest is
-    then ready when its turn comes); a case not among them, or with `ahead` off, is made when asked."""
+    threads from the start, the first case first, then the largest (the one that takes longest is then
+    ready when its turn comes), then the rest in the order they run; a case not among them, or with
+    `ahead` off, is made when asked."""
 
     def __init__(self, seed: int, oracle: Oracle | None, cases: Sequence[Case] = (), ahead: bool = False):
         self.seed, self.oracle = seed, oracle
@@ -43,7 +44,8 @@ class CaseInputs:
         if self._pool is None or not cases:
             return
         first, *rest = cases
-        for case in [first, *sorted(rest, key=lambda c: -sum(c.buffer_bytes().values()))]:
+        largest = max(rest, key=lambda c: sum(c.buffer_bytes().values()), default=None)
+        for case in [first, *([largest] if largest else []), *(c for c in rest if c is not largest)]:
             inputs = self._pool.submit(self._inputs, case)
             # queued behind its inputs, so a thread that waits for them waits for work already running
             self._made[case.name] = (inputs, self._pool.submit(self._reference_of, inputs))
@@ -75,8 +77,15 @@ class CaseInputs:
         with phase("oracle"):
             return made[1].result()
 
-    def close(self) -> None:
-        """Drop what was not started, and wait for what is being made (see the module's note)."""
+    def close(self, wait: bool = True) -> None:
+        """Drop what was not started, and wait for what is being made (see the module's note); `wait`
+        False: on the way out of a grade that failed, whose verdict need not wait for it."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
         self._made.clear()
+
+    def __enter__(self) -> CaseInputs:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.close(wait=kind is None)

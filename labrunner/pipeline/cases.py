@@ -90,6 +90,13 @@ def resolved_cases(lab: Lab, catalogue, constants: dict[str, int] | None) -> lis
     return [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
 
 
+def inputs_ahead(lab: Lab, submission: Submission, backend: str, options: CaseOptions) -> CaseInputs:
+    """Every case's inputs and reference, started now: the grade starts them before the student's module
+    loads (a second on the CPU backend), and `run_cases` takes them."""
+    cases, _ = select_cases(lab, backend, options, submission.constants)
+    return CaseInputs(options.seed.value, options.oracle, cases, ahead=True)
+
+
 def run_cases(
     lab: Lab,
     submission: Submission,
@@ -98,9 +105,11 @@ def run_cases(
     options: CaseOptions,
     progress: Progress = Progress(),
     results: list[CaseResult] | None = None,
+    made: CaseInputs | None = None,
 ) -> list[CaseResult]:
     """Every case, in order. `results` (when given) fills as each case finishes, so an interrupted
-    run still has the cases it finished."""
+    run still has the cases it finished. `made`: the cases' inputs started ahead (`inputs_ahead`),
+    closed here as the inputs made here are."""
     cases, skipped = select_cases(lab, backend, options, submission.constants)
     results = [] if results is None else results
     progress.start("checking cases", len(cases))
@@ -111,7 +120,7 @@ def run_cases(
     # GPU --race-check: the small cases, in order, each under compute-sanitizer after its own run,
     # until its first report (a hazard, or a check it could not finish) has decided a case.
     sanitizing = options.race_check and backend == "gpu"
-    made = CaseInputs(options.seed.value, options.oracle, cases, ahead=True)  # a case or two ahead of the runs
+    made = made or CaseInputs(options.seed.value, options.oracle, cases, ahead=True)
     try:
         for case in cases:
             if stopped_by:

@@ -21,7 +21,7 @@ from labrunner.measure.gates import (
 )
 from labrunner.phases import phase
 from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
-from labrunner.pipeline.cases import CaseOptions, run_cases
+from labrunner.pipeline.cases import CaseOptions, inputs_ahead, run_cases
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
@@ -81,12 +81,12 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         if timed and lab.timing_strategy.baseline_kernel
         else None
     )
-    with worker_ahead.take(
-        backend
-    ) as worker:  # closed on every way out (its whole process group), Ctrl-C and SIGTERM included
+    made = inputs_ahead(lab, submission, backend, options)  # while the module loads
+    # the worker is closed on every way out (its whole process group), Ctrl-C and SIGTERM included
+    with made, worker_ahead.take(backend) as worker:
         load_student(worker, lab, submission, request.load_options)
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
-            run_cases(lab, submission, worker, backend, options, progress, results=result.cases)
+            run_cases(lab, submission, worker, backend, options, progress, results=result.cases, made=made)
         with phase("hints"):
             result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
         advice = race_check_advice(backend, request.race_check, result, submission)
@@ -119,7 +119,8 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
                 result.gate = Gate.from_json(apply_gate(gates, lab.name, result.device_name, timing.speedup))
         elif correct and backend == "cpu":
             result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
-        result.kernel_output = worker.kernel_output()
+        with phase("worker stop"):  # killed, and waited for: its CUDA context is gone before the next grade's timing
+            result.kernel_output = worker.kernel_output()
     with phase("reports"):
         terminal.timing_report(result)
         terminal.gate_report(result)

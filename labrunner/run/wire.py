@@ -82,11 +82,13 @@ class Expected:
     `exact`: every name in it must be declared with that dtype and shape, and no other name. A
     message with no buffers at all passes too (a failure reply carries none); the receiver then
     checks the body says it failed.
+    `optional`: names of `exact` a message may leave out (an input the worker found unchanged).
     `fits`: for messages whose buffers vary (timing): called with each name and spec, True to accept.
     `max_bytes`, `max_buffers`: caps on the whole message.
     """
 
     exact: dict[str, BufferSpec] | None = None
+    optional: frozenset[str] = frozenset()
     fits: Callable[[str, BufferSpec], bool] | None = None
     max_bytes: int = 1 << 34
     max_buffers: int = 4096
@@ -104,7 +106,7 @@ class Expected:
             elif self.fits is None or not self.fits(name, spec):
                 raise WireError(f"buffer {name!r} ({_said(spec)}) is not one this request asks for")
         if self.exact is not None and declared:
-            missing = sorted(set(self.exact) - set(declared))
+            missing = sorted(set(self.exact) - self.optional - set(declared))
             if missing:
                 raise WireError(f"buffer {missing[0]!r} is missing from the reply")
         total = sum(spec.nbytes for spec in declared.values())

@@ -71,7 +71,7 @@ class WorkerFailure(Exception):
 class CaseRun:
     outputs: dict[str, np.ndarray]  # the writable buffers asked for
     bands: dict[str, tuple[np.ndarray, np.ndarray]]  # guard bands of every writable buffer
-    inputs_after: dict[str, np.ndarray]  # the inputs as the kernels left them
+    inputs_after: dict[str, np.ndarray]  # the inputs the kernels changed, as they left them (no others)
 
 
 class Worker:

@@ -14,10 +14,14 @@ import ctypes
 import os
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 from labrunner.run import sandbox
 from labrunner.run.wire import ANY_BUFFERS, Reader, WireClosed, encode, write_message
 from labrunner.truth.poison import poison_for
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BUILD_ERRORS = ("CpuKernelError", "CpuCompileError", "CompileException")  # the CPU build's and NVRTC's (CuPy's) own
 OUT_OF_BOUNDS = {"CpuOutOfBounds": "out-of-bounds"}  # the CPU backend's faults that have a verdict of their own
@@ -34,7 +38,8 @@ def make_device(backend: str):
 
 
 def run_case(device, kernels, request: dict) -> dict:
-    """Upload inputs, poison and guard the writable buffers, run the launches, read everything back."""
+    """Upload inputs, poison and guard the writable buffers, run the launches, read everything back (an
+    input only where the kernels changed it: `labrunner.run.replies`)."""
     buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
     guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
     buffers.update({name: g.inner for name, g in guarded.items()})
@@ -45,8 +50,22 @@ def run_case(device, kernels, request: dict) -> dict:
     return {
         "outputs": {name: device.to_host(guarded[name].inner) for name in request["returned"]},
         "bands": {name: list(g.bands(device.to_host)) for name, g in guarded.items()},
-        "inputs_after": {name: device.to_host(buffers[name]) for name in request["inputs"]},
+        "inputs_after": changed_inputs(device, buffers, request["inputs"]),
     }
+
+
+def changed_inputs(device, buffers: dict, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each input whose bits the kernels changed, as they left it."""
+    after = {name: device.to_host(buffers[name]) for name in sent}
+    return {name: array for name, array in after.items() if not same_bits(array, sent[name])}
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    import numpy as np
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8)))
 
 
 # /dev/null, opened before the module's system-call filter refuses every open: where a rerun's kernel
