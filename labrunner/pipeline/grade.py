@@ -7,6 +7,9 @@ before its timing starts.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -29,6 +32,7 @@ from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup
 from labrunner.pipeline.timing import compile_starter_ahead, run_lab_timing
 from labrunner.pipeline.worker_ahead import WorkerAhead
 from labrunner.report import terminal
+from labrunner.report.records.device import DeviceFacts
 from labrunner.report.records.gate import Gate
 from labrunner.report.records.timing import SpeedupTiming
 from labrunner.report.results import RunResult
@@ -74,7 +78,7 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         diagnose=request.diagnose,
         oracle=ahead.for_cases() if backend == "gpu" else None,
     )
-    result.device = device_facts(backend)
+    facts = facts_ahead(backend)
     timed = not request.no_timing and backend == "gpu" and not request.only
     starter = (
         compile_starter_ahead(lab, request.arch, request.compile_limits)
@@ -83,7 +87,7 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
     )
     made = inputs_ahead(lab, submission, backend, options)  # while the module loads
     # the worker is closed on every way out (its whole process group), Ctrl-C and SIGTERM included
-    with made, worker_ahead.take(backend) as worker:
+    with made, worker_ahead.take(backend) as worker, facts_kept(result, facts):
         load_student(worker, lab, submission, request.load_options)
         with terminal.progress_display() as progress, gpu_share(backend, "checking"):
             run_cases(lab, submission, worker, backend, options, progress, results=result.cases, made=made)
@@ -92,6 +96,7 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         advice = race_check_advice(backend, request.race_check, result, submission)
         if advice:
             result.notes.append(advice)
+        result.device = facts.result()  # the cases' report names it
         with phase("reports"):
             terminal.cases_report(result)
         correct = result.decisive_case is None
@@ -128,6 +133,26 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         close_report(lab, submission, result, request, seed.value)
     if advice:
         terminal.note(advice)  # last: what to run next
+
+
+def facts_ahead(backend: str) -> Future[DeviceFacts]:
+    """The device's facts (NVML's and CUDA's: a tenth of a second or two on a GPU host), read in a thread
+    while the grade goes on; the cases' report, whose title names the device, waits for them."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-device")
+    try:
+        return pool.submit(device_facts, backend)
+    finally:
+        pool.shutdown(wait=False)
+
+
+@contextmanager
+def facts_kept(result: RunResult, facts: Future[DeviceFacts]) -> Iterator[None]:
+    """A grade stopped before its cases' report still names its device."""
+    try:
+        yield
+    finally:
+        if result.device is None:
+            result.device = facts.result()
 
 
 def race_check_advice(backend: str, race_check: bool, result: RunResult, submission: Submission) -> str | None:

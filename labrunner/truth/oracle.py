@@ -43,8 +43,13 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp: 
     out = xp.empty((KV_HEADS, GROUP, rows, HEAD_DIM))
     for start in range(0, rows, _ROW_BLOCK):
         stop = min(rows, start + _ROW_BLOCK)
+        block = stop - start
         visible_keys = prefix + stop  # no row of this block sees past its last row's position
-        scores = xp.matmul(q64[:, :, start:stop, :], k64[:, None, :visible_keys, :].transpose(0, 1, 3, 2))
+        # A KV head's GROUP query heads and the block's rows are one matrix of GROUP * block rows against
+        # that head's keys: one product per KV head, with no copy of K or V broadcast over the group.
+        queries = q64[:, :, start:stop, :].reshape(KV_HEADS, GROUP * block, HEAD_DIM)
+        scores = xp.matmul(queries, k64[:, :visible_keys, :].transpose(0, 2, 1))
+        scores = scores.reshape(KV_HEADS, GROUP, block, visible_keys)
         scores *= SCALE
         positions = prefix + xp.arange(start, stop)
         hidden = xp.arange(visible_keys)[None, :] > positions[:, None]
@@ -52,7 +57,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int = 0, xp: 
         scores -= scores.max(axis=-1, keepdims=True)
         weights = xp.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
-        out[:, :, start:stop, :] = xp.matmul(weights, v64[:, None, :visible_keys, :])
+        weighted = xp.matmul(weights.reshape(KV_HEADS, GROUP * block, visible_keys), v64[:, :visible_keys, :])
+        out[:, :, start:stop, :] = weighted.reshape(KV_HEADS, GROUP, block, HEAD_DIM)
     result: np.ndarray = out.transpose(2, 0, 1, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)
     return result
 
