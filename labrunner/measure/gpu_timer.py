@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 
     from labrunner.measure.roofline import GpuFacts
 
+# The GPU's wait before every timed call's flush (`flush_caches`). The timing sets' fill used to give
+# that cover by accident, when it was slow; once it took a few tens of microseconds at lab 2's shape,
+# lab 2's SPEEDUP spread over five fresh processes on an H200 went from 0.56% to 1.5-2%, and its
+# timed runs took longer to reach the noise target. 200 microseconds is several times a lab's host
+# time to queue one call, and under 1% of lab 2's round.
+KERNEL_HEAD_START_US = 200.0
 EMPTY_KERNEL_SOURCE = 'extern "C" __global__ void attnlab_empty() {}'
 # One thread that waits on the GPU's nanosecond clock: a head start for a contender whose host
 # side is slow to queue its work (see `hold`).
@@ -101,6 +107,12 @@ class CupyTimer:
         # A memset writes every byte of the buffer through L2, evicting the
         # previous call's data. It is queued, not awaited: stream order puts
         # it before the start event, so it is never inside the timing.
+        # The head start before it keeps the GPU busy while the host queues
+        # the start event and the call (`hold`): the flush alone lasts some
+        # tens of microseconds, about what a lab's launches take to queue
+        # from Python, so without it the GPU could sit idle after the start
+        # event and count the host's time as the kernel's.
+        self.hold(KERNEL_HEAD_START_US)
         self._flush_buffer.data.memset_async(0, self.flush_bytes)
 
     def hold(self, microseconds: float) -> None:
