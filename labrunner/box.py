@@ -87,6 +87,8 @@ class Purpose:
 # NVRTC writes nothing of size; the CPU worker holds g++'s temporary files and the built module
 # (RLIMIT_FSIZE caps each at 64 MiB); a GPU worker holds CuPy's cache copy and the driver's JIT cache.
 COMPILE = Purpose("compile", gpu=False, private_bytes=64 * MIB)
+# A Triton file's compile: its Python, Triton's caches, LLVM's and ptxas's files for a few kernels.
+TRITON_COMPILE = Purpose("triton-compile", gpu=False, private_bytes=256 * MIB)
 CPU_RUN = Purpose("cpu-run", gpu=False, private_bytes=512 * MIB, needs=("compiler",))
 GPU_RUN = Purpose("gpu-run", gpu=True, private_bytes=1024 * MIB)
 REPLAY = Purpose("replay", gpu=True, private_bytes=1024 * MIB, needs=("sanitizer",), own_tmp=True)

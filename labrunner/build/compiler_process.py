@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,43 +87,15 @@ def run_compiler(request: dict[str, object], label: str, limits: CompileLimits) 
     """One compile in a limited child: its JSON reply, or a compile error saying which limit it hit."""
     cpu_seconds = int(limits.timeout_s) + 2  # the wall clock decides; this only backs it up
     library = nvrtc_library()
-    boxed = boxes.boxed()
-    with contextlib.ExitStack() as stack:
-        workdir = (
-            boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
-        )
-        command = [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)]
-        if boxed:  # NVRTC's library and its builtins sit beside each other, wherever the wheel put them
-            command = boxes.wrap(
-                boxes.COMPILE,
-                command,
-                child_environment(workdir),
-                readable=(os.path.dirname(os.path.realpath(library)), str(CHILD.parent)),
-            )
-        try:
-            process = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd="/" if boxed else workdir,
-                env=child_environment(workdir),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise environment_error(f"the compiler's process could not start ({exc.strerror})") from None
-        try:
-            out, _ = process.communicate(json.dumps(request).encode(), timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            _end_group(process)
-            process.communicate()
-            raise AttnlabError(
-                f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s (--compile-timeout)",
-                ExitCode.COMPILE_ERROR,
-            ) from None
-        finally:
-            _end_group(process)
-    status = boxes.command_status(process.returncode) if boxed else process.returncode
+    # NVRTC's library and its builtins sit beside each other, wherever the wheel put them
+    out, status = run_limited_child(
+        lambda workdir: [sys.executable, "-I", "-S", str(CHILD), library, str(limits.memory_mib), str(cpu_seconds)],
+        json.dumps(request).encode(),
+        label,
+        limits,
+        boxes.COMPILE,
+        readable=(os.path.dirname(os.path.realpath(library)), str(CHILD.parent)),
+    )
     reply = _parse(out)
     if reply is not None and reply.get("status") == "no-nvrtc":
         raise environment_error(
@@ -155,6 +128,52 @@ def run_compiler(request: dict[str, object], label: str, limits: CompileLimits) 
             ExitCode.COMPILE_ERROR,
         )
     return reply
+
+
+def run_limited_child(
+    command_in: Callable[[str], list[str]],
+    request: bytes,
+    label: str,
+    limits: CompileLimits,
+    purpose: boxes.Purpose,
+    readable: tuple[str, ...] = (),
+    environment: Callable[[str], dict[str, str]] = lambda workdir: child_environment(workdir),
+) -> tuple[bytes, int | None]:
+    """Run a compiler child on `request` (its stdin) in a box for `purpose` where one can be made, in an
+    empty private folder otherwise, its session killed at the wall clock: its stdout and exit status.
+    `command_in(workdir)` is the command line, given the private folder it runs in."""
+    boxed = boxes.boxed()
+    with contextlib.ExitStack() as stack:
+        workdir = (
+            boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
+        )
+        command = command_in(workdir)
+        if boxed:
+            command = boxes.wrap(purpose, command, environment(workdir), readable=readable)
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd="/" if boxed else workdir,
+                env=environment(workdir),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise environment_error(f"the compiler's process could not start ({exc.strerror})") from None
+        try:
+            out, _ = process.communicate(request, timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            _end_group(process)
+            process.communicate()
+            raise AttnlabError(
+                f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s (--compile-timeout)",
+                ExitCode.COMPILE_ERROR,
+            ) from None
+        finally:
+            _end_group(process)
+    return out, boxes.command_status(process.returncode) if boxed else process.returncode
 
 
 def _end_group(process: subprocess.Popen[bytes]) -> None:

@@ -29,6 +29,7 @@ from labrunner.build.includes import refuse_foreign_includes
 from labrunner.build.launch_constants import check_launch_constants
 from labrunner.build.nvrtc import DEFAULT_ARCH, CompiledModule, compile_module, compose_source
 from labrunner.build.source import read_source
+from labrunner.build.triton_build import compile_triton, is_triton_file
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
 
@@ -46,6 +47,8 @@ def load_submission(
     lab: Lab, path: Path, label: str | None = None, arch: str = DEFAULT_ARCH, limits: CompileLimits = CompileLimits()
 ) -> Submission:
     label = label or str(path)
+    if is_triton_file(path):
+        return load_triton_submission(lab, path, label, arch, limits)
     source = read_source(path, label)
     if not source.strip():  # said as what it is, not as the entry points an empty file lacks
         raise AttnlabError(
@@ -64,6 +67,22 @@ def load_submission(
         check_parameter_types(lab, module, label, arch, limits, probed.result())
     constants = check_launch_constants(lab, module, label)
     return Submission(path, label, source, module, constants)
+
+
+def load_triton_submission(lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits) -> Submission:
+    """A `.py` file's kernels compiled by Triton in a box (`triton_build`), as a module the worker loads."""
+    triton = compile_triton(lab, path, label, arch, limits)
+    module = CompiledModule(
+        filename=label,
+        composed_source=triton.source,
+        ptx="",
+        entry_points={e.name: [p.ptx_type for p in e.parameters] for e in lab.entry_points},
+        launch_constants=triton.constants,
+        arch=arch,
+        triton=triton.kernels,
+        triton_version=triton.triton,
+    )
+    return Submission(path, label, triton.source, module, triton.constants)
 
 
 def compile_gate(

@@ -41,13 +41,19 @@ def parse_launch_constants(ptx: str) -> dict[str, int]:
 
 
 def check_launch_constants(lab: Lab, module: CompiledModule, label: str) -> dict[str, int]:
-    unknown = sorted(set(module.launch_constants) - set(lab.launch_defaults))
+    return checked_constants(lab, module.launch_constants, label)
+
+
+def checked_constants(lab: Lab, exported: dict[str, int], label: str) -> dict[str, int]:
+    """The lab's constants with the file's `exported` values, each checked (unknown names, bounds, the
+    lab's rules, the memory bound): a compile error naming the first problem."""
+    unknown = sorted(set(exported) - set(lab.launch_defaults))
     if unknown:
         known = ", ".join(lab.launch_defaults)
         raise AttnlabError(
             f"{label}: error: unknown launch constant {unknown[0]} ({lab.name} reads {known})", ExitCode.COMPILE_ERROR
         )
-    constants = lab.constants(module.launch_constants)
+    constants = lab.constants(exported)
     problems = constant_problems(lab, constants)
     if problems:
         raise AttnlabError(f"{label}: error: launch constants: {'; '.join(problems)}", ExitCode.COMPILE_ERROR)

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from labrunner.build.compiler_process import CompileLimits, run_compiler
 from labrunner.build.diagnostics import compiler_error_message, nvrtc_diagnostics
@@ -31,6 +31,9 @@ NVRTC_STANDARD_HEADERS = INCLUDE_DIR / "nvrtc_std"
 NVRTC_INCLUDE_OPTIONS = (f"--include-path={INCLUDE_DIR}", f"--include-path={NVRTC_STANDARD_HEADERS}")
 PRELUDE_INCLUDE = "#include <attnlab/prelude.cuh>"
 DEFAULT_ARCH = "sm_90"
+
+if TYPE_CHECKING:
+    from labrunner.build.triton_build import TritonKernel
 
 
 @dataclass
@@ -58,6 +61,10 @@ class CompiledModule:
     # second compile of the student's text happens in it. Bytes from a compiler that read the student's
     # file: only ever handed to a box, never loaded by the driver.
     cubin: bytes = b""
+    # A Triton file's kernels, each its own cubin with its launch facts (`triton_build`); empty for a `.cu`
+    # file. `composed_source` is then the file's Python, which only the CPU backend's interpreter reads.
+    triton: dict[str, TritonKernel] = field(default_factory=dict)
+    triton_version: str = ""  # Triton's version, as the compile box said it
 
 
 def compose_source(user_source: str, filename: str) -> str:

@@ -47,7 +47,7 @@ from labrunner.pipeline.requests import (
     ProfileRequest,
     default,
 )
-from labrunner.pipeline.starter import starter_text, write_starter
+from labrunner.pipeline.starter import LANGUAGES, starter_text, write_starter
 from labrunner.pipeline.traffic import show_traffic
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
@@ -95,14 +95,22 @@ def labs() -> None:
     help="Where to write the starter (default: print it to stdout).",
 )
 @click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
-def starter(lab: str, output: Path | None, force: bool) -> None:
-    """Write the .cu file a student starts LAB from."""
+@click.option(
+    "--lang",
+    "language",
+    type=click.Choice(LANGUAGES),
+    default="cuda",
+    show_default=True,
+    help="The starter's language: a CUDA C++ .cu file, or a Triton .py file (labs 2 and 3).",
+)
+def starter(lab: str, output: Path | None, force: bool, language: str) -> None:
+    """Write the file a student starts LAB from (a .cu file, or with --lang triton a .py file)."""
 
     def body() -> None:
         if output is None:
-            click.echo(starter_text(lab), nl=False)
+            click.echo(starter_text(lab, language), nl=False)
         else:
-            write_starter(lab, output, force)
+            write_starter(lab, output, force, language)
 
     guarded(RunResult("starter", lab), None, body)
 

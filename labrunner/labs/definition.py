@@ -125,6 +125,10 @@ class Lab:
     # Kernel -> its share of those FLOPs, for a lab of several kernels (a kernel not named does none);
     # a lab of one kernel needs none: it does them all.
     flop_shares: dict[str, float] = field(default_factory=dict)
+    # Kernel -> (its threads constant, its shared-memory constant or None), for a lab that takes Triton files:
+    # a Triton kernel's block is 32 x its num_warps threads and its shared memory what Triton's compiler
+    # allots, so these constants are the compile's to set, never the file's. Empty: `.cu` files only.
+    triton_blocks: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     # Where the lab's files lie: its case file `<cases_dir>/<name>.toml` and its kernels in
     # `<kernels_dir>/<name>/` (starter.cu, solution.cu, expert.cu). None: attnlab's own `cases/` and
     # `kernels/`; a lab defined elsewhere names its own folders.
@@ -180,6 +184,14 @@ class Lab:
     @property
     def solution_path(self) -> Path:
         return self.kernel_folder / "solution.cu"
+
+    @property
+    def triton_starter_path(self) -> Path:
+        return self.kernel_folder / "starter.py"
+
+    @property
+    def triton_solution_path(self) -> Path:
+        return self.kernel_folder / "solution.py"
 
     @property
     def expert_path(self) -> Path:

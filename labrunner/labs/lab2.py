@@ -86,4 +86,5 @@ LAB2 = Lab(
     row_tiles=lambda c: [c["attnlab_rows_per_block"]],
     peer="sdpa",
     flop_shares={"flash_prefill": 1.0},
+    triton_blocks={"flash_prefill": ("attnlab_threads", "attnlab_smem_bytes")},
 )

@@ -143,4 +143,8 @@ LAB3 = Lab(
     flops=timed_flops,
     # the partial kernel does every q . k and p * v; the combine only rescales partitions (counted as none)
     flop_shares={"decode_partial": 1.0},
+    triton_blocks={
+        "decode_partial": ("attnlab_partial_threads", "attnlab_partial_smem_bytes"),
+        "decode_combine": ("attnlab_combine_threads", None),  # its shared memory: the kernel's own, as launched
+    },
 )

@@ -12,7 +12,7 @@ from labrunner.pipeline.backend import device_facts, gpu_share
 from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
 from labrunner.pipeline.grade import close_report
 from labrunner.pipeline.prepare import display_path, load_student, prepare
-from labrunner.pipeline.requests import BenchRequest, refuse_speedup_options
+from labrunner.pipeline.requests import BenchRequest, refuse_speedup_options, refuse_triton_options
 from labrunner.pipeline.timing import run_lab_timing
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
@@ -22,6 +22,7 @@ from labrunner.run.worker import Worker
 def bench_submission(request: BenchRequest, result: RunResult) -> None:
     lab = get_lab(request.lab)
     refuse_speedup_options(lab, request)
+    refuse_triton_options(request)
     path = request.file or lab.solution_path
     result.file = display_path(path)
     peer = request.versus if lab.peer is not None and request.versus == lab.peer else None

@@ -141,7 +141,8 @@ def run_cases(
                     explain=failures < EXPLAINED_FAILURES,
                     stage_check=failures == 0,
                     sanitize=sanitizing and case.cpu,
-                    diagnose=backend == "gpu" and options.diagnose,
+                    # a replay recompiles a .cu file's source: a Triton file has only its cubins
+                    diagnose=backend == "gpu" and options.diagnose and not submission.module.triton,
                     progress=progress,
                     made=made,
                 )

@@ -6,6 +6,7 @@ from labrunner.build.gate import Submission, load_submission
 from labrunner.build.nvrtc import nvrtc_version
 from labrunner.build.source import take_notes
 from labrunner.labs import get_lab
+from labrunner.labs.definition import Lab
 from labrunner.pipeline.prepare import said_once
 from labrunner.pipeline.requests import CheckRequest
 from labrunner.report import terminal
@@ -15,23 +16,28 @@ from labrunner.run.untrusted_text import shown_path
 
 
 def check_submission(request: CheckRequest, result: RunResult) -> None:
-    submission = load_submission(
-        get_lab(request.lab), request.file, shown_path(request.file), request.arch, request.compile_limits
-    )
+    lab = get_lab(request.lab)
+    submission = load_submission(lab, request.file, shown_path(request.file), request.arch, request.compile_limits)
     result.notes += said_once(take_notes())
-    result.compile = compile_summary(submission, request.arch, nvrtc_version())
+    result.compile = compile_summary(lab, submission, request.arch, nvrtc_version())
     terminal.check_report(result)
     terminal.verdict_line(result)
 
 
-def compile_summary(submission: Submission, arch: str, nvrtc: str) -> CompileSummary:
+def compile_summary(lab: Lab, submission: Submission, arch: str, nvrtc: str) -> CompileSummary:
     module = submission.module
     return CompileSummary(
         arch=arch,
-        nvrtc=nvrtc,
+        nvrtc="" if module.triton else nvrtc,
         entry_points=module.entry_points,
         constants=submission.constants,
         exported=module.launch_constants,
         resources=dict(module.resources),
         warnings=module.warnings,
+        triton=module.triton_version,
+        triton_kernels={
+            name: {"num_warps": k.num_warps, "num_stages": k.num_stages, "shared_bytes": k.shared_bytes}
+            for name, k in module.triton.items()
+        },
+        compiled=tuple(name for names in lab.triton_blocks.values() for name in names if name and module.triton),
     )

@@ -28,7 +28,7 @@ from labrunner.pipeline.cases import CaseOptions, inputs_ahead, run_cases
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
-from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options
+from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options, refuse_triton_options
 from labrunner.pipeline.timing import compile_starter_ahead, run_lab_timing
 from labrunner.pipeline.worker_ahead import WorkerAhead
 from labrunner.report import terminal
@@ -44,6 +44,7 @@ from labrunner.truth.verdict import Status
 def grade_submission(request: GradeRequest, result: RunResult) -> None:
     lab = get_lab(request.lab)
     refuse_speedup_options(lab, request)
+    refuse_triton_options(request)
     if request.file is None:  # the command always names the file it grades; a request without one is a caller's mistake
         raise TypeError("grade_submission: the request names no file to grade")
     # While the file compiles: the GPU oracle is made and proven, and the worker's box starts.

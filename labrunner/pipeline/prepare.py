@@ -68,11 +68,18 @@ def display_path(path: Path) -> str:
 def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
     """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
     its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
+    load_module(worker, lab, "student", submission, options)
+
+
+def load_module(worker: Worker, lab: Lab, role: str, submission: Submission, options: dict | None = None) -> None:
+    """`submission`'s module loaded in the worker as `role`: the machine code the gate built (a `.cu`
+    file's cubin, or a Triton file's kernels with their launch facts) and the text a CPU build reads."""
     worker.load(
-        "student",
+        role,
         submission.module.composed_source,
         submission.label,
         lab.entry_point_types(),
         options,
         binary=(submission.module.arch, submission.module.cubin),
+        triton=submission.module.triton,
     )

@@ -39,7 +39,8 @@ import numpy as np
 import labrunner
 from labrunner import box as boxes
 from labrunner.build.gate import Submission, load_submission
-from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.build.triton_build import is_triton_file
+from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs.definition import Lab
 from labrunner.labs.timing_strategy import TimingLayout
 from labrunner.measure.kernel_slice import KernelSlice
@@ -125,6 +126,11 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     if request.plot_path:
         require_matplotlib()
     refuse_without_gpu("profile", request.device, grade_instead(request.lab, request.file))
+    if is_triton_file(request.file):
+        raise usage_error(
+            f"profile takes a .cu file: {request.file} is a Triton file, whose kernels Nsight's replay cannot "
+            f"rebuild yet (`attnlab bench {request.lab} {request.file}` times it)"
+        )
     lab, submission, backend, seed = prepare(
         result, request.lab, request.file, "gpu", request.arch, request.seed, public_seed=request.public_seed
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
 from labrunner.build.nvrtc import DEFAULT_ARCH
+from labrunner.build.triton_build import is_triton_file
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
 from labrunner.measure.timing import TimingOptions
@@ -137,4 +138,25 @@ def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
         )
         raise usage_error(
             f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline at fixed sizes{peer}"
+        )
+
+
+def refuse_triton_options(request: RunRequest) -> None:
+    """What a Triton file cannot be given yet, said before any work: compute-sanitizer's race check and
+    Nsight's range pass replay a `.cu` file's source, and a Triton file's kernels exist only as cubins."""
+    if request.file is None or not is_triton_file(request.file):
+        return
+    given = [
+        flag
+        for flag, present in (
+            ("--race-check", getattr(request, "race_check", False)),
+            ("--profile", request.with_profile),
+        )
+        if present
+    ]
+    if given:
+        verb = "takes" if len(given) == 1 else "take"
+        raise usage_error(
+            f"{' and '.join(given)} {verb} a .cu file: {request.file} is a Triton file, graded without it "
+            "(leave the option out)"
         )

@@ -38,7 +38,7 @@ from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.phases import phase
-from labrunner.pipeline.prepare import display_path
+from labrunner.pipeline.prepare import display_path, load_module
 from labrunner.report import terminal
 from labrunner.report.records.timing import (
     Bandwidth,
@@ -733,13 +733,7 @@ def run_lab_timing(
                 base = starter.result()  # compiled while the cases ran (`compile_starter_ahead`)
             else:
                 base = compile_baseline(lab, baseline, arch, limits)
-        worker.load(
-            "baseline",
-            base.module.composed_source,
-            base.label,
-            lab.entry_point_types(),
-            binary=(base.module.arch, base.module.cubin),
-        )
+        load_module(worker, lab, "baseline", base)
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
         shape = strategy.shape_in_note(rows, cached)
         terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")

@@ -106,20 +106,30 @@ def check_report(result: RunResult) -> None:
     summary = result.compile
     if summary is None:
         return
-    heading(f"{result.file}: compiles for {result.lab} ({summary.arch}, NVRTC {summary.nvrtc})")
+    heading(f"{result.file}: compiles for {result.lab} ({summary.arch}, {summary.compiler})")
     table = Table()
-    for column in ("kernel", "registers", "shared (static)", "stack", "spills (st/ld)"):
-        table.add_column(column, justify="right" if column != "kernel" else "left")
-    for name, r in summary.resources.items():
-        table.add_row(
-            name,
-            _opt(r.registers),
-            _bytes(r.shared_bytes),
-            _bytes(r.stack_bytes),
-            f"{_opt(r.spill_stores)}/{_opt(r.spill_loads)}",
-        )
+    if summary.triton:
+        for column in ("kernel", "warps", "threads", "stages", "shared (dynamic)"):
+            table.add_column(column, justify="right" if column != "kernel" else "left")
+        for name, k in summary.triton_kernels.items():
+            warps = k["num_warps"]
+            table.add_row(name, str(warps), str(32 * warps), str(k["num_stages"]), _bytes(k["shared_bytes"]))
+    else:
+        for column in ("kernel", "registers", "shared (static)", "stack", "spills (st/ld)"):
+            table.add_column(column, justify="right" if column != "kernel" else "left")
+        for name, r in summary.resources.items():
+            table.add_row(
+                name,
+                _opt(r.registers),
+                _bytes(r.shared_bytes),
+                _bytes(r.stack_bytes),
+                f"{_opt(r.spill_stores)}/{_opt(r.spill_loads)}",
+            )
     stdout.print(table)
-    launches = Table(title="launch geometry (exported attnlab_* constants, defaults otherwise)")
+    title = "launch geometry (attnlab_* constants: the file's, Triton's compile's, defaults otherwise)"
+    launches = Table(
+        title=title if summary.triton else "launch geometry (exported attnlab_* constants, defaults otherwise)"
+    )
     launches.add_column("constant")
     launches.add_column("value", justify="right")
     launches.add_column("from")

@@ -65,6 +65,7 @@ class CpuDevice:
         arch: str = DEFAULT_ARCH,
         sandboxed: bool = True,
         timeout_s: float | None = None,
+        triton: dict[str, dict] | None = None,
     ):
         from labrunner.run.cpu import syscall_filter
         from labrunner.run.cpu.module import (
@@ -79,6 +80,12 @@ class CpuDevice:
             raise CpuKernelError(
                 "this CPU worker already loaded a module and sealed itself; each module needs a fresh worker"
             )
+        if triton:  # a Triton file: its Python, run by Triton's interpreter once this process is sealed
+            from labrunner.run.cpu.triton_module import TritonInterpretedModule
+
+            constexprs = {name: kernel["constexprs"] for name, kernel in triton.items()}
+            self.sealed = sandboxed
+            return TritonInterpretedModule.load(composed_source, filename, entry_types, constexprs, sandboxed)
         timeout_s = timeout_s or BUILD_TIMEOUT_S
         so_path = build_object(composed_source, filename, entry_types, arch=arch, timeout_s=timeout_s)
         check_built_object(so_path, filename, timeout_s=timeout_s)
@@ -111,6 +118,11 @@ class CpuDevice:
         from labrunner.run.cpu.module import CpuFault, CpuOutOfBounds
 
         args = [buffers[a] if isinstance(a, str) else int(a) for a in launch.args]
+        if getattr(module, "interpreted", False):  # a Triton file's: it checks its own accesses, by buffer
+            names = {i: a for i, a in enumerate(launch.args) if isinstance(a, str)}
+            flat = [a.reshape(-1) if isinstance(a, np.ndarray) else a for a in args]  # views: the same bytes
+            module.launch(launch.kernel, launch.grid, flat, names)
+            return
         try:
             module.launch(
                 launch.kernel, launch.grid, launch.block, launch.shared_bytes, args, reverse_threads=reverse_threads

@@ -17,6 +17,26 @@ from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # a launch above this needs the kernel's opt-in attribute raised
+# Triton 3.6's kernels take two pointers past their own parameters, to global and profile scratch
+# memory; the gate refused every kernel that uses either, so both are passed as null.
+TRITON_SCRATCH_POINTERS = 2
+TRITON_ALIGNMENT = 16  # the compile told Triton every buffer starts on this boundary (`triton_child.py`)
+
+
+class TritonLoadError(Exception):
+    """A Triton file's kernels cannot be loaded here (built for another GPU): a compile error, in words."""
+
+
+class TritonFunction:
+    """A Triton kernel's cubin function with the launch facts its compile fixed: the block is 32 x its
+    warps and its dynamic shared memory what Triton allotted, whatever the lab's plan says of them."""
+
+    def __init__(self, function, threads: int, shared_bytes: int):
+        self.function = function
+        self.threads = threads
+        self.shared_bytes = shared_bytes
+        if shared_bytes > DEFAULT_SHARED_LIMIT:
+            function.max_dynamic_shared_size_bytes = shared_bytes
 
 
 def _cupy():
@@ -57,6 +77,7 @@ class GpuDevice:
         filename: str,
         entry_types: dict[str, list[str]],
         binary: tuple[str, bytes] | None = None,
+        triton: dict[str, dict] | None = None,
         **cpu_options,
     ):
         """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here.
@@ -75,6 +96,17 @@ class GpuDevice:
             )
         return {name: module.get_function(name) for name in entry_types}
 
+    def _triton_function(self, name: str, kernel: dict) -> TritonFunction:
+        mine = self.architecture()
+        if kernel["arch"] != mine:
+            raise TritonLoadError(
+                f"{name} was compiled for {kernel['arch']}, and this GPU is {mine}: grade with --arch {mine}"
+            )
+        path = Path(tempfile.mkdtemp(prefix="triton-")) / f"{name}.cubin"
+        path.write_bytes(kernel["cubin"])
+        function = self.xp.RawModule(path=str(path)).get_function(kernel["entry"])
+        return TritonFunction(function, kernel["threads"], kernel["shared"])
+
     def architecture(self) -> str:
         """This GPU's real architecture as NVRTC names it (sm_90 for an H100 or H200)."""
         return f"sm_{self.xp.cuda.Device().compute_capability}"  # CuPy says "90"
@@ -90,10 +122,25 @@ class GpuDevice:
 
     def launch(self, kernels, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
         kernel = kernels[launch.kernel]
+        if isinstance(kernel, TritonFunction):
+            self._launch_triton(kernel, launch, buffers)
+            return
         if launch.shared_bytes > DEFAULT_SHARED_LIMIT and kernel.max_dynamic_shared_size_bytes < launch.shared_bytes:
             kernel.max_dynamic_shared_size_bytes = launch.shared_bytes
         args = tuple(buffers[a] if isinstance(a, str) else np.int32(a) for a in launch.args)
         kernel(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+    def _launch_triton(self, kernel: TritonFunction, launch: Launch, buffers: dict) -> None:
+        args = []
+        for a in launch.args:
+            if isinstance(a, str):
+                if buffers[a].data.ptr % TRITON_ALIGNMENT:  # never so for the driver's buffers: checked, not assumed
+                    raise ValueError(f"buffer {a} does not start on a {TRITON_ALIGNMENT}-byte boundary")
+                args.append(buffers[a])
+            else:
+                args.append(np.int32(a))
+        args += [np.uint64(0)] * TRITON_SCRATCH_POINTERS
+        kernel.function(launch.grid, (kernel.threads, 1, 1), tuple(args), shared_mem=kernel.shared_bytes)
 
     def synchronize(self) -> None:
         self.xp.cuda.runtime.deviceSynchronize()

@@ -30,6 +30,7 @@ import numpy as np
 
 from labrunner import box as boxes
 from labrunner.build.nvrtc import DEFAULT_ARCH
+from labrunner.build.triton_build import THREADS_PER_WARP, TritonKernel
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.grader_cache import CPU_PARTS_VARIABLE
 from labrunner.labs.definition import Launch
@@ -243,6 +244,7 @@ class Worker:
         entry_types: dict[str, list[str]],
         options: dict | None = None,
         binary: tuple[str, bytes] | None = None,
+        triton: dict[str, TritonKernel] | None = None,
     ) -> None:
         """Build the module in the worker; `options` go to the device's compile (the CPU's: arch,
         sandboxed, timeout_s). `binary`: (architecture, machine code) the gate's compile already built,
@@ -259,8 +261,19 @@ class Worker:
         }
         if binary and binary[1] and self.backend == "gpu":
             arch, code = binary
-            padded = code + b"\0" * (-len(code) % 4)  # the wire carries words, not bytes
-            request["binary"] = {"arch": arch, "bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
+            request["binary"] = {"arch": arch, **code_words(code)}
+        if triton:  # a Triton file: on a GPU its cubins, on the CPU its Python for the interpreter
+            request["triton"] = {
+                name: {
+                    "arch": binary[0] if binary else DEFAULT_ARCH,
+                    "entry": kernel.entry,
+                    "threads": THREADS_PER_WARP * kernel.num_warps,
+                    "shared": kernel.shared_bytes,
+                    "constexprs": kernel.constexprs,
+                    **(code_words(kernel.cubin) if self.backend == "gpu" else {}),
+                }
+                for name, kernel in triton.items()
+            }
         try:
             self._ensure_started()
             with phase(f"load {role}"):
@@ -313,6 +326,12 @@ class Worker:
 # default): a case's buffers (lab 3's longest, 134 MiB each way) would otherwise cross in 64 KiB steps,
 # each a wake-up of the reader. What is read is checked against the same limits either way (wire.py).
 PIPE_BYTES = 1 << 20
+
+
+def code_words(code: bytes) -> dict:
+    """Machine code as the wire carries it: words, not bytes, and how many of the bytes are the code's."""
+    padded = code + b"\0" * (-len(code) % 4)
+    return {"bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
 
 
 def widen_pipe(fd: int) -> None:

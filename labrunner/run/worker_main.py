@@ -23,7 +23,8 @@ from labrunner.truth.poison import poison_for
 if TYPE_CHECKING:
     import numpy as np
 
-BUILD_ERRORS = ("CpuKernelError", "CpuCompileError", "CompileException")  # the CPU build's and NVRTC's (CuPy's) own
+# the CPU build's, NVRTC's (CuPy's) and a Triton file's that cannot load on this GPU
+BUILD_ERRORS = ("CpuKernelError", "CpuCompileError", "CompileException", "TritonLoadError")
 OUT_OF_BOUNDS = {"CpuOutOfBounds": "out-of-bounds"}  # the CPU backend's faults that have a verdict of their own
 
 
@@ -119,15 +120,31 @@ def launch_schedules(request: dict) -> list[int]:
 
 def machine_code(binary: dict) -> tuple[str, bytes]:
     """(architecture, bytes) of a module the driver's compile gate built, as the wire carried it."""
-    words = binary["words"]
-    return binary["arch"], words.tobytes()[: binary["bytes"]]
+    return binary["arch"], code_bytes(binary)
+
+
+def code_bytes(carried: dict) -> bytes:
+    """Machine code carried as words (`worker.code_words`), back to its own bytes."""
+    return carried["words"].tobytes()[: carried["bytes"]]
+
+
+def triton_kernels(triton: dict) -> dict[str, dict]:
+    """A Triton file's kernels as the wire carried them, each with its cubin as bytes where one came."""
+    return {
+        name: {**{k: v for k, v in kernel.items() if k not in ("words", "bytes")}, "cubin": code_bytes(kernel)}
+        if "words" in kernel
+        else kernel
+        for name, kernel in triton.items()
+    }
 
 
 def answer(request: dict, device, kernels: dict) -> dict:
     if request["op"] == "device":  # made before this call: the driver times the context on its own
         return {}
     if request["op"] == "load":
-        extra = {"binary": machine_code(request["binary"])} if "binary" in request else {}
+        extra: dict = {"binary": machine_code(request["binary"])} if "binary" in request else {}
+        if "triton" in request:
+            extra = {"triton": triton_kernels(request["triton"])}
         kernels[request["role"]] = device.compile(
             request["source"], request["filename"], request["entry_types"], **request.get("options", {}), **extra
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from labrunner.build.nvrtc import KernelResources
@@ -23,10 +23,20 @@ class CompileSummary:
     exported: dict[str, int]
     resources: dict[str, KernelResources]
     warnings: list[str]
+    # A Triton file's compile: Triton's version, and per kernel its num_warps, num_stages and shared bytes;
+    # the constants those set (`Lab.triton_blocks`) are the compile's, not the file's.
+    triton: str = ""
+    triton_kernels: dict[str, dict[str, int]] = field(default_factory=dict)
+    compiled: tuple[str, ...] = ()
+
+    @property
+    def compiler(self) -> str:
+        return f"Triton {self.triton}" if self.triton else f"NVRTC {self.nvrtc}"
 
     def constant_source(self, name: str) -> str:
-        """Where a launch constant's value came from: "file" (exported by it), else "default" (the lab's)."""
-        return "file" if name in self.exported else "default"
+        """Where a launch constant's value came from: "compile" (a Triton kernel's block), "file" (exported
+        by it), else "default" (the lab's)."""
+        return "compile" if name in self.compiled else "file" if name in self.exported else "default"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +47,11 @@ class CompileSummary:
             "exported": self.exported,
             "resources": {name: asdict(r) for name, r in self.resources.items()},
             "warnings": self.warnings,
+            **(
+                {"triton": self.triton, "triton_kernels": self.triton_kernels, "compiled": list(self.compiled)}
+                if self.triton
+                else {}
+            ),
         }
 
     @classmethod
@@ -49,4 +64,7 @@ class CompileSummary:
             exported=data["exported"],
             resources={name: KernelResources(**r) for name, r in data["resources"].items()},
             warnings=data["warnings"],
+            triton=data.get("triton", ""),
+            triton_kernels=data.get("triton_kernels", {}),
+            compiled=tuple(data.get("compiled", ())),
         )
