@@ -68,6 +68,12 @@ every_seed() {  # every_seed LAB FILE: every case of FILE on five seeds, no timi
 }
 
 step box-doctor 0 python3 -m labrunner doctor
+step triton-fixtures-lab2 0 python3 tests/fixture_suite.py --device gpu --lab lab2 --jobs 4 --match '\.py$'
+step triton-fixtures-lab3 0 python3 tests/fixture_suite.py --device gpu --lab lab3 --jobs 2 --match '\.py$'
+step triton-bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 kernels/lab2/solution.py --vs sdpa
+step triton-grade-lab2 0 python3 -m labrunner grade lab2 kernels/lab2/solution.py
+step triton-grade-lab3 0 python3 -m labrunner grade lab3 kernels/lab3/solution.py
+step grade-lab3-cu 0 python3 -m labrunner grade lab3 kernels/lab3/solution.cu
 step grade-latency 0 python3 scripts/grade_latency.py --runs 5 --batch 40 --jobs auto --json "$out/latency.json"
 step race-check-flood 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_printf_flood.cu --race-check --no-timing
 step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_slow_under_sanitizer.cu --race-check --no-timing --timeout 2

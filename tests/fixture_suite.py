@@ -77,7 +77,7 @@ def load_fixtures(lab: str | None = None) -> list[Fixture]:
         with open(lab_dir / "expected.toml", "rb") as handle:
             table = tomllib.load(handle)
         # Entries under kernels/ are the shipped starter and solution, graded where they live.
-        on_disk = {str(p.relative_to(lab_dir)) for p in lab_dir.rglob("*.cu")}
+        on_disk = {str(p.relative_to(lab_dir)) for pattern in ("*.cu", "*.py") for p in lab_dir.rglob(pattern)}
         missing = on_disk ^ {rel for rel in table if not rel.startswith("kernels/")}
         if missing:
             raise AssertionError(f"{lab_dir.name}: fixtures and expected.toml disagree about {sorted(missing)}")

@@ -10,8 +10,9 @@ it, so the kernel is shaped around the bytes:
      tile's rows is one contiguous 256-byte K (or V) row of one KV head.
   4. Four query rows are too few for a tensor-core `tl.dot` (it needs 16), so the four heads are
      padded to 16 rows: compute is free in decode, and the tensor cores keep the arithmetic off the
-     path of the bytes. input_precision="tf32x3" (three TF32 products of split operands) is as
-     accurate as fp32 here; plain TF32 is not.
+     path of the bytes. Scores use input_precision="tf32x3" (three TF32 products of split operands),
+     as accurate as fp32 here; plain TF32 is not. The weighted sum splits V into three exact TF32
+     parts (`exact_split_dot`), so a one-key sequence gets its value back bit for bit.
 Scores are in base 2 (q is scaled by log2(e) / 8), so every exponential is one exp2, and partMax holds
 base-2 maxima for decode_combine.
 
@@ -39,6 +40,27 @@ attnlab_constexprs = {
     "decode_partial": {"PARTITION": PARTITION, "BLOCK_N": BLOCK_N, "HEADS": attnlab_heads_per_block},
     "decode_combine": {"PARTITION": PARTITION, "PARTS": 32},
 }
+
+
+@triton.jit
+def tf32_part(x):
+    """x with its low 13 mantissa bits cleared: a TF32 value, which the tensor cores read unchanged."""
+    return (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def exact_split_dot(p, v):
+    """p @ v on the tensor cores, exact wherever p is 0 or 1 (a one-key sequence must give its value back
+    bit for bit). v is cut into three TF32 parts that sum to it exactly (11 + 11 + 2 significant bits), p
+    into two (its small part read as TF32); tf32x3 would round v's remainder and lose its last bits."""
+    v1 = tf32_part(v)
+    v2 = tf32_part(v - v1)
+    v3 = v - v1 - v2
+    p1 = tf32_part(p)
+    acc = tl.dot(p - p1, v1, input_precision="tf32")
+    acc = tl.dot(p1, v3, acc, input_precision="tf32")
+    acc = tl.dot(p1, v2, acc, input_precision="tf32")
+    return tl.dot(p1, v1, acc, input_precision="tf32")
 
 
 @triton.jit
@@ -75,7 +97,7 @@ def decode_partial(
             alpha = tl.exp2(m - m_new)
             p = tl.exp2(s - m_new[:, None])
             l = l * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p, vt, input_precision="tf32x3")
+            acc = acc * alpha[:, None] + exact_split_dot(p, vt)
             m = m_new
         slot = heads * maxParts + part
         tl.store(partOut + slot[:, None] * 64 + d[None, :], acc, mask=used[:, None])

@@ -36,6 +36,10 @@ SETS = " (--timeout sets it)"  # a lab defined elsewhere, whose solution's cost 
 # EPYC, the default case set graded with --full, measured while the machine was busy), and the time of
 # one `_speed_loop` there (the best of many).
 SECONDS_PER_UNIT = {"lab1": 2.5e-5, "lab2": 1.2e-5, "lab3": 1.2e-4}
+# A Triton file on the CPU runs in Triton's interpreter, whose every operation is a numpy call over a whole
+# tile: its starters were up to 25 times slower per unit than the .cu solution's (lab 3's starter, one
+# program per head, 1.2e-3 s a unit on the two-core machine), so its limits start from that price.
+INTERPRETED_SECONDS_PER_UNIT = {"lab2": 3e-4, "lab3": 3e-3}
 FIXED_SECONDS = 0.05  # what a case costs whatever its size: its buffers poisoned, sent and read back
 REFERENCE_LOOP_S = 0.00089
 TILE = 64  # the solutions' tile over rows and keys: a case of 1 row costs what one of 64 does
@@ -110,13 +114,14 @@ class CaseLimit:
         )
 
 
-def case_limit(lab_name: str, backend: str, case: Case, given_s: float | None) -> CaseLimit:
-    """The limit of one case: `--timeout` where given, else the GPU's fixed one, else the CPU's derived one."""
+def case_limit(lab_name: str, backend: str, case: Case, given_s: float | None, interpreted: bool = False) -> CaseLimit:
+    """The limit of one case: `--timeout` where given, else the GPU's fixed one, else the CPU's derived one
+    (`interpreted`: a Triton file's, priced as Triton's interpreter runs it)."""
     if given_s is not None:
         return CaseLimit(given_s, case.name, "option")
     if backend != "cpu":
         return CaseLimit(GPU_LIMIT_S, case.name, "gpu")
-    per_unit = SECONDS_PER_UNIT.get(lab_name)
+    per_unit = (INTERPRETED_SECONDS_PER_UNIT if interpreted else SECONDS_PER_UNIT).get(lab_name)
     if per_unit is None:
         return CaseLimit(UNKNOWN_LAB_LIMIT_S, case.name, "unknown-lab")
     reference = (FIXED_SECONDS + per_unit * case_work(case)) * machine_factor() * contention()

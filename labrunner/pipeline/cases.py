@@ -129,7 +129,7 @@ def run_cases(
             progress.advance(f"{case.name} ({size_in_words(case)})")
             # Once a race is found the verdict is race: later cases need no more schedules to say so.
             raced = any(r.status == Status.RACE for r in results)
-            limit = case_limit(lab.name, backend, case, options.timeout_s)  # this case's, and why
+            limit = case_limit(lab.name, backend, case, options.timeout_s, interpreted=bool(submission.module.triton))
             with phase(f"case {case.name}"):
                 result, judgement = judged_case(
                     lab,

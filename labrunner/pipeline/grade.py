@@ -69,6 +69,13 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         request.unsafe_cpu,
         request.public_seed,
     )
+    if backend == "cpu" and submission.module.triton:
+        words = (
+            "the Triton file runs in Triton's interpreter on the CPU: its dots rounded to TF32 as the GPU's "
+            "tensor cores round them, every load and store checked against its buffer"
+        )
+        terminal.note(words)
+        result.notes.append(words)
     gates = load_gates_where_timed(request.gates_path, backend, result)
     options = CaseOptions(
         seed=seed,
