@@ -84,7 +84,11 @@ class GpuDevice:
 
         `binary`: (architecture, machine code) the compile gate built from the same source in its own
         box; where it is this GPU's architecture it is loaded as it is (no second compile of the
-        student's text, and no compiler cache to share between boxes), else the source is compiled."""
+        student's text, and no compiler cache to share between boxes), else the source is compiled.
+        `triton`: a Triton file's kernels (name -> arch, entry, cubin, threads, shared), each loaded from its
+        cubin, which must be this GPU's architecture (nothing here compiles a Triton file)."""
+        if triton:
+            return {name: self._triton_function(name, kernel) for name, kernel in triton.items()}
         if binary is not None and binary[1] and binary[0] == self.architecture():
             path = Path(tempfile.mkdtemp(prefix="module-")) / "module.cubin"
             path.write_bytes(binary[1])
