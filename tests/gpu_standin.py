@@ -130,7 +130,9 @@ class InProcessWorker:
     def start(self):  # a worker in this process: nothing to start ahead
         pass
 
-    def load(self, role, composed_source, filename, entry_types, options=None, binary=None):
+    def load(self, role, composed_source, filename, entry_types, options=None, binary=None, triton=None):
+        if triton:  # the stand-in runs a .cu file's source as the CPU backend does: a Triton file has no such form
+            raise NotImplementedError("the GPU stand-in loads .cu files only")
         self.kernels[role] = self.device.compile(composed_source, filename, entry_types, **(options or {}))
 
     def run_case(self, role, launches, inputs, writable, returned, timeout_s, reverse_threads=False, quiet=False):
