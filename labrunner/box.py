@@ -207,7 +207,9 @@ def wrap(
         line += ["--perms", "0700", "--tmpfs", PRIVATE, "--dir", f"{PRIVATE}/tmp"]
     for destination, fd in sorted((data or {}).items()):
         line += ["--ro-bind-data", str(fd), destination]
-    line += ["--chdir", PRIVATE, "--", *command]
+    # The root itself is a tmpfs bubblewrap made to hold the mounts: read-only, so that nothing inside can
+    # fill the host's memory with files there (only /job is writable, and it has its --size).
+    line += ["--remount-ro", "/", "--chdir", PRIVATE, "--", *command]
     return line
 
 

@@ -18,6 +18,19 @@ def reachable(address: tuple[str, int]) -> bool:
         return False
 
 
+def writable(folder: str) -> bool:
+    try:
+        with open(os.path.join(folder, "planted.py"), "x") as handle:
+            handle.write("# planted\n")
+        return True
+    except OSError:
+        return False
+
+
+# The root, /etc and the folder the box made to hold the package: bubblewrap makes them on a tmpfs of
+# its own, which must not take files (only /job may, within its size).
+OUTSIDE_THE_PRIVATE_FOLDER = ("/", "/etc", os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__))))
+
 print(
     json.dumps(
         {
@@ -41,6 +54,7 @@ print(
             "home_exists": os.path.exists("/home"),
             "etc_entries": sorted(os.listdir("/etc")),
             "network": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else None,
+            "writable_outside": [folder for folder in OUTSIDE_THE_PRIVATE_FOLDER if writable(folder)],
             "loopback_reachable": reachable(("127.0.0.1", int(os.environ.get("PROBE_PORT", "1")))),
         }
     )

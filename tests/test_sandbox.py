@@ -73,6 +73,8 @@ def test_a_cpu_box_has_the_allowed_environment_its_own_session_directory_and_lim
         "CUDA_CACHE_PATH",
         "XDG_CACHE_HOME",
         "LC_ALL",
+        "USER",
+        "LOGNAME",
         "OPENBLAS_NUM_THREADS",
         "OMP_NUM_THREADS",
         "MKL_NUM_THREADS",
@@ -103,6 +105,7 @@ def test_a_gpu_box_has_no_data_limit_and_no_host_code_confinement(monkeypatch):
     assert seen["landlock"] == 0
     assert seen["pid_namespace"] is True  # the box's, though it runs no student host code
     assert seen["cupy_cache"] == "/job/cupy"  # a copy of the grader's, made inside: nothing written reaches it
+    assert seen["writable_outside"] == []  # no Landlock here: the read-only root is what refuses
 
 
 def test_a_box_holds_the_toolchain_its_private_folder_and_nothing_else_of_the_host(monkeypatch, tmp_path):
@@ -137,6 +140,7 @@ def test_a_box_holds_the_toolchain_its_private_folder_and_nothing_else_of_the_ho
     assert seen["processes"] == [1, seen["pid"]]
     assert seen["loopback_reachable"] is False
     assert seen["network"] in (None, ["lo"])
+    assert seen["writable_outside"] == []
 
 
 # The top folders the box adds for the Python and the package it runs (a virtual environment in the

@@ -117,6 +117,10 @@ def scrubbed_environment(private: Path, host_code: bool = True, boxed: bool = Fa
             "CUDA_CACHE_PATH": str(private / "nv"),
             "XDG_CACHE_HOME": str(private / "cache"),
             "LC_ALL": "C.UTF-8",
+            # A box has no passwd: a library that asks who runs it (getpass.getuser(), as PyTorch does
+            # when it names its caches) reads these first and would otherwise fail on getpwuid().
+            "USER": "attnlab",
+            "LOGNAME": "attnlab",
             # one thread for numpy's BLAS: the worker never multiplies matrices, and fewer tasks count
             # against the process limit
             "OPENBLAS_NUM_THREADS": "1",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labrunner import box as boxes
+from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S
 from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.build.triton_build import THREADS_PER_WARP, TritonKernel
 from labrunner.exit_codes import AttnlabError, ExitCode
@@ -43,6 +44,10 @@ from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireEr
 from labrunner.truth.verdict import Status, failure_status
 
 COMPILE_TIMEOUT_S = 300.0
+# A Triton file's load in the CPU worker runs its top level again, in the interpreter: held to the
+# limit that top level already had in the compile box (--compile-timeout), plus the interpreter's
+# own set-up (0.3 s measured on two cores), not to the 300 s a g++ build may take.
+TRITON_SETUP_S = 10.0
 START_TIMEOUT_S = 60.0  # a fresh Python with numpy, before any CUDA
 FAILURE_KINDS = ("crash", "fault", "out-of-bounds", "error", "compile")
 
@@ -274,12 +279,15 @@ class Worker:
                 }
                 for name, kernel in triton.items()
             }
+        timeout_s = COMPILE_TIMEOUT_S
+        if triton and self.backend == "cpu":
+            timeout_s = float(request["options"].get("timeout_s") or DEFAULT_COMPILE_TIMEOUT_S) + TRITON_SETUP_S
         try:
             self._ensure_started()
             with phase(f"load {role}"):
-                self._exchange(request, COMPILE_TIMEOUT_S, NO_BUFFERS)
+                self._exchange(request, timeout_s, NO_BUFFERS)
         except WorkerFailure as failure:
-            raise load_failure(filename, self.backend, failure) from None
+            raise load_failure(filename, self.backend, failure, triton=bool(triton)) from None
         self._loaded.append(request)
 
     def run_case(
@@ -342,7 +350,7 @@ def widen_pipe(fd: int) -> None:
         pass
 
 
-def load_failure(filename: str, backend: str, failure: WorkerFailure) -> AttnlabError:
+def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bool = False) -> AttnlabError:
     if failure.kind == "compile":
         if failure.detail.startswith(filename):  # the build's own message already names the file
             return AttnlabError(failure.detail, ExitCode.COMPILE_ERROR)
@@ -350,11 +358,9 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure) -> Attnlab
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
     # only the CPU backend runs a file's host code (at load: its constructors and static initializers)
-    why = (
-        "; code outside any kernel (a constructor, a static initializer) must not crash, exit or hang"
-        if backend == "cpu" and failure.kind in ("crash", "timeout")
-        else ""
-    )
+    # (a Triton file's top level runs there again, in the interpreter)
+    outside = "a Triton file's top level" if triton else "code outside any kernel (a constructor, a static initializer)"
+    why = f"; {outside} must not crash, exit or hang" if backend == "cpu" and failure.kind in ("crash", "timeout") else ""
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 
 
