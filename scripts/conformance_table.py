@@ -1,6 +1,6 @@
 """The exploit conformance table as the README prints it, rendered from tests/fixtures/conformance.toml.
 
-    python scripts/conformance_table.py        # prints the Markdown table
+    python scripts/conformance_table.py        # prints the Markdown tables: fixtures, then pygpubench's Python exploits
 
 tests/test_conformance.py holds the README's copy to this rendering, so the table cannot drift from
 the data, and the data cannot drift from the fixtures' expected verdicts.
@@ -29,5 +29,18 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def render_python() -> str:
+    """pygpubench's Python exploits: whether a `.cu` file and a Triton file can carry each out."""
+    entries = [e for e in tomllib.loads(TABLE.read_text())["published"] if "triton" in e]
+    lines = ["| exploit | `.cu` file | Triton file | Triton fixtures |", "|---|---|---|---|"]
+    for entry in entries:
+        name = entry["exploit"].removeprefix("gpu-mode/pygpubench exploits/")
+        fixtures = ", ".join(f"`{f.removeprefix('tests/fixtures/')}`" for f in entry["triton_fixtures"]) or "-"
+        lines.append(f"| {name} | {entry['applies']} | {entry['triton']} | {fixtures} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(render())
+    print()
+    print(render_python())

@@ -71,19 +71,32 @@ def test_each_published_exploit_is_listed_once():
     assert len([n for n in names if n.startswith("gpu-mode/pygpubench exploits/submission_")]) == 22
 
 
+PYTHON_EXPLOIT = "gpu-mode/pygpubench exploits/submission_"
+TRITON_KEYS = ["triton", "triton_fixtures", "triton_why"]
+
+
 @pytest.mark.parametrize("entry", PUBLISHED, ids=lambda entry: entry["exploit"])
 def test_a_published_exploit_says_whether_it_applies_and_names_real_rows(entry):
-    assert sorted(entry) == ["applies", "exploit", "fixtures", "why"]
-    assert entry["applies"] in APPLIES
-    assert entry["why"].strip()
+    # pygpubench's exploits are Python files: each also says what it can do as a Triton file
+    python = entry["exploit"].startswith(PYTHON_EXPLOIT)
+    assert sorted(entry) == sorted(["applies", "exploit", "fixtures", "why", *(TRITON_KEYS if python else [])])
     listed = {row["fixture"] for row in ROWS}
-    assert [f for f in entry["fixtures"] if f not in listed] == []
-    if entry["applies"] != "no":  # what a .cu file can do has a fixture that does it
-        assert entry["fixtures"], "an exploit a .cu file can carry out needs a fixture"
+    for prefix in ("", "triton_") if python else ("",):
+        applies = entry["triton" if prefix else "applies"]
+        assert applies in APPLIES
+        assert entry[prefix + "why"].strip()
+        assert [f for f in entry[prefix + "fixtures"] if f not in listed] == []
+        if applies != "no":  # what a submission can do has a fixture that does it
+            assert entry[prefix + "fixtures"], f"an exploit a {prefix and 'Triton '}file can carry out needs a fixture"
+
+
+def test_the_triton_fixtures_of_a_python_exploit_are_triton_files():
+    named = {f for entry in PUBLISHED for f in entry.get("triton_fixtures", [])}
+    assert named and all(f.endswith(".py") for f in named)
 
 
 def test_every_published_source_of_a_fixture_is_in_the_published_list():
-    covered = {f for entry in PUBLISHED for f in entry["fixtures"]}
+    covered = {f for entry in PUBLISHED for f in (*entry["fixtures"], *entry.get("triton_fixtures", []))}
     published = [row["fixture"] for row in ROWS if not row["source"].startswith("attnlab")]
     assert [f for f in published if f not in covered] == []
 
@@ -103,3 +116,10 @@ def test_the_readme_prints_the_table_as_rendered_from_the_data():
         re.DOTALL,
     )
     assert printed is not None and printed.group(1) == script.render()
+    python = re.search(
+        r"<!-- python exploits table: rendered by scripts/conformance_table.py -->\n(.*?)\n"
+        r"<!-- end of python exploits table -->",
+        readme,
+        re.DOTALL,
+    )
+    assert python is not None and python.group(1) == script.render_python()

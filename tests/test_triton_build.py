@@ -126,3 +126,21 @@ def test_a_forged_reply_is_refused_before_anything_trusts_it(facts, problem):
     with pytest.raises(AttnlabError) as caught:
         _checked(LAB2, reply, "sub.py", "sm_90", "")
     assert caught.value.message == f"sub.py: error: {problem}"
+
+
+def test_a_triton_file_is_not_compiled_where_no_box_can_be_made(tmp_path, monkeypatch):
+    # Its compile runs its Python: unboxed, that would be the student's code as the grader. Refused with
+    # the reason and both ways out; --unsafe-cpu (the user's own file) lets it compile unboxed.
+    from labrunner import box as boxes
+
+    reason = "bubblewrap is not installed (apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)"
+    monkeypatch.setattr(boxes, "availability", lambda: reason)
+    monkeypatch.delenv(boxes.INSIDE_VARIABLE, raising=False)
+    error = refused(tmp_path, "open('/tmp/planted', 'w')\n")
+    assert error.exit_code == ExitCode.ENVIRONMENT
+    assert error.message == (
+        f"sub.py: a Triton file's compile runs its Python, and no box can be made here: {reason}. "
+        "It is not compiled unboxed; install bubblewrap, or pass --unsafe-cpu for a file you wrote yourself"
+    )
+    module = compile_triton(LAB2, SOLUTION, "solution.py", "sm_90", CompileLimits(unboxed_python=True))
+    assert sorted(module.kernels) == ["flash_prefill"]

@@ -56,6 +56,9 @@ _OUT_OF_MEMORY = re.compile(r"catastrophic error: out of memory$", re.MULTILINE)
 class CompileLimits:
     timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
     memory_mib: int = DEFAULT_COMPILE_MEMORY_MIB
+    # --unsafe-cpu: the file is the user's own, so a Triton file's compile (which runs its Python) may
+    # run unboxed where no box can be made; without it such a compile is refused.
+    unboxed_python: bool = False
 
 
 @functools.lru_cache(maxsize=1)

@@ -102,6 +102,7 @@ def compile_triton(
             f"{label}: error: file is empty; `attnlab starter {lab.name} --lang triton` prints the file to start from",
             ExitCode.COMPILE_ERROR,
         )
+    refuse_unboxed_python(label, limits)
     number = _arch_number(arch, label)
     memory_mib = max(limits.memory_mib, DEFAULT_TRITON_MEMORY_MIB)
     request = {
@@ -129,6 +130,18 @@ def compile_triton(
     )
     reply = _reply(out, status, label, memory_mib)
     return _checked(lab, reply, label, arch, source)
+
+
+def refuse_unboxed_python(label: str, limits: CompileLimits) -> None:
+    """A Triton file is a Python program, and its compile runs it: where no box can be made, that would
+    be the student's code on the grader's machine, as the grader. Refused (exit 6), unless --unsafe-cpu
+    says the file is the user's own. A process already in a box starts its children in that box."""
+    if os.environ.get(boxes.INSIDE_VARIABLE) or limits.unboxed_python or boxes.boxed():
+        return
+    raise environment_error(
+        f"{label}: a Triton file's compile runs its Python, and no box can be made here: {boxes.availability()}. "
+        "It is not compiled unboxed; install bubblewrap, or pass --unsafe-cpu for a file you wrote yourself"
+    )
 
 
 def triton_environment(workdir: str) -> dict[str, str]:

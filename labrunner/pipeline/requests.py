@@ -49,7 +49,7 @@ class RunRequest(FromOptions):
 
     @property
     def compile_limits(self) -> CompileLimits:
-        return CompileLimits(timeout_s=self.compile_timeout_s)
+        return CompileLimits(timeout_s=self.compile_timeout_s, unboxed_python=self.unsafe_cpu)
 
     def timing_options(self, seed: int) -> TimingOptions:
         return TimingOptions(budget_s=self.budget_s, noise_target=self.noise_target, seed=seed, rounds=self.rounds)

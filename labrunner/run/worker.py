@@ -281,7 +281,7 @@ class Worker:
             }
         timeout_s = COMPILE_TIMEOUT_S
         if triton and self.backend == "cpu":
-            timeout_s = float(request["options"].get("timeout_s") or DEFAULT_COMPILE_TIMEOUT_S) + TRITON_SETUP_S
+            timeout_s = float((options or {}).get("timeout_s") or DEFAULT_COMPILE_TIMEOUT_S) + TRITON_SETUP_S
         try:
             self._ensure_started()
             with phase(f"load {role}"):
@@ -360,7 +360,8 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bo
     # only the CPU backend runs a file's host code (at load: its constructors and static initializers)
     # (a Triton file's top level runs there again, in the interpreter)
     outside = "a Triton file's top level" if triton else "code outside any kernel (a constructor, a static initializer)"
-    why = f"; {outside} must not crash, exit or hang" if backend == "cpu" and failure.kind in ("crash", "timeout") else ""
+    stopped = backend == "cpu" and failure.kind in ("crash", "timeout")
+    why = f"; {outside} must not crash, exit or hang" if stopped else ""
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 
 
