@@ -20,8 +20,12 @@ def cell(verdict: str) -> str:
     return verdict.split(":", 1)[0] if verdict.startswith("n/a") else f"`{verdict}`"
 
 
+def conformance() -> dict:
+    return tomllib.loads(TABLE.read_text())
+
+
 def render() -> str:
-    rows = tomllib.loads(TABLE.read_text())["fixture"]
+    rows = conformance()["fixture"]
     lines = ["| class | source | fixture | CPU | GPU |", "|---|---|---|---|---|"]
     for row in rows:
         fixture = row["fixture"].removeprefix("tests/fixtures/")
@@ -31,7 +35,7 @@ def render() -> str:
 
 def render_python() -> str:
     """pygpubench's Python exploits: whether a `.cu` file and a Triton file can carry each out."""
-    entries = [e for e in tomllib.loads(TABLE.read_text())["published"] if "triton" in e]
+    entries = [e for e in conformance()["published"] if "triton" in e]
     lines = ["| exploit | `.cu` file | Triton file | Triton fixtures |", "|---|---|---|---|"]
     for entry in entries:
         name = entry["exploit"].removeprefix("gpu-mode/pygpubench exploits/")

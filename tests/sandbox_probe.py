@@ -27,9 +27,10 @@ def writable(folder: str) -> bool:
         return False
 
 
-# The root, /etc and the folder the box made to hold the package: bubblewrap makes them on a tmpfs of
-# its own, which must not take files (only /job may, within its size).
-OUTSIDE_THE_PRIVATE_FOLDER = ("/", "/etc", os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__))))
+# The root, /etc and the folder the box made to hold the package (the package's parent): bubblewrap
+# makes them on a tmpfs of its own, which must not take files (only /job may, within its size).
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(sandbox.__file__)))  # labrunner/run/sandbox.py -> labrunner
+OUTSIDE_THE_PRIVATE_FOLDER = ("/", "/etc", os.path.dirname(PACKAGE))
 
 print(
     json.dumps(
