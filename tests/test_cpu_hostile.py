@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from labrunner.cli import main
 from labrunner.pipeline import backend as backend_module
-from labrunner.run.cpu.syscall_filter import availability
+from labrunner.syscall_filter import availability
 from labrunner.run.sandbox import landlock_abi
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from labrunner.run.cpu.syscall_filter import availability
+from labrunner.syscall_filter import availability
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
     from labrunner.run.cpu_device import CpuDevice
 
     import ctypes
-    from labrunner.run.cpu.syscall_filter import _library
+    from labrunner.syscall_filter import _library
 
     scratch, sandboxed = sys.argv[1], sys.argv[2] == "sealed"
     libc = ctypes.CDLL(None, use_errno=True)
@@ -209,7 +209,7 @@ PATH_CALLS = (
 
 
 def test_no_system_call_that_takes_a_path_survives_the_seal():
-    from labrunner.run.cpu.syscall_filter import ALLOWED, RUN_STAGE_REFUSED
+    from labrunner.syscall_filter import ALLOWED, RUN_STAGE_REFUSED
 
     assert set(PATH_CALLS) & set(ALLOWED) == set()
     assert {"openat", "newfstatat"} <= set(RUN_STAGE_REFUSED)

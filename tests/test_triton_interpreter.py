@@ -26,7 +26,7 @@ pytest.importorskip("triton")
 
 from labrunner.run.cpu.device_memory import guarded_array  # noqa: E402
 from labrunner.run.cpu.module import CpuCompileError, CpuOutOfBounds  # noqa: E402
-from labrunner.run.cpu.syscall_filter import availability  # noqa: E402
+from labrunner.syscall_filter import availability  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 HEAD = "import triton\nimport triton.language as tl\n\n\n"

@@ -26,10 +26,13 @@ import functools
 import json
 import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,12 @@ from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 
 CHILD = Path(__file__).with_name("nvrtc_child.py")
 DEFAULT_COMPILE_TIMEOUT_S = 20.0
+# A Triton file's compile is held to CPU seconds, not wall seconds: Triton's compiler takes 25-36 s of CPU
+# for exact-fp32 dots at 128-wide tiles (measured on real kernels ported to the labs), and a loaded
+# host stretches the wall clock, not the work. 120 s is over three times the slowest seen; the wall
+# clock is then a backstop at three times that.
+DEFAULT_TRITON_COMPILE_CPU_S = 120.0
+TRITON_WALL_FACTOR = 3.0
 # Both shipped solutions compile within 200 MiB of address space (the child's Python, libnvrtc
 # mapped, ptxas included) and fail at 150; 1024 MiB is five times that, far more than any real
 # kernel file needs, and well under what a grading machine running several compiles side by side
@@ -56,6 +65,8 @@ _OUT_OF_MEMORY = re.compile(r"catastrophic error: out of memory$", re.MULTILINE)
 class CompileLimits:
     timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
     memory_mib: int = DEFAULT_COMPILE_MEMORY_MIB
+    # A Triton file's compile: the CPU seconds each of its steps may take (`--compile-timeout` when given)
+    triton_cpu_s: float = DEFAULT_TRITON_COMPILE_CPU_S
     # --unsafe-cpu: the file is the user's own, so a Triton file's compile (which runs its Python) may
     # run unboxed where no box can be made; without it such a compile is refused.
     unboxed_python: bool = False
@@ -133,6 +144,25 @@ def run_compiler(request: dict[str, object], label: str, limits: CompileLimits) 
     return reply
 
 
+# What a compiler child may write, past which it is ended: its reply (stdout) up to the largest a legal
+# one can be, and a few KiB of diagnostics (stderr), since a child that read a student's file writes
+# what that file makes it write, and a grader that kept it all would hold whatever a flood sends.
+REPLY_LIMIT_BYTES = 96 << 20  # NVRTC's PTX, or a Triton file's cubins in hexadecimal
+DIAGNOSTICS_LIMIT_BYTES = 64 << 10
+
+
+class OutputFlood(Exception):
+    """A child wrote past its cap: `stream` is "stdout" or "stderr", `limit` the cap in bytes."""
+
+    def __init__(self, stream: str, limit: int):
+        super().__init__(f"{stream} past {limit} bytes")
+        self.stream, self.limit = stream, limit
+
+
+def size_words(count: int) -> str:
+    return f"{count >> 20} MiB" if count >= 1 << 20 else f"{count >> 10} KiB"
+
+
 def run_limited_child(
     command_in: Callable[[str], list[str]],
     request: bytes,
@@ -141,11 +171,17 @@ def run_limited_child(
     purpose: boxes.Purpose,
     readable: tuple[str, ...] = (),
     environment: Callable[[str], dict[str, str]] = lambda workdir: child_environment(workdir),
+    wall_s: float | None = None,
+    reply_limit: int = REPLY_LIMIT_BYTES,
+    who: str = "the compiler",
 ) -> tuple[bytes, int | None]:
     """Run a compiler child on `request` (its stdin) in a box for `purpose` where one can be made, in an
-    empty private folder otherwise, its session killed at the wall clock: its stdout and exit status.
-    `command_in(workdir)` is the command line, given the private folder it runs in."""
+    empty private folder otherwise, its session killed at the wall clock (`wall_s`, else the compile
+    timeout): its stdout and exit status. `command_in(workdir)` is the command line, given the private
+    folder it runs in. Its stdout is read up to `reply_limit` bytes and its stderr up to
+    `DIAGNOSTICS_LIMIT_BYTES` (and then dropped); past either it is ended and the verdict names the flood."""
     boxed = boxes.boxed()
+    deadline = limits.timeout_s if wall_s is None else wall_s
     with contextlib.ExitStack() as stack:
         workdir = (
             boxes.PRIVATE if boxed else stack.enter_context(tempfile.TemporaryDirectory(prefix="attnlab-compile-"))
@@ -166,17 +202,71 @@ def run_limited_child(
         except OSError as exc:
             raise environment_error(f"the compiler's process could not start ({exc.strerror})") from None
         try:
-            out, _ = process.communicate(request, timeout=limits.timeout_s)
+            out = _capped_exchange(process, request, deadline, reply_limit)
         except subprocess.TimeoutExpired:
-            _end_group(process)
-            process.communicate()
             raise AttnlabError(
-                f"{label}: error: the compiler did not finish in {limits.timeout_s:g} s (--compile-timeout)",
+                f"{label}: error: {who} did not finish in {deadline:g} s (--compile-timeout)",
+                ExitCode.COMPILE_ERROR,
+            ) from None
+        except OutputFlood as flood:
+            raise AttnlabError(
+                f"{label}: error: {who} wrote more than {size_words(flood.limit)} to its {flood.stream} (a flood) "
+                "and was stopped; nothing it wrote was kept",
                 ExitCode.COMPILE_ERROR,
             ) from None
         finally:
             _end_group(process)
+            process.wait()
     return out, boxes.command_status(process.returncode) if boxed else process.returncode
+
+
+def _capped_exchange(process: subprocess.Popen[bytes], request: bytes, deadline_s: float, reply_limit: int) -> bytes:
+    """Write `request` to the child's stdin and read its stdout (kept, up to `reply_limit`) and stderr
+    (counted, the first few KiB kept for nothing but the count) until both close or the deadline
+    passes; OutputFlood past a cap, TimeoutExpired past the deadline."""
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+
+    def feed() -> None:
+        try:
+            process.stdin.write(request)  # type: ignore[union-attr]
+            process.stdin.close()  # type: ignore[union-attr]
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # the child stopped reading: its reply (or its absence) says why
+
+    writer = threading.Thread(target=feed, name="attnlab-compile-feed", daemon=True)
+    writer.start()
+    limits = {
+        process.stdout.fileno(): ("stdout", reply_limit),
+        process.stderr.fileno(): ("stderr", DIAGNOSTICS_LIMIT_BYTES),
+    }
+    counts = dict.fromkeys(limits, 0)
+    kept: list[bytes] = []
+    end = time.monotonic() + deadline_s
+    with selectors.DefaultSelector() as selector:
+        for fd in limits:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = end - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(process.args, deadline_s)
+            for key, _ in selector.select(timeout=min(left, 1.0)):
+                fd = key.fd
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(fd)
+                    continue
+                counts[fd] += len(chunk)
+                stream, limit = limits[fd]
+                if counts[fd] > limit:
+                    raise OutputFlood(stream, limit)
+                if stream == "stdout":
+                    kept.append(chunk)
+    left = max(0.1, end - time.monotonic())
+    try:
+        process.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired(process.args, deadline_s) from None
+    return b"".join(kept)
 
 
 def _end_group(process: subprocess.Popen[bytes]) -> None:

@@ -44,11 +44,18 @@ class Submission:
 
 
 def load_submission(
-    lab: Lab, path: Path, label: str | None = None, arch: str = DEFAULT_ARCH, limits: CompileLimits = CompileLimits()
+    lab: Lab,
+    path: Path,
+    label: str | None = None,
+    arch: str = DEFAULT_ARCH,
+    limits: CompileLimits = CompileLimits(),
+    target: str = "gpu",
 ) -> Submission:
+    """The file compiled and checked; `target` is the backend that will run it ("cpu" leaves out a Triton
+    file's cubins, which its interpreter never runs)."""
     label = label or str(path)
     if is_triton_file(path):
-        return load_triton_submission(lab, path, label, arch, limits)
+        return load_triton_submission(lab, path, label, arch, limits, target)
     source = read_source(path, label)
     if not source.strip():  # said as what it is, not as the entry points an empty file lacks
         raise AttnlabError(
@@ -69,12 +76,15 @@ def load_submission(
     return Submission(path, label, source, module, constants)
 
 
-def load_triton_submission(lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits) -> Submission:
-    """A `.py` file's kernels compiled by Triton in a box (`triton_build`), as a module the worker loads."""
-    triton = compile_triton(lab, path, label, arch, limits)
+def load_triton_submission(
+    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits, target: str = "gpu"
+) -> Submission:
+    """A `.py` file's kernels compiled by Triton in boxes (`triton_build`), as a module the worker loads:
+    the GPU's its cubins, the CPU's its kernel package (`composed_source`), the same for both."""
+    triton = compile_triton(lab, path, label, arch, limits, target)
     module = CompiledModule(
         filename=label,
-        composed_source=triton.source,
+        composed_source=triton.package,
         ptx="",
         entry_points={e.name: [p.ptx_type for p in e.parameters] for e in lab.entry_points},
         launch_constants=triton.constants,

@@ -62,7 +62,8 @@ class CompiledModule:
     # file: only ever handed to a box, never loaded by the driver.
     cubin: bytes = b""
     # A Triton file's kernels, each its own cubin with its launch facts (`triton_build`); empty for a `.cu`
-    # file. `composed_source` is then the file's Python, which only the CPU backend's interpreter reads.
+    # file. `composed_source` is then its kernel package (`triton_package`), which the CPU backend's
+    # interpreter rebuilds the kernels from.
     triton: dict[str, TritonKernel] = field(default_factory=dict)
     triton_version: str = ""  # Triton's version, as the compile box said it
 

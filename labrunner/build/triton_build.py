@@ -1,4 +1,4 @@
-"""Triton submissions: a `.py` file's kernels compiled ahead of time in a box, and what comes back checked.
+"""Triton submissions: a `.py` file's kernels packaged in a sealed box, built from that package, checked.
 
 A Triton submission defines each of the lab's kernels as a `@triton.jit` function of the lab's name,
 taking the lab's parameters in the lab's order (buffers as pointers, sizes as integers) and then only
@@ -9,35 +9,56 @@ A block's threads are its warps' (32 * num_warps) and its shared memory is what 
 says it uses, so neither is the file's to state (the lab's `*_threads` and `*_smem_bytes` constants
 are a CUDA file's).
 
-The file's Python runs only in `triton_child.py`, in a compile box: it imports the file, compiles each
-kernel with Triton's compiler for the architecture asked (no GPU is needed) and replies with cubins
-and numbers. That reply comes from a process that ran the student's code, so it is checked here as
-hostile data (`_checked`): the kernels the lab names and no other, each cubin an ELF image of bounded
-size, every number an integer in its range, and nothing the grader does not run (global scratch
-memory, clusters of CTAs, cooperative or programmatic launches, tensor memory). The launch constants
-it states are then checked as a `.cu` file's are (`launch_constants.checked_constants`).
+Three processes, each in a compile box, none of them trusted (`compile_triton`):
+
+1. `triton_import_child.py` runs the file's top level, sealed (seccomp: no files, processes, threads
+   or network; memory, CPU and output bounded), and hands back the *kernel package*
+   (`triton_package`): each lab kernel's source and that of every `@triton.jit` function it calls,
+   and the plain values they read. No other process ever runs the file's top level.
+2. `triton_child.py` rebuilds the kernels from the package alone and lowers them with Triton's
+   compiler, sealed against new processes: to PTX for the GPU, to LLVM IR for the CPU backend (whose
+   interpreter runs the same package and no cubin).
+3. `ptxas_child.py` (the GPU only) assembles the PTX into cubins.
+
+What comes back is checked here as hostile data (`_checked`): the kernels the lab names and no other,
+each cubin an ELF image of bounded size, every number an integer in its range, and nothing the grader
+does not run (global scratch memory, clusters of CTAs, cooperative or programmatic launches, tensor
+memory). The launch constants the package states are then checked as a `.cu` file's are
+(`launch_constants.checked_constants`). Steps 2 and 3, the slow ones, are cached by the package's
+content in the grader's cache (`grader_cache`): the same kernels are compiled once.
+
+Whatever a box says that is not a compile result is the file's compile error, never a fault of the
+grader's: the driver itself checks that Triton is installed (`triton_installed`) before it starts any.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
 import signal
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labrunner import box as boxes
-from labrunner.build.compiler_process import CompileLimits, child_environment, run_limited_child
+from labrunner.build import triton_package
+from labrunner.build.compiler_process import TRITON_WALL_FACTOR, CompileLimits, child_environment, run_limited_child
 from labrunner.build.launch_constants import checked_constants
 from labrunner.build.source import read_source
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
+from labrunner.grader_cache import grader_cache_dir
 from labrunner.labs.definition import MAX_SHARED_BYTES, Lab
 
 CHILD = Path(__file__).with_name("triton_child.py")
+IMPORT_CHILD = Path(__file__).with_name("triton_import_child.py")
+PTXAS_CHILD = Path(__file__).with_name("ptxas_child.py")
 SUFFIX = ".py"
 # Triton imports LLVM and runs ptxas: a few hundred MiB at most for the shipped kernels, a ceiling
 # well above that (the child's whole address space, as for NVRTC's).
@@ -76,6 +97,7 @@ class TritonKernel:
 class TritonModule:
     label: str
     source: str  # the file's Python, as read
+    package: str  # its kernel package (`triton_package`), as JSON: what every backend builds from
     triton: str  # Triton's version, as the box's compiler said it
     arch: str
     kernels: dict[str, TritonKernel]
@@ -87,9 +109,10 @@ def is_triton_file(path: Path) -> bool:
 
 
 def compile_triton(
-    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits = CompileLimits()
+    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits = CompileLimits(), target: str = "gpu"
 ) -> TritonModule:
-    """Compile the file's kernels in a box (`triton_child.py`) and check what comes back."""
+    """The file's kernels, packaged (sealed), built for `target` ("gpu": cubins; "cpu": Triton's front end
+    and lowering checked, no cubin) and checked."""
     if not lab.triton_blocks:
         raise AttnlabError(
             f"{label}: error: {lab.name} takes a .cu file; Triton files are graded in labs whose "
@@ -102,34 +125,208 @@ def compile_triton(
             f"{label}: error: file is empty; `attnlab starter {lab.name} --lang triton` prints the file to start from",
             ExitCode.COMPILE_ERROR,
         )
+    version = triton_installed()
     refuse_unboxed_python(label, limits)
     number = _arch_number(arch, label)
     memory_mib = max(limits.memory_mib, DEFAULT_TRITON_MEMORY_MIB)
+    types_ = {name: [TRITON_TYPES[t] for t in types] for name, types in lab.entry_point_types().items()}
+    package = import_kernels(lab, source, label, limits, memory_mib)
+    package_text = triton_package.dumps(package)
+    key = _cache_key(package_text, types_, number, target, version)
+    reply = _cached(key)
+    if reply is None:
+        reply = _build(package, types_, label, limits, memory_mib, number, target)
+        if target == "gpu":
+            cubins = _assemble(reply, label, limits, number)
+            for name, cubin in cubins.items():
+                reply["kernels"][name]["cubin"] = cubin
+        _checked(lab, reply, label, arch, source, package_text, package["launch"].get("constants"), target)
+        _keep(key, reply)
+    return _checked(lab, reply, label, arch, source, package_text, package["launch"].get("constants"), target)
+
+
+def triton_installed() -> str:
+    """Triton's version as installed beside attnlab, found by the driver itself (a box's word on it is not
+    taken): else an environment error (exit 6) before any box starts."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        raise environment_error(
+            "Triton is not installed: install attnlab's Triton extra (pip install 'attnlab[triton]') to grade .py files"
+        ) from None
+
+
+def _wall(limits: CompileLimits) -> float:
+    return limits.triton_cpu_s * TRITON_WALL_FACTOR + 10
+
+
+def _box_reply(out: bytes, status: int | None, label: str, memory_mib: int, who: str) -> dict[str, Any]:
+    """A box's reply as a table with a status, or the compile error its death says."""
+    try:
+        reply = json.loads(out)
+    except (ValueError, UnicodeDecodeError):
+        reply = None
+    if isinstance(reply, dict) and isinstance(reply.get("status"), str):
+        if reply["status"] == "error":
+            raise AttnlabError(f"{label}: error: {_text(reply.get('detail'))}", ExitCode.COMPILE_ERROR)
+        if reply["status"] == "done":
+            return reply
+    if status == -signal.SIGXCPU:
+        raise AttnlabError(f"{label}: error: {who} ran out of CPU time (--compile-timeout)", ExitCode.COMPILE_ERROR)
+    if status in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
+        raise AttnlabError(
+            f"{label}: error: {who} stopped (exit status {status}); it may have needed more than {memory_mib} MiB",
+            ExitCode.COMPILE_ERROR,
+        )
+    raise AttnlabError(
+        f"{label}: error: {who} stopped without an answer (exit status {status})", ExitCode.COMPILE_ERROR
+    )
+
+
+def import_kernels(lab: Lab, source: str, label: str, limits: CompileLimits, memory_mib: int) -> dict[str, Any]:
+    """Step 1: the file's top level, sealed, and the kernel package it leaves (checked as data)."""
     request = {
         "source": source,
         "filename": label,
-        "kernels": {name: [TRITON_TYPES[t] for t in types] for name, types in lab.entry_point_types().items()},
+        "kernels": list(lab.entry_point_types()),
         "constants": sorted(lab.launch_defaults),
     }
+    out, status = run_limited_child(
+        lambda workdir: [sys.executable, "-I", str(IMPORT_CHILD), str(memory_mib), str(int(limits.triton_cpu_s))],
+        json.dumps(request).encode(),
+        label,
+        limits,
+        boxes.TRITON_COMPILE,
+        environment=triton_environment,
+        wall_s=_wall(limits),
+        reply_limit=2 * triton_package.PACKAGE_LIMIT_BYTES,
+        who="the file's top level",
+    )
+    reply = _box_reply(out, status, label, memory_mib, "the file's top level")
+    try:
+        return triton_package.loads(json.dumps(reply.get("package")), list(lab.entry_point_types()))
+    except triton_package.PackageError as exc:
+        raise AttnlabError(f"{label}: error: {exc}", ExitCode.COMPILE_ERROR) from None
+
+
+def _build(
+    package: dict[str, Any],
+    types_: dict[str, list[str]],
+    label: str,
+    limits: CompileLimits,
+    memory_mib: int,
+    arch: int,
+    target: str,
+) -> dict[str, Any]:
+    """Step 2: Triton's compiler over the package, sealed against new processes."""
+    request = {"package": package, "filename": label, "kernels": types_}
     out, status = run_limited_child(
         lambda workdir: [
             sys.executable,
             "-I",
             str(CHILD),
             str(memory_mib),
-            str(int(limits.timeout_s) + 2),
-            str(number),
-            os.path.join(workdir, "submission"),
+            str(int(limits.triton_cpu_s)),
+            str(arch),
+            target,
         ],
         json.dumps(request).encode(),
         label,
         limits,
         boxes.TRITON_COMPILE,
-        readable=(str(CHILD.parent),),
         environment=triton_environment,
+        wall_s=_wall(limits),
+        who="the Triton compiler",
     )
-    reply = _reply(out, status, label, memory_mib)
-    return _checked(lab, reply, label, arch, source)
+    return _box_reply(out, status, label, memory_mib, "the Triton compiler")
+
+
+def _assemble(reply: dict[str, Any], label: str, limits: CompileLimits, arch: int) -> dict[str, str]:
+    """Step 3 (the GPU): ptxas over each kernel's PTX, in a box of its own."""
+    kernels = reply.get("kernels")
+    if not isinstance(kernels, dict):
+        raise AttnlabError(f"{label}: error: the Triton compiler's reply holds no kernels", ExitCode.COMPILE_ERROR)
+    request = {}
+    for name, facts in kernels.items():
+        ptx = facts.get("ptx") if isinstance(facts, dict) else None
+        if not isinstance(ptx, str) or len(ptx) > CUBIN_LIMIT_BYTES:
+            raise AttnlabError(
+                f"{label}: error: {name}: no PTX came back from the Triton compiler", ExitCode.COMPILE_ERROR
+            )
+        request[str(name)] = {"ptx": ptx, "fp_fusion": facts.get("fp_fusion") is not False}
+    ptxas = ptxas_path()
+    out, status = run_limited_child(
+        lambda workdir: [
+            sys.executable,
+            "-I",
+            "-S",
+            str(PTXAS_CHILD),
+            ptxas,
+            f"sm_{arch}a" if arch >= 90 else f"sm_{arch}",
+        ],
+        json.dumps(request).encode(),
+        label,
+        limits,
+        boxes.COMPILE,
+        readable=(str(Path(ptxas).parent),),
+        wall_s=_wall(limits),
+        who="ptxas",
+    )
+    said = _box_reply(out, status, label, DEFAULT_TRITON_MEMORY_MIB, "ptxas")
+    cubins = said.get("cubins")
+    if not isinstance(cubins, dict) or not all(isinstance(v, str) for v in cubins.values()):
+        raise AttnlabError(f"{label}: error: ptxas gave back no cubins", ExitCode.COMPILE_ERROR)
+    return cubins
+
+
+def ptxas_path() -> str:
+    """The ptxas Triton ships (and its own compile runs), found without importing Triton."""
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        raise environment_error(
+            "Triton is not installed: install attnlab's Triton extra (pip install 'attnlab[triton]')"
+        )
+    found = Path(next(iter(spec.submodule_search_locations))) / "backends" / "nvidia" / "bin" / "ptxas"
+    if not found.is_file():
+        raise environment_error(f"Triton's ptxas is missing ({found}): reinstall attnlab's Triton extra")
+    return str(found)
+
+
+def _cache_key(package_text: str, types_: dict[str, list[str]], arch: int, target: str, version: str) -> str:
+    """A digest of everything a build is made from: the package, the lab's types, the target, Triton's
+    version and the three programs that make it."""
+    digest = hashlib.sha256()
+    for part in (package_text, json.dumps(types_, sort_keys=True), str(arch), target, version):
+        digest.update(part.encode() + b"\0")
+    for program in (CHILD, PTXAS_CHILD, Path(triton_package.__file__)):
+        digest.update(program.read_bytes())
+    return digest.hexdigest()
+
+
+def _cached(key: str) -> dict[str, Any] | None:
+    """A build kept by an earlier grade, checked again as any reply is; None where there is none."""
+    folder = grader_cache_dir("triton")
+    if folder is None:
+        return None
+    try:
+        reply = json.loads((folder / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return reply if isinstance(reply, dict) else None
+
+
+def _keep(key: str, reply: dict[str, Any]) -> None:
+    """A checked build, kept under its key (written aside and renamed, so no reader sees half of it)."""
+    folder = grader_cache_dir("triton")
+    if folder is None:
+        return
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, suffix=".part")
+        with os.fdopen(handle, "w") as out:
+            json.dump(reply, out)
+        os.replace(temporary, folder / f"{key}.json")
+    except OSError:
+        pass  # a cache that cannot be written only costs the next grade a compile
 
 
 def refuse_unboxed_python(label: str, limits: CompileLimits) -> None:
@@ -145,7 +342,7 @@ def refuse_unboxed_python(label: str, limits: CompileLimits) -> None:
 
 
 def triton_environment(workdir: str) -> dict[str, str]:
-    """The compile child's: the NVRTC child's, with Triton's caches in the private folder."""
+    """A Triton box's: the NVRTC child's, with Triton's caches in the private folder."""
     return {
         **child_environment(workdir),
         "TRITON_CACHE_DIR": os.path.join(workdir, "triton-cache"),
@@ -162,47 +359,21 @@ def _arch_number(arch: str, label: str) -> int:
     return int(match.group(1))
 
 
-def _reply(out: bytes, status: int | None, label: str, memory_mib: int) -> dict[str, Any]:
-    try:
-        reply = json.loads(out)
-    except (ValueError, UnicodeDecodeError):
-        reply = None
-    if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
-        if status in (-signal.SIGXCPU,):
-            raise AttnlabError(f"{label}: error: the compiler ran out of CPU time", ExitCode.COMPILE_ERROR)
-        if status in (-signal.SIGABRT, -signal.SIGSEGV, -signal.SIGKILL):
-            raise AttnlabError(
-                f"{label}: error: the Triton compiler stopped (exit status {status}); it may have needed more "
-                f"than {memory_mib} MiB",
-                ExitCode.COMPILE_ERROR,
-            )
-        raise AttnlabError(
-            f"{label}: error: the Triton compiler stopped without an answer (exit status {status})",
-            ExitCode.COMPILE_ERROR,
-        )
-    said = reply["status"]
-    if said == "no-triton":
-        raise environment_error(
-            f"Triton is not available to the compiler ({_text(reply.get('detail'))}): "
-            "install attnlab's Triton extra (pip install 'attnlab[triton]')"
-        )
-    if said == "out-of-memory":
-        raise AttnlabError(f"{label}: error: the compiler needed more than {memory_mib} MiB", ExitCode.COMPILE_ERROR)
-    if said == "error":
-        raise AttnlabError(f"{label}: error: {_text(reply.get('detail'))}", ExitCode.COMPILE_ERROR)
-    if said != "done":
-        raise AttnlabError(
-            f"{label}: error: the Triton compiler failed ({_text(reply.get('detail'))})", ExitCode.COMPILE_ERROR
-        )
-    return reply
-
-
 def _text(value: object) -> str:
     """A string from the box, cut short; every report escapes it when it shows it (`untrusted_text`)."""
     return (value if isinstance(value, str) else repr(value))[:4000]
 
 
-def _checked(lab: Lab, reply: dict[str, Any], label: str, arch: str, source: str) -> TritonModule:
+def _checked(
+    lab: Lab,
+    reply: dict[str, Any],
+    label: str,
+    arch: str,
+    source: str,
+    package: str = "",
+    constants: object = None,
+    target: str = "gpu",
+) -> TritonModule:
     def refuse(problem: str) -> AttnlabError:
         return AttnlabError(f"{label}: error: {problem}", ExitCode.COMPILE_ERROR)
 
@@ -216,15 +387,17 @@ def _checked(lab: Lab, reply: dict[str, Any], label: str, arch: str, source: str
         facts = kernels[name]
         if not isinstance(facts, dict):
             raise refuse(f"the compiler's reply for {name} is not a table")
-        cubin_hex = facts.get("cubin")
-        if not isinstance(cubin_hex, str) or len(cubin_hex) > 2 * CUBIN_LIMIT_BYTES:
-            raise refuse(f"{name}: no cubin of at most {CUBIN_LIMIT_BYTES >> 20} MiB came back")
-        try:
-            cubin = bytes.fromhex(cubin_hex)
-        except ValueError:
-            raise refuse(f"{name}: the cubin that came back is not hexadecimal") from None
-        if not cubin.startswith(b"\x7fELF"):
-            raise refuse(f"{name}: what came back as its cubin is not an ELF image")
+        cubin = b""  # the CPU backend's interpreter runs the package, never a cubin
+        if target == "gpu":
+            cubin_hex = facts.get("cubin")
+            if not isinstance(cubin_hex, str) or len(cubin_hex) > 2 * CUBIN_LIMIT_BYTES:
+                raise refuse(f"{name}: no cubin of at most {CUBIN_LIMIT_BYTES >> 20} MiB came back")
+            try:
+                cubin = bytes.fromhex(cubin_hex)
+            except ValueError:
+                raise refuse(f"{name}: the cubin that came back is not hexadecimal") from None
+            if not cubin.startswith(b"\x7fELF"):
+                raise refuse(f"{name}: what came back as its cubin is not an ELF image")
         entry = facts.get("entry")
         if not isinstance(entry, str) or ENTRY_NAME.fullmatch(entry) is None:
             raise refuse(f"{name}: the cubin's function name is not an identifier")
@@ -249,10 +422,11 @@ def _checked(lab: Lab, reply: dict[str, Any], label: str, arch: str, source: str
     return TritonModule(
         label=label,
         source=source,
+        package=package,
         triton=_text(reply.get("triton", "?"))[:40],
         arch=arch,
         kernels=built,
-        constants=_launch_constants(lab, reply.get("constants"), built, label),
+        constants=_launch_constants(lab, {} if constants is None else constants, built, label),
     )
 
 

@@ -1,28 +1,31 @@
-"""One Triton submission compiled ahead of time, in a process of its own: the only place its Python runs.
+"""Triton's compiler over a kernel package: the file's kernels built from data, with none of its top level.
 
-`triton_build.compile_triton` starts this file in a compile box (`labrunner/box.py`: the toolchain
-read-only, a private tmpfs, no network, nothing of the grader's) as a fresh interpreter
-(`python -I`: no PYTHONPATH, no user site, not the working folder; the installation's site-packages,
-where Triton lives, stay on the path). It imports the student's file, which runs its top-level code
-here and nowhere else, then compiles each of the lab's kernels through Triton's own compiler for the
-GPU architecture asked, with no GPU: a cubin and the facts a launch needs. The protocol is plain data
-both ways, never pickle:
+`triton_build.compile_triton` starts this file in a compile box (`labrunner/box.py`) as a fresh
+interpreter (`python -I`) once the sealed import (`triton_import_child.py`) has handed back the file's
+kernel package. It imports Triton, compiles a kernel of its own through every stage it will use
+(LLVM, libdevice and the toolchain's version query are loaded and asked now), sets its limits and
+seals itself against new processes (`syscall_filter.install("no-processes")`: no fork, no exec, no
+network; threads stay, for LLVM). Only then does it read the package, rebuild the kernels from it
+(`triton_package.rebuild`: a namespace of those functions and the values they read, nothing else) and
+lower each of the lab's kernels for the GPU architecture asked, with no GPU:
 
-    argv:   MEMORY_MIB CPU_SECONDS ARCH (an integer: 90 for sm_90) FOLDER (a new folder for the file,
-            in the private tmpfs)
-    stdin:  {"source": str, "filename": str, "kernels": {name: [Triton type of each lab parameter]},
-             "constants": [the lab's launch-constant names]}
-    stdout: {"status": "done", "triton": version, "kernels": {name: {"cubin": hex, "entry": str,
+- for the GPU: to PTX, which `ptxas_child.py` assembles in a box of its own into the cubin (ptxas is
+  a program, and this process may start none);
+- for the CPU backend, which runs the kernels in Triton's interpreter and never a cubin: to LLVM IR
+  only. Triton's front end (every error a compile of the file would give), its GPU layouts and the
+  shared memory they need are checked as for the GPU; only PTX and its assembly, which the verdict
+  does not read, are left out.
+
+A kernel's body is read by Triton's compiler, which evaluates its constant expressions as Python:
+that Python runs here, sealed, over the package's names only. The protocol is plain data both ways:
+
+    argv:   MEMORY_MIB CPU_SECONDS ARCH (an integer: 90 for sm_90) TARGET ("gpu" | "cpu")
+    stdin:  {"package": {...}, "filename": str, "kernels": {name: [Triton type of each lab parameter]}}
+    stdout: {"status": "done", "triton": version, "kernels": {name: {"ptx": str (GPU only), "entry": str,
              "num_warps": int, "num_stages": int, "shared": int, "global_scratch_size": int,
              "profile_scratch_size": int, "num_ctas": int, "cooperative": bool, "pdl": bool,
-             "tmem_size": int}}, "constants": {name: value}, "constexprs": {kernel: {name: value}}}
-         or {"status": "error", "stage": "import" | "kernel" | "compile", "kernel": str, "detail": str}
-         or {"status": "no-triton" | "out-of-memory" | "failed", "detail": str}
-
-Triton is imported first (it holds no student data), then the limits are set, and only then is the
-request read. Everything the reply says came from a process that ran the student's code, which may
-have replaced Triton itself: the driver takes it as bytes and numbers to check, never as truth.
-The file's own output (print, warnings) goes to stderr, which the driver does not read as a reply.
+             "tmem_size": int, "fp_fusion": bool}}, "constexprs": {kernel: {name: value}}}
+         or {"status": "error", "detail": str}
 """
 
 from __future__ import annotations
@@ -31,12 +34,27 @@ import json
 import os
 import resource
 import sys
-import traceback
 from typing import Any
 
-DETAIL_LIMIT = 4000  # characters of an error's detail: enough for Triton's source excerpt and its message
-# The launch data a Triton file declares beside the lab's own constants (README "Triton submissions").
-NUM_WARPS, NUM_STAGES, CONSTEXPRS = "attnlab_num_warps", "attnlab_num_stages", "attnlab_constexprs"
+DETAIL_LIMIT = 4000  # characters of an error's detail: Triton's source excerpt and its message
+STAGES = {"gpu": "ptx", "cpu": "llir"}  # the last stage each backend needs
+_WARM_UP = {
+    "format": 1,
+    "functions": {
+        "warm_up": {
+            "source": "def warm_up(out, n, BLOCK: tl.constexpr = 256):\n"
+            "    offsets = tl.arange(0, BLOCK)\n"
+            "    x = tl.load(out + offsets, mask=offsets < n, other=0.0)\n"
+            '    y = tl.dot(tl.reshape(x, (16, 16)), tl.reshape(x, (16, 16)) + 0.0, input_precision="tf32x3")\n'
+            "    tl.store(out + offsets, tl.reshape(tl.exp2(y), (BLOCK,)), mask=offsets < n)\n",
+            "line": 1,
+            "noinline": False,
+            "defaults": {"BLOCK": 256},
+        }
+    },
+    "globals": {"tl": {"module": "triton.language"}},
+    "launch": {"num_warps": 4, "num_stages": 3, "constexprs": {}, "constants": {}},
+}
 
 
 def _limit(which: int, value: int) -> None:
@@ -52,14 +70,9 @@ def _reply(channel: int, message: dict[str, Any]) -> None:
         data = data[os.write(channel, data) :]
 
 
-def _detail(exc: BaseException, filename: str, folder: str) -> str:
-    """The error as the student needs it: Triton's own message (it quotes the kernel's line), or the
-    exception and the last line of the student's file the traceback passed through."""
-    text = f"{type(exc).__name__}: {exc}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(folder + "/")]
-    if frames:
-        text = f"{filename}:{frames[-1].lineno}: {text}"
-    return text[:DETAIL_LIMIT]
+def _for_kernel(value: object, kernel: str, default: int) -> object:
+    """A launch setting given once for every kernel, or as {kernel: value}."""
+    return value.get(kernel, default) if isinstance(value, dict) else value
 
 
 def _number(value: object, what: str) -> int:
@@ -68,132 +81,172 @@ def _number(value: object, what: str) -> int:
     return value
 
 
-def _for_kernel(value: object, kernel: str, default: int) -> object:
-    """A launch setting given once for every kernel, or as {kernel: value}."""
-    return value.get(kernel, default) if isinstance(value, dict) else value
+def triton_error(exc: BaseException, functions: dict[str, dict[str, Any]], filename: str) -> str:
+    """Triton's error on the student's own file and lines: the innermost place (a helper's line, where
+    real kernels fail), its message, and each call that led there."""
+    from triton.compiler.errors import CompilationError
+
+    places: list[tuple[str, int, int, str]] = []  # (function, file line, column, the line's text)
+    message = ""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CompilationError) and hasattr(current.node, "lineno"):
+            source = (current.src or "").rstrip()
+            name = next((n for n, e in functions.items() if e["source"].rstrip() == source), "")
+            first = functions[name]["line"] if name else 1
+            lines = source.split("\n")
+            text = lines[current.node.lineno - 1] if 0 < current.node.lineno <= len(lines) else ""
+            places.append((name, first + current.node.lineno - 1, current.node.col_offset, text))
+            if current.error_message:
+                message = current.error_message
+        elif not isinstance(current, CompilationError):
+            message = message or f"{type(current).__name__}: {current}"
+        current = current.__cause__ or current.__context__
+    if not places:
+        return f"{type(exc).__name__}: {exc}"[:DETAIL_LIMIT]
+    name, line, column, text = places[-1]
+    words = [f"{filename}:{line}:{column}: {'in ' + name + ': ' if name else ''}{message or type(exc).__name__}"]
+    if text:
+        words += [f"    {text.strip()}"]
+    words += [f"  called from {filename}:{ln}:{col}, in {fn}" for fn, ln, col, _ in reversed(places[:-1]) if fn]
+    return "\n".join(words)[:DETAIL_LIMIT]
 
 
-def compile_kernels(request: dict[str, Any], arch: int, folder: str) -> dict[str, Any]:
-    import importlib.util
-
-    import triton
+def lower(
+    function: Any, signature: dict[str, str], values: dict[str, Any], options: dict[str, int], arch: int, last: str
+) -> tuple[Any, dict[str, Any]]:
+    """One kernel through Triton's stages up to `last`, in this process (no cache, no ptxas): the last
+    stage's output and the compile's metadata. The same steps as `triton.compile`, which would also
+    write a cache and run ptxas."""
+    from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
+    from triton.compiler.compiler import make_backend
+
+    aligned = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
+    source = ASTSource(fn=function, signature=signature, constexprs=values, attrs=aligned)
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    parsed = backend.parse_options(dict(options, **source.parse_options()))
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = source.make_ir(
+        target, parsed, backend.get_codegen_implementation(parsed), backend.get_module_map(), context
+    )
+    metadata: dict[str, Any] = {"hash": "attnlab", "target": target, **parsed.__dict__}
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, parsed, source.language)
+    for ext, stage in stages.items():
+        module = stage(module, metadata)
+        if ext == last:
+            break
+    return module, metadata
+
+
+def build(request: dict[str, Any], arch: int, target: str) -> dict[str, Any]:
+    import triton
+
+    from labrunner.build import triton_package
 
     filename = request["filename"]
-    os.makedirs(folder)
-    path = os.path.join(folder, "submission.py")
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(request["source"])
-    spec = importlib.util.spec_from_file_location("submission", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as exc:  # noqa: BLE001 - the file's own failure is its verdict, not ours
-        return {"status": "error", "stage": "import", "kernel": "", "detail": _detail(exc, filename, folder)}
-
-    constants = {}
-    for name in request["constants"]:
-        if hasattr(module, name):
-            value = getattr(module, name)
-            constants[name] = value if isinstance(value, int) and not isinstance(value, bool) else repr(value)[:80]
-    declared = getattr(module, CONSTEXPRS, {})
-    # one value for every kernel, or {kernel: value}; Triton's own defaults where the file says nothing
-    num_warps = getattr(module, NUM_WARPS, 4)
-    num_stages = getattr(module, NUM_STAGES, 3)
+    package = triton_package.loads(json.dumps(request["package"]), list(request["kernels"]))
+    namespace = triton_package.rebuild(package, filename, triton.jit)
+    launch = package["launch"]
+    declared = launch.get("constexprs", {})
     kernels, constexprs = {}, {}
     for name, types in request["kernels"].items():
-        function = getattr(module, name, None)
-        if not isinstance(function, JITFunction):
-            found = "nothing" if function is None else f"a {type(function).__name__}"
-            detail = f"{filename}: {name} must be a @triton.jit function; the file defines {found} by that name"
-            return {"status": "error", "stage": "kernel", "kernel": name, "detail": detail}
-        try:
-            parameters = function.params
-            if len(parameters) < len(types) or any(p.is_constexpr for p in parameters[: len(types)]):
-                raise TypeError(
-                    f"{name} takes the lab's {len(types)} parameters first ({', '.join(types)}), then only "
-                    f"tl.constexpr ones; it has {len(parameters)}: {', '.join(function.arg_names)}"
+        function = namespace[name]
+        parameters = function.params
+        if len(parameters) < len(types) or any(p.is_constexpr for p in parameters[: len(types)]):
+            raise triton_package.PackageError(
+                f"{filename}: {name} takes the lab's {len(types)} parameters first ({', '.join(types)}), then only "
+                f"tl.constexpr ones; it has {len(parameters)}: {', '.join(function.arg_names)}"
+            )
+        given = declared.get(name, {}) if isinstance(declared, dict) else {}
+        values = {}
+        for parameter in parameters[len(types) :]:
+            if not parameter.is_constexpr:
+                raise triton_package.PackageError(
+                    f"{filename}: {name}: parameter {parameter.name} past the lab's must be a tl.constexpr"
                 )
-            given = declared.get(name, {}) if isinstance(declared, dict) else {}
-            values = {}
-            for parameter in parameters[len(types) :]:
-                if not parameter.is_constexpr:
-                    raise TypeError(f"{name}: parameter {parameter.name} past the lab's must be a tl.constexpr")
-                if parameter.name in given:
-                    values[parameter.name] = given[parameter.name]
-                elif parameter.has_default:
-                    values[parameter.name] = parameter.default
-                else:
-                    raise TypeError(
-                        f"{name}: constexpr {parameter.name} has no value: give it in "
-                        f"{CONSTEXPRS} = {{{name!r}: {{{parameter.name!r}: ...}}}} or as a default"
-                    )
-            for key, value in values.items():
-                if not isinstance(value, (int, bool)):
-                    raise TypeError(f"{name}: constexpr {key} must be an integer or a bool, not {type(value).__name__}")
-            signature = {p.name: t for p, t in zip(parameters, [*types, *["constexpr"] * len(values)])}
-            # Every buffer the driver hands a kernel starts on a 16-byte boundary: said, so Triton may vectorize.
-            aligned = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(types) if t.startswith("*")}
-            source = ASTSource(fn=function, signature=signature, constexprs=values, attrs=aligned)
-            options = {
-                "num_warps": _number(_for_kernel(num_warps, name, 4), NUM_WARPS),
-                "num_stages": _number(_for_kernel(num_stages, name, 3), NUM_STAGES),
-            }
-            compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
-        except BaseException as exc:  # noqa: BLE001 - a kernel Triton refuses is a compile error of the file's
-            return {"status": "error", "stage": "compile", "kernel": name, "detail": _detail(exc, filename, folder)}
-        facts = compiled.metadata
-        kernels[name] = {
-            "cubin": bytes(compiled.asm["cubin"]).hex(),
-            "entry": str(facts.name),
-            "num_warps": facts.num_warps,
-            "num_stages": facts.num_stages,
-            "shared": facts.shared,
-            "global_scratch_size": facts.global_scratch_size,
-            "profile_scratch_size": getattr(facts, "profile_scratch_size", 0),
-            "num_ctas": facts.num_ctas,
-            "cooperative": bool(facts.launch_cooperative_grid),
-            "pdl": bool(getattr(facts, "launch_pdl", False)),
-            "tmem_size": getattr(facts, "tmem_size", 0),
+            if parameter.name in given:
+                values[parameter.name] = given[parameter.name]
+            elif parameter.has_default:
+                values[parameter.name] = parameter.default
+            else:
+                raise triton_package.PackageError(
+                    f"{filename}: {name}: constexpr {parameter.name} has no value: give it in "
+                    f"{triton_package.CONSTEXPRS} = {{{name!r}: {{{parameter.name!r}: ...}}}} or as a default"
+                )
+        unknown = sorted(set(given) - {p.name for p in parameters[len(types) :]})
+        if unknown:
+            raise triton_package.PackageError(f"{filename}: {name} has no tl.constexpr parameter {', '.join(unknown)}")
+        for key, value in values.items():
+            if not isinstance(value, (int, bool)):
+                raise triton_package.PackageError(
+                    f"{filename}: {name}: constexpr {key} must be an integer or a bool, not {type(value).__name__}"
+                )
+        signature = {p.name: t for p, t in zip(parameters, [*types, *["constexpr"] * len(values)])}
+        options = {
+            "num_warps": _number(_for_kernel(launch["num_warps"], name, 4), triton_package.NUM_WARPS),
+            "num_stages": _number(_for_kernel(launch["num_stages"], name, 3), triton_package.NUM_STAGES),
         }
+        try:
+            output, facts = lower(function, signature, values, options, arch, STAGES[target])
+        except triton_package.PackageError:
+            raise
+        except Exception as exc:  # a kernel Triton refuses is a compile error of the file's
+            raise triton_package.PackageError(triton_error(exc, package["functions"], filename)) from None
+        kernels[name] = {
+            "entry": str(facts.get("name", name)),
+            "num_warps": facts["num_warps"],
+            "num_stages": facts["num_stages"],
+            "shared": facts.get("shared") or 0,
+            "global_scratch_size": facts.get("global_scratch_size") or 0,
+            "profile_scratch_size": facts.get("profile_scratch_size") or 0,
+            "num_ctas": facts["num_ctas"],
+            "cooperative": bool(facts.get("launch_cooperative_grid", False)),
+            "pdl": bool(facts.get("launch_pdl", False)),
+            "tmem_size": facts.get("tmem_size") or 0,
+            "fp_fusion": bool(facts.get("enable_fp_fusion", True)),
+        }
+        if target == "gpu":
+            kernels[name]["ptx"] = str(output)
         constexprs[name] = values
-    return {
-        "status": "done",
-        "triton": triton.__version__,
-        "kernels": kernels,
-        "constants": constants,
-        "constexprs": constexprs,
-    }
+    return {"status": "done", "triton": triton.__version__, "kernels": kernels, "constexprs": constexprs}
 
 
 def main() -> None:
-    memory_mib, cpu_seconds, arch, folder = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    # The reply goes out on a copy of stdout; fd 1 itself becomes stderr, so the file's prints and
-    # Triton's chatter never mix with it.
+    memory_mib, cpu_seconds, arch, target = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    # The reply goes out on a copy of stdout; fd 1 itself becomes stderr, so Triton's chatter never mixes with it.
     channel = os.dup(1)
     os.dup2(2, 1)
-    try:
-        import triton  # noqa: F401 - loaded before any student byte, as NVRTC is in its child
-        from triton.compiler import ASTSource  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - no Triton here: said as data
-        _reply(channel, {"status": "no-triton", "detail": f"{type(exc).__name__}: {exc}"[:DETAIL_LIMIT]})
-        return
+    request = json.loads(sys.stdin.buffer.read())
+    from labrunner import syscall_filter
+
+    # Every stage this compile will run, run once on a kernel of ours: what Triton loads or asks lazily
+    # (LLVM's targets, libdevice, the toolchain's version, which runs ptxas) is loaded and asked now.
+    build(
+        {"package": _WARM_UP, "filename": "<attnlab warm-up>", "kernels": {"warm_up": ["*fp32", "i32"]}}, arch, target
+    )
     _limit(resource.RLIMIT_AS, memory_mib << 20)
     _limit(resource.RLIMIT_CPU, cpu_seconds)
     _limit(resource.RLIMIT_CORE, 0)
+    syscall_filter.install("no-processes")
+    from labrunner.build.triton_package import PackageError
+
     try:
-        reply = compile_kernels(json.loads(sys.stdin.buffer.read()), arch, folder)
+        reply = build(request, arch, target)
+    except PackageError as exc:
+        reply = {"status": "error", "detail": str(exc)[:DETAIL_LIMIT]}
     except MemoryError:
-        reply = {"status": "out-of-memory", "detail": "MemoryError"}
-    except BaseException as exc:  # noqa: BLE001 - any failure is reported as data, not as a traceback
-        reply = {"status": "failed", "detail": type(exc).__name__}
-    try:
-        _reply(channel, reply)
-    except MemoryError:
-        _reply(channel, {"status": "out-of-memory", "detail": "MemoryError"})
+        reply = {"status": "error", "detail": "the compile needed more memory than its ceiling"}
+    except BaseException as exc:  # what a kernel's constant Python raised past Triton: the file's error
+        reply = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"[:DETAIL_LIMIT]}
+    _reply(channel, reply)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from pathlib import Path
 from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.gate import Submission, load_submission
 from labrunner.build.source import take_notes
+from labrunner.build.triton_build import is_triton_file
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.phases import phase
@@ -36,10 +37,15 @@ def prepare(
     lab = get_lab(lab_name)
     with phase("golden proof"):
         result.oracle_proof = require_proven_oracle().to_json()
+    # A Triton file is built for the backend that runs it (the CPU's interpreter needs no cubin), so its
+    # backend is chosen first; a .cu file's compile comes first, so its errors come before the backend's.
+    chosen_backend = resolve_backend(device, unsafe_cpu) if is_triton_file(path) else None
     with phase("compile student"):
-        submission = load_submission(lab, path, shown_path(path), arch, limits)  # the name as every message shows it
+        target = chosen_backend[0] if chosen_backend else "gpu"
+        # the name as every message shows it
+        submission = load_submission(lab, path, shown_path(path), arch, limits, target)
     result.notes += said_once(take_notes())  # what reading the file set right (a byte-order mark removed)
-    backend, notes = resolve_backend(device, unsafe_cpu)
+    backend, notes = chosen_backend or resolve_backend(device, unsafe_cpu)
     for words in notes:
         terminal.note(words)
     result.backend, result.notes = backend, result.notes + notes

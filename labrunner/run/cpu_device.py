@@ -40,7 +40,7 @@ class CpuDevice:
     """The CPU backend inside the worker process.
 
     `compile` is the one place a student's native code enters the process, and it seals the
-    process on the way (see `cpu/syscall_filter.py`): g++ runs in a child under a wall-clock and
+    process on the way (see `labrunner/syscall_filter.py`): g++ runs in a child under a wall-clock and
     memory limit; the object check reads what it built and refuses anything that would run at
     load time or imports a foreign symbol; the libraries the module needs are loaded; then the
     seccomp filter goes on, the module is loaded, and a second filter takes away the loader's
@@ -67,7 +67,7 @@ class CpuDevice:
         timeout_s: float | None = None,
         triton: dict[str, dict] | None = None,
     ):
-        from labrunner.run.cpu import syscall_filter
+        from labrunner import syscall_filter
         from labrunner.run.cpu.module import (
             BUILD_TIMEOUT_S,
             CpuKernelError,
@@ -171,6 +171,6 @@ def cpu_backend_status() -> tuple[bool, str]:
 
 def cpu_sandbox_status() -> str | None:
     """None where the CPU worker can seal itself with seccomp, else a one-line reason it cannot."""
-    from labrunner.run.cpu.syscall_filter import availability
+    from labrunner.syscall_filter import availability
 
     return availability()

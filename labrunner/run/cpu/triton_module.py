@@ -50,7 +50,6 @@ such code in the process. The checks are for the kernels students write by mista
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import dataclasses
 import functools
@@ -66,7 +65,9 @@ from typing import Any
 
 import numpy as np
 
-from labrunner.run.cpu import syscall_filter
+from labrunner import syscall_filter
+from labrunner.build import triton_package
+from labrunner.build.triton_package import PRELOADED
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuOutOfBounds
 
@@ -85,27 +86,6 @@ DETAIL_LIMIT = 4000  # characters of an error's detail, as the compile child kee
 # A lab parameter's type (`Lab.entry_point_types`) as the array the CPU device hands a kernel.
 POINTER_DTYPES = {"float*": np.dtype(np.float32), "int*": np.dtype(np.int32)}
 INT32 = (-(2**31), 2**31 - 1)  # Triton passes a lab's "int" as an i32, as the GPU launch does
-# Imported before the seal, so that a file's `import math` (and Triton's own lazy imports) find them
-# loaded: after it, importing anything new fails, since the import system cannot even stat a folder.
-PRELOADED = (
-    "math",
-    "functools",
-    "itertools",
-    "operator",
-    "typing",
-    "dataclasses",
-    "enum",
-    "collections",
-    "numpy",
-    "numpy.random",
-    "numpy.linalg",
-    "triton",
-    "triton.language",
-    "triton.language.extra",
-    "triton.language.extra.libdevice",
-    "triton.runtime.interpreter",
-    "triton.tools.tensor_descriptor",
-)
 # The precisions the GPU backend takes for a float32 dot (nvidia/compiler.py, CUDAOptions); the
 # interpreter's own list lacks the two bfloat16 ones, which `bf16xn_dot` carries out here.
 GPU_DOT_PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
@@ -649,26 +629,23 @@ def _register(source: str, filename: str) -> None:
     linecache.cache[filename] = (len(source), None, lines, filename)
 
 
-def _run_source(source: str, filename: str) -> types.ModuleType:
-    """Compile and run the file's text as the module `submission`; its own failure is a CpuCompileError."""
+def _run_source(source: str, filename: str) -> dict[str, Any]:
+    """The grader's own warm-up file, run as a module (compiled `@jit` functions, which it packages):
+    never a submission's, whose top level runs only in the sealed import box (`triton_import_child.py`)."""
     _register(source, filename)
     module = types.ModuleType(SUBMISSION)
     module.__file__ = filename
-    module.__dict__["__builtins__"] = builtins
-    sys.modules[SUBMISSION] = module
-    try:
-        code = compile(source, filename, "exec", dont_inherit=True)
-        exec(code, module.__dict__)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the file's failure is its verdict
-        raise CpuCompileError(_described(exc, filename)) from None
-    return module
+    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
+    return module.__dict__
 
 
 def _warm_up() -> None:
     """Run `_WARM_UP_SOURCE`'s kernel through the launch path, and an access past a buffer's end, so that
     everything a launch or its failure touches has been touched."""
     entry = {"everything": ["float*", "int*", "int"]}
-    module = TritonInterpretedModule._from_source(_WARM_UP_SOURCE, _WARM_UP_FILE, entry, {"everything": {"B": 16}})
+    package = triton_package.extract(_run_source(_WARM_UP_SOURCE, _WARM_UP_FILE), list(entry), _WARM_UP_FILE)
+    package = triton_package.loads(triton_package.dumps(package), list(entry))
+    module = TritonInterpretedModule._from_package(package, _WARM_UP_FILE, entry, {"everything": {"B": 16}})
     floats = guarded_array(64, np.float32)  # 256 bytes, 256-aligned: the tensor descriptor wants 16
     floats[:16] = np.linspace(0.25, 4.0, 16, dtype=np.float32)
     ints = guarded_array(64, np.int32)
@@ -767,7 +744,7 @@ class TritonInterpretedModule:
     @classmethod
     def load(
         cls,
-        source: str,
+        package: str,
         filename: str,
         entry_types: dict[str, list[str]],
         constexprs: dict[str, dict[str, int | bool]],
@@ -775,25 +752,34 @@ class TritonInterpretedModule:
     ) -> TritonInterpretedModule:
         """Prepare the interpreter (imports, a warm-up kernel, Triton's sources pinned), seal the process
         when `sandboxed` (`--unsafe-cpu` passes False: a student grading their own file, and the tests),
-        and only then run the file's top level and find its kernels. A failure of the file's is a
-        CpuCompileError naming its line."""
+        and only then rebuild the kernels from the file's kernel package (`triton_package`: the JSON the
+        GPU's compile built from, none of the file's top level) and find them. A package that cannot be
+        rebuilt is a CpuCompileError naming its line."""
         _prepare()
+        try:
+            checked = triton_package.loads(package, list(entry_types))
+        except triton_package.PackageError as exc:
+            raise CpuCompileError(f"{filename}: {exc}") from None
         if sandboxed:
             _seal()
-        return cls._from_source(source, filename, entry_types, constexprs)
+        return cls._from_package(checked, filename, entry_types, constexprs)
 
     @classmethod
-    def _from_source(
+    def _from_package(
         cls,
-        source: str,
+        package: dict[str, Any],
         filename: str,
         entry_types: dict[str, list[str]],
         constexprs: dict[str, dict[str, int | bool]],
     ) -> TritonInterpretedModule:
-        with _interpret_mode():  # for `triton.jit` as the file's top level decorates its kernels
-            module = _run_source(source, filename)
+        t = _triton()
+        with _interpret_mode():  # `triton.jit` makes interpreted functions while it is set
+            try:
+                namespace = triton_package.rebuild(package, filename, t.triton.jit)
+            except triton_package.PackageError as exc:
+                raise CpuCompileError(str(exc)) from None
         kernels = {
-            name: _kernel(module.__dict__, name, types_, constexprs.get(name, {}), filename)
+            name: _kernel(namespace, name, types_, constexprs.get(name, {}), filename)
             for name, types_ in entry_types.items()
         }
         return cls(filename, kernels, entry_types, constexprs)

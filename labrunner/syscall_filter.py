@@ -58,6 +58,7 @@ import sys
 # libseccomp's constants (seccomp.h, stable across 2.x).
 _SCMP_ACT_ALLOW = 0x7FFF0000
 _SCMP_FLTATR_CTL_TSYNC = 4
+_SCMP_CMP_NE = 1
 _SCMP_CMP_EQ = 4
 _SCMP_CMP_MASKED_EQ = 7
 
@@ -150,6 +151,45 @@ _PR_SET_NO_NEW_PRIVS = 38
 # What the second filter takes away: everything of the first's that accepts a path.
 RUN_STAGE_REFUSED = ("openat", "open", "openat2", "newfstatat", "fstatat64")
 
+# The "no-processes" filter, for Triton's compiler over a kernel package (`labrunner/build/triton_child.py`):
+# that compiler reads files (its own libraries, LLVM's libdevice) and runs threads, and a kernel's body
+# can reach Python while it is traced, so the filter allows by default and takes away what would let
+# that Python outlive or leave the process: a new process (fork, vfork, a clone that is not a thread),
+# a new program (execve), the network, and reaching into other processes or namespaces.
+NO_PROCESS_REFUSED = (
+    "fork",
+    "vfork",
+    "execve",
+    "execveat",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "setns",
+    "unshare",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "kexec_load",
+    "init_module",
+    "finit_module",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+)
+_CLONE_THREAD = 0x00010000
+
 
 def _own_pid_rules(pid: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
     return [
@@ -160,6 +200,11 @@ def _own_pid_rules(pid: int) -> list[tuple[str, list[tuple[int, int, int, int]]]
         # descriptor and status flags only: F_SETOWN would aim SIGIO at another process
         *[("fcntl", [(1, _SCMP_CMP_EQ, command, 0)]) for command in (1, 2, 3, 4)],  # F_GETFD .. F_SETFL
     ]
+
+
+def _other_pid_rules(pid: int) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
+    """kill and tgkill aimed at any process but this one (refused)."""
+    return [(name, [(0, _SCMP_CMP_NE, pid, 0)]) for name in ("kill", "tgkill")]
 
 
 class SyscallFilterUnavailable(RuntimeError):
@@ -221,7 +266,8 @@ def _load(stage: str) -> None:
     lib = _library()
     ctx = None
     try:
-        # The first filter refuses by default; the second allows by default and refuses openat.
+        # The first filter refuses by default; the second allows by default and refuses openat; the
+        # no-processes filter allows by default and refuses what makes or reaches another process.
         ctx = lib.seccomp_init(_errno_action(errno.EPERM) if stage == "load" else _SCMP_ACT_ALLOW)
         if not ctx:
             raise SyscallFilterUnavailable("libseccomp could not start a filter")
@@ -241,9 +287,17 @@ def _load(stage: str) -> None:
             # The loader's fstat(), which is newfstatat(fd, "", AT_EMPTY_PATH) in current C libraries
             # (with a path given it is a stat of that path: the second filter refuses it too).
             _add(lib, ctx, _SCMP_ACT_ALLOW, "newfstatat", [(3, _SCMP_CMP_MASKED_EQ, _AT_EMPTY_PATH, _AT_EMPTY_PATH)])
-        else:
+        elif stage == "run":
             for name in RUN_STAGE_REFUSED:
                 _add(lib, ctx, _errno_action(errno.EPERM), name)
+        else:
+            for name in NO_PROCESS_REFUSED:
+                _add(lib, ctx, _errno_action(errno.EPERM), name)
+            # a clone without CLONE_THREAD is a new process; a thread (which the compiler's LLVM starts) is not
+            _add(lib, ctx, _errno_action(errno.EPERM), "clone", [(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0)])
+            _add(lib, ctx, _errno_action(errno.ENOSYS), "clone3")  # its flags lie behind a pointer
+            for name, conditions in _other_pid_rules(os.getpid()):
+                _add(lib, ctx, _errno_action(errno.EPERM), name, conditions)
         rc = lib.seccomp_load(ctx)
         if rc < 0:
             raise SyscallFilterUnavailable(f"the kernel refused the seccomp filter ({os.strerror(-rc)})")
@@ -264,7 +318,8 @@ def prepare_stdout() -> None:
 
 def install(stage: str) -> None:
     """Seal this process, for good. stage "load": everything but the loader's read-only open and its
-    fstat is refused; stage "run" (after the module is loaded): no system call that takes a path."""
-    if stage not in ("load", "run"):
+    fstat is refused; stage "run" (after the module is loaded): no system call that takes a path;
+    stage "no-processes": no new process or program, no network, no other process reached."""
+    if stage not in ("load", "run", "no-processes"):
         raise ValueError(f"unknown stage {stage!r}")
     _load(stage)
