@@ -49,14 +49,51 @@ def test_an_exception_at_the_top_of_the_file_names_its_line(tmp_path):
 
 def test_the_file_sees_none_of_the_graders_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_PLANTED_SECRET", "hunter2")
-    error = refused(tmp_path, "import os\nraise RuntimeError(' '.join(sorted(os.environ)) + repr(os.listdir('/')))\n")
-    assert "ATTNLAB_PLANTED_SECRET" not in error.message and "hunter2" not in error.message
-    assert "RuntimeError" in error.message
+    error = refused(tmp_path, "import os\nraise RuntimeError(' '.join(sorted(os.environ)))\n")
+    assert error.message == "sub.py: error: sub.py:2: RuntimeError: "
 
 
-def test_a_file_that_never_returns_is_stopped_at_the_compile_timeout(tmp_path):
-    error = refused(tmp_path, "while True:\n    pass\n", CompileLimits(timeout_s=3))
-    assert error.message == "sub.py: error: the compiler did not finish in 3 s (--compile-timeout)"
+SEALED = (
+    " (a Triton file's top level runs sealed: it may define kernels and constants, and open no file, "
+    "start no process or thread and reach no network)"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("import os\nos.listdir('/')\n", "sub.py:2: PermissionError: [Errno 1] Operation not permitted: '/'"),
+        ("import os\nos.fork()\n", "sub.py:2: PermissionError: [Errno 1] Operation not permitted"),
+        (
+            "import threading\nthreading.Thread(target=print).start()\n",
+            "sub.py:2: RuntimeError: can't start new thread",
+        ),
+        ("open('/job/planted', 'w')\n", "sub.py:1: PermissionError: [Errno 1] Operation not permitted: '/job/planted'"),
+    ],
+)
+def test_the_files_top_level_runs_sealed(tmp_path, text, said):
+    # no files, no processes, no threads: each refused where the file asks, in its words, as its compile error
+    error = refused(tmp_path, text)
+    assert error.exit_code == ExitCode.COMPILE_ERROR
+    assert error.message == f"sub.py: error: {said}{SEALED}"
+
+
+def test_an_import_the_kernels_cannot_use_is_said_as_such(tmp_path):
+    error = refused(tmp_path, "import triton\nimport torch\n")
+    assert error.message == (
+        "sub.py: error: sub.py:2: ImportError: No module named 'torch' here: a Triton file may import only what "
+        "its kernels use (triton, triton.language, math, numpy and the standard modules already loaded)"
+    )
+
+
+def test_a_syntax_error_names_the_files_own_line(tmp_path):
+    error = refused(tmp_path, "import triton\n\ndef broken(:\n    pass\n")
+    assert error.message == "sub.py: error: sub.py:3: SyntaxError: invalid syntax"
+
+
+def test_a_file_that_never_returns_is_stopped_at_its_cpu_seconds(tmp_path):
+    error = refused(tmp_path, "while True:\n    pass\n", CompileLimits(triton_cpu_s=2))
+    assert error.message == "sub.py: error: the file's top level ran out of CPU time (--compile-timeout)"
 
 
 def test_a_file_that_allocates_without_bound_is_a_compile_error(tmp_path):
@@ -65,17 +102,162 @@ def test_a_file_that_allocates_without_bound_is_a_compile_error(tmp_path):
     assert error.message == "sub.py: error: sub.py:1: MemoryError: "
 
 
-def test_a_file_that_patches_triton_to_forge_its_cubin_is_refused(tmp_path):
-    source = SOLUTION.read_text() + (
-        "\n\nclass Forged:\n"
-        "    asm = {'cubin': b'#!/bin/sh'}\n"
-        "    class metadata:\n"
-        "        name, num_warps, num_stages, shared, global_scratch_size, num_ctas = 'x', 4, 2, 0, 0, 1\n"
-        "        launch_cooperative_grid = False\n"
-        "triton.compile = lambda *a, **k: Forged()\n"
+@pytest.mark.parametrize(
+    ("text", "stream", "limit"),
+    [
+        ("import sys\nwhile True:\n    sys.stderr.write('x' * 65536)\n", "stderr", "64 KiB"),
+        ("while True:\n    print('x' * 65536)\n", "stderr", "64 KiB"),  # stdout is stderr there
+        ("import os\nwhile True:\n    os.write(3, b'x' * 65536)\n", "stdout", "8 MiB"),  # the reply's own pipe
+    ],
+)
+def test_a_flood_of_output_stops_the_box_and_is_named(tmp_path, text, stream, limit):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    error = refused(tmp_path, text)
+    assert error.message == (
+        f"sub.py: error: the file's top level wrote more than {limit} to its {stream} (a flood) and was stopped; "
+        "nothing it wrote was kept"
     )
-    error = refused(tmp_path, source)
-    assert error.message == "sub.py: error: flash_prefill: what came back as its cubin is not an ELF image"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024  # KiB: under 50 MB kept
+
+
+def test_a_forged_reply_from_the_files_top_level_is_its_compile_error(tmp_path):
+    # {"status": "no-triton"} would once have been the grader's fault (exit 6); now only data counts
+    error = refused(tmp_path, 'import os\nos.write(3, b\'{"status": "no-triton"}\')\nos._exit(0)\n')
+    assert error.exit_code == ExitCode.COMPILE_ERROR
+    assert error.message == "sub.py: error: the file's top level stopped without an answer (exit status 0)"
+
+
+def test_triton_missing_is_found_by_the_driver_before_any_box(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    from labrunner.build import triton_build
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(triton_build.importlib.metadata, "version", missing)
+    monkeypatch.setattr(triton_build, "import_kernels", lambda *a: pytest.fail("a box was started"))
+    error = refused(tmp_path, SOLUTION.read_text())
+    assert error.exit_code == ExitCode.ENVIRONMENT
+    assert error.message == (
+        "Triton is not installed: install attnlab's Triton extra (pip install 'attnlab[triton]') to grade .py files"
+    )
+
+
+def test_a_file_that_patches_triton_at_its_top_level_changes_nothing_that_is_built(tmp_path):
+    # the patch runs in the sealed import box; the compile builds the package in a process of its own
+    source = SOLUTION.read_text() + (
+        "\n\nclass Forged:\n    asm = {'cubin': b'#!/bin/sh'}\ntriton.compile = lambda *a, **k: Forged()\n"
+    )
+    path = tmp_path / "sub.py"
+    path.write_text(source)
+    forged = compile_triton(LAB2, path, "sub.py", "sm_90")
+    clean = compile_triton(LAB2, SOLUTION, "sub.py", "sm_90")
+    assert forged.kernels["flash_prefill"].cubin == clean.kernels["flash_prefill"].cubin
+    assert forged.package == clean.package
+
+
+SPLIT = """
+import os
+import triton
+import triton.language as tl
+
+attnlab_rows_per_block = 16
+attnlab_constexprs = {"flash_prefill": {"BLOCK_M": 16}}
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    @triton.jit
+    def flash_prefill(q, kCache, vCache, out, chunkLen, prefixLen, BLOCK_M: tl.constexpr):
+        tl.store(out + tl.arange(0, BLOCK_M), 1.0)
+else:
+    @triton.jit
+    def flash_prefill(q, kCache, vCache, out, chunkLen, prefixLen, BLOCK_M: tl.constexpr):
+        tl.store(out + tl.arange(0, BLOCK_M), 0.0)
+"""
+
+
+def test_the_top_level_cannot_give_the_interpreter_another_kernel_than_the_gpu(tmp_path):
+    path = tmp_path / "sub.py"
+    path.write_text(SPLIT)
+    on_the_cpu = compile_triton(LAB2, path, "sub.py", "sm_90", target="cpu")
+    on_the_gpu = compile_triton(LAB2, path, "sub.py", "sm_90", target="gpu")
+    assert on_the_cpu.package == on_the_gpu.package
+    assert "0.0)" in on_the_gpu.package and "1.0)" not in on_the_gpu.package  # one import, one kernel, both backends
+    assert on_the_cpu.kernels["flash_prefill"].cubin == b""  # the interpreter runs the package, never a cubin
+
+
+HELPER_ERROR = """import triton
+import triton.language as tl
+
+attnlab_rows_per_block = 16
+attnlab_constexprs = {"flash_prefill": {"BLOCK_M": 16}}
+
+
+@triton.jit
+def scores(a, b):
+    return tl.dot(a, b, trans_b=True)
+
+
+@triton.jit
+def flash_prefill(q, kCache, vCache, out, chunkLen, prefixLen, BLOCK_M: tl.constexpr):
+    r = tl.arange(0, BLOCK_M)
+    x = tl.load(q + r[:, None] * 16 + r[None, :])
+    tl.store(out + r[:, None] * 16 + r[None, :], scores(x, x))
+"""
+
+
+def test_a_helpers_error_names_its_own_line_in_the_file_and_the_call_that_led_there(tmp_path):
+    error = refused(tmp_path, HELPER_ERROR)
+    assert error.message == (
+        "sub.py: error: sub.py:10:11: in scores: dot() got an unexpected keyword argument 'trans_b'\n"
+        "    return tl.dot(a, b, trans_b=True)\n"
+        "  called from sub.py:17:49, in flash_prefill"
+    )
+
+
+@pytest.mark.parametrize(
+    ("decorator", "said"),
+    [
+        (
+            "@triton.autotune(configs=[triton.Config({'BLOCK_M': 16})], key=[])",
+            "sub.py: flash_prefill is wrapped in @triton.autotune: attnlab grades one configuration; drop the "
+            'decorator and set attnlab_num_warps, attnlab_num_stages and attnlab_constexprs (README, "Triton '
+            'submissions")',
+        ),
+        (
+            "@triton.heuristics({'BLOCK_M': lambda args: 16})",
+            "sub.py: flash_prefill is wrapped in @triton.heuristics: drop the decorator and give each constexpr "
+            "its value in attnlab_constexprs or as the parameter's default",
+        ),
+    ],
+)
+def test_a_decorator_attnlab_does_not_run_is_refused_with_what_to_write_instead(tmp_path, decorator, said):
+    text = HELPER_ERROR.replace("@triton.jit\ndef flash_prefill", f"{decorator}\n@triton.jit\ndef flash_prefill")
+    assert refused(tmp_path, text).message == f"sub.py: error: {said}"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            "    tl.core.builtins.exec('import os')\n",
+            "sub.py:15: flash_prefill: tl.core.builtins is the module builtins, not Triton's language",
+        ),
+        ("    m = tl.core\n", "sub.py:15: flash_prefill: the module tl.core may be used only as `tl.core.name`"),
+        ("    tl.load.__globals__\n", "sub.py:15: flash_prefill: a kernel may not use the attribute __globals__"),
+        ("    __import__('os')\n", "sub.py:15: flash_prefill: a kernel may not use __import__"),
+        (
+            "    triton.knobs\n",
+            "sub.py:15: flash_prefill: triton.knobs is the module triton.knobs, not Triton's language",
+        ),
+    ],
+)
+def test_a_kernel_reaches_nothing_but_the_language(tmp_path, body, said):
+    text = HELPER_ERROR.replace("    r = tl.arange(0, BLOCK_M)\n", body + "    r = tl.arange(0, BLOCK_M)\n", 1)
+    text = text.replace("import triton.language as tl\n", "import triton.language as tl\n", 1)
+    assert refused(tmp_path, text).message == f"sub.py: error: {said}"
 
 
 def test_a_file_may_not_set_a_blocks_threads(tmp_path):

@@ -24,6 +24,7 @@ from labrunner.run.cpu.triton_module import TritonInterpretedModule, interpreter
 WHY_NOT = interpreter_available()
 pytest.importorskip("triton")
 
+from labrunner.build import triton_package  # noqa: E402
 from labrunner.run.cpu.device_memory import guarded_array  # noqa: E402
 from labrunner.run.cpu.module import CpuCompileError, CpuOutOfBounds  # noqa: E402
 from labrunner.syscall_filter import availability  # noqa: E402
@@ -33,10 +34,14 @@ HEAD = "import triton\nimport triton.language as tl\n\n\n"
 TAIL = "on a GPU such an access reads or writes another allocation's memory, or faults"
 
 
+def packaged(source: str, entry: dict[str, list[str]]) -> str:
+    """The file's kernel package, as the sealed import box makes it (here in this process: the test's own text)."""
+    return triton_package.dumps(triton_package.package_source(source, "sub.py", list(entry), []))
+
+
 def load(body: str, entry: dict[str, list[str]], constexprs: dict | None = None) -> TritonInterpretedModule:
-    return TritonInterpretedModule.load(
-        HEAD + textwrap.dedent(body), "sub.py", entry, constexprs or {}, sandboxed=False
-    )
+    package = packaged(HEAD + textwrap.dedent(body), entry)
+    return TritonInterpretedModule.load(package, "sub.py", entry, constexprs or {}, sandboxed=False)
 
 
 def floats(values=None) -> np.ndarray:
@@ -278,17 +283,26 @@ def test_a_bfloat16_dot_multiplies_values_not_bit_patterns(operands):
     assert not np.array_equal(dot_of(3, a, b), np.matmul(a, b))  # the conversion did round
 
 
-def test_an_error_in_the_files_top_level_names_its_line():
-    source = HEAD + "\n\nprint(x)\n"  # line 7
+def test_a_package_that_is_not_data_is_a_compile_error():
     with pytest.raises(CpuCompileError) as raised:
-        TritonInterpretedModule.load(source, "sub.py", {"copy": ["float*"]}, {}, sandboxed=False)
-    assert str(raised.value) == "sub.py:7: NameError: name 'x' is not defined"
+        TritonInterpretedModule.load("print('hi')", "sub.py", {"copy": ["float*"]}, {}, sandboxed=False)
+    assert str(raised.value) == "sub.py: the file's kernels did not come back as data"
+
+
+def test_a_forged_package_is_checked_as_code_before_anything_is_made_of_it():
+    # a package comes from the process that ran the file: its sources are checked before a `def` is run
+    package = json.loads(packaged(HEAD + textwrap.dedent(COPY), COPY_ENTRY))
+    package["functions"]["copy"]["source"] = "def copy(x, y, n, B: tl.constexpr):\n    open('/etc/passwd')\n"
+    with pytest.raises(CpuCompileError) as raised:
+        TritonInterpretedModule.load(json.dumps(package), "sub.py", COPY_ENTRY, {}, sandboxed=False)
+    line = package["functions"]["copy"]["line"] + 1
+    assert str(raised.value) == f"sub.py:{line}: copy: a kernel may not use open"
 
 
 @pytest.mark.parametrize("body, found", [("", "nothing"), ("def flash_prefill(q):\n    pass\n", "a function")])
 def test_a_kernel_the_lab_needs_must_be_a_jit_function(body, found):
-    with pytest.raises(CpuCompileError) as raised:
-        TritonInterpretedModule.load(HEAD + body, "sub.py", {"flash_prefill": ["float*"]}, {}, sandboxed=False)
+    with pytest.raises(triton_package.PackageError) as raised:
+        packaged(HEAD + body, {"flash_prefill": ["float*"]})
     assert str(raised.value) == (
         f"sub.py: flash_prefill must be a @triton.jit function; the file defines {found} by that name"
     )
@@ -297,25 +311,20 @@ def test_a_kernel_the_lab_needs_must_be_a_jit_function(body, found):
 SEALED_CHILD = textwrap.dedent("""
     import json, os, sys
     import numpy as np
+    from labrunner.build import triton_package
     from labrunner.run.cpu.device_memory import guarded_array
-    from labrunner.run.cpu.module import CpuCompileError
-    from labrunner.run.cpu.triton_module import TritonInterpretedModule
+    from labrunner.run.cpu.triton_module import TritonInterpretedModule, interpreter_available
 
-    HEAD = "import os\\nimport triton\\nimport triton.language as tl\\n"
-    KERNEL = HEAD + '''
+    interpreter_available()  # Triton imported in interpret mode first, as the worker imports it
+    KERNEL = "import triton\\nimport triton.language as tl\\n" + '''
     @triton.jit
     def twice(x, y, B: tl.constexpr):
         r = tl.program_id(0) * B + tl.arange(0, B)
         tl.store(y + r, 2.0 * tl.load(x + r) + tl.sum(tl.load(x + r)) * 0.0)
     '''
+    package = triton_package.dumps(triton_package.package_source(KERNEL, "sub.py", ["twice"], []))
     seen = {}
-    for name, source in (("open", HEAD + "open('/etc/passwd')\\n"), ("fork", HEAD + "os.fork()\\n")):
-        try:  # every load seals (again): the first one's filters already refuse everything
-            TritonInterpretedModule.load(source, "sub.py", {"twice": ["float*", "float*"]}, {}, sandboxed=True)
-            seen[name] = "loaded"
-        except CpuCompileError as exc:
-            seen[name] = str(exc)
-    module = TritonInterpretedModule.load(KERNEL, "sub.py", {"twice": ["float*", "float*"]}, {"twice": {"B": 16}})
+    module = TritonInterpretedModule.load(package, "sub.py", {"twice": ["float*", "float*"]}, {"twice": {"B": 16}})
     x, y = guarded_array(64, np.float32), guarded_array(64, np.float32)
     x[:] = np.arange(64)
     module.launch("twice", (4, 1, 1), [x, y], {0: "x", 1: "y"})
@@ -331,14 +340,12 @@ SEALED_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.skipif(availability() is not None, reason=f"no seccomp here: {availability()}")
-def test_the_files_top_level_runs_sealed_and_its_kernels_still_run():
+def test_the_package_is_rebuilt_and_run_sealed():
     completed = subprocess.run(
         [sys.executable, "-c", SEALED_CHILD], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert json.loads(completed.stdout.splitlines()[-1]) == {
-        "open": "sub.py:4: PermissionError: [Errno 1] Operation not permitted: '/etc/passwd'",
-        "fork": "sub.py:4: PermissionError: [Errno 1] Operation not permitted",
         "launch": True,
         "environment": {"TRITON_INTERPRET": "1"},
         "after": "Operation not permitted",

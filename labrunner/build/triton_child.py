@@ -233,7 +233,8 @@ def main() -> None:
         {"package": _WARM_UP, "filename": "<attnlab warm-up>", "kernels": {"warm_up": ["*fp32", "i32"]}}, arch, target
     )
     _limit(resource.RLIMIT_AS, memory_mib << 20)
-    _limit(resource.RLIMIT_CPU, cpu_seconds)
+    # the soft limit's SIGXCPU is what the driver reads as the CPU time spent; the hard one, later, kills
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     _limit(resource.RLIMIT_CORE, 0)
     syscall_filter.install("no-processes")
     from labrunner.build.triton_package import PackageError

@@ -24,12 +24,10 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import json
-import linecache
 import os
 import resource
 import sys
 import traceback
-import types
 from typing import Any
 
 DETAIL_LIMIT = 4000  # characters of an error's detail: enough for a traceback's line and its message
@@ -93,19 +91,6 @@ def detail(exc: BaseException, filename: str) -> str:
     return text[:DETAIL_LIMIT]
 
 
-def run_file(source: str, filename: str) -> dict[str, Any]:
-    """The file's top level, run as the module `submission`, its text where `inspect` looks for it."""
-    lines = source.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    linecache.cache[filename] = (len(source), None, lines, filename)
-    module = types.ModuleType("submission")
-    module.__file__ = filename
-    sys.modules["submission"] = module
-    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
-    return module.__dict__
-
-
 def main() -> None:
     memory_mib, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
     # The reply goes out on a copy of stdout; fd 1 itself becomes stderr, so the file's prints never mix with it.
@@ -117,13 +102,14 @@ def main() -> None:
 
     for name in triton_package.PRELOADED:
         importlib.import_module(name)
-    triton_package.extract(run_file(_WARM_UP, "<attnlab warm-up>"), ["warm_up"], "<attnlab warm-up>")
+    triton_package.package_source(_WARM_UP, "<attnlab warm-up>", ["warm_up"], [])
     try:
         raise ValueError("warm-up")  # tracebacks' own imports, now
     except ValueError as exc:
         detail(exc, "<attnlab warm-up>")
     _limit(resource.RLIMIT_AS, memory_mib << 20)
-    _limit(resource.RLIMIT_CPU, cpu_seconds)
+    # the soft limit's SIGXCPU is what the driver reads as the CPU time spent; the hard one, later, kills
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_FSIZE, 0)
     sys.meta_path.insert(0, _OnlyPreloaded())
@@ -132,9 +118,7 @@ def main() -> None:
     syscall_filter.install("run")
     filename = request["filename"]
     try:
-        namespace = run_file(request["source"], filename)
-        package = triton_package.extract(namespace, request["kernels"], filename)
-        package["launch"]["constants"] = triton_package.lab_constants(namespace, request["constants"])
+        package = triton_package.package_source(request["source"], filename, request["kernels"], request["constants"])
         reply: dict[str, Any] = {"status": "done", "package": package}
     except triton_package.PackageError as exc:
         reply = {"status": "error", "detail": str(exc)[:DETAIL_LIMIT]}

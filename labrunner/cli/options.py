@@ -58,9 +58,9 @@ compile_options = stacked(
         "--compile-timeout",
         "compile_timeout_s",
         type=click.FloatRange(min=0.5),
-        default=default(GradeRequest, "compile_timeout_s"),
-        show_default=True,
-        help="Seconds the compiler may take on the file; past it the verdict is compile-error.",
+        default=None,
+        help="Seconds the compiler may take on the file (NVRTC: 20 s of wall clock by default; each step "
+        "of a Triton file's compile: 120 CPU seconds); past it the verdict is compile-error.",
     ),
     click.option(
         "--require-box",

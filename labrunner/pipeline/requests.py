@@ -40,7 +40,7 @@ class RunRequest(FromOptions):
     public_seed: bool = False  # --public-seed: in CI without a secret, the public inputs on purpose
     timeout_s: float | None = None
     arch: str = DEFAULT_ARCH
-    compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
+    compile_timeout_s: float | None = None  # --compile-timeout; None: each compiler's own default
     budget_s: float = _TIMING.budget_s
     noise_target: float = _TIMING.noise_target
     rounds: int = 1
@@ -49,7 +49,7 @@ class RunRequest(FromOptions):
 
     @property
     def compile_limits(self) -> CompileLimits:
-        return CompileLimits(timeout_s=self.compile_timeout_s, unboxed_python=self.unsafe_cpu)
+        return compile_limits(self.compile_timeout_s, unboxed_python=self.unsafe_cpu)
 
     def timing_options(self, seed: int) -> TimingOptions:
         return TimingOptions(budget_s=self.budget_s, noise_target=self.noise_target, seed=seed, rounds=self.rounds)
@@ -57,7 +57,8 @@ class RunRequest(FromOptions):
     @property
     def load_options(self) -> dict[str, Any]:
         """What the worker's compile needs beyond the source: the CPU build defines the arch the gate compiled for."""
-        return {"arch": self.arch, "sandboxed": not self.unsafe_cpu, "timeout_s": self.compile_timeout_s}
+        timeout_s = self.compile_timeout_s or DEFAULT_COMPILE_TIMEOUT_S
+        return {"arch": self.arch, "sandboxed": not self.unsafe_cpu, "timeout_s": timeout_s}
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,19 @@ class CheckRequest(FromOptions):
     lab: str
     file: Path
     arch: str = DEFAULT_ARCH
-    compile_timeout_s: float = DEFAULT_COMPILE_TIMEOUT_S
+    compile_timeout_s: float | None = None
 
     @property
     def compile_limits(self) -> CompileLimits:
-        return CompileLimits(timeout_s=self.compile_timeout_s)
+        return compile_limits(self.compile_timeout_s)
+
+
+def compile_limits(timeout_s: float | None, unboxed_python: bool = False) -> CompileLimits:
+    """--compile-timeout for every compiler where it is given: NVRTC's wall seconds and each Triton step's
+    CPU seconds; where it is not, each its own default (20 s for NVRTC, 120 CPU seconds for Triton)."""
+    if timeout_s is None:
+        return CompileLimits(unboxed_python=unboxed_python)
+    return CompileLimits(timeout_s=timeout_s, triton_cpu_s=timeout_s, unboxed_python=unboxed_python)
 
 
 @dataclass(frozen=True)

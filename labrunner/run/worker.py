@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from labrunner import box as boxes
-from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S
 from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.build.triton_build import THREADS_PER_WARP, TritonKernel
 from labrunner.exit_codes import AttnlabError, ExitCode
@@ -44,10 +43,10 @@ from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireEr
 from labrunner.truth.verdict import Status, failure_status
 
 COMPILE_TIMEOUT_S = 300.0
-# A Triton file's load in the CPU worker runs its top level again, in the interpreter: held to the
-# limit that top level already had in the compile box (--compile-timeout), plus the interpreter's
-# own set-up (0.3 s measured on two cores), not to the 300 s a g++ build may take.
-TRITON_SETUP_S = 10.0
+# A Triton file's load in the CPU worker rebuilds its kernel package (no top level of the file runs
+# there): the interpreter's own set-up and warm-up (0.3 s measured on two cores) and the package's
+# `def`s, held to this, not to the 300 s a g++ build may take.
+TRITON_LOAD_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 60.0  # a fresh Python with numpy, before any CUDA
 FAILURE_KINDS = ("crash", "fault", "out-of-bounds", "error", "compile")
 
@@ -281,7 +280,7 @@ class Worker:
             }
         timeout_s = COMPILE_TIMEOUT_S
         if triton and self.backend == "cpu":
-            timeout_s = float((options or {}).get("timeout_s") or DEFAULT_COMPILE_TIMEOUT_S) + TRITON_SETUP_S
+            timeout_s = TRITON_LOAD_TIMEOUT_S
         try:
             self._ensure_started()
             with phase(f"load {role}"):
@@ -357,10 +356,10 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bo
         build = "the CPU build (g++)" if backend == "cpu" else "the module build"
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
-    # only the CPU backend runs a file's host code (at load: its constructors and static initializers)
-    # (a Triton file's top level runs there again, in the interpreter)
-    outside = "a Triton file's top level" if triton else "code outside any kernel (a constructor, a static initializer)"
-    stopped = backend == "cpu" and failure.kind in ("crash", "timeout")
+    # only the CPU backend runs a .cu file's host code (at load: its constructors and static initializers);
+    # a Triton file's load runs nothing of the file's, so its failure has no such cause to name
+    outside = "code outside any kernel (a constructor, a static initializer)"
+    stopped = backend == "cpu" and failure.kind in ("crash", "timeout") and not triton
     why = f"; {outside} must not crash, exit or hang" if stopped else ""
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 

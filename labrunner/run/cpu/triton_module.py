@@ -629,21 +629,12 @@ def _register(source: str, filename: str) -> None:
     linecache.cache[filename] = (len(source), None, lines, filename)
 
 
-def _run_source(source: str, filename: str) -> dict[str, Any]:
-    """The grader's own warm-up file, run as a module (compiled `@jit` functions, which it packages):
-    never a submission's, whose top level runs only in the sealed import box (`triton_import_child.py`)."""
-    _register(source, filename)
-    module = types.ModuleType(SUBMISSION)
-    module.__file__ = filename
-    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
-    return module.__dict__
-
-
 def _warm_up() -> None:
     """Run `_WARM_UP_SOURCE`'s kernel through the launch path, and an access past a buffer's end, so that
     everything a launch or its failure touches has been touched."""
     entry = {"everything": ["float*", "int*", "int"]}
-    package = triton_package.extract(_run_source(_WARM_UP_SOURCE, _WARM_UP_FILE), list(entry), _WARM_UP_FILE)
+    # the grader's own file, run here as a Triton file runs in the import box, then packaged and rebuilt
+    package = triton_package.package_source(_WARM_UP_SOURCE, _WARM_UP_FILE, list(entry), [])
     package = triton_package.loads(triton_package.dumps(package), list(entry))
     module = TritonInterpretedModule._from_package(package, _WARM_UP_FILE, entry, {"everything": {"B": 16}})
     floats = guarded_array(64, np.float32)  # 256 bytes, 256-aligned: the tensor descriptor wants 16
