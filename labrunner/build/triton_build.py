@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from labrunner import box as boxes
+from labrunner import syscall_filter
 from labrunner.build import triton_package
 from labrunner.build.compiler_process import TRITON_WALL_FACTOR, CompileLimits, child_environment, run_limited_child
 from labrunner.build.launch_constants import checked_constants
@@ -127,6 +128,11 @@ def compile_triton(
         )
     version = triton_installed()
     refuse_unboxed_python(label, limits)
+    unsealable = syscall_filter.availability()
+    if unsealable is not None:  # the grader's own lack, said as such before any box starts
+        raise environment_error(
+            f"{label}: a Triton file's top level runs sealed by seccomp, which is unavailable here: {unsealable}"
+        )
     number = _arch_number(arch, label)
     memory_mib = max(limits.memory_mib, DEFAULT_TRITON_MEMORY_MIB)
     types_ = {name: [TRITON_TYPES[t] for t in types] for name, types in lab.entry_point_types().items()}
