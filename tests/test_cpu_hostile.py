@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from labrunner.cli import main
 from labrunner.pipeline import backend as backend_module
-from labrunner.syscall_filter import availability
 from labrunner.run.sandbox import landlock_abi
+from labrunner.syscall_filter import availability
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures"

@@ -20,8 +20,8 @@ from box_paths import tmp_entries_of
 
 from labrunner.box import CPU_RUN, GPU_RUN
 from labrunner.run.cpu.module import cpu_compiler_available
-from labrunner.syscall_filter import availability
 from labrunner.run.sandbox import CPU_LIMITS, GIB, GPU_LIMITS, MIB, Sandbox, landlock_abi
+from labrunner.syscall_filter import availability
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures" / "lab2" / "hostile"
