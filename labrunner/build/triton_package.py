@@ -180,7 +180,7 @@ def extract(namespace: dict[str, Any], kernel_names: list[str], filename: str) -
             )
 
     def visit(function: Any) -> str:
-        name = function.__name__
+        name = str(function.__name__)
         if name in functions:
             if made_from[name] is not function:
                 raise PackageError(f"{filename}: two @triton.jit functions are named {name}; rename one")
@@ -488,7 +488,7 @@ def _checked_def(name: str, entry: dict[str, Any], namespace: dict[str, Any], fi
     function.returns = None
     ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, entry["line"] - 1)
-    return tree
+    return tree  # type: ignore[no-any-return]
 
 
 def _check_reach(function: ast.FunctionDef, namespace: dict[str, Any], refuse: Callable[..., PackageError]) -> None:
