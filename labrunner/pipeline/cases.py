@@ -217,8 +217,12 @@ def judged_case(
     }
     on_cpu = worker.backend == "cpu"
     schedules = RACE_SCHEDULES if options.race_check and on_cpu else ()
-    # unasked, only the first failures are rerun (a race found once is the verdict already)
+    # unasked, only the first failures are rerun (a race found once is the verdict already); never a
+    # Triton file's: the interpreter runs its programs in one order whatever the schedule says, so a
+    # rerun could only repeat the run (three more runs of a failing case, minutes for a real kernel)
+    interpreted = bool(submission.module.triton)
     reruns = RERUN_WHEN_FAILING if on_cpu and not options.race_check and explain and options.rerun else ()
+    reruns = () if interpreted else reruns
     tried: list[tuple[int, str]] = []
 
     def under_other_schedules(schedules: tuple[tuple[int, str], ...]):

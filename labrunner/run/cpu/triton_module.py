@@ -142,7 +142,11 @@ def _missing_hooks(t: types.SimpleNamespace) -> list[str]:
         missing += [
             f"InterpreterBuilder.{n}" for n in ("create_dot",) if not hasattr(t.interpreter.InterpreterBuilder, n)
         ]
-        missing += [f"interpreter.{n}" for n in ("_patch_lang_tensor",) if not hasattr(t.interpreter, n)]
+        missing += [
+            f"interpreter.{n}"
+            for n in ("_patch_lang_tensor", "_patch_lang", "_LangPatchScope")
+            if not hasattr(t.interpreter, n)
+        ]
         missing += [f"interpreter.{n}" for n in ("load", "store", "atomic_cas", "atomic_rmw") if not hasattr(t.raw, n)]
     return missing
 
@@ -501,9 +505,26 @@ def _hooked(launch: _Launch) -> Iterator[None]:
         original_tensor_patch(tensor, scope)
         scope.set_attr(tensor, "__index__", _scalar_index)
 
+    original_lang_patch = interpreter._patch_lang
+    patched: set[int] = set()  # the language modules (tl, tl.core) this launch has patched already
+
+    def patch_lang_once(fn: Any) -> Any:
+        # The interpreter patches the language again at every call of a @jit function inside a kernel
+        # (its standard library's tl.max and tl.sum included), never restoring those patches, and each
+        # patch walks the modules with inspect.getmembers: 17% of a lab-2 starter's case on two cores.
+        # Within one launch the same modules get the same patch, so it is made once per module.
+        langs = {id(v) for v in fn.__globals__.values() if isinstance(v, types.ModuleType) and v in lang_modules}
+        if langs and langs <= patched:
+            return interpreter._LangPatchScope()
+        scope = original_lang_patch(fn)
+        patched.update(langs)
+        return scope
+
+    lang_modules = (t.tl, t.tl.core)
     builder_class.create_dot = _faithful_dot(original_dot, precisions)
     interpreter._interpreter = _CheckedMemory(original_memory, launch)
     interpreter._patch_lang_tensor = patch_lang_tensor
+    interpreter._patch_lang = patch_lang_once
     builder.options = dataclasses.replace(original_options, allowed_dot_input_precisions=GPU_DOT_PRECISIONS)
     try:
         with _interpret_mode():
@@ -512,6 +533,7 @@ def _hooked(launch: _Launch) -> Iterator[None]:
         builder_class.create_dot = original_dot
         interpreter._interpreter = original_memory
         interpreter._patch_lang_tensor = original_tensor_patch
+        interpreter._patch_lang = original_lang_patch
         builder.options = original_options
 
 
