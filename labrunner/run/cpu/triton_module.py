@@ -70,6 +70,7 @@ from labrunner.build import triton_package
 from labrunner.build.triton_package import PRELOADED
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuOutOfBounds
+from labrunner.run.cpu.triton_types import memoized_types
 
 __all__ = [
     "TritonInterpretedModule",
@@ -527,7 +528,7 @@ def _hooked(launch: _Launch) -> Iterator[None]:
     interpreter._patch_lang = patch_lang_once
     builder.options = dataclasses.replace(original_options, allowed_dot_input_precisions=GPU_DOT_PRECISIONS)
     try:
-        with _interpret_mode():
+        with _interpret_mode(), memoized_types(t.tl.core, interpreter):
             yield
     finally:
         builder_class.create_dot = original_dot
