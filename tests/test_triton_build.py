@@ -310,6 +310,26 @@ def test_a_forged_reply_is_refused_before_anything_trusts_it(facts, problem):
     assert caught.value.message == f"sub.py: error: {problem}"
 
 
+def test_a_device_side_tensor_descriptor_is_refused_with_what_to_write_instead():
+    kernel = {
+        "cubin": (b"\x7fELF" + bytes(16)).hex(),
+        "entry": "flash_prefill",
+        "num_warps": 4,
+        "num_stages": 2,
+        "shared": 0,
+        "global_scratch_size": 128,
+        "num_ctas": 1,
+    }
+    reply = {"kernels": {"flash_prefill": kernel}, "constexprs": {"flash_prefill": {}}}
+    with pytest.raises(AttnlabError) as caught:
+        _checked(LAB2, reply, "sub.py", "sm_90", "", package='{"source": "d = tl.make_tensor_descriptor(q, ...)"}')
+    assert caught.value.message == (
+        "sub.py: error: flash_prefill: a tensor descriptor made in the kernel (tl.make_tensor_descriptor) needs "
+        "global scratch memory, which attnlab does not run; load the tile through tl.make_block_ptr (with "
+        "boundary_check) or through pointers and a mask instead"
+    )
+
+
 def test_a_triton_file_is_not_compiled_where_no_box_can_be_made(tmp_path, monkeypatch):
     # Its compile runs its Python: unboxed, that would be the student's code as the grader. Refused with
     # the reason and both ways out; --unsafe-cpu (the user's own file) lets it compile unboxed.

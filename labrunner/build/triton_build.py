@@ -418,6 +418,12 @@ def _checked(
             raise refuse(f"{name}: it needs {shared} bytes of shared memory; a block has at most {MAX_SHARED_BYTES}")
         for key, (allowed, what) in UNSUPPORTED.items():
             if facts.get(key, allowed) != allowed or type(facts.get(key, allowed)) is not type(allowed):
+                if key == "global_scratch_size" and "make_tensor_descriptor" in package:
+                    raise refuse(
+                        f"{name}: a tensor descriptor made in the kernel (tl.make_tensor_descriptor) needs global "
+                        "scratch memory, which attnlab does not run; load the tile through tl.make_block_ptr "
+                        "(with boundary_check) or through pointers and a mask instead"
+                    )
                 raise refuse(f"{name}: it uses {what}, which attnlab does not run; write the kernel without it")
         values = constexprs_said.get(name) if isinstance(constexprs_said, dict) else None
         if not isinstance(values, dict) or not all(
