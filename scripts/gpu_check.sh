@@ -80,7 +80,7 @@ step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hosti
 step bench-lab1-physics 1 python3 -m labrunner bench lab1 tests/fixtures/lab1/hostile/softmax_left_to_wsum.cu --budget 0.5
 step fixtures-lab1 0 python3 tests/fixture_suite.py --device gpu --lab lab1 --jobs 6
 step fixtures-lab2 0 python3 tests/fixture_suite.py --device gpu --lab lab2 --jobs 6
-step gpu-tests 0 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/
+step gpu-tests 0 python3 -m pytest -q -n 0 -m gpu -s -p no:cacheprovider tests/
 step grade-lab2-timed-15s 0 timed_grade
 step fixture-v-rescaled 1 fixture_verdict tests/fixtures/lab2/hostile/v_rescaled.cu
 step lab1-starter-unfilled 1 python3 -m labrunner grade lab1 kernels/lab1/starter.cu --no-timing
@@ -105,7 +105,7 @@ step bench-expert-vs-sdpa 0 python3 -m labrunner bench lab2 kernels/lab2/expert.
 step bench-lab2-vs-expert 0 python3 -m labrunner bench lab2 --vs expert
 step bench-lab1-vs-torch 0 python3 -m labrunner bench lab1 --vs torch
 step mma-peak 0 python3 scripts/mma_peak.py
-step gpu-ptx-peers 0 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_cpu_ptx.py tests/test_peers.py
+step gpu-ptx-peers 0 python3 -m pytest -q -n 0 -m gpu -p no:cacheprovider tests/test_cpu_ptx.py tests/test_peers.py
 step grade-lab3-solution 0 python3 -m labrunner grade lab3 kernels/lab3/solution.cu --budget 1 --json "$out/lab3.json"
 step grade-lab3-starter 5 python3 -m labrunner grade lab3 kernels/lab3/starter.cu --budget 1
 step fixtures-lab3 0 python3 tests/fixture_suite.py --device gpu --lab lab3

@@ -1,5 +1,6 @@
-"""Shared test setup: the gpu marker skips, with its reason, where no GPU is, and every JSON result a
-test makes in this process is checked against the shipped JSON Schema.
+"""Shared test setup: the gpu marker skips, with its reason, where no GPU is, every JSON result a
+test makes in this process is checked against the shipped JSON Schema, and the tests that share what a
+module fixture made run on one xdist worker.
 
 `$CI` is taken out of the environment here, once: with CI=true and no $ATTNLAB_SEED, grading refuses
 to use the public seed unasked (truth/cases.py), and the tests grade with the public seed on purpose.
@@ -31,6 +32,17 @@ def gpu_reason() -> str | None:
     return None if available else words
 
 
+# Tests that look at the whole machine, not only at their own folders, for what a hostile file leaves: each
+# such look, and every grade that could leave what it looks for, run in one xdist group, one at a time.
+ESCAPEE = pytest.mark.xdist_group("attnlab-escapee")  # a process named attnlab-escapee, /tmp/attnlab-*escape*
+PWNED = pytest.mark.xdist_group("attnlab-pwned")  # files /tmp/attnlab-pwned-*
+LINGER = pytest.mark.xdist_group("attnlab-linger")  # a process named attnlab-linger
+
+# A fixture of these scopes is made once per worker process: the tests that share one are kept together.
+SHARED_SCOPES = {"class", "module", "package", "session"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups (--dist loadgroup, pyproject's addopts)
 def pytest_collection_modifyitems(config, items):
     reason = None
     for item in items:
@@ -38,6 +50,24 @@ def pytest_collection_modifyitems(config, items):
             reason = reason or gpu_reason()
             if reason:
                 item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {reason}"))
+        keep_with_its_modules_fixture(item)
+
+
+def keep_with_its_modules_fixture(item) -> None:
+    """A test that uses a module's (or a session's) fixture joins its module's xdist group, so that the
+    fixture (a build, twenty grades, a wheel and its virtual environment, the Slurm time-limit batch) is
+    made once and not once per worker. A test with a group of its own (`xdist_group`, for tests that look
+    at the whole machine: a process's name, a file at a fixed path) keeps that one."""
+    if item.get_closest_marker("xdist_group"):
+        return
+    definitions = getattr(item, "_fixtureinfo", None)
+    if definitions is None:
+        return
+    for name in item.fixturenames:
+        found = definitions.name2fixturedefs.get(name)
+        if found and found[-1].scope in SHARED_SCOPES:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+            return
 
 
 @pytest.fixture(autouse=True)

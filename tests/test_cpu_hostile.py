@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import PWNED
 
 from labrunner.cli import main
 from labrunner.pipeline import backend as backend_module
@@ -28,6 +29,8 @@ STARTER = REPO / "kernels" / "lab2" / "starter.cu"
 SECRET = "731946028"
 
 needs_seccomp = pytest.mark.skipif(availability() is not None, reason=f"no seccomp here: {availability()}")
+# clean_tmp looks for /tmp/attnlab-pwned-* around every test here: no other test's attack may write them meanwhile
+pytestmark = PWNED
 
 
 def survivors(marker: str) -> list[int]:

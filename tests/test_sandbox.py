@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from box_paths import tmp_entries_of
+from conftest import ESCAPEE
 
 from labrunner.box import CPU_RUN, GPU_RUN
 from labrunner.run.cpu.module import cpu_compiler_available
@@ -27,6 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 HOSTILE = REPO / "tests" / "fixtures" / "lab2" / "hostile"
 needs_gxx = pytest.mark.skipif(cpu_compiler_available() is not None, reason="no C++ compiler for the CPU backend")
 needs_seccomp = pytest.mark.skipif(availability() is not None, reason=f"no seccomp here: {availability()}")
+# runtime_escape.cu's escapee, and its files at fixed paths in /tmp, are looked for machine-wide (and ended
+# by runtime_escape below): no other test's escape may run meanwhile
+pytestmark = ESCAPEE
 
 
 def probe(limits, monkeypatch) -> dict:
