@@ -87,7 +87,9 @@ def our_jobs(test: str | None = None) -> list[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.split()
 
 
-def wait_for_empty_queue(test: str | None = None, seconds: float = 15.0) -> list[str]:
+def wait_for_empty_queue(test: str | None = None, seconds: float = 120.0) -> list[str]:
+    """What is still queued once the queue is empty, or once `seconds` have passed: a job's processes can
+    take a loaded node many seconds to end (COMPLETING), and returning at once when it is empty costs nothing."""
     until = time.monotonic() + seconds
     while (left := our_jobs(test)) and time.monotonic() < until:
         time.sleep(0.5)
@@ -101,10 +103,15 @@ def processes_mentioning(text: str) -> list[str]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if text in line and "pytest" not in line:
+        # pytest's own processes are left out by what they run, not by the word: the test's folder
+        # (pytest's tmp_path) itself has "pytest" in its name.
+        if any(Path(arg).name in ("pytest", "py.test") for arg in argv[:3]):
+            continue
+        line = " ".join(argv)
+        if text in line:
             found.append(line)
     return found
 
@@ -141,6 +148,36 @@ def wait_until(condition, seconds: float, what: str):
     raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
+def grading_on_the_node(test: str, folder: Path, seconds: int = 3) -> None:
+    """Waits (however long a loaded node takes) until the test's running task has its grading process up on
+    the node, for `folder`, and has run `seconds` by squeue's clock: a task the test then acts on is one
+    that was seen running, and its elapsed time is not 0."""
+    wait_until(lambda: processes_mentioning(str(folder)), 120, "the task's grading process on the node")
+    wait_until(lambda: any(used >= seconds for used in time_used(test).values()), 120, f"{seconds} s of running")
+
+
+def time_used(test: str) -> dict[str, int]:
+    """squeue's TimeUsed of each of the test's running tasks, in seconds."""
+    out = subprocess.run(
+        ["squeue", "--me", "-h", "-r", "-t", "RUNNING", "-n", f"attnlab-{test}", "-o", "%i|%M"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return {job: slurm_queue.seconds(used) or 0 for job, used in (line.split("|") for line in out.stdout.split())}
+
+
+def node_failures(job_ids: list[str]) -> int:
+    """How many attempts of these jobs sacct has recorded as ended by a node failure."""
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "--duplicates", "-j", ",".join(job_ids), "-o", "State"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return sum(line.split()[0] == "NODE_FAIL" for line in out.stdout.splitlines() if line.strip())
+
+
 def task_states(test: str) -> dict[str, str]:
     out = subprocess.run(
         ["squeue", "--me", "-h", "-r", "-n", f"attnlab-{test}", "-o", "%i|%T"],
@@ -168,12 +205,11 @@ def time_limited(cluster, tmp_path_factory):
     """hang.cu graded under a 1-minute limit with a 200 s case timeout: the limit ends it. Started as the
     module's first test begins; read by the test near its end."""
     folder = tmp_path_factory.mktemp("time-limit")
-    started = time.monotonic()
     process = start_attnlab(
         "grade", "lab2", str(HANG), "--executor", "slurm", *QUICK, "--timeout", "200", "--time-limit", "1",
         f"--sbatch-arg={named('time-limit')}", "--out-dir", "out", cwd=folder,
     )  # fmt: skip
-    yield folder, process, started
+    yield folder, process
     if process.poll() is None:  # a part of the module was run, without the test that reads it
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=30)
@@ -275,6 +311,23 @@ def test_a_task_requeued_after_a_node_failure_says_so_while_it_waits(monkeypatch
     ] * 2
 
 
+def test_a_task_still_completing_has_the_state_sacct_gives_its_end(monkeypatch):
+    """A cancelled task whose processes a busy node is still ending: squeue says COMPLETING, sacct CANCELLED;
+    the row is to say how it ended. One still running in sacct keeps squeue's word."""
+    monkeypatch.setattr(slurm_queue, "queued", lambda: {"8_0": "COMPLETING", "8_1": "COMPLETING", "8_2": "RUNNING"})
+    monkeypatch.setattr(
+        slurm_queue,
+        "accounted",
+        lambda arrays: {"8_0": [("CANCELLED", 14, 3600)], "8_1": [("RUNNING", 3, 3600)], "8_2": [("RUNNING", 9, 60)]},
+    )
+    states = slurm_queue.poll(["8_0", "8_1", "8_2"])
+    assert [(s.state, s.elapsed_s, s.queued, s.earlier, s.live) for s in states.values()] == [
+        ("CANCELLED", 14, True, [], True),
+        ("COMPLETING", 3, True, [], True),
+        ("RUNNING", 9, True, [], True),
+    ]
+
+
 # --- the same gradebook as the local executor ------------------------------------------------------
 
 
@@ -326,14 +379,14 @@ def test_scancel_of_a_running_and_of_a_pending_task_is_cancelled_by_the_cluster(
     )  # fmt: skip
     states = wait_until(
         lambda: (s := task_states("cancel")) and sorted(s.values()) == ["PENDING", "RUNNING"] and s,
-        60,
+        120,
         "one task running, one pending",
     )
     running = next(j for j, s in states.items() if s == "RUNNING")
     pending = next(j for j, s in states.items() if s == "PENDING")
     assert (running[-2:], pending[-2:]) == ("_0", "_1")  # hang.cu first, the solution behind it
     subprocess.run(["scancel", pending], check=True, timeout=30)
-    time.sleep(3)  # the graded one is still grading: hang.cu's case hangs for 100 s
+    grading_on_the_node("cancel", tmp_path)  # and still grading: hang.cu's case hangs for 100 s
     subprocess.run(["scancel", running], check=True, timeout=30)
     cancelled = time.monotonic()
     _, stderr = batch.communicate(timeout=60)
@@ -360,7 +413,7 @@ def test_scancel_of_a_running_and_of_a_pending_task_is_cancelled_by_the_cluster(
     ]
     assert wait_for_empty_queue("cancel") == []
     # the grading process and its boxed worker ended with the job
-    wait_until(lambda: not processes_mentioning(str(tmp_path)), 15, "the cancelled grading ending")
+    wait_until(lambda: not processes_mentioning(str(tmp_path)), 60, "the cancelled grading ending")
 
 
 @pytest.mark.slow
@@ -369,8 +422,8 @@ def test_sigint_on_the_driver_cancels_every_job_and_exits_130(cluster, time_limi
         "grade", "lab2", str(HANG), str(SOLUTION), "--executor", "slurm", *QUICK, *HANGS, "--jobs", "1",
         f"--sbatch-arg={named('sigint')}", "--out-dir", "out", cwd=tmp_path,
     )  # fmt: skip
-    wait_until(lambda: "RUNNING" in task_states("sigint").values(), 60, "hang.cu running")
-    time.sleep(2)
+    wait_until(lambda: "RUNNING" in task_states("sigint").values(), 120, "hang.cu running")
+    grading_on_the_node("sigint", tmp_path, seconds=2)
     sent = time.monotonic()
     batch.send_signal(signal.SIGINT)
     _, stderr = batch.communicate(timeout=30)
@@ -384,7 +437,7 @@ def test_sigint_on_the_driver_cancels_every_job_and_exits_130(cluster, time_limi
             "not graded: the batch was interrupted by SIGINT",
         )
     assert wait_for_empty_queue("sigint") == []
-    wait_until(lambda: not processes_mentioning(str(tmp_path)), 15, "the interrupted grading ending")
+    wait_until(lambda: not processes_mentioning(str(tmp_path)), 60, "the interrupted grading ending")
 
 
 @pytest.mark.slow
@@ -397,7 +450,7 @@ def test_a_stopped_batch_cancels_its_arrays_and_reports_the_rest_interrupted(clu
     stop = BatchStop(deadline_s=12)
     started = time.monotonic()
     outcomes = slurm.run_submitit(tasks, executor, lambda outcome: None, stop=stop)
-    assert 12 <= time.monotonic() - started < 22
+    assert 12 <= time.monotonic() - started < 60  # the deadline, not hang.cu's 100 s case
     assert [(o.result["verdict"], o.exit_code, o.result["error"]) for o in outcomes] == [
         ("interrupted", 143, "not graded: the batch's deadline (--batch-timeout 12 s) passed first")
     ] * 2
@@ -473,9 +526,8 @@ def test_a_batch_is_split_at_the_clusters_max_array_size(cluster, time_limited, 
 
 @pytest.mark.slow
 def test_a_task_past_its_time_limit_is_ended_at_the_limit_not_before(time_limited):
-    folder, process, started = time_limited
+    folder, process = time_limited
     _, stderr = process.communicate(timeout=200)
-    took = time.monotonic() - started
     assert process.returncode == ExitCode.ENVIRONMENT, stderr[-3000:]
     hang = result(folder / "out", "hang")
     assert (hang["verdict"], hang["exit_code"]) == ("environment-missing", 6)
@@ -485,8 +537,9 @@ def test_a_task_past_its_time_limit_is_ended_at_the_limit_not_before(time_limite
         hang["error"],
     )
     assert match, hang["error"]
-    # the limit is honest: the task ran its whole minute (Slurm ends it within 30 s after), not 24 s
-    assert 60 <= int(match.group(2)) <= 100 and took < 150
+    # the limit is honest: the task ran its whole minute, not 24 s, and Slurm's limit ended it, not the
+    # 200 s case timeout (by Slurm's own clock: the driver's wall time depends on how loaded the machine is)
+    assert 60 <= int(match.group(2)) < 200
     assert {k: hang["cluster"][k] for k in ("job_id", "state", "time_limit_s", "reason")} == {
         "job_id": match.group(1),
         "state": "TIMEOUT",
@@ -502,7 +555,7 @@ def node_comes_back():
     yield
     subprocess.run([str(SCRIPT), "node-up"], check=True, timeout=60)
     wait_until(lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout,
-               60, "the node back in service")  # fmt: skip
+               180, "the node back in service")  # fmt: skip
 
 
 @pytest.mark.slow
@@ -533,19 +586,28 @@ def test_a_node_failure_requeues_the_task_or_says_it_was_lost(cluster, time_limi
     ]
     for thread in threads:
         thread.start()
-    wait_until(lambda: list(task_states("node").values()) == ["RUNNING"] * 2, 60, "both tasks running")
+    jobs = wait_until(
+        lambda: (s := task_states("node")) and list(s.values()) == ["RUNNING"] * 2 and list(s),
+        180,
+        "both tasks running",
+    )
     subprocess.run([str(SCRIPT), "node-down"], check=True, timeout=60)
     wait_until(
         lambda: "down" in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout,
-        60,
+        120,
         "the node declared down",
     )
-    # and its jobs taken off it (the lost one ended, the other requeued) before it comes back: a slurmd
-    # back sooner finds the first job's step still running, and its end is recorded as FAILED instead
-    wait_until(lambda: "RUNNING" not in task_states("node").values(), 60, "the node's jobs taken off it")
+    # and its jobs taken off it (the lost one ended, the other requeued), with sacct's record of both
+    # failures written, before it comes back: a slurmd back sooner finds the first job's step still running,
+    # and its end is recorded as FAILED instead. A loaded controller and slurmdbd take their time: what is
+    # waited for is the state itself.
+    wait_until(lambda: "RUNNING" not in task_states("node").values(), 120, "the node's jobs taken off it")
+    wait_until(lambda: node_failures(jobs) == 2, 120, "sacct's NODE_FAIL record of both tasks")
     subprocess.run([str(SCRIPT), "node-up"], check=True, timeout=60)
+    until = time.monotonic() + 600  # the requeued task starts again (11 s on) and grades, on a loaded node
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=max(0.0, until - time.monotonic()))
+    assert [t.is_alive() for t in threads] == [False, False], "a batch did not end within 600 s of the node's return"
     assert sorted(outcomes) == ["lost", "requeued"]
     (requeued,), (lost,) = outcomes["requeued"], outcomes["lost"]
     # requeued: graded again from its start, and its verdict stands, with the requeue said

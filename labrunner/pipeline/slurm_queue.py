@@ -110,7 +110,8 @@ def accounted(arrays: list[str]) -> dict[str, list[tuple[str, int | None, int | 
 
 
 def poll(job_ids: list[str]) -> dict[str, TaskState] | None:
-    """Each task's state: squeue's while it is queued, else its last sacct attempt's, else GONE. None when
+    """Each task's state: squeue's while it is queued (sacct's once it has ended and is only COMPLETING),
+    else its last sacct attempt's, else GONE. None when
     squeue did not answer. Without sacct (no accounting database), an ended task is GONE; a task squeue
     no longer lists may still be RUNNING in sacct for a moment (its record is written after)."""
     live = queued()
@@ -123,8 +124,13 @@ def poll(job_ids: list[str]) -> dict[str, TaskState] | None:
         last = attempts[-1] if attempts else ("GONE", None, None)
         earlier = [state for state, _, _ in attempts[:-1]]
         if job_id in live:
+            ended = bool(attempts) and attempts[-1][0] not in LIVE
+            if live[job_id] == "COMPLETING" and ended and last[0]:
+                # it has ended and its processes are being ended (a busy node takes seconds): sacct has how
+                states[job_id] = TaskState(job_id, last[0], last[1], last[2], earlier, queued=True)
+                continue
             # a requeued task's failed attempt is in sacct before its new, pending one is
-            if attempts and attempts[-1][0] not in LIVE:
+            if ended:
                 earlier = [state for state, _, _ in attempts]
             states[job_id] = TaskState(job_id, live[job_id], last[1], last[2], earlier, queued=True)
         else:
