@@ -85,7 +85,7 @@ _CPP_KEYWORDS = """
 """
 _PYTHON_NAMES = """
     range len min max int float abs enumerate zip print
-    triton tl jit constexpr program_id num_programs arange load store dot zeros full where maximum minimum
+    triton jit constexpr program_id num_programs arange load store dot zeros full where maximum minimum
     exp exp2 log sum cdiv multiple_of max_contiguous make_block_ptr advance trans reshape broadcast_to
     input_precision float32 float16 int32 int64 fma sqrt rsqrt static_range
 """
