@@ -81,6 +81,19 @@ UNSUPPORTED = {
     "tmem_size": (0, "tensor memory"),
 }
 NUM_WARPS = "attnlab_num_warps"
+DESCRIPTOR = "make_tensor_descriptor"  # a device-side tensor descriptor: its TMA descriptor lives in global scratch
+# ptxas is a program its box's child starts, so its limits are set first by this small program, which
+# then becomes that child: an address space, CPU seconds and no core, inherited by ptxas through the
+# exec and the fork (a limit is never raised past one the box already has).
+_LIMITED_EXEC = (
+    "import os, resource, sys\n"
+    "for which, value in ((resource.RLIMIT_AS, int(sys.argv[1]) << 20), (resource.RLIMIT_CPU, int(sys.argv[2])),"
+    " (resource.RLIMIT_CORE, 0)):\n"
+    "    hard = resource.getrlimit(which)[1]\n"
+    "    value = value if hard == resource.RLIM_INFINITY else min(value, hard)\n"
+    "    resource.setrlimit(which, (value, value))\n"
+    "os.execv(sys.argv[3], sys.argv[3:])\n"
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +116,23 @@ class TritonModule:
     arch: str
     kernels: dict[str, TritonKernel]
     constants: dict[str, int]  # the lab's launch constants, checked
+
+
+@dataclass(frozen=True)
+class TritonBounds:
+    """What each Triton box's process sets on itself before it reads a byte of the file or its package
+    (`attnlab doctor` shows them): its address space, its CPU seconds (the soft limit, whose SIGXCPU is
+    read as the compile's time; the hard one, 5 s later, kills), and for the sealed import the largest
+    file it may write. Each box runs one process that can start no other (the import and the build are
+    sealed by seccomp; ptxas is one program at a time under the same limits), so these bound the box."""
+
+    memory_mib: int
+    cpu_s: int
+    import_file_bytes: int = 0  # the sealed import writes no file (it can open none either)
+
+
+def triton_bounds(limits: CompileLimits = CompileLimits()) -> TritonBounds:
+    return TritonBounds(memory_mib=max(limits.memory_mib, DEFAULT_TRITON_MEMORY_MIB), cpu_s=int(limits.triton_cpu_s))
 
 
 def is_triton_file(path: Path) -> bool:
@@ -134,16 +164,16 @@ def compile_triton(
             f"{label}: a Triton file's top level runs sealed by seccomp, which is unavailable here: {unsealable}"
         )
     number = _arch_number(arch, label)
-    memory_mib = max(limits.memory_mib, DEFAULT_TRITON_MEMORY_MIB)
+    bounds = triton_bounds(limits)
     types_ = {name: [TRITON_TYPES[t] for t in types] for name, types in lab.entry_point_types().items()}
-    package = import_kernels(lab, source, label, limits, memory_mib)
+    package = import_kernels(lab, source, label, limits, bounds)
     package_text = triton_package.dumps(package)
     key = _cache_key(package_text, types_, number, target, version)
     reply = _cached(key)
     if reply is None:
-        reply = _build(package, types_, label, limits, memory_mib, number, target)
+        reply = _build(package, types_, label, limits, bounds, number, target)
         if target == "gpu":
-            cubins = _assemble(reply, label, limits, number)
+            cubins = _assemble(reply, label, limits, bounds, number)
             for name, cubin in cubins.items():
                 reply["kernels"][name]["cubin"] = cubin
         _checked(lab, reply, label, arch, source, package_text, package["launch"].get("constants"), target)
@@ -170,11 +200,11 @@ def _box_reply(out: bytes, status: int | None, label: str, memory_mib: int, who:
     """A box's reply as a table with a status, or the compile error its death says."""
     try:
         reply = json.loads(out)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth: no reply either
         reply = None
     if isinstance(reply, dict) and isinstance(reply.get("status"), str):
         if reply["status"] == "error":
-            raise AttnlabError(f"{label}: error: {_text(reply.get('detail'))}", ExitCode.COMPILE_ERROR)
+            raise compile_error(label, _text(reply.get("detail")))
         if reply["status"] == "done":
             return reply
     if status == -signal.SIGXCPU:
@@ -189,7 +219,20 @@ def _box_reply(out: bytes, status: int | None, label: str, memory_mib: int, who:
     )
 
 
-def import_kernels(lab: Lab, source: str, label: str, limits: CompileLimits, memory_mib: int) -> dict[str, Any]:
+def compile_error(label: str, detail: str) -> AttnlabError:
+    """A box's words about the file as its compile error, in the form NVRTC's and the CPU build's errors
+    take (and CI annotations read): `label(LINE): error: ...` where they name a line of the file
+    (`label:LINE[:COL]: ...`, Python's way; the column is the caret's under the quoted line), else
+    `label: error: ...`."""
+    located = re.match(rf"{re.escape(label)}:(\d+)(?::\d+)?: ", detail)
+    if located is not None:
+        return AttnlabError(f"{label}({located.group(1)}): error: {detail[located.end() :]}", ExitCode.COMPILE_ERROR)
+    if detail.startswith(f"{label}: "):
+        detail = detail[len(label) + 2 :]
+    return AttnlabError(f"{label}: error: {detail}", ExitCode.COMPILE_ERROR)
+
+
+def import_kernels(lab: Lab, source: str, label: str, limits: CompileLimits, bounds: TritonBounds) -> dict[str, Any]:
     """Step 1: the file's top level, sealed, and the kernel package it leaves (checked as data)."""
     request = {
         "source": source,
@@ -198,7 +241,14 @@ def import_kernels(lab: Lab, source: str, label: str, limits: CompileLimits, mem
         "constants": sorted(lab.launch_defaults),
     }
     out, status = run_limited_child(
-        lambda workdir: [sys.executable, "-I", str(IMPORT_CHILD), str(memory_mib), str(int(limits.triton_cpu_s))],
+        lambda workdir: [
+            sys.executable,
+            "-I",
+            str(IMPORT_CHILD),
+            str(bounds.memory_mib),
+            str(bounds.cpu_s),
+            str(bounds.import_file_bytes),
+        ],
         json.dumps(request).encode(),
         label,
         limits,
@@ -208,11 +258,11 @@ def import_kernels(lab: Lab, source: str, label: str, limits: CompileLimits, mem
         reply_limit=2 * triton_package.PACKAGE_LIMIT_BYTES,
         who="the file's top level",
     )
-    reply = _box_reply(out, status, label, memory_mib, "the file's top level")
+    reply = _box_reply(out, status, label, bounds.memory_mib, "the file's top level")
     try:
         return triton_package.loads(json.dumps(reply.get("package")), list(lab.entry_point_types()))
     except triton_package.PackageError as exc:
-        raise AttnlabError(f"{label}: error: {exc}", ExitCode.COMPILE_ERROR) from None
+        raise compile_error(label, str(exc)) from None
 
 
 def _build(
@@ -220,7 +270,7 @@ def _build(
     types_: dict[str, list[str]],
     label: str,
     limits: CompileLimits,
-    memory_mib: int,
+    bounds: TritonBounds,
     arch: int,
     target: str,
 ) -> dict[str, Any]:
@@ -231,8 +281,8 @@ def _build(
             sys.executable,
             "-I",
             str(CHILD),
-            str(memory_mib),
-            str(int(limits.triton_cpu_s)),
+            str(bounds.memory_mib),
+            str(bounds.cpu_s),
             str(arch),
             target,
         ],
@@ -244,11 +294,14 @@ def _build(
         wall_s=_wall(limits),
         who="the Triton compiler",
     )
-    return _box_reply(out, status, label, memory_mib, "the Triton compiler")
+    return _box_reply(out, status, label, bounds.memory_mib, "the Triton compiler")
 
 
-def _assemble(reply: dict[str, Any], label: str, limits: CompileLimits, arch: int) -> dict[str, str]:
-    """Step 3 (the GPU): ptxas over each kernel's PTX, in a box of its own."""
+def _assemble(
+    reply: dict[str, Any], label: str, limits: CompileLimits, bounds: TritonBounds, arch: int
+) -> dict[str, str]:
+    """Step 3 (the GPU): ptxas over each kernel's PTX, in a box of its own, under the Triton boxes' address
+    space and CPU seconds (set by `_LIMITED_EXEC`, so that ptxas, a program its child starts, inherits them)."""
     kernels = reply.get("kernels")
     if not isinstance(kernels, dict):
         raise AttnlabError(f"{label}: error: the Triton compiler's reply holds no kernels", ExitCode.COMPILE_ERROR)
@@ -266,6 +319,13 @@ def _assemble(reply: dict[str, Any], label: str, limits: CompileLimits, arch: in
             sys.executable,
             "-I",
             "-S",
+            "-c",
+            _LIMITED_EXEC,
+            str(bounds.memory_mib),
+            str(bounds.cpu_s),
+            sys.executable,
+            "-I",
+            "-S",
             str(PTXAS_CHILD),
             ptxas,
             f"sm_{arch}a" if arch >= 90 else f"sm_{arch}",
@@ -278,7 +338,7 @@ def _assemble(reply: dict[str, Any], label: str, limits: CompileLimits, arch: in
         wall_s=_wall(limits),
         who="ptxas",
     )
-    said = _box_reply(out, status, label, DEFAULT_TRITON_MEMORY_MIB, "ptxas")
+    said = _box_reply(out, status, label, bounds.memory_mib, "ptxas")
     cubins = said.get("cubins")
     if not isinstance(cubins, dict) or not all(isinstance(v, str) for v in cubins.values()):
         raise AttnlabError(f"{label}: error: ptxas gave back no cubins", ExitCode.COMPILE_ERROR)
@@ -418,11 +478,12 @@ def _checked(
             raise refuse(f"{name}: it needs {shared} bytes of shared memory; a block has at most {MAX_SHARED_BYTES}")
         for key, (allowed, what) in UNSUPPORTED.items():
             if facts.get(key, allowed) != allowed or type(facts.get(key, allowed)) is not type(allowed):
-                if key == "global_scratch_size" and "make_tensor_descriptor" in package:
-                    raise refuse(
-                        f"{name}: a tensor descriptor made in the kernel (tl.make_tensor_descriptor) needs global "
-                        "scratch memory, which attnlab does not run; load the tile through tl.make_block_ptr "
-                        "(with boundary_check) or through pointers and a mask instead"
+                if key == "global_scratch_size" and DESCRIPTOR in package:
+                    raise compile_error(
+                        label,
+                        f"{_descriptor_place(package, label)}{name}: a tensor descriptor made in the kernel "
+                        f"(tl.{DESCRIPTOR}) needs global scratch memory, which attnlab does not run; load the tile "
+                        "through tl.make_block_ptr (with boundary_check) or through pointers and a mask instead",
                     )
                 raise refuse(f"{name}: it uses {what}, which attnlab does not run; write the kernel without it")
         values = constexprs_said.get(name) if isinstance(constexprs_said, dict) else None
@@ -440,6 +501,22 @@ def _checked(
         kernels=built,
         constants=_launch_constants(lab, {} if constants is None else constants, built, label),
     )
+
+
+def _descriptor_place(package: str, label: str) -> str:
+    """`label:LINE: ` for the first line of the package's functions that makes a tensor descriptor, where
+    the package (the driver's own checked copy) says it; else nothing."""
+    try:
+        functions = json.loads(package)["functions"]
+        found = [
+            entry["line"] + number
+            for entry in functions.values()
+            for number, text in enumerate(entry["source"].splitlines())
+            if DESCRIPTOR in text
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    return f"{label}:{min(found)}: " if found else ""
 
 
 def _integer(facts: dict[str, Any], key: str, name: str, refuse: Callable[[str], AttnlabError]) -> int:

@@ -82,11 +82,14 @@ def _number(value: object, what: str) -> int:
 
 
 def triton_error(exc: BaseException, functions: dict[str, dict[str, Any]], filename: str) -> str:
-    """Triton's error on the student's own file and lines: the innermost place (a helper's line, where
-    real kernels fail), its message, and each call that led there."""
+    """Triton's error on the student's own file and lines (`file:LINE: ...`, counted in the file, not from
+    the `def`): the innermost place in the file (a helper's line, where real kernels fail), the
+    innermost message (Triton's chained cause), the line with a caret, and each call that led there."""
     from triton.compiler.errors import CompilationError
 
-    places: list[tuple[str, int, int, str]] = []  # (function, file line, column, the line's text)
+    from labrunner.build.triton_import_child import excerpt
+
+    places: list[tuple[str, int, int, str]] = []  # (function, file line, column from 1, the line's text)
     message = ""
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -95,23 +98,25 @@ def triton_error(exc: BaseException, functions: dict[str, dict[str, Any]], filen
         if isinstance(current, CompilationError) and hasattr(current.node, "lineno"):
             source = (current.src or "").rstrip()
             name = next((n for n, e in functions.items() if e["source"].rstrip() == source), "")
-            first = functions[name]["line"] if name else 1
             lines = source.split("\n")
-            text = lines[current.node.lineno - 1] if 0 < current.node.lineno <= len(lines) else ""
-            places.append((name, first + current.node.lineno - 1, current.node.col_offset, text))
+            number = current.node.lineno
+            if name:  # a place in the file's own functions (Triton's library functions have places of their own)
+                text = lines[number - 1] if 0 < number <= len(lines) else ""
+                places.append((name, functions[name]["line"] + number - 1, current.node.col_offset + 1, text))
             if current.error_message:
                 message = current.error_message
         elif not isinstance(current, CompilationError):
             message = message or f"{type(current).__name__}: {current}"
         current = current.__cause__ or current.__context__
     if not places:
-        return f"{type(exc).__name__}: {exc}"[:DETAIL_LIMIT]
+        return (message or f"{type(exc).__name__}: {exc}")[:DETAIL_LIMIT]
     name, line, column, text = places[-1]
-    words = [f"{filename}:{line}:{column}: {'in ' + name + ': ' if name else ''}{message or type(exc).__name__}"]
+    words = f"{filename}:{line}: in {name}: {message or type(exc).__name__}"
     if text:
-        words += [f"    {text.strip()}"]
-    words += [f"  called from {filename}:{ln}:{col}, in {fn}" for fn, ln, col, _ in reversed(places[:-1]) if fn]
-    return "\n".join(words)[:DETAIL_LIMIT]
+        words += excerpt(text, column)
+    for caller, at, _, _ in reversed(places[:-1]):
+        words += f"\n  called from {filename}({at}), in {caller}"
+    return words[:DETAIL_LIMIT]
 
 
 def lower(

@@ -8,7 +8,7 @@ files written, no core) and seals itself with the CPU worker's seccomp filters (
 no open, no fork, no exec, no threads, no sockets). Only then does it run the file, and what it
 hands back is data: the kernel package (`triton_package.extract`), or the file's error.
 
-    argv:   MEMORY_MIB CPU_SECONDS
+    argv:   MEMORY_MIB CPU_SECONDS FILE_BYTES (the largest file it may write: 0, `triton_build.ImportBoxLimits`)
     stdin:  {"source": str, "filename": str, "kernels": [the lab's kernel names], "constants": [its
              launch constants]}
     stdout: {"status": "done", "package": {...}} or {"status": "error", "detail": str}
@@ -79,11 +79,25 @@ def _reply(channel: int, message: dict[str, Any]) -> None:
         data = data[os.write(channel, data) :]
 
 
+def excerpt(line: str, column: int | None) -> str:
+    """A line of the file as a compiler shows it under its error: indented by four, a caret under `column`
+    (counted from 1, as in the line as written) where one is known."""
+    shown = line.rstrip("\r\n")
+    stripped = shown.lstrip()
+    text = f"\n    {stripped}"
+    if column is not None and 0 < column <= len(shown) + 1:
+        text += "\n    " + " " * max(0, column - 1 - (len(shown) - len(stripped))) + "^"
+    return text
+
+
 def detail(exc: BaseException, filename: str) -> str:
-    """The error as the student needs it: the exception and the last line of their file it passed through."""
+    """The error as the student needs it: the exception and the last line of their file it passed through
+    (`file:LINE: ...`, which the driver shows as the compiler's `file:LINE: error: ...`)."""
     text = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, SyntaxError) and exc.filename == filename and exc.lineno:
-        text = f"{filename}:{exc.lineno}: SyntaxError: {exc.msg}"
+        text = f"{filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+        if exc.text:
+            text += excerpt(exc.text, exc.offset)
     else:
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
         if frames:
@@ -94,7 +108,7 @@ def detail(exc: BaseException, filename: str) -> str:
 
 
 def main() -> None:
-    memory_mib, cpu_seconds = int(sys.argv[1]), int(sys.argv[2])
+    memory_mib, cpu_seconds, file_bytes = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     # The reply goes out on a copy of stdout; fd 1 itself becomes stderr, so the file's prints never mix with it.
     channel = os.dup(1)
     os.dup2(2, 1)
@@ -113,7 +127,7 @@ def main() -> None:
     # the soft limit's SIGXCPU is what the driver reads as the CPU time spent; the hard one, later, kills
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     _limit(resource.RLIMIT_CORE, 0)
-    _limit(resource.RLIMIT_FSIZE, 0)
+    _limit(resource.RLIMIT_FSIZE, file_bytes)
     sys.meta_path.insert(0, _OnlyPreloaded())
     os.environ.clear()
     syscall_filter.install("load")

@@ -166,18 +166,9 @@ def extract(namespace: dict[str, Any], kernel_names: list[str], filename: str) -
     made_from: dict[str, object] = {}
     globals_: dict[str, dict[str, Any]] = {}
 
-    def refuse_wrapper(name: str, value: object) -> None:
-        if isinstance(value, Autotuner):
-            raise PackageError(
-                f"{filename}: {name} is wrapped in @triton.autotune: attnlab grades one configuration; "
-                f"drop the decorator and set {NUM_WARPS}, {NUM_STAGES} and {CONSTEXPRS} "
-                '(README, "Triton submissions")'
-            )
-        if isinstance(value, Heuristics):
-            raise PackageError(
-                f"{filename}: {name} is wrapped in @triton.heuristics: drop the decorator and give each "
-                f"constexpr its value in {CONSTEXPRS} or as the parameter's default"
-            )
+    def refuse_wrapper(name: str, value: object, helper: bool) -> None:
+        if isinstance(value, (Autotuner, Heuristics)):
+            raise PackageError(_wrapper_refusal(name, value, helper, filename))
 
     def visit(function: Any) -> str:
         name = str(function.__name__)
@@ -231,7 +222,7 @@ def extract(namespace: dict[str, Any], kernel_names: list[str], filename: str) -
             elif used in stored:
                 continue  # a local of the kernel's that happens to share a global's name
             else:
-                refuse_wrapper(used, value)
+                refuse_wrapper(used, value, helper=True)
                 raise PackageError(
                     f"{filename}: {name} uses {used}, a {type(value).__name__}: a kernel may use only "
                     "@triton.jit functions, tl.constexpr values, numbers and Triton's own names"
@@ -240,7 +231,7 @@ def extract(namespace: dict[str, Any], kernel_names: list[str], filename: str) -
 
     for name in kernel_names:
         value = namespace.get(name)
-        refuse_wrapper(name, value)
+        refuse_wrapper(name, value, helper=False)
         if not isinstance(value, JITFunction):
             found = "nothing" if value is None else f"a {type(value).__name__}"
             raise PackageError(
@@ -255,6 +246,74 @@ def extract(namespace: dict[str, Any], kernel_names: list[str], filename: str) -
         "globals": globals_,
         "launch": _launch(namespace, kernel_names, filename),
     }
+
+
+def _wrapper_refusal(name: str, wrapper: Any, helper: bool, filename: str) -> str:
+    """Why a function wrapped in @triton.autotune or @triton.heuristics is refused, on the line of its first
+    decorator, with what to write instead: attnlab grades one launch, stated as module data, and a helper
+    takes its constexprs from the kernel that calls it."""
+    from triton.runtime.autotuner import Autotuner
+
+    decorator = "@triton.autotune" if isinstance(wrapper, Autotuner) else "@triton.heuristics"
+    if isinstance(wrapper, Autotuner) and helper:
+        instead = (
+            "a helper runs with the launch of the kernel that calls it: drop the decorator, and set the launch "
+            f"once for the lab's kernel ({NUM_WARPS}, {NUM_STAGES}, {CONSTEXPRS})"
+        )
+    elif isinstance(wrapper, Autotuner):
+        instead = (
+            f"attnlab grades one configuration: drop the decorator and set {NUM_WARPS}, {NUM_STAGES} and "
+            f"{CONSTEXPRS}{_first_configuration(wrapper, name)}"
+        )
+    else:
+        names = sorted(str(k) for k in getattr(wrapper, "values", {}))[:16]
+        listed = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names) or "its constexprs"
+        it, value, default = (
+            ("it", "its value", "the parameter's default")
+            if len(names) == 1
+            else ("them", "their values", "the parameters' defaults")
+        )
+        skeleton = ", ".join(f"{n!r}: ..." for n in names)
+        instead = (
+            f"drop the decorator and pass {listed} from the kernel that calls it, or give {it} as {default}"
+            if helper
+            else f"drop the decorator and give {listed} {value} in {CONSTEXPRS} = {{{name!r}: {{{skeleton}}}}}, or "
+            f"as {default}"
+        )
+    line = _first_line(wrapper, filename)
+    return f"{filename}{'' if line is None else f':{line}'}: {name} is wrapped in {decorator}: {instead}"
+
+
+def _first_configuration(tuner: Any, kernel: str) -> str:
+    """The autotuner's first configuration as the module data that says it, where it is plain data."""
+    configs = getattr(tuner, "configs", None)
+    if not configs:
+        return ""
+    first = configs[0]
+    try:
+        values = {str(k): plain(v, k) for k, v in dict(first.kwargs).items()}
+        warps, stages = plain(first.num_warps, NUM_WARPS), plain(first.num_stages, NUM_STAGES)
+    except (PackageError, AttributeError, TypeError, ValueError):
+        return ""
+    said = f"; its first configuration is {NUM_WARPS} = {warps}, {NUM_STAGES} = {stages}, {CONSTEXPRS} = "
+    said += repr({kernel: values})
+    return said if len(said) <= 2 * TEXT_LIMIT else ""
+
+
+def _first_line(wrapper: Any, filename: str) -> int | None:
+    """The file's line of the first decorator over the function a wrapper holds (its `def`'s source, as
+    `inspect` reads it, starts there)."""
+    function = wrapper
+    for _ in range(8):  # autotune over heuristics over jit: a few layers at most
+        if isinstance(function, types.FunctionType):
+            break
+        function = getattr(function, "fn", None)
+    if not isinstance(function, types.FunctionType) or function.__code__.co_filename != filename:
+        return None
+    try:
+        return inspect.getsourcelines(function)[1]
+    except (OSError, TypeError):
+        return None
 
 
 def run_file(source: str, filename: str) -> dict[str, Any]:
@@ -339,7 +398,7 @@ def loads(text: str | bytes, kernel_names: list[str]) -> dict[str, Any]:
         raise PackageError(f"the file's kernels come to over {PACKAGE_LIMIT_BYTES >> 20} MiB of source")
     try:
         package = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth: not data either
         raise PackageError("the file's kernels did not come back as data") from None
     if not isinstance(package, dict) or package.get("format") != FORMAT:
         raise PackageError("the file's kernels did not come back in the package's format")
