@@ -177,8 +177,9 @@ def test_every_field_is_quoted_and_the_grader_s_numbers_stay_numbers(tmp_path):
     entry, raw = written(tmp_path, "a.cu")
     assert raw.splitlines() == [
         '"file","sha256","verdict","exit_code","backend","cases_run","cases_skipped","speedup","gate_met",'
-        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","cluster_reason","seconds"',
-        f'"a.cu","{SHA}","pass","0","","0","0","","","","","","","","","1.2"',
+        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","cluster_reason","seconds",'
+        '"student","student_id","name","section","score","max_score","unscored","not_graded","similar_to"',
+        f'"a.cu","{SHA}","pass","0","","0","0","","","","","","","","","1.2","","","","","","","","",""',
     ]
 
 

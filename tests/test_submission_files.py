@@ -402,7 +402,8 @@ def test_the_csv_quotes_every_field_and_keeps_the_formula_as_text(hostile_batch)
     lines = (hostile_batch["work"] / "gradebook.csv").read_text(encoding="utf-8").splitlines()
     assert lines[0] == (
         '"file","sha256","verdict","exit_code","backend","cases_run","cases_skipped","speedup","gate_met",'
-        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","cluster_reason","seconds"'
+        '"first_failing_case","first_hint","hints","cluster_state","cluster_elapsed_s","cluster_reason","seconds",'
+        '"student","student_id","name","section","score","max_score","unscored","not_graded","similar_to"'
     )
     (formula,) = [line for line in lines if "1+1" in line]
     assert formula.startswith('"subs/y;\'=1+1;.cu","')

@@ -23,10 +23,13 @@ from pathlib import Path
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
-from labrunner.pipeline.batch_files import expand_submissions, report_names
+from labrunner.pipeline.batch_course import CourseEntry, course_entries, course_order
+from labrunner.pipeline.batch_files import CU_ONLY, WITH_TRITON, expand_submissions, report_names
 from labrunner.pipeline.batch_options import BatchOptions
 from labrunner.pipeline.batch_reuse import ReuseRecord, grading_machine, seed_hash
+from labrunner.pipeline.batch_roster import read_roster
 from labrunner.pipeline.batch_stop import BatchStop, stopped_by_signals
+from labrunner.pipeline.batch_students import group_students, refused, with_students
 from labrunner.pipeline.grade import gates_not_applied
 from labrunner.pipeline.local_executor import Job, auto_jobs, default_jobs, run_local, visible_gpus
 from labrunner.pipeline.outputs import unwritable
@@ -38,8 +41,9 @@ from labrunner.report.gradebook import write_gradebook
 from labrunner.report.gradescope import write_gradescope
 from labrunner.report.html_report import write_html_report
 from labrunner.report.junit import write_aggregate
+from labrunner.report.lms_gradebook import write_lms_gradebook
 from labrunner.report.records.batch_row import BatchRow
-from labrunner.run.untrusted_text import shown_path
+from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.truth.cases import resolve_seed
 from labrunner.truth.verdict import BATCH_EXIT_CODES, worst_exit_code
 
@@ -67,8 +71,11 @@ def grade_batch(
     """Grade every submission, write the reports, print the gradebook; returns the batch's exit code.
 
     `job` and `executor` are for tests: a job that dies, submitit's local executor injected."""
-    get_lab(lab)  # an unknown lab is one usage error, not one per submission
-    found, not_graded = expand_submissions(paths)
+    definition = get_lab(lab)  # an unknown lab is one usage error, not one per submission
+    found, not_graded = expand_submissions(paths, WITH_TRITON if definition.triton_blocks else CU_ONLY)
+    found = with_students(found, paths)
+    students = group_students(found, paths)
+    roster = read_roster(batch.roster_path) if batch.roster_path else None
     if batch.gradescope_path and len(found) > 1:
         raise usage_error(
             f"--gradescope {batch.gradescope_path}: Gradescope's results.json is one student's, and this batch "
@@ -91,18 +98,23 @@ def grade_batch(
     stop = BatchStop(batch.batch_timeout_s)
     with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch, stopped_by_signals(stop):
         reports = Path(batch.out_dir or scratch).resolve()
+        # a report name per student, unique, carrying the student however the files were listed
+        names = dict(zip((s.name for s in students), report_names([s.files[0] for s in students])))
+        graded_students = [s for s in students if not s.several]
         tasks = [
             SubmissionTask(
                 lab,
-                str(submission.path),
+                str(student.files[0].path),
                 options,
-                str(reports / f"{name}.json"),
-                str(reports / f"{name}.xml"),
-                str(reports / f"{name}.log") if batch.out_dir else None,
+                str(reports / f"{names[student.name]}.json"),
+                str(reports / f"{names[student.name]}.xml"),
+                str(reports / f"{names[student.name]}.log") if batch.out_dir else None,
                 str(Path.cwd()),
             )
-            for submission, name in zip(found, report_names(found))
+            for student in graded_students
         ]
+        # what a folder held that the grade will refuse is the student's fault: read here as the grade reads it
+        students_fault = {s.name for s in graded_students if s.listed and refused(s.files[0].path)}
         record = ReuseRecord(reports)
         seed = seed_hash(record.salt)
         machine = grading_machine(backend, None if batch.executor == "local" else cluster_request(batch))
@@ -138,7 +150,11 @@ def grade_batch(
             record.remember(graded, machine, seed)
         if stopped:
             terminal.error(f"{stop.reason.removeprefix('not graded: ')}: the reports of what finished are written")
-        code = report(lab, outcomes, batch)
+        by_student = dict(zip((s.name for s in graded_students), outcomes))
+        entries = course_entries(lab, students, by_student, students_fault, roster, batch, backend, reports, names)
+        for entry in entries:  # every report names its student, id and score, as the gradebook does
+            entry.write_reports()
+        code = report(lab, course_order(entries, roster), outcomes, batch)
         return int(stop.exit_code) if stopped else code
 
 
@@ -171,35 +187,63 @@ def prepare_outputs(batch: BatchOptions) -> None:
         ("--junit", batch.junit_path),
         ("--html", batch.html_path),
         ("--gradescope", batch.gradescope_path),
+        ("--lms-csv", batch.lms_csv_path),
     ):
         problem = path and unwritable(path)
         if problem:
             raise usage_error(f"{option} {path}: cannot write ({problem})")
 
 
-def report(lab: str, outcomes: list[Outcome], batch: BatchOptions) -> int:
-    rows = [BatchRow.from_json(o.result, o.seconds) for o in outcomes]
-    codes = [o.exit_code for o in outcomes]
-    worst = worst_code(codes)
+def ranked_code(entry: CourseEntry) -> int:
+    """A row's exit code as the batch ranks it: a file the folder held that cannot be graded, or several
+    files for one student, is the student's fault (ranked as a compile error, 3), never a wrong command."""
+    code = int(entry.result.get("exit_code", ExitCode.ENVIRONMENT))
+    return int(ExitCode.COMPILE_ERROR) if code == ExitCode.USAGE and entry.students_fault else code
+
+
+def report(lab: str, entries: list[CourseEntry], outcomes: list[Outcome], batch: BatchOptions) -> int:
+    """Every output of the batch, one row per student (in the roster's order where there is one), and the
+    batch's exit code: the worst of its submissions' as `ranked_code` ranks them."""
+    submitted = [e for e in entries if e.submitted]
+    rows = [BatchRow.from_json(e.result, e.seconds) for e in entries]
+    course = [e.course for e in entries]
+    results = [e.result for e in entries]
+    worst = worst_code([ranked_code(e) for e in submitted])
+    codes = [int(e.result.get("exit_code", ExitCode.ENVIRONMENT)) for e in submitted]
     if batch.annotations == "github":
-        terminal.plain_lines(github_batch_annotations([o.result for o in outcomes]))
-    terminal.batch_report(lab, rows, code_counts(codes), int(worst))
-    results = [o.result for o in outcomes]
+        terminal.plain_lines(github_batch_annotations([e.result for e in submitted]))
+    terminal.batch_report(lab, rows, code_counts(codes), int(worst), course)
+    missing = [e.student for e in entries if not e.submitted]
+    if missing:
+        terminal.note(
+            f"no submission from {len(missing)} rostered student{'s' if len(missing) != 1 else ''}: "
+            + ", ".join(shown(m) for m in missing)
+            + " (each a row scored 0; no exit code changes)"
+        )
+    if any(ranked_code(e) != e.result.get("exit_code") for e in submitted):
+        terminal.note(
+            "a file the folders held that cannot be graded, and a student with several files, are the students' "
+            "own: ranked as a compile error (3) in the batch's exit code, never as a wrong command (2)"
+        )
+    gradebook = [{**row.to_json(), **entry.cells()} for row, entry in zip(rows, course)]
     written = []
     csv_paths = [p for p in (batch.csv_path, batch.out_dir / "gradebook.csv" if batch.out_dir else None) if p]
     junit_paths = [p for p in (batch.junit_path, batch.out_dir / "junit.xml" if batch.out_dir else None) if p]
     try:
         for path in csv_paths:
-            write_gradebook([r.to_json() for r in rows], path)
+            write_gradebook(gradebook, path)
             written.append(str(path))
         for path in junit_paths:
             write_aggregate(results, path, f"attnlab {lab}")
             written.append(str(path))
         if batch.html_path:
-            write_html_report(lab, [r.to_json() for r in rows], results, batch.html_path)
+            write_html_report(lab, gradebook, results, batch.html_path, batch.similar_above)
             written.append(str(batch.html_path))
-        if batch.gradescope_path:  # a batch of one file (more is refused): reused or interrupted, it is written
-            write_gradescope(results[0], batch.gradescope_path)
+        if batch.lms_csv_path:
+            write_lms_gradebook(batch.lms, course, batch.assignment or lab, batch.lms_csv_path)
+            written.append(str(batch.lms_csv_path))
+        if batch.gradescope_path and outcomes:  # a batch of one file (more is refused): reused or interrupted
+            write_gradescope(outcomes[0].result, batch.gradescope_path)
             written.append(str(batch.gradescope_path))
     except OSError as exc:
         raise AttnlabError(f"{exc.filename}: cannot write ({exc.strerror})", ExitCode.USAGE) from None

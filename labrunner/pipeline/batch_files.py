@@ -32,17 +32,30 @@ class NotGraded:
 SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".c", ".cuh", ".h", ".hpp")
 
 
-def expand_submissions(paths: tuple[Path, ...]) -> tuple[list[Found], list[NotGraded]]:
+CU_ONLY = (".cu",)
+WITH_TRITON = (".cu", ".py")  # a lab that takes Triton files (its `triton_blocks`)
+
+
+def kinds(suffixes: tuple[str, ...]) -> str:
+    """The kinds of file a folder's submissions are, in words: `.cu` or `.cu or .py`."""
+    return " or ".join(suffixes)
+
+
+def expand_submissions(
+    paths: tuple[Path, ...], suffixes: tuple[str, ...] = CU_ONLY
+) -> tuple[list[Found], list[NotGraded]]:
     """Files as given, and each folder's submissions, in the order named; and what the folders held that
     is not graded. A folder is either `DIR/*.cu` or `DIR/<student>/<file>.cu` (a folder per student,
-    the student named by the folder), or both at once."""
+    the student named by the folder), or both at once; `suffixes` are the kinds of file a folder's
+    submissions are (`.py` too, in a lab that takes Triton)."""
     found: list[Found] = []
     skipped: list[NotGraded] = []
     for path in paths:
         if path.is_dir():  # the folder as named; reading each entry walks its path as build/source.py says
-            files, passed = folder_submissions(path)
+            files, passed = folder_submissions(path, suffixes)
             if not files:
                 raise usage_error(
+                    # said of .cu files in every lab: a Triton lab's .py files are named in `grade --help`
                     f"{shown_path(path)}: a folder with no .cu files, nor a folder per student holding them; "
                     "name the submissions or their folder"
                 )
@@ -53,8 +66,9 @@ def expand_submissions(paths: tuple[Path, ...]) -> tuple[list[Found], list[NotGr
     return found, skipped
 
 
-def folder_submissions(folder: Path) -> tuple[list[Found], list[NotGraded]]:
-    """A submissions folder's .cu entries, then each student folder's, sorted by name; and the rest.
+def folder_submissions(folder: Path, suffixes: tuple[str, ...] = CU_ONLY) -> tuple[list[Found], list[NotGraded]]:
+    """A submissions folder's .cu entries (and .py, where `suffixes` has it), then each student folder's,
+    sorted by name; and the rest.
 
     Links are never followed: a link, a FIFO or a device named `x.cu` is listed like a file, and grading
     it gives that submission its usage error (build/source.py), so it has its row in the gradebook and is
@@ -64,26 +78,31 @@ def folder_submissions(folder: Path) -> tuple[list[Found], list[NotGraded]]:
     skipped: list[NotGraded] = []
     for entry in sorted(listed(folder), key=lambda e: e.name):
         path = folder / entry.name
-        if is_submission(entry):
+        if is_submission(entry, suffixes):
             found.append(Found(path))
         elif entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
             own = [e for e in sorted(listed(path), key=lambda e: e.name)]
-            files = [e for e in own if is_submission(e)]
+            files = [e for e in own if is_submission(e, suffixes)]
             found += [Found(path / e.name, entry.name) for e in files]
             skipped += [
-                NotGraded(path / e.name, why_not_graded(e, in_student_folder=True)) for e in own if e not in files
+                NotGraded(path / e.name, why_not_graded(e, in_student_folder=True, suffixes=suffixes))
+                for e in own
+                if e not in files
             ]
             if not files:
-                skipped.append(NotGraded(path, "a student's folder with no .cu file in it"))
+                skipped.append(NotGraded(path, f"a student's folder with no {kinds(suffixes)} file in it"))
         else:
-            skipped.append(NotGraded(path, why_not_graded(entry, in_student_folder=False)))
+            skipped.append(NotGraded(path, why_not_graded(entry, in_student_folder=False, suffixes=suffixes)))
     return found, skipped
 
 
-def is_submission(entry: os.DirEntry) -> bool:
-    """A `.cu` entry that is not a folder and not hidden (`._flash.cu` is the copy macOS's archiver leaves)."""
+def is_submission(entry: os.DirEntry, suffixes: tuple[str, ...] = CU_ONLY) -> bool:
+    """A `.cu` (or `.py`) entry that is not a folder and not hidden (`._flash.cu` is the copy macOS's
+    archiver leaves)."""
     return (
-        Path(entry.name).suffix == ".cu" and not entry.is_dir(follow_symlinks=False) and not entry.name.startswith(".")
+        Path(entry.name).suffix in suffixes
+        and not entry.is_dir(follow_symlinks=False)
+        and not entry.name.startswith(".")
     )
 
 
@@ -95,7 +114,7 @@ def listed(folder: Path) -> list[os.DirEntry]:
         raise usage_error(f"{shown_path(folder)}: cannot list it ({exc.strerror}); check its permissions") from None
 
 
-def why_not_graded(entry: os.DirEntry, in_student_folder: bool) -> str:
+def why_not_graded(entry: os.DirEntry, in_student_folder: bool, suffixes: tuple[str, ...] = CU_ONLY) -> str:
     suffix = Path(entry.name).suffix
     if entry.is_dir(follow_symlinks=False):
         if in_student_folder:
@@ -105,11 +124,12 @@ def why_not_graded(entry: os.DirEntry, in_student_folder: bool) -> str:
         return "a hidden file (such as the ._ copies macOS's archiver leaves), not graded"
     if entry.is_symlink() and entry.is_dir():
         return "a link to a folder, not followed (a student's folder must be a folder)"
-    if suffix.lower() == ".cu":
-        return f"named {suffix}, not .cu: rename it {Path(entry.name).stem}.cu to grade it"
+    if suffix.lower() in suffixes:
+        right = suffix.lower()
+        return f"named {suffix}, not {right}: rename it {Path(entry.name).stem}{right} to grade it"
     if suffix.lower() in SOURCE_SUFFIXES:
         return "a C++ source or header: a lab's kernels are graded from one .cu file"
-    return "not a .cu file"
+    return f"not a {kinds(suffixes)} file"
 
 
 # A report's file name keeps these characters of the submission's stem and writes `_` for any other:

@@ -32,3 +32,8 @@ class BatchOptions:
     regrade: bool = False  # grade every file, even where a matching report exists
     gradescope_path: Path | None = None  # Gradescope's results.json: one submission's, so a batch of one file
     html_path: Path | None = None  # the course report, one self-contained page
+    roster_path: Path | None = None  # the course's roster (CSV: student_id, student; name and section optional)
+    lms_csv_path: Path | None = None  # the gradebook in a learning-management system's import layout
+    lms: str = "canvas"  # which system's layout: canvas or moodle (report/lms_gradebook.py)
+    assignment: str | None = None  # the assignment's column in that layout
+    similar_above: float = 0.6  # the share above which two submissions are listed as similar, for a person to judge

@@ -14,8 +14,8 @@ A file name is the student's text, and a spreadsheet runs text that looks like a
   spreadsheet might split a line on when it guesses the wrong separator (`;`, `,`, tab, `|`),
   when what follows there, after any spaces, is a formula opener (`=`, `+`, `-`, `@`, tab, CR).
   `y;=1+1;.cu` is written `y;'=1+1;.cu`: split on `;`, its middle cell is the text `=1+1`;
-- the numbers the grader itself writes (exit_code, cases_run, cases_skipped, speedup, seconds, and
-  the cluster's cluster_elapsed_s) are written as they are: no student's text reaches them, and a
+- the numbers the grader itself writes (exit_code, cases_run, cases_skipped, speedup, seconds, score,
+  max_score, and the cluster's cluster_elapsed_s) are written as they are: no student's text reaches them, and a
   spreadsheet must read them as numbers. Everything else (a hint quotes what a kernel wrote; the
   cluster's state is another program's text) is a text cell, under the rules above.
 """
@@ -28,9 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.report.records.batch_row import BatchRow
+from labrunner.report.records.course_row import COURSE_COLUMNS
 from labrunner.run.untrusted_text import shown
 
-COLUMNS = (
+# The verdict's columns (BatchRow), then the course's (CourseRow: who, what it is worth, whom it is like),
+# appended so that a reader of the earlier columns finds each where it was.
+RESULT_COLUMNS = (
     "file",
     "sha256",
     "verdict",
@@ -48,8 +51,9 @@ COLUMNS = (
     "cluster_reason",
     "seconds",
 )
+COLUMNS = RESULT_COLUMNS + COURSE_COLUMNS
 # the grader's own numbers (and the cluster's count of seconds); every other column is text
-NUMBERS = ("exit_code", "cases_run", "cases_skipped", "speedup", "cluster_elapsed_s", "seconds")
+NUMBERS = ("exit_code", "cases_run", "cases_skipped", "speedup", "cluster_elapsed_s", "seconds", "score", "max_score")
 
 # Where a formula could begin in a cell: its start, or just after a separator a spreadsheet may split
 # on; and what begins one (after any spaces).
@@ -59,8 +63,9 @@ _FORMULA_HERE = re.compile(f"(^|[{re.escape(''.join(SEPARATORS))}])(?= *[{re.esc
 
 
 def row(data: dict[str, Any], seconds: float | None = None) -> dict[str, Any]:
-    """A gradebook row (its cells, `COLUMNS`) from one submission's JSON result; `seconds` is the batch's own
-    clock where it has one. The row itself is `BatchRow` (records/batch_row.py)."""
+    """A gradebook row's verdict cells (`RESULT_COLUMNS`) from one submission's JSON result; `seconds` is the
+    batch's own clock where it has one. The row itself is `BatchRow` (records/batch_row.py); a batch adds
+    the course's cells (`CourseRow.cells`), and a row without them leaves those columns empty."""
     return BatchRow.from_json(data, seconds).to_json()
 
 
@@ -75,7 +80,10 @@ def write_gradebook(rows: list[dict], path: Path) -> None:
         writer.writeheader()
         for entry in rows:
             writer.writerow(
-                {key: plain_number(entry[key]) if key in NUMBERS else spreadsheet_safe(entry[key]) for key in COLUMNS}
+                {
+                    key: plain_number(entry.get(key)) if key in NUMBERS else spreadsheet_safe(entry.get(key))
+                    for key in COLUMNS
+                }
             )
 
 

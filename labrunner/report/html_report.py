@@ -55,6 +55,10 @@ COLUMN_LABELS = {
     "cluster_elapsed_s": "cluster s",
     "cluster_reason": "cluster's reason",
     "seconds": "s",
+    "student_id": "student id",
+    "max_score": "of",
+    "unscored": "not scored",
+    "similar_to": "similar to",
 }
 # Columns that hold text even where every value looks like a number (a hash of digits, a case named 17).
 TEXT_COLUMNS = {
@@ -67,6 +71,12 @@ TEXT_COLUMNS = {
     "backend",
     "gate_met",
     "cluster_reason",
+    "student",
+    "student_id",
+    "name",
+    "section",
+    "unscored",
+    "similar_to",
 }
 # The verdict column sorts from the worst down: a grader that could not run, then the run's own errors,
 # then the case statuses most severe first (truth/verdict.py's order), pass last.
@@ -385,6 +395,53 @@ def distribution_section(results: list[dict[str, Any]]) -> str:
     return title + "".join(_distribution(d) for d in found)
 
 
+def score_section(rows: list[dict[str, Any]]) -> str:
+    """The spread of the scores (report/points.py's, the gradebook's `score` column) where the batch scored
+    its rows; a row the grader could not finish has no score and is counted apart."""
+    scored = [(str(r.get("student") or r.get("file") or ""), _as_number(r.get("score"))) for r in rows if "score" in r]
+    if not scored:
+        return ""
+    values = [(who, value) for who, value in scored if value is not None]
+    most = sorted({str(r.get("max_score")) for r in rows if r.get("max_score") not in (None, "")})
+    unscored = sorted({str(r["unscored"]) for r in rows if r.get("unscored")})
+    figures = [f"{len(values)} scored", f"out of {' or '.join(most)}" if most else ""]
+    if len(values) < len(scored):
+        figures.append(f"{len(scored) - len(values)} with no score (the grader could not finish)")
+    text = "; ".join(f for f in figures if f) + "." + "".join(f" {u[0].upper()}{u[1:]}." for u in unscored)
+    chart = histogram_svg(Distribution("Scores", "score", values)) if values else ""
+    return f'<h2>Scores</h2><p class="muted">{esc(text)}</p>{chart}'
+
+
+def similar_section(results: list[dict[str, Any]], threshold: float | None) -> str:
+    """The pairs of submissions that share at least the threshold (report/similarity.py), for a person to
+    judge: the table changes no verdict and no points."""
+    if threshold is None:
+        return ""
+    pairs: dict[tuple[str, str], float] = {}
+    for result in results:
+        who = str(result.get("student") or "")
+        for other in result.get("similar_to") or []:
+            if isinstance(other, dict) and who:
+                pair = tuple(sorted((who, str(other.get("student")))))
+                pairs[(pair[0], pair[1])] = max(pairs.get((pair[0], pair[1]), 0.0), float(other.get("share") or 0))
+    title = "<h2>Similar submissions</h2>"
+    rule = (
+        f"Pairs whose files share at least {threshold:.2f} of the smaller one's own code (the starter taken out; "
+        "1.00: identical bytes), for a person to judge: this changes no verdict and no points."
+    )
+    if not pairs:
+        return f'{title}<p class="muted">{esc(rule)}</p><p>No pair is that close.</p>'
+    body = "".join(
+        f'<tr><td>{esc(shown(a))}</td><td>{esc(shown(b))}</td><td class="num">{share:.2f}</td></tr>'
+        for (a, b), share in sorted(pairs.items(), key=lambda item: (-item[1], item[0]))
+    )
+    return (
+        f'{title}<p class="muted">{esc(rule)}</p>'
+        '<table class="points" id="similar"><thead><tr><th>student</th><th>student</th>'
+        f'<th class="num">share</th></tr></thead><tbody>{body}</tbody></table>'
+    )
+
+
 def _distribution(d: Distribution) -> str:
     values = sorted(v for _, v in d.values)
     middle = statistics.median(values)
@@ -612,7 +669,9 @@ def header(lab: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) 
     )
 
 
-def html_page(lab: str, rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
+def html_page(
+    lab: str, rows: list[dict[str, Any]], results: list[dict[str, Any]], similar_above: float | None = None
+) -> str:
     folder = common_folder([shown(str(r.get("file") or "")) for r in rows or results])
     gradebook, data = gradebook_section(rows, folder)
     data["verdict_order"] = list(VERDICT_ORDER)
@@ -625,6 +684,8 @@ def html_page(lab: str, rows: list[dict[str, Any]], results: list[dict[str, Any]
         f"<style>{STYLE}</style></head><body><main>"
         + header(lab, rows, results)
         + gradebook
+        + score_section(rows)
+        + similar_section(results, similar_above)
         + distribution_section(results)
         + roofline_section(results, folder)
         + submissions_section(rows, results, folder)
@@ -635,7 +696,10 @@ def html_page(lab: str, rows: list[dict[str, Any]], results: list[dict[str, Any]
     )
 
 
-def write_html_report(lab: str, rows: list[dict], results: list[dict], path: Path) -> None:
-    """The page for a batch of `lab`: `rows` the gradebook's (BatchRow.to_json), `results` each submission's
-    JSON result, in the same order."""
-    Path(path).write_text(html_page(lab, rows, results), encoding="utf-8")
+def write_html_report(
+    lab: str, rows: list[dict], results: list[dict], path: Path, similar_above: float | None = None
+) -> None:
+    """The page for a batch of `lab`: `rows` the gradebook's (BatchRow.to_json, with the course's cells where
+    the batch adds them), `results` each submission's JSON result, in the same order; `similar_above` the
+    threshold the similar submissions were found at (None: none were looked for)."""
+    Path(path).write_text(html_page(lab, rows, results, similar_above), encoding="utf-8")

@@ -49,9 +49,11 @@ def testsuite(data: dict) -> ElementTree.Element:
     """One submission's suite, from its JSON result."""
     name = f"attnlab {data.get('lab') or data.get('command')} {shown(data.get('file') or '')}".strip()
     suite = ElementTree.Element("testsuite", name=xml_text(name))
-    if data.get("backend"):  # which backend's verdict this is: a CPU verdict is not the GPU's
+    facts = suite_properties(data)
+    if facts:
         properties = ElementTree.SubElement(suite, "properties")
-        ElementTree.SubElement(properties, "property", name="backend", value=xml_text(data["backend"]))
+        for fact, text in facts:
+            ElementTree.SubElement(properties, "property", name=fact, value=xml_text(text))
     owner = xml_text(classname(data.get("lab"), data.get("file"), data.get("command") or "run"))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
 
@@ -94,6 +96,33 @@ def testsuite(data: dict) -> ElementTree.Element:
         suite.set(key, str(value))
     suite.set("time", f"{data.get('seconds') or 0:.3f}")
     return suite
+
+
+def suite_properties(data: dict) -> list[tuple[str, str]]:
+    """The suite's properties: which backend's verdict this is (a CPU verdict is not the GPU's), and where a
+    batch graded it for a course, whose it is, what it is worth (report/points.py) and whom it is like."""
+    facts = [("backend", str(data["backend"]))] if data.get("backend") else []
+    if data.get("student") is not None:
+        facts.append(("student", str(data["student"])))
+    if data.get("student_id"):
+        facts.append(("student_id", str(data["student_id"])))
+    points = data.get("points") or {}
+    if points:
+        score = points.get("score")
+        facts.append(("score", "" if score is None else f"{score:g}"))
+        facts.append(("max_score", f"{points.get('max_score', 0):g}"))
+        if points.get("unscored"):
+            facts.append(("unscored", str(points["unscored"])))
+    similar = data.get("similar_to") or []
+    if similar:
+        facts.append(("similar_to", "; ".join(f"{s['student']} ({s['share']:.2f})" for s in similar)))
+    return facts
+
+
+def write_suite(data: dict, path: Path) -> None:
+    """One submission's report from its JSON result: what a batch writes again once it has added the course's
+    fields (student, points, similar submissions) to a result its grading process wrote."""
+    _write(testsuite(data), path)
 
 
 def write_junit(result: RunResult, path: Path) -> None:

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from labrunner.report.progress import Progress
 from labrunner.report.records.batch_row import BatchRow
+from labrunner.report.records.course_row import CourseRow
 from labrunner.report.records.profile import Profile, RangeReport, Trace
 from labrunner.report.records.timing import Peer, PeerRow, PipelineTiming, Series, SpeedupTiming
 from labrunner.report.results import RunResult
@@ -788,15 +789,32 @@ def batch_progress(total: int):
         yield lambda description: bar.update(task, advance=1, description=escape(shown(description)))
 
 
-def batch_report(lab: str, rows: list[BatchRow], counts: list[tuple[int, str, int]], worst: int) -> None:
-    """The gradebook as a table (one row per submission), then a line per exit code with its count."""
-    table = Table(title=f"{lab}: {len(rows)} submission{'s' if len(rows) != 1 else ''}")
-    for column in ("file", "verdict", "exit", "backend", "SPEEDUP", "gate", "first failing case", "s"):
-        table.add_column(column, justify="right" if column in ("exit", "SPEEDUP", "s") else "left", overflow="fold")
-    for row in rows:
+def batch_report(
+    lab: str,
+    rows: list[BatchRow],
+    counts: list[tuple[int, str, int]],
+    worst: int,
+    course: list[CourseRow] | None = None,
+) -> None:
+    """The gradebook as a table (one row per submission; with `course`, one per student, with the score),
+    then a line per exit code with its count."""
+    table = Table(title=f"{lab}: {len(rows)} {'student' if course else 'submission'}{'s' if len(rows) != 1 else ''}")
+    leading = ("student", "score") if course else ()
+    for column in (*leading, "file", "verdict", "exit", "backend", "SPEEDUP", "gate", "first failing case", "s"):
+        right = column in ("exit", "SPEEDUP", "s", "score")
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
+    for i, row in enumerate(rows):
         style = "green" if row.verdict == Status.PASS else "bold red"
         skipped = f", {row.cases_skipped} skipped" if row.cases_skipped else ""  # a CPU pass is not a GPU pass
+        who: tuple[str, ...] = ()
+        if course:
+            worth = course[i].score
+            who = (
+                escape(shown(course[i].student)),
+                f"{worth.score_text} / {worth.max_score_text}" if worth.score_text else "",
+            )
         table.add_row(
+            *who,
             escape(shown(row.file)),
             f"[{style}]{escape(row.verdict)}[/]",
             str(row.exit_code),
@@ -807,6 +825,8 @@ def batch_report(lab: str, rows: list[BatchRow], counts: list[tuple[int, str, in
             row.seconds_text,
         )
     print_unwrapped(table)
+    for note in sorted({c.score.unscored for c in course or [] if c.score.unscored}):
+        stdout.print(escape(note), highlight=False, soft_wrap=True)
     for code, meaning, count in counts:
         stdout.print(f"exit {code} ({meaning}): {count} submission{'s' if count != 1 else ''}", highlight=False)
     stdout.print(f"exit {worst}: the worst submission's", highlight=False)

@@ -1,0 +1,165 @@
+"""A batch's rows as a course reads them: one per student, with the roster's ids, a score, and the
+submissions that look alike.
+
+Each graded student's row is the result its own grading process wrote, with the course's fields added
+(`CourseRow.to_json`: `student`, `student_id`, `points`, `similar_to`) and written back to its JSON and
+JUnit reports, so every report names its student. Two kinds of row are the batch's own, never graded:
+a student with several candidate files (batch_students.py: never guessed), and, with a roster, a
+rostered student with no submission. Each is written as a result of the schema too (a usage error
+that names what to do), scored 0: the student's doing, not the grader's.
+
+The score of every row is report/points.py's, from the result and the lab's points table; similar
+submissions are report/similarity.py's, over the bytes each student handed in, the lab's starters
+taken out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from labrunner.exit_codes import ExitCode
+from labrunner.labs import get_lab
+from labrunner.pipeline.batch_files import report_name
+from labrunner.pipeline.batch_options import BatchOptions
+from labrunner.pipeline.batch_roster import RosterEntry
+from labrunner.pipeline.batch_students import Student, submitted_bytes
+from labrunner.pipeline.submission import Outcome
+from labrunner.report.junit import write_suite
+from labrunner.report.points import UNFINISHED, lab_points, score_result
+from labrunner.report.records.course_row import CourseRow
+from labrunner.report.results import RunResult
+from labrunner.report.similarity import similar_to
+
+
+@dataclass
+class CourseEntry:
+    """One row of the batch: the student, their result (with the course's fields) and where it is written."""
+
+    student: str
+    result: dict[str, Any]
+    course: CourseRow
+    json_path: Path
+    junit_path: Path
+    seconds: float | None = None
+    students_fault: bool = False  # a refusal that is the student's doing: scored 0, ranked as theirs
+    submitted: bool = True
+
+    def write_reports(self) -> None:
+        """The row's JSON result and JUnit report, with the course's fields (a folder that fails to take them
+        leaves the gradebook its row; the batch's own outputs say what could not be written)."""
+        try:
+            self.json_path.write_text(json.dumps(self.result, indent=2, allow_nan=False) + "\n")
+            write_suite(self.result, self.junit_path)
+        except OSError:
+            pass
+
+
+def course_entries(
+    lab: str,
+    students: list[Student],
+    outcomes: dict[str, Outcome],
+    students_fault: set[str],
+    roster: list[RosterEntry] | None,
+    batch: BatchOptions,
+    backend: str,
+    reports: Path,
+    names: dict[str, str],
+) -> list[CourseEntry]:
+    """A row per student found, then one per rostered student who submitted nothing; in the order found."""
+    points = lab_points(lab)
+    on_roster = {r.student: r for r in roster or []}
+    # the options every graded file records (a row the batch writes itself is scored under the same ones)
+    options = next((o.result["options"] for o in outcomes.values() if o.result.get("options")), {"device": backend})
+    similar = similar_to(
+        {
+            s: data
+            for s, data in ((s.name, submitted_bytes(s.files[0].path)) for s in students if not s.several)
+            if data
+        },
+        starters(lab),
+        batch.similar_above,
+    )
+    entries = []
+    for student in students:
+        outcome = outcomes.get(student.name)
+        if outcome is not None:
+            result, seconds, fault = outcome.result, outcome.seconds, student.name in students_fault
+            json_path, junit_path = Path(outcome.task.json_path), Path(outcome.task.junit_path)
+        else:  # several files: never graded, never guessed
+            error = f"{student.shown_file}: {student.several}"
+            result, seconds, fault = unguessed(lab, student.shown_file, error, options), None, True
+            json_path, junit_path = reports / f"{names[student.name]}.json", reports / f"{names[student.name]}.xml"
+        entries.append(entry(student.name, result, points, fault, on_roster, similar, json_path, junit_path, seconds))
+    found = {s.name for s in students}
+    used = {n.lower() for n in names.values()} | {"junit", "gradebook"}
+    for rostered in roster or []:
+        if rostered.student in found:
+            continue
+        name = unique(report_name(rostered.student), used)
+        error = f"no submission: no file of {rostered.student} was among the files graded"
+        result = unguessed(lab, None, error, options)
+        row = entry(
+            rostered.student, result, points, True, on_roster, {}, reports / f"{name}.json", reports / f"{name}.xml"
+        )
+        entries.append(replace(row, submitted=False, course=replace(row.course, submitted=False)))
+    return entries
+
+
+def entry(
+    student: str,
+    result: dict[str, Any],
+    points: Any,
+    fault: bool,
+    on_roster: dict[str, RosterEntry],
+    similar: dict[str, list[tuple[str, float]]],
+    json_path: Path,
+    junit_path: Path,
+    seconds: float | None = None,
+) -> CourseEntry:
+    rostered = on_roster.get(student)
+    course = CourseRow(
+        student,
+        score_result(result, points, students_fault=fault),
+        student_id=rostered.student_id if rostered else "",
+        name=rostered.name if rostered else "",
+        section=rostered.section if rostered else "",
+        similar_to=tuple(similar.get(student, ())),
+        not_graded=str(result.get("error") or "") if result.get("verdict") in UNFINISHED else "",
+    )
+    return CourseEntry(student, {**result, **course.to_json()}, course, json_path, junit_path, seconds, fault)
+
+
+def unguessed(lab: str, file: str | None, error: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The result of a row the batch writes itself: a usage error that says what to do, under the options
+    the batch graded with (they decide whether the speed part is scored)."""
+    result = RunResult("grade", lab, file, error=error, error_code=ExitCode.USAGE, options=dict(options))
+    return result.to_json()
+
+
+def unique(name: str, used: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate.lower() in used:
+        n += 1
+        candidate = f"{name}-{n}"
+    used.add(candidate.lower())
+    return candidate
+
+
+def starters(lab: str) -> list[bytes]:
+    """The files every student was handed: the code they share with everyone, which never counts as shared."""
+    definition = get_lab(lab)
+    paths = [definition.starter_path] + ([definition.triton_starter_path] if definition.triton_blocks else [])
+    return [p.read_bytes() for p in paths if p.is_file()]
+
+
+def course_order(entries: list[CourseEntry], roster: list[RosterEntry] | None) -> list[CourseEntry]:
+    """The roster's students in its order (a missing one where it is listed), then those not on it as found."""
+    if not roster:
+        return entries
+    by_student = {e.student: e for e in entries}
+    listed = [by_student[r.student] for r in roster if r.student in by_student]
+    kept = {r.student for r in roster}
+    return listed + [e for e in entries if e.student not in kept]
