@@ -149,7 +149,16 @@ def wants_batch(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
     """One file with no batch option is graded as it always was; anything more is a batch."""
     given = any(
         options[name] not in (None, "local")
-        for name in ("jobs", "executor", "out_dir", "csv_path", "html_path", "batch_timeout_s")
+        for name in (
+            "jobs",
+            "executor",
+            "out_dir",
+            "csv_path",
+            "html_path",
+            "batch_timeout_s",
+            "roster_path",
+            "lms_csv_path",
+        )
     )
     return len(files) != 1 or files[0].is_dir() or given
 
@@ -204,9 +213,10 @@ def after_verdict(annotations: str | None, gradescope_path: Path | None) -> Call
 def grade(lab: str, file: tuple[Path, ...], **options: Any) -> None:
     """Grade FILE for LAB: compile, prove the oracle, check every case, then time it.
 
-    Several files, or a folder (its .cu files, sorted), are graded as a batch: --jobs at once, a
-    progress bar over submissions, a gradebook (--csv), reports per submission (--out-dir), and the
-    worst submission's exit code.
+    Several files, or a folder (its .cu files, sorted, and its .py files in the labs that take Triton:
+    lab2, lab3; or a folder per student), are graded as a batch: --jobs at once, a progress bar over
+    submissions, one row per student with its score in a gradebook (--csv, --lms-csv), reports per
+    submission (--out-dir), and the worst submission's exit code.
     """
     if wants_batch(file, options):
         grade_many(lab, file, options)

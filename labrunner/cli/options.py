@@ -248,6 +248,43 @@ batch_options = stacked(
         help="Also write the course report: one self-contained HTML page (the gradebook, sortable; each "
         "submission's cases; the distribution of SPEEDUP or of the copy fraction; a roofline of profiled kernels).",
     ),
+    click.option(
+        "--roster",
+        "roster_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="The course's roster, a CSV file with the columns student_id and student (the student's folder "
+        "or file name; name and section may follow): ids in every output, rows in its order, and a row "
+        "'no submission' (score 0) for each student without a file.",
+    ),
+    click.option(
+        "--lms-csv",
+        "lms_csv_path",
+        type=FILE_PATH,
+        default=None,
+        help="Also write the gradebook as a learning-management system imports it (--lms; the column named "
+        "by --assignment); a grade the grader could not finish is an empty cell, never 0.",
+    ),
+    click.option(
+        "--lms",
+        type=click.Choice(["canvas", "moodle"]),
+        default=default(BatchOptions, "lms"),
+        show_default=True,
+        help="The layout of --lms-csv: Canvas's gradebook import or Moodle's grade import.",
+    ),
+    click.option(
+        "--assignment",
+        default=None,
+        help="The assignment's column in --lms-csv (default: the lab's name).",
+    ),
+    click.option(
+        "--similar-above",
+        type=click.FloatRange(min=0.0, max=1.0),
+        default=default(BatchOptions, "similar_above"),
+        show_default=True,
+        help="List two submissions as similar (for a person to judge; never a verdict or points) when they "
+        "share at least this fraction of their own code, the starter taken out (1.0: identical).",
+    ),
     click.option("--partition", default=None, help="Slurm: the partition to submit to."),
     click.option(
         "--gpus-per-job",
@@ -286,6 +323,11 @@ BATCH_ONLY = (
     "regrade",
     "batch_timeout_s",
     "html_path",
+    "roster_path",
+    "lms_csv_path",
+    "lms",
+    "assignment",
+    "similar_above",
     "partition",
     "gpus_per_job",
     "gres",
