@@ -240,3 +240,14 @@ def test_compile_timeout_is_an_option_of_each_command_that_compiles(tmp_path, co
     assert completed.returncode == 3
     assert completed.stderr == "macro_bomb.cu: error: the compiler did not finish in 2 s (--compile-timeout)\n"
     assert json.loads(report.read_text())["verdict"] == "compile-error"
+
+
+def test_a_reply_nested_past_the_parsers_depth_is_no_reply():
+    # the compiler child's stdout is read as hostile data: deep nesting is refused like any other non-reply
+    assert compiler_process._parse(b'{"status": "done", "result": ' + b"[" * 200_000) is None
+    assert compiler_process._parse(b'{"status": "done", "result": "r", "log": "", "ptx": "p"}') == {
+        "status": "done",
+        "result": "r",
+        "log": "",
+        "ptx": "p",
+    }

@@ -162,6 +162,12 @@ def test_a_header_that_is_not_json_is_refused():
         deliver([COOKIE + struct.pack(">I", 9) + b"cos\nsystem"])
 
 
+def test_a_header_nested_past_the_parsers_depth_is_refused_not_raised():
+    text = b"[" * 200_000
+    with pytest.raises(WireError, match=r"^the header is not JSON \(nested too deep\)$"):
+        deliver([COOKIE + struct.pack(">I", len(text)) + text])
+
+
 def test_a_key_given_twice_is_refused():
     text = b'{"body":{"ok":true,"ok":false},"buffers":[]}'
     with pytest.raises(WireError, match=r"the header is not JSON \(a key appears twice\)"):

@@ -280,7 +280,7 @@ def _end_group(process: subprocess.Popen[bytes]) -> None:
 def _parse(out: bytes) -> Reply | None:
     try:
         reply = json.loads(out)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth: no reply either
         return None
     if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
         return None

@@ -201,6 +201,8 @@ class Reader:
             header = json.loads(self._take(length, deadline), object_pairs_hook=_no_duplicates)
         except (ValueError, UnicodeDecodeError) as exc:
             raise WireError(f"the header is not JSON ({exc})") from None
+        except RecursionError:  # nested past the parser's depth: a worker that ran student code can send it
+            raise WireError("the header is not JSON (nested too deep)") from None
         if (
             not isinstance(header, dict)
             or set(header) != {"body", "buffers"}
