@@ -267,10 +267,12 @@ def test_a_folder_with_nothing_to_grade_is_a_usage_error(tmp_path):
 
 
 def test_gradescope_for_a_batch_of_several_files_is_a_usage_error(tmp_path):
+    # Several files named (a folder with --gradescope is one student's upload: tests/test_gradescope_kit.py).
     for name in ("a.cu", "b.cu"):
         (tmp_path / name).write_text("")
+    files = [str(tmp_path / "a.cu"), str(tmp_path / "b.cu")]
     result = CliRunner().invoke(
-        main, ["grade", "lab2", str(tmp_path), "--device", "cpu", "--gradescope", str(tmp_path / "results.json")]
+        main, ["grade", "lab2", *files, "--device", "cpu", "--gradescope", str(tmp_path / "results.json")]
     )
     assert result.exit_code == 2
     assert result.stderr == (

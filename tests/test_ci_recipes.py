@@ -106,7 +106,8 @@ def schema_check(path: Path, schema: str) -> subprocess.CompletedProcess:
 
 
 def test_every_recipe_in_examples_has_a_schema_to_keep():
-    assert sorted(p.name for p in RECIPES.iterdir()) == sorted(SCHEMAS)
+    # examples/gradescope/ is the Gradescope kit, a folder of scripts: tests/test_gradescope_kit.py runs it.
+    assert sorted(p.name for p in RECIPES.iterdir() if p.name != "gradescope") == sorted(SCHEMAS)
 
 
 @pytest.mark.parametrize("recipe", sorted(SCHEMAS))

@@ -145,9 +145,8 @@ def doctor(device: str, json_path: Path | None, junit_path: Path | None) -> None
     guarded(result, json_path, lambda: doctor_machine(device, result), junit_path)
 
 
-def wants_batch(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
-    """One file with no batch option is graded as it always was; anything more is a batch."""
-    given = any(
+def batch_options_given(options: dict[str, Any]) -> bool:
+    return any(
         options[name] not in (None, "local")
         for name in (
             "jobs",
@@ -160,7 +159,44 @@ def wants_batch(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
             "lms_csv_path",
         )
     )
-    return len(files) != 1 or files[0].is_dir() or given
+
+
+def wants_batch(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
+    """One file with no batch option is graded as it always was; anything more is a batch."""
+    return len(files) != 1 or files[0].is_dir() or batch_options_given(options)
+
+
+def wants_gradescope_folder(files: tuple[Path, ...], options: dict[str, Any]) -> bool:
+    """`--gradescope` with one folder and no batch option: one student's upload, as Gradescope lays it out."""
+    return (
+        bool(options["gradescope_path"]) and len(files) == 1 and files[0].is_dir() and not batch_options_given(options)
+    )
+
+
+def grade_gradescope_folder(lab: str, folder: Path, options: dict[str, Any]) -> None:
+    """The folder's one kernel file graded and results.json published, or why not (pipeline/gradescope_folder.py)."""
+    from labrunner.pipeline.gradescope_folder import GradescopeFolder
+
+    kit = GradescopeFolder(lab, folder, options["gradescope_path"])
+    kit.withdraw_stale()
+    result = RunResult("grade", lab, str(folder))
+
+    def body() -> None:
+        result.file = str(kit.submission())
+        grade_submission(GradeRequest.from_options(options, lab=lab, file=Path(result.file)), result)
+
+    def after(done: RunResult) -> None:
+        after_verdict(options["annotations"], None)(done)
+        kit.publish(done)
+
+    guarded(
+        result,
+        options["json_path"],
+        body,
+        options["junit_path"],
+        also_writes=(("--gradescope", options["gradescope_path"]),),
+        after=after,
+    )
 
 
 def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> None:
@@ -217,7 +253,13 @@ def grade(lab: str, file: tuple[Path, ...], **options: Any) -> None:
     lab2, lab3; or a folder per student), are graded as a batch: --jobs at once, a progress bar over
     submissions, one row per student with its score in a gradebook (--csv, --lms-csv), reports per
     submission (--out-dir), and the worst submission's exit code.
+
+    With --gradescope, a folder and no batch option is one student's Gradescope upload: its one kernel
+    file is graded; two files, none or an empty one get a results.json that says what to fix, and a
+    fault of the grader writes none (exit 2 or 6, the reason on stderr).
     """
+    if wants_gradescope_folder(file, options):
+        grade_gradescope_folder(lab, file[0], options)
     if wants_batch(file, options):
         grade_many(lab, file, options)
     request = GradeRequest.from_options(options, lab=lab, file=file[0])  # one file: graded as it always was

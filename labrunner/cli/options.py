@@ -238,7 +238,8 @@ batch_options = stacked(
         "gradescope_path",
         type=FILE_PATH,
         default=None,
-        help="Also write Gradescope's autograder results.json (one submission: the batch's single file).",
+        help="Also write Gradescope's autograder results.json (one submission: the batch's single file, or the one "
+        "kernel file of a Gradescope submission folder; a fault of the grader writes none).",
     ),
     click.option(
         "--html",

@@ -103,7 +103,14 @@ def refuse_without_gpu(command: str, device: str, instead: str) -> None:
 
 
 def cpu_sandbox_notes(unsafe_cpu: bool) -> list[str]:
-    """Refuses the CPU backend where it cannot be sealed (exit 6), unless --unsafe-cpu; the notes to print."""
+    """Refuses the CPU backend where it cannot build (no C++ compiler) or cannot be sealed (exit 6), unless
+    --unsafe-cpu for the seal; the notes to print. The compiler is asked for here, by the driver, before any
+    worker starts: a build that failed for want of g++ would otherwise read as the file's compile error."""
+    from labrunner.run.cpu.module import cpu_compiler_available
+
+    missing = cpu_compiler_available()
+    if missing is not None:
+        raise environment_error(f"the CPU backend cannot build kernels here: {missing}")
     unboxed = boxes.availability()
     if unsafe_cpu:
         notes = [

@@ -20,14 +20,21 @@ from labrunner.build.nvrtc import DEFAULT_ARCH
 from labrunner.exit_codes import AttnlabError
 from labrunner.grader_cache import grader_cache_dir
 from labrunner.phases import phase
-from labrunner.run.cpu.module import CpuKernelError, _cxx, _nvrtc_view, _runtime_text, build_baseline
+from labrunner.run.cpu.module import (
+    CpuKernelError,
+    _cxx,
+    _nvrtc_view,
+    _runtime_text,
+    build_baseline,
+    cpu_compiler_available,
+)
 
 
 def shared_parts(arch: str = DEFAULT_ARCH) -> Path | None:
     """The folder of ready parts for `arch`, made now where missing; None where there is no trusted cache
     or a part could not be made (the worker then makes what it needs in its box, as before)."""
     folder = grader_cache_dir("cpu-parts")
-    if folder is None:
+    if folder is None or cpu_compiler_available() is not None:  # no g++: the worker's start says so (exit 6)
         return None
     with phase("CPU runtime parts"):
         try:
