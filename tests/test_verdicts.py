@@ -494,6 +494,7 @@ def test_the_hazard_list_is_fixed():
         "partition-tail",
         "masked-nan",
         "page-table",
+        "precision",
         "constant-factor",
         "bounds",
         "unwritten",

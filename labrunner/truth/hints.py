@@ -28,6 +28,8 @@ from labrunner.truth.cases import Case, Inputs
 from labrunner.truth.contract import GROUP, QUERY_HEADS, within_tolerance
 from labrunner.truth.hints_decode import DECODE_EVIDENCE_LIMIT, PAGE_INDEX_SLIPS, decode_evidence, decode_variant
 from labrunner.truth.hints_factor import ONE_ROUNDING, factor_evidence, factor_words
+from labrunner.truth.hints_padding import padding_evidence, padding_explains
+from labrunner.truth.hints_precision import precision_evidence
 from labrunner.truth.hints_prefill import (
     EVIDENCE_LIMIT,
     RESCALE_TILES,
@@ -36,7 +38,9 @@ from labrunner.truth.hints_prefill import (
     variant_attention,
 )
 from labrunner.truth.hints_records import AttentionChange, DecodeChange, Evidence, Hint
+from labrunner.truth.hints_splits import split_evidence
 from labrunner.truth.hints_stages import stage_evidence
+from labrunner.truth.hints_zero_key import zero_key_evidence
 from labrunner.truth.poison import WORKSPACE_POISON_BITS, carries
 from labrunner.truth.verdict import Status
 
@@ -77,6 +81,7 @@ HAZARDS = (
     "partition-tail",
     "masked-nan",
     "page-table",
+    "precision",
     "constant-factor",
     "bounds",
     "unwritten",
@@ -120,10 +125,19 @@ def gather_evidence(
         # under the case's own rule: an exact case's wrong elements may all be within the tolerance
         factor_evidence(evidence, out, reference, case.exact)
     if inputs.block_table is not None:
-        return decode_evidence(evidence, case, inputs, out, compare)
+        decode_evidence(evidence, case, inputs, out, compare)
+        split_evidence(evidence, case, inputs, out)
+        padding_evidence(evidence, inputs)
+        if compare and status == Status.WRONG and (evidence["compared"] or case.exact):
+            precision_evidence(evidence, case, inputs, out, reference)
+        return evidence
     if not compare or status != Status.WRONG or case.rows * case.keys > EVIDENCE_LIMIT or not heads_wrong:
+        if compare and status == Status.WRONG and case.exact:  # a one-key case: nothing to recompute
+            precision_evidence(evidence, case, inputs, out, reference)
         return evidence
     prefill_evidence(evidence, case, inputs, out)
+    zero_key_evidence(evidence, case, inputs, out, reference)
+    precision_evidence(evidence, case, inputs, out, reference)
     return evidence
 
 
@@ -182,7 +196,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
     scores_kernel, softmax_kernel, wsum_kernel = kernels
     # A combine that rescaled by partition 0's max overflows on exactly the planted sequences, with NaN:
     # the patterns a softmax without its max, or a masked NaN key, would leave. The variant explains it all.
-    first_max = _all_match(failing, "combine-first-max")
+    first_max = _all_match(failing, "combine-first-max") or _all_match(failing, "splits-first-max")
     table_ignored = _all_match(failing, "table-ignored")
     overflow = next((e for e in failing if "softmax-no-max" in e.get("stage_matches", [])), None)
     if overflow is not None:
@@ -200,6 +214,13 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
         found["causal-mask"] = (
             "the output is attention with one key past the diagonal counted: row i sees keys "
             "j <= prefix + i, and no further"
+        )
+    elif _all_match(failing, "causal-zero-key"):
+        found["causal-mask"] = (
+            "the output is attention with one key past the diagonal counted: the next key, or past the keys a "
+            "tile loaded a zero key (a masked load's other=0.0, a tile padded with 0), which scores 0 and still "
+            "takes exp(0 - max) of the weight: row i sees keys j <= prefix + i, and no further (test "
+            "n <= prefixLen + i, and give every key the test leaves out the score -inf)"
         )
     elif _all_match(failing, "causal-minus-one"):
         found["causal-mask"] = (
@@ -246,7 +267,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "only cases where a row's max arrives in a later key tile fail: when the max moves, "
             "rescale both l and the accumulator by exp(m_old - m_new)"
         )
-    if _all_match(failing, "combine-no-rescale"):
+    if _all_match(failing, "combine-no-rescale") or _all_match(failing, "splits-no-rescale"):
         found["combine-rescale"] = (
             "the output is every partition's softmax added up as it stands: partitions have "
             "different maxima, so scale each partition's sum and accumulator by "
@@ -259,6 +280,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "nan); rescale by the global max over all of a sequence's partitions, so every factor is at most 1"
         )
     decode = [e for e in failing if "partial_page_rows" in e]
+    padding_tiles = padding_explains(decode) if len(decode) == len(failing) else []
     if decode and len(decode) == len(failing):
         if all(
             e["failing_rows"] == e["empty_partition_rows"] and set(e["failing_rows"]) <= set(e["nonfinite_rows"])
@@ -270,8 +292,29 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
                 "exp(-inf - -inf) are nan): skip it, or stop at the sequence's own "
                 "partition count"
             )
+        elif all(
+            e["failing_rows"] == e.get("empty_split_rows") and set(e["failing_rows"]) <= set(e["nonfinite_rows"])
+            for e in decode
+        ):
+            found["empty-partition"] = (
+                "exactly the sequences with an empty split fail, with nan: cut into maxParts equal splits of "
+                "cdiv(seqLens[b], maxParts) keys, a short sequence's last splits hold no keys, and an empty split "
+                "has max -inf and sum 0 (its output 0 / 0 is nan, and 0 * nan is nan in the combine): store "
+                "nothing for it and skip it in the combine (a split whose start is at or past seqLens[b])"
+            )
+        if padding_tiles:
+            tiles = " or ".join(str(tile) for tile in padding_tiles)
+            found["page-table"] = (
+                f"exactly the sequences with a partly used last page, or whose last tile of {tiles} keys runs "
+                "past their last page, fail, with nan: keys past a sequence's end are loaded, in its last page "
+                "rows of garbage and past it through the block table's -1 padding (page -1 lies before kCache): "
+                "a key at or past seqLens[b] must not be loaded at all (mask its block-table read and its K and V "
+                "loads with key < seqLens[b])"
+            )
         if (
-            not first_max
+            "empty-partition" not in found
+            and not padding_tiles
+            and not first_max
             and not table_ignored
             and all(
                 e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
@@ -289,7 +332,15 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "partition: a length need not be a multiple of attnlab_partition_tokens, so a "
             "sequence has ceil(seqLens[b] / p) partitions and the last ends at seqLens[b]"
         )
-    if table_ignored:
+    elif _all_match(failing, "split-tail"):
+        found["partition-tail"] = (
+            "the output is attention without the last seqLens[b] % maxParts keys of each sequence, as equal "
+            "splits of seqLens[b] / maxParts keys (rounded down) leave them: a split holds cdiv(seqLens[b], "
+            "maxParts) keys, and the last ends at seqLens[b]"
+        )
+    if padding_tiles:  # their words (above) already say where the pages went wrong
+        pass
+    elif table_ignored:
         found["page-table"] = (
             "the output is attention over pages b * maxPages + j / 16, as if the block table were the "
             "identity: a sequence's pages lie wherever its row of the table says, so key j of sequence b "
@@ -300,7 +351,9 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "the output is attention over keys read through a block-table index off by one: key "
             "j of sequence b is row j % 16 of page blockTable[b][j / 16]"
         )
-    _factor_hint(failing, found)
+    _precision_hint(failing, found)
+    if "precision" not in found:  # a one-key row exactly as a TF32 dot leaves it is no constant in the code
+        _factor_hint(failing, found)
     suffix_from = _failing_suffix(failing)
     if suffix_from is not None:
         found["bounds"] = (
@@ -344,6 +397,42 @@ def _gqa_hint(failing: list[Evidence], found: dict[str, str], scores_kernel: str
     elif wrong_heads and wrong_heads == list(range(GROUP, QUERY_HEADS)):
         found["gqa-mapping"] = (
             "heads 0 to 3 are right and every other head is wrong: query head h reads KV head h / 4 (GROUP = 4)"
+        )
+
+
+def _precision_hint(failing: list[Evidence], found: dict[str, str]) -> None:
+    """`precision`: every failing case shows a TF32 signature (`hints_precision`); an exact case's says
+    most (which dot, and how it rounded), so its words come first."""
+    if not all(e["status"] == Status.WRONG and e.get("precision") for e in failing):
+        return
+    signatures = {e["precision"]: e["case"] for e in reversed(failing)}  # each signature's first case
+    one_key = "one-key output is V's row"
+    exactly = "where it must be V's row exactly"
+    if "exact-tf32x3" in signatures:
+        found["precision"] = (
+            f"{signatures['exact-tf32x3']}'s {one_key} as tf32x3 leaves it (rounded to TF32, plus its remainder "
+            f"read as TF32: the last bits lost), {exactly}: tf32x3 suits the scores, but take p @ v with "
+            'input_precision="ieee", or split V into TF32 parts that sum to it exactly'
+        )
+    elif "exact-tf32" in signatures or "exact-tf32-rounded" in signatures:
+        case = signatures.get("exact-tf32") or signatures["exact-tf32-rounded"]
+        how = "with its low 13 mantissa bits dropped" if "exact-tf32" in signatures else "rounded to TF32"
+        found["precision"] = (
+            f"{case}'s {one_key} {how}, as a dot on TF32 operands (10 mantissa bits; Triton's tl.dot default "
+            f'for float32) reads it, {exactly}: take the scores with tl.dot(..., input_precision="tf32x3") and '
+            'p @ v with "ieee" (or V split into TF32 parts that sum to it exactly)'
+        )
+    elif "tf32-rounded" in signatures:
+        found["precision"] = (
+            "the error is what dots on operands rounded to TF32 (10 of float32's 23 mantissa bits, "
+            "cvt.rna.tf32.f32) leave, about 1e-3 of each value: split each operand into a TF32 part and its "
+            "remainder and add the three products (3xTF32), or keep float32 FMAs"
+        )
+    else:
+        found["precision"] = (
+            "the error is what dots on TF32 operands leave (10 of float32's 23 mantissa bits: Triton's tl.dot "
+            'default for float32), about 1e-3 of each value: write tl.dot(..., input_precision="tf32x3") (as '
+            'accurate as float32 here, still on the tensor cores) or "ieee"'
         )
 
 

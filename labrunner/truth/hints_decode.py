@@ -76,6 +76,7 @@ def decode_variant(
     unrescaled_partition: int = 0,
     first_partition_max: int = 0,
     table_ignored: bool = False,
+    equal_splits: int = 0,
 ) -> np.ndarray:
     """Decode through the block table with one thing changed: the scale, one KV head read by every
     query head, the table index of key j (`page_index`), how many keys a sequence of n keys reads
@@ -83,8 +84,11 @@ def decode_variant(
     partitions of `first_partition_max` keys each rescaled by exp(partMax - partition 0's max) in
     float32, as a kernel does: where a later partition's max lies more than 88 above the first's, that
     factor is inf and the sequence NaN. `table_ignored`: page j // 16 of sequence b read as page
-    b * maxPages + j // 16 of the cache, as if the table were the identity. A sequence the change leaves
-    without keys, sends to a -1 entry or past the cache's last page, is NaN. float64 `[B][32][64]`."""
+    b * maxPages + j // 16 of the cache, as if the table were the identity. `equal_splits`: the two
+    combine mistakes made over that many equal splits of each sequence, cdiv(n, equal_splits) keys each
+    (as vLLM, SGLang and LightLLM cut it), not over partitions of a fixed size (then pass 1 for the size
+    they name). A sequence the change leaves without keys, sends to a -1 entry or past the cache's last
+    page, is NaN. float64 `[B][32][64]`."""
     table = inputs.block_table
     assert table is not None, "a decode variant needs a decode case's inputs"
     heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
@@ -102,6 +106,8 @@ def decode_variant(
         v = inputs.v.astype(np.float64)[rows][:, heads, :]
         scores = np.einsum("hd,jhd->hj", inputs.q[b].astype(np.float64), k) * scale
         size = unrescaled_partition or first_partition_max or j.size
+        if equal_splits and (unrescaled_partition or first_partition_max):
+            size = -(-j.size // equal_splits)
         acc, total = np.zeros((QUERY_HEADS, inputs.q.shape[2])), np.zeros(QUERY_HEADS)
         first_max = scores[:, :size].max(axis=1).astype(np.float32)
         with np.errstate(invalid="ignore", over="ignore"):

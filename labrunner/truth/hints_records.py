@@ -33,6 +33,16 @@ class Evidence(TypedDict):
     empty_partition_rows: NotRequired[list[int]]
     partial_page_rows: NotRequired[list[int]]
     nonfinite_rows: NotRequired[list[int]]
+    # decode: the sequences with an empty split when each is cut into maxParts equal splits (`hints_splits`)
+    empty_split_rows: NotRequired[list[int]]
+    # decode: tile size -> the sequences whose last tile of that many keys reads a -1 entry of the block
+    # table's padding (`hints_padding`)
+    padding_rows: NotRequired[dict[int, list[int]]]
+    past_table_rows: NotRequired[dict[int, list[int]]]  # tile size -> the sequences whose last tile reads past it
+    # the output's error has the signature of dots on TF32 operands (`hints_precision`): "tf32" (Triton's
+    # default, operands truncated) or "tf32-rounded" (cvt.rna); in an exact case "exact-" and either, or
+    # "exact-tf32x3" (V's row as tf32x3 leaves it)
+    precision: NotRequired[str]
     # Every wrong element is the exact value times this one factor (`hints_factor`); `factor_text` is the
     # factor as the message writes it (every digit float32 keeps where the case is exact).
     factor: NotRequired[float]
@@ -72,3 +82,4 @@ class DecodeChange(TypedDict, total=False):
     keys: Callable[[int], int]
     unrescaled_partition: int
     first_partition_max: int
+    equal_splits: int
