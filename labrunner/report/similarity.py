@@ -50,7 +50,7 @@ WINDOW = 10
 # More than ten times the tokens of the longest reference kernel (kernels/lab1/solution.cu: 4,318).
 MAX_TOKENS = 50_000
 # The share at and above which a batch lists a pair, where the course names no other.
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.6
 
 # A `#` followed at once by one of these words is a preprocessor directive, kept as a token; any other
 # `#` opens a Python comment (`# define ...`, with a space, is read as a comment: it costs a C++ file
