@@ -404,3 +404,15 @@ def test_the_page_sorts_by_score_and_lists_the_similar_pairs_in_chromium(course)
         assert browser.requests() == [url]
     finally:
         browser.close()
+
+
+def test_only_files_with_code_of_their_own_are_compared(tmp_path):
+    from labrunner.pipeline.batch_course import own_code, starters
+    from labrunner.pipeline.batch_students import Student
+
+    solution = (REPO / "kernels/lab2/solution.cu").read_bytes()
+    files = {"ann.cu": solution, "ben.cu": (REPO / "kernels/lab2/starter.cu").read_bytes(), "cy.cu": b"int int x;\n"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    students = [Student(Path(n).stem, (Found(tmp_path / n),), listed=True) for n in files]
+    assert own_code(students, starters("lab2")) == {"ann": solution}  # the unchanged starter and a line are not

@@ -31,7 +31,7 @@ from labrunner.report.junit import write_suite
 from labrunner.report.points import UNFINISHED, lab_points, score_result
 from labrunner.report.records.course_row import CourseRow
 from labrunner.report.results import RunResult
-from labrunner.report.similarity import similar_to
+from labrunner.report.similarity import fingerprints, similar_to
 
 
 @dataclass
@@ -73,15 +73,8 @@ def course_entries(
     on_roster = {r.student: r for r in roster or []}
     # the options every graded file records (a row the batch writes itself is scored under the same ones)
     options = next((o.result["options"] for o in outcomes.values() if o.result.get("options")), {"device": backend})
-    similar = similar_to(
-        {
-            s: data
-            for s, data in ((s.name, submitted_bytes(s.files[0].path)) for s in students if not s.several)
-            if data
-        },
-        starters(lab),
-        batch.similar_above,
-    )
+    handed_out = starters(lab)
+    similar = similar_to(own_code(students, handed_out), handed_out, batch.similar_above)
     entries = []
     for student in students:
         outcome = outcomes.get(student.name)
@@ -146,6 +139,15 @@ def unique(name: str, used: set[str]) -> str:
         candidate = f"{name}-{n}"
     used.add(candidate.lower())
     return candidate
+
+
+def own_code(students: list[Student], handed_out: list[bytes]) -> dict[str, bytes]:
+    """Each graded student's bytes, where the file holds code of its own: a file with nothing beyond the
+    starter (the starter handed in unchanged, an empty file, a line too short to fingerprint) is like every
+    other such file by nature, and flagging those pairs would bury the pairs a person must look at."""
+    starter_prints = set().union(*(fingerprints(data) for data in handed_out))
+    files = {s.name: submitted_bytes(s.files[0].path) for s in students if not s.several}
+    return {name: data for name, data in files.items() if data and fingerprints(data) - starter_prints}
 
 
 def starters(lab: str) -> list[bytes]:
