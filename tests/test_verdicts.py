@@ -549,6 +549,43 @@ def test_the_stage_check_names_the_scores_kernel_when_its_scores_are_wrong(tmp_p
     ), case["message"]
 
 
+@pytest.mark.skipif(not CPU, reason="no C++ compiler for the CPU backend")
+@pytest.mark.slow
+def test_the_stage_check_waits_for_a_case_with_more_than_one_key(tmp_path):
+    # at T = 1 the softmax gives probability 1 whatever the scores: the one-key case cannot show the
+    # scores kernel's wrong KV head, so the check runs on T17 and names attn_scores there
+    report = tmp_path / "r.json"
+    attnlab(
+        "grade",
+        "lab1",
+        str(FIXTURES / "lab1" / "wrong" / "wrong_kv_head.cu"),
+        "--device",
+        "cpu",
+        "--case",
+        "T1",
+        "--case",
+        "T17",
+        "--json",
+        str(report),
+    )
+    one_key, seventeen = json.loads(report.read_text())["cases"]
+    assert (one_key["name"], seventeen["name"]) == ("T1", "T17")
+    assert "stage check" not in one_key["message"]
+    assert one_key["message"].endswith("; row 0 fails (1 of 1)"), one_key["message"]
+    assert re.search(
+        r"; stage check: attn_scores is the first kernel whose result disagrees with the definition: "
+        r"scores\[1\]\[0\]\[0\] is -?[0-9.]+, expected q\[0\]\[1\] \. k\[0\]\[0\] / 8 = -?[0-9.]+$",
+        seventeen["message"],
+    ), seventeen["message"]
+
+
+def test_a_one_key_case_cannot_show_every_stage():
+    from labrunner.pipeline.explain import shows_every_stage
+
+    cases = {c.name: c for c in get_lab("lab1").catalogue.cases}
+    assert [shows_every_stage(cases[n]) for n in ("T1", "T17")] == [False, True]
+
+
 # --- the CPU backend's schedules ------------------------------------------------------------------
 
 

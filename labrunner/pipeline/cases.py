@@ -18,7 +18,7 @@ from labrunner.labs.definition import Lab
 from labrunner.phases import phase
 from labrunner.pipeline.case_inputs import CaseInputs
 from labrunner.pipeline.case_limit import case_limit
-from labrunner.pipeline.explain import explain_failure
+from labrunner.pipeline.explain import explain_failure, shows_every_stage
 from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
@@ -117,6 +117,8 @@ def run_cases(
     # Explanations cost time, so only the first cases whose own run failed get them (a hazard that
     # compute-sanitizer reports names its kernel and line itself, and counts for none).
     failures = 0
+    # Lab 1's stage check runs once, on the first failing case that can show every kernel's error
+    stage_checked = False
     # GPU --race-check: the small cases, in order, each under compute-sanitizer after its own run,
     # until its first report (a hazard, or a check it could not finish) has decided a case.
     sanitizing = options.race_check and backend == "gpu"
@@ -139,7 +141,7 @@ def run_cases(
                     replace(options, race_check=False, rerun=False) if raced else options,
                     limit.seconds,
                     explain=failures < EXPLAINED_FAILURES,
-                    stage_check=failures == 0,
+                    stage_check=not stage_checked and shows_every_stage(case),
                     sanitize=sanitizing and case.cpu,
                     # a replay recompiles a .cu file's source: a Triton file has only its cubins
                     diagnose=backend == "gpu" and options.diagnose and not submission.module.triton,
@@ -150,6 +152,7 @@ def run_cases(
                 result.message = limit.timed_out()
             results.append(result)
             failures += judgement.run_failed
+            stage_checked = stage_checked or (judgement.run_failed and shows_every_stage(case))
             sanitizing = sanitizing and not judgement.by_sanitizer
             if result.status in (Status.CRASH, Status.TIMEOUT):
                 stopped_by = f"case {case.name} ended in a {result.status}"

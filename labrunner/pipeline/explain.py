@@ -61,13 +61,20 @@ def explain_failure(
             if kernel is None:
                 return evidence, "; no one kernel's thread order alone changes the output"
             return evidence, f"; in kernel {kernel}"
-        if lab.stages and stage_check:
+        if lab.stages and stage_check and shows_every_stage(case):
             stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s, stages)
             if stage:
                 return evidence, f"{said}; stage check: {stage}"
     except WorkerFailure:
         pass
     return evidence, said
+
+
+def shows_every_stage(case: Case) -> bool:
+    """A case on which every kernel of a staged pipeline can show its error: more than one key. With one
+    key the softmax gives probability 1 whatever the scores were, so a wrong scores kernel looks right
+    after it, and the stage check would clear a kernel the case cannot judge."""
+    return case.keys > 1
 
 
 def staged_evidence(
