@@ -4,8 +4,8 @@ What staff look at after a batch, in one file they can mail or open offline: the
 table sorted by a click on any header (numbers as numbers, verdicts from the worst down), each
 submission's cases behind a fold, the spread of the scores (report/points.py) where the batch scored
 its rows, the pairs of similar submissions for a person to judge, the spread of the lab's graded
-figure, and a roofline of the passing kernels that were profiled. The page carries its own style and script and refers to
-nothing outside itself: no URL, no font, no library.
+figure, and a roofline of the passing kernels that were profiled. The page carries its own style and
+script and refers to nothing outside itself: no URL, no font, no library.
 
 Everything a student controls reaches this page (file names, the compiler's and the kernel's
 output, the messages and hints quoting them), so:
