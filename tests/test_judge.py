@@ -285,6 +285,41 @@ def test_a_disagreeing_value_is_shown_to_six_digits_or_as_its_word(first, other,
     )
 
 
+def test_a_nan_that_carries_the_shared_poison_under_another_order_is_a_race():
+    # NaN agrees with NaN, yet the other order's NaN read shared memory no thread had written
+    first = wrong_run()
+    first.out[1, 0, 3] = np.nan
+    other = wrong_run()
+    other.out[1, 0, 3] = filled(1, SHARED_POISON_BITS)[0]
+    other.out[1, 2, 0] = filled(1, SHARED_POISON_BITS)[0]
+    asked = Asked([("reverse order", other), ("random order (seed 2)", wrong_run())])
+    judgement = judged(first, when_failing=asked.other_schedules())
+    assert np.isnan(judgement.max_abs_err)
+    assert dataclasses.replace(judgement, max_abs_err=None) == Judgement(
+        Status.RACE,
+        "with each block's threads in reverse order between barriers, row 1, head 0, col 3: read shared memory "
+        "no thread had written since the last barrier: a missing __syncthreads()? (2 of 4096 elements carry "
+        "the shared-memory poison)",
+        max_abs_err=None,
+        bad_elements=1,
+        first_bad={"row": 1, "head": 0, "col": 3, "got": "nan", "expected": 0.5},
+        failing_rows=(1,),
+        nonfinite=1,
+        output=Status.RACE,
+    )
+    assert asked.schedules == ["reverse order"]
+
+
+def test_the_shared_poison_under_the_blocks_order_alone_names_that_order():
+    other = wrong_run()
+    other.out[0, 0, 0] = filled(1, SHARED_POISON_BITS)[0]
+    judgement = judged(wrong_run(), when_failing=[("blocks in ascending order", other)])
+    assert (judgement.status, judgement.between_blocks) == (Status.RACE, False)
+    assert judgement.message.startswith(
+        "with the blocks in ascending order (each block's threads in order), row 0, head 0, col 0: read shared"
+    )
+
+
 def test_schedules_that_agree_leave_the_values_verdict():
     nan = wrong_run()
     nan.out[0, 0, 0] = np.nan

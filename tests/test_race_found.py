@@ -71,6 +71,24 @@ def test_the_unasked_rerun_says_which_order_moved_the_output(tmp_path):
 
 
 @pytest.mark.slow
+def test_every_case_carrying_the_race_is_called_a_race(tmp_path):
+    # the one-row cases' first run is NaN without the poison's payload; under reversed threads the poison
+    # shows, on the first case and on C1-P1000 too, which runs after the race was already found
+    code, result = grade(tmp_path, "lab2/wrong/no_barrier_after_tile_load.cu")
+    assert (code, result["verdict"]) == (4, "race")
+    ran = [c for c in result["cases"] if c["status"] != "skipped"]
+    assert {c["status"] for c in ran} == {"race"}
+    one_row = [c for c in ran if c["rows"] == 1]
+    assert [c["name"] for c in one_row] == ["C1-P31", "C1-P1000"]
+    for case in one_row:
+        assert case["message"] == (
+            "with each block's threads in reverse order between barriers, row 0, head 0, col 0: read shared "
+            "memory no thread had written since the last barrier: a missing __syncthreads()? (2048 of 2048 "
+            "elements carry the shared-memory poison); in kernel flash_prefill"
+        )
+
+
+@pytest.mark.slow
 def test_a_plainly_wrong_kernel_stays_wrong_after_its_reruns(tmp_path):
     # scale_missing is wrong the same way under every order: the reruns agree, the verdict stays wrong
     code, result = grade(tmp_path, "lab2/wrong/scale_missing.cu")

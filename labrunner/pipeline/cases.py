@@ -129,8 +129,11 @@ def run_cases(
                 results.append(CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix))
                 continue
             progress.advance(f"{case.name} ({size_in_words(case)})")
-            # Once a race is found the verdict is race: later cases need no more schedules to say so.
+            # Once a race is found the verdict is race: later cases need no --race-check schedules to say
+            # so, yet each failing one is still rerun (a few runs, ended by the first that disagrees), so
+            # that every case carrying the race's evidence is called a race, not only the first ones
             raced = any(r.status == Status.RACE for r in results)
+            rerun = options.rerun and (raced or failures < EXPLAINED_FAILURES)
             limit = case_limit(lab.name, backend, case, options.timeout_s, interpreted=bool(submission.module.triton))
             with phase(f"case {case.name}"):
                 result, judgement = judged_case(
@@ -138,7 +141,7 @@ def run_cases(
                     submission,
                     worker,
                     case,
-                    replace(options, race_check=False, rerun=False) if raced else options,
+                    replace(options, race_check=options.race_check and not raced, rerun=rerun),
                     limit.seconds,
                     explain=failures < EXPLAINED_FAILURES,
                     stage_check=not stage_checked and shows_every_stage(case),
@@ -220,11 +223,11 @@ def judged_case(
     }
     on_cpu = worker.backend == "cpu"
     schedules = RACE_SCHEDULES if options.race_check and on_cpu else ()
-    # unasked, only the first failures are rerun (a race found once is the verdict already); never a
+    # unasked, only the first failures are rerun, and every one once a race was found (`run_cases`); never a
     # Triton file's: the interpreter runs its programs in one order whatever the schedule says, so a
     # rerun could only repeat the run (three more runs of a failing case, minutes for a real kernel)
     interpreted = bool(submission.module.triton)
-    reruns = RERUN_WHEN_FAILING if on_cpu and not options.race_check and explain and options.rerun else ()
+    reruns = RERUN_WHEN_FAILING if on_cpu and not options.race_check and options.rerun else ()
     reruns = () if interpreted else reruns
     tried: list[tuple[int, str]] = []
 

@@ -24,9 +24,9 @@ from typing import Protocol
 import numpy as np
 
 from labrunner.truth.catalogue import Case
-from labrunner.truth.check import FirstBad, OutputCheck, check_output, describe_rows
+from labrunner.truth.check import RACE_WORDS, FirstBad, OutputCheck, check_output, describe_rows
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
-from labrunner.truth.poison import inspect_guards
+from labrunner.truth.poison import SHARED_POISON_BITS, carries, inspect_guards
 from labrunner.truth.verdict import Status, failure_status
 
 # How the label of a schedule that reorders only the blocks begins (pipeline/schedules.py): a
@@ -122,6 +122,17 @@ def judge(
     reruns = itertools.chain(other_schedules, when_failing if not checked.passed else ())
     for label, other_run in reruns:
         other = other_run.outputs["out"].reshape(out.shape)
+        # NaN agrees with NaN below, yet a NaN that carries the shared-memory poison under another order
+        # read shared memory no thread had written: the race itself, whatever this run's NaN held
+        raced = carries(other, SHARED_POISON_BITS)
+        if raced.any():
+            row, head, col = np.unravel_index(np.flatnonzero(raced)[0], out.shape)
+            message = (
+                f"with {_order_in_words(label)}, row {row}, head {head}, col {col}: {RACE_WORDS} "
+                f"({int(raced.sum())} of {out.size} elements carry the shared-memory poison)"
+            )
+            # shared memory is each block's own: what no thread wrote is a barrier missing inside a block
+            return _judged(checked, Status.RACE, message, Status.RACE)
         agree = same_values(other, out)
         if not agree.all():
             row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
@@ -185,6 +196,14 @@ def _judged(
         by_sanitizer,
         between_blocks,
     )
+
+
+def _order_in_words(label: str) -> str:
+    """A schedule's label as the order it ran in: `the blocks in ascending order (each block's threads in
+    order)`, or `each block's threads in reverse order between barriers`."""
+    if label.startswith(BLOCK_ORDER):
+        return f"the {label} (each block's threads in order)"
+    return f"each block's threads in {label} between barriers"
 
 
 def _listed(names: list[str]) -> str:
