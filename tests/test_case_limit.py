@@ -82,6 +82,17 @@ def test_timeout_wins_and_the_gpu_keeps_its_fixed_limit(reference_machine):
     assert case_limit("lab9", "cpu", case, None).seconds == 120.0  # a lab whose solution was never measured
 
 
+def test_a_timeout_names_the_launch_that_was_running():
+    case = Case("T17", rows=17)
+    assert case_limit("lab1", "cpu", case, 2.5).timed_out("attn_softmax (launch 2 of 3)") == (
+        "no result in 2.5 s, the limit --timeout set; attn_softmax (launch 2 of 3) was running, and was stopped"
+    )
+    assert case_limit("lab1", "gpu", case, None).timed_out("attn_scores (launch 1 of 3)") == (
+        "no result in 20.0 s, the GPU's limit for one case; attn_scores (launch 1 of 3) was running, and was "
+        "stopped (--timeout sets it)"
+    )
+
+
 @pytest.mark.slow
 def test_the_lab1_hang_is_named_timeout_within_15_seconds_with_default_options(tmp_path):
     """The issue's hang took 122 s to be named on the CPU; default options now name it in seconds."""
@@ -115,5 +126,7 @@ def test_the_lab1_hang_is_named_timeout_within_15_seconds_with_default_options(t
         message.startswith("no result in ")
         and ", the limit for case T1 on this machine: 20 x the reference " in message
     )
-    assert message.endswith(" s plus 3 s to start; the kernel was stopped (--timeout sets it)")
+    assert message.endswith(
+        " s plus 3 s to start; attn_softmax (launch 2 of 3) was running, and was stopped (--timeout sets it)"
+    )
     assert float(message.removeprefix("no result in ").split(" s,")[0]) <= 9.0 * busy

@@ -99,18 +99,20 @@ class CaseLimit:
     source: str  # "option", "gpu", "reference" or "unknown-lab"
     reference_s: float = 0.0
 
-    def timed_out(self) -> str:
-        """The timeout's message: the limit, and where it came from."""
+    def timed_out(self, running: str | None = None) -> str:
+        """The timeout's message: the limit, where it came from, and the kernel that was running where the
+        worker said which of the case's launches it was in (`running`: `attn_softmax (launch 2 of 3)`)."""
         said = f"no result in {self.seconds:.1f} s, "
+        stopped = f"{running} was running, and was stopped" if running else "the kernel was stopped"
         if self.source == "option":
-            return said + "the limit --timeout set; the kernel was stopped"
+            return said + f"the limit --timeout set; {stopped}"
         if self.source == "gpu":
-            return said + "the GPU's limit for one case; the kernel was stopped" + SETS
+            return said + f"the GPU's limit for one case; {stopped}" + SETS
         if self.source == "unknown-lab":
-            return said + "the CPU's limit for a lab whose solution was never measured; the kernel was stopped" + SETS
+            return said + f"the CPU's limit for a lab whose solution was never measured; {stopped}" + SETS
         return (
             said + f"the limit for case {self.case} on this machine: {FACTOR} x the reference solution's "
-            f"{self.reference_s:.2f} s plus {START_ALLOWANCE_S:g} s to start; the kernel was stopped" + SETS
+            f"{self.reference_s:.2f} s plus {START_ALLOWANCE_S:g} s to start; {stopped}" + SETS
         )
 
 

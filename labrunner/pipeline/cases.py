@@ -150,9 +150,8 @@ def run_cases(
                     diagnose=backend == "gpu" and options.diagnose and not submission.module.triton,
                     progress=progress,
                     made=made,
+                    timed_out=limit.timed_out,
                 )
-            if result.status == Status.TIMEOUT:
-                result.message = limit.timed_out()
             results.append(result)
             failures += judgement.run_failed
             stage_checked = stage_checked or (judgement.run_failed and shows_every_stage(case))
@@ -203,6 +202,7 @@ def judged_case(
     diagnose: bool = False,
     progress: Progress = Progress(),
     made: CaseInputs | None = None,
+    timed_out: Callable[[str | None], str] | None = None,
 ) -> tuple[CaseResult, Judgement]:
     """One case: its run, its evidence handed to the judge, the judgement explained; its result is made
     once, from all of them.
@@ -212,7 +212,8 @@ def judged_case(
     each costs time. `sanitize`: the judge may ask compute-sanitizer's racecheck and synccheck about
     the case (GPU --race-check). `diagnose`: a crash is replayed under compute-sanitizer's memcheck,
     to name the kernel and the line (GPU). `made`: where the inputs and the reference were made ahead
-    (`run_cases`); without it both are made here."""
+    (`run_cases`); without it both are made here. `timed_out`: a hang's message from the launch that was
+    running (`CaseLimit.timed_out`); without it the worker's own words."""
     made = made or CaseInputs(options.seed.value, options.oracle)
     inputs = made.inputs(case)
     given = inputs.buffers()
@@ -264,6 +265,8 @@ def judged_case(
     except WorkerFailure as failure:
         judgement = judge_failure(failure.kind, failure.detail)
         message, diagnosis = judgement.message, None
+        if judgement.status == Status.TIMEOUT and timed_out is not None:
+            message = timed_out(failure.running)
         if diagnose and judgement.status == Status.CRASH:
             progress.advance(f"{case.name}: replaying under compute-sanitizer")
             diagnosis = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)

@@ -61,10 +61,14 @@ class WorkerFailure(Exception):
     'compile' (the backend could not build the module) or 'error' (anything else).
     """
 
-    def __init__(self, kind: str, detail: str):
+    def __init__(self, kind: str, detail: str, launch: int | None = None):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+        # a timeout's: the index of the launch the worker last marked as started (hostile: an index only,
+        # checked against the case's own launches by `run_case`), and that launch in words once checked
+        self.launch = launch
+        self.running: str | None = None
 
     @property
     def status(self) -> Status:
@@ -89,6 +93,7 @@ class Worker:
         self.pid_namespace = False
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
+        self._launch_marks: int | None = None  # the read end of the pipe each launch's index arrives on
         self._loaded: list[dict] = []
         self.cpu_arch = cpu_arch  # the CPU build's architecture: the parts its box is given are made for it
 
@@ -113,30 +118,34 @@ class Worker:
         for pipe in (request_write, reply_write):
             widen_pipe(pipe)
         output = self.output.pipe()
+        marks_read, marks_write = os.pipe()
+        os.set_blocking(marks_read, False)
+        os.set_blocking(marks_write, False)  # the worker's side too: a full pipe loses a mark, never blocks
         limits = limits_for(self.backend)
         parts = cpu_parts(self.cpu_arch) if self.backend == "cpu" else None  # made here, read-only inside
         command = box.python_command(
-            "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write)
+            "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write), str(marks_write)
         )
         try:
             process = box.start(
                 command,
                 stdout=output,
-                pass_fds=(request_read, reply_write),
+                pass_fds=(request_read, reply_write, marks_write),
                 host_code=limits.host_code,
                 readable=(str(parts),) if parts else (),
                 environment={CPU_PARTS_VARIABLE: str(parts)} if parts else None,
             )
         except OSError:
-            for fd in (request_write, reply_read):
+            for fd in (request_write, reply_read, marks_read):
                 os.close(fd)
             box.kill()
             raise
         finally:
-            for fd in (request_read, reply_write, output):
+            for fd in (request_read, reply_write, output, marks_write):
                 os.close(fd)
         cookie = secrets.token_bytes(16)
         self._sandbox = box
+        self._launch_marks = marks_read
         self._channel = Channel(request_write, reply_read, cookie, alive=lambda: process.poll() is None)
         hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
         landlock = hello.get("landlock")  # said before any student code ran: what the box holds
@@ -163,6 +172,9 @@ class Worker:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        if self._launch_marks is not None:
+            os.close(self._launch_marks)
+            self._launch_marks = None
 
     def __enter__(self) -> "Worker":
         return self
@@ -196,8 +208,11 @@ class Worker:
             self._channel.send(request, deadline)
             reply = self._channel.receive(expected, deadline)
         except WireTimeout:
+            launch = self._last_launch_mark()
             self._stop()
-            raise WorkerFailure("timeout", f"no answer within {timeout_s:g} s; the kernel was stopped") from None
+            raise WorkerFailure(
+                "timeout", f"no answer within {timeout_s:g} s; the kernel was stopped", launch
+            ) from None
         except WireClosed:
             code = self._wait_exit()
             self._stop()
@@ -211,6 +226,22 @@ class Worker:
                 self._stop()  # its CUDA context is poisoned; the next request gets a fresh one
             raise WorkerFailure(reply["kind"], reply["detail"])
         return reply
+
+    def _last_launch_mark(self) -> int | None:
+        """The last launch index the worker marked, draining what it wrote (at most MARK_BYTES, read
+        without waiting): None where it marked none since the last drain."""
+        if self._launch_marks is None:
+            return None
+        marks = b""
+        while len(marks) < MARK_BYTES:
+            try:
+                chunk = os.read(self._launch_marks, MARK_BYTES - len(marks))
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            marks += chunk
+        return marks[-1] if marks else None
 
     def _checked(self, reply, expected: Expected) -> dict:
         """A reply says whether it succeeded; a failure says how, in words; a success carries its buffers."""
@@ -300,20 +331,29 @@ class Worker:
         reverse_threads: int | list[int] = False,  # the CPU schedule: one for all launches, or one per launch
         quiet: bool = False,  # a rerun: what its kernels print is dropped (the first run's is shown)
     ) -> CaseRun:
-        reply = self._call(
-            {
-                "op": "run",
-                "role": role,
-                "launches": launches,
-                "inputs": inputs,
-                "writable": writable,
-                "returned": list(returned),
-                "reverse_threads": reverse_threads,
-                "quiet": quiet,
-            },
-            timeout_s,
-            replies.case_reply(inputs, writable, returned),
-        )
+        """One case's launches on poisoned, guarded buffers. A timeout names the launch that was running
+        where the worker marked one of this case's launches (`WorkerFailure.running`)."""
+        self._last_launch_mark()  # a mark left from an earlier request is not this case's
+        try:
+            reply = self._call(
+                {
+                    "op": "run",
+                    "role": role,
+                    "launches": launches,
+                    "inputs": inputs,
+                    "writable": writable,
+                    "returned": list(returned),
+                    "reverse_threads": reverse_threads,
+                    "quiet": quiet,
+                },
+                timeout_s,
+                replies.case_reply(inputs, writable, returned),
+            )
+        except WorkerFailure as failure:
+            if failure.kind == "timeout" and failure.launch is not None and failure.launch < len(launches):
+                failure.running = running_launch(launches, failure.launch)
+                failure.detail = f"no answer within {timeout_s:g} s; {failure.running} was running, and was stopped"
+            raise
         return CaseRun(
             reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()}, reply["inputs_after"]
         )
@@ -333,6 +373,17 @@ class Worker:
 # default): a case's buffers (lab 3's longest, 134 MiB each way) would otherwise cross in 64 KiB steps,
 # each a wake-up of the reader. What is read is checked against the same limits either way (wire.py).
 PIPE_BYTES = 1 << 20
+
+# The most of the launch-mark pipe read at once: a worker writes one byte a launch, and a pipe left at
+# its default size holds 64 KiB, so this drains it whatever student code wrote there.
+MARK_BYTES = 1 << 16
+
+
+def running_launch(launches: list[Launch], index: int) -> str:
+    """A launch in words as a hang names it: `attn_softmax (launch 2 of 3)`, or the kernel alone where the
+    case has one launch."""
+    kernel = str(launches[index].kernel)
+    return kernel if len(launches) == 1 else f"{kernel} (launch {index + 1} of {len(launches)})"
 
 
 def code_words(code: bytes) -> dict:

@@ -1,10 +1,12 @@
 """The worker process itself: load modules, run cases and timed calls, answer on the wire.
 
 Started by `worker.Worker` inside a `sandbox.Sandbox` as
-`python -I -c <bootstrap> ... labrunner.run.worker_main BACKEND REQUEST_FD REPLY_FD`: its
-limits and Landlock ruleset are in place before this module runs, and so before any student
+`python -I -c <bootstrap> ... labrunner.run.worker_main BACKEND REQUEST_FD REPLY_FD [LAUNCH_FD]`:
+its limits and Landlock ruleset are in place before this module runs, and so before any student
 code. Its stdout and stderr are the kernel-output pipe; requests arrive on REQUEST_FD and
-replies leave on REPLY_FD, each in the wire format (`wire.py`), never pickled.
+replies leave on REPLY_FD, each in the wire format (`wire.py`), never pickled. Before each launch
+of a case one byte, the launch's index, goes to LAUNCH_FD (non-blocking), so that a driver which
+stops a hung case can name the kernel that was running.
 """
 
 from __future__ import annotations
@@ -38,15 +40,21 @@ def make_device(backend: str):
     return CpuDevice()
 
 
-def run_case(device, kernels, request: dict) -> dict:
+def run_case(device, kernels, request: dict, launch_fd: int | None = None) -> dict:
     """Upload inputs, poison and guard the writable buffers, run the launches, read everything back (an
-    input only where the kernels changed it: `labrunner.run.replies`)."""
+    input only where the kernels changed it: `labrunner.run.replies`). `launch_fd`: where each launch's
+    index is written as it starts; each launch then ends before the next is marked, so the last mark is
+    the kernel running."""
     buffers = {name: device.upload(array) for name, array in request["inputs"].items()}
     guarded = {name: device.guarded(count, poison_for(name)) for name, count in request["writable"].items()}
     buffers.update({name: g.inner for name, g in guarded.items()})
     with kernel_printf_silenced(request.get("quiet", False)):
-        for launch, schedule in zip(request["launches"], launch_schedules(request)):
+        for index, (launch, schedule) in enumerate(zip(request["launches"], launch_schedules(request))):
+            if launch_fd is not None:
+                mark_launch(launch_fd, index)
             device.launch(kernels, launch, buffers, reverse_threads=schedule)
+            if launch_fd is not None:
+                device.synchronize()  # a GPU launch returns at once: wait, so the next mark is true
         device.synchronize()
     return {
         "outputs": {name: device.to_host(guarded[name].inner) for name in request["returned"]},
@@ -106,6 +114,15 @@ def kernel_printf_silenced(quiet: bool):
         os.close(kept)
 
 
+def mark_launch(fd: int, index: int) -> None:
+    """One byte, the launch's index, for the driver to read if the case hangs. The pipe is non-blocking and
+    drained before every case: a mark that does not fit is lost, never waited for."""
+    try:
+        os.write(fd, bytes([index & 0xFF]))
+    except OSError:
+        pass
+
+
 def launch_schedules(request: dict) -> list[int]:
     """Each launch's CPU schedule: one number for every launch, or a list of one per launch (the race
     search reorders one kernel's threads while the others keep theirs, to see whose order matters)."""
@@ -138,7 +155,7 @@ def triton_kernels(triton: dict) -> dict[str, dict]:
     }
 
 
-def answer(request: dict, device, kernels: dict) -> dict:
+def answer(request: dict, device, kernels: dict, launch_fd: int | None = None) -> dict:
     if request["op"] == "device":  # made before this call: the driver times the context on its own
         return {}
     if request["op"] == "load":
@@ -150,7 +167,7 @@ def answer(request: dict, device, kernels: dict) -> dict:
         )
         return {}
     if request["op"] == "run":
-        return run_case(device, kernels[request["role"]], request)
+        return run_case(device, kernels[request["role"]], request, launch_fd)
     if request["op"] == "peer":
         from labrunner.measure.timed_runs import run_peer_check
 
@@ -183,7 +200,7 @@ def flush_output() -> None:
     ctypes.CDLL(None).fflush(None)
 
 
-def main(backend: str, request_fd: int, reply_fd: int) -> None:
+def main(backend: str, request_fd: int, reply_fd: int, launch_fd: int | None = None) -> None:
     reader = Reader(request_fd)
     try:
         hello = reader.read(ANY_BUFFERS, None)
@@ -210,7 +227,7 @@ def main(backend: str, request_fd: int, reply_fd: int) -> None:
         try:
             if device is None:
                 device = make_device(backend)
-            body = {"ok": True, **answer(request, device, kernels)}
+            body = {"ok": True, **answer(request, device, kernels, launch_fd)}
             parts = encode(body, cookie)
         except BaseException as exc:  # every failure becomes an answer; the driver decides the verdict
             body, fatal = failure(request, device, exc)
@@ -223,4 +240,4 @@ def main(backend: str, request_fd: int, reply_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else None)
