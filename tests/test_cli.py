@@ -253,7 +253,7 @@ def test_check_reports_a_syntax_error_at_the_students_line(runner, tmp_path):
     assert result.stderr == (
         f'broken.cu({at + 1}): error: expected an expression\n1 error detected in the compilation of "broken.cu".\n'
     )
-    assert result.stdout == ""
+    assert result.stdout == "COMPILE-ERROR (exit 3)\n"  # the compiler's lines end with a verdict, as every grade's
 
 
 def test_check_names_a_missing_entry_point(runner, tmp_path):
@@ -265,6 +265,17 @@ def test_check_names_a_missing_entry_point(runner, tmp_path):
         "flash_prefill(const float* q, const float* kCache, const float* vCache, float* out, int chunkLen, "
         "int prefixLen)\n"
     )
+
+
+def test_a_file_of_another_lab_is_recognised_by_its_entry_points(runner):
+    lab2_solution = REPO / "kernels" / "lab2" / "solution.cu"
+    result = invoke(runner, "check", "lab1", str(lab2_solution))
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"{lab2_solution}: error: missing entry point attn_scores; this looks like a lab2 file (it defines "
+        f"flash_prefill): grade it with `attnlab grade lab2 {lab2_solution}`\n"
+    )
+    assert result.stdout == "COMPILE-ERROR (exit 3)\n"
 
 
 def test_check_json(runner, tmp_path):

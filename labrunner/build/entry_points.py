@@ -11,6 +11,7 @@ import re
 from labrunner.build.compiler_process import CompileLimits
 from labrunner.build.nvrtc import CompiledModule, run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.labs import LABS
 from labrunner.labs.definition import EntryPoint, Lab
 
 # How PTX spells a kernel parameter, in the words a message should use.
@@ -36,6 +37,15 @@ def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
                 raise AttnlabError(
                     f'{label}: error: {wanted.name} is not declared extern "C"; {needs}', ExitCode.COMPILE_ERROR
                 )
+            other = lab_it_looks_like(lab, module)
+            if other is not None:
+                names = [e.name for e in other.entry_points]
+                defines = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+                raise AttnlabError(
+                    f"{label}: error: missing entry point {wanted.name}; this looks like a {other.name} file (it "
+                    f"defines {defines}): grade it with `attnlab grade {other.name} {label}`",
+                    ExitCode.COMPILE_ERROR,
+                )
             raise AttnlabError(f"{label}: error: missing entry point {wanted.name}; {needs}", ExitCode.COMPILE_ERROR)
         expected = [p.ptx_type for p in wanted.parameters]
         if len(found) != len(expected):
@@ -52,6 +62,15 @@ def check_entry_points(lab: Lab, module: CompiledModule, label: str) -> None:
                     f"`{param.c_type} {param.name}` is expected; {needs}",
                     ExitCode.COMPILE_ERROR,
                 )
+
+
+def lab_it_looks_like(lab: Lab, module: CompiledModule) -> Lab | None:
+    """Another registered lab whose every entry point the module defines (`extern "C"`): a file graded
+    as the wrong lab, recognised by its kernels' names. None where no other lab's set is complete."""
+    for other in LABS.values():
+        if other.name != lab.name and all(e.name in module.entry_points for e in other.entry_points):
+            return other
+    return None
 
 
 SIGNATURE_CHECK_FILE = "attnlab-signature-check"

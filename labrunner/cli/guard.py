@@ -33,6 +33,9 @@ def finish(result: RunResult, json_path: Path | None, junit_path: Path | None, a
     with CLOCK.phase("reports"):
         if result.error:
             terminal.error(result.error)
+        if result.verdict == Status.COMPILE_ERROR:
+            # the compiler's lines end with the verdict line every grade ends with: `COMPILE-ERROR (exit 3)`
+            terminal.verdict_line(result)
         if after:
             after(result)
     result.seconds = round(time.perf_counter() - started, 3)
