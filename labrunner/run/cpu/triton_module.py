@@ -37,6 +37,11 @@ offset, size, stride)`), then copies every storage back after the grid (`_restor
 is nothing. So the interpreter works in place on the caller's arrays, the addresses the kernel sees
 are theirs, and the bounds are checked against exactly the buffers the caller named.
 
+The interpreter's own launcher runs the programs one after another, each through Triton's front end:
+`launch` runs them in lockstep groups instead (triton_lockstep.py, with the memory of a group in
+triton_footprint.py), many programs as one on a leading program axis, giving the same bits in every
+buffer and the same error, and a grade in seconds where it took minutes.
+
 Two smaller differences are mended too: the interpreter's `range(0, n, BLOCK)` over a scalar the kernel
 computed fails with numpy 2.4 (`_scalar_index`), and what Triton's front end refuses only when a launch
 first traces the kernel here (a block shape that is not a power of two) is a CpuCompileError, as the
@@ -68,8 +73,10 @@ import numpy as np
 from labrunner import syscall_filter
 from labrunner.build import triton_package
 from labrunner.build.triton_package import PRELOADED
+from labrunner.run.cpu import triton_lockstep
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuOutOfBounds
+from labrunner.run.cpu.triton_footprint import GroupMemory
 from labrunner.run.cpu.triton_types import memoized_types
 
 __all__ = [
@@ -290,7 +297,8 @@ def _bf16_widened(bits: np.ndarray) -> np.ndarray:
 
 
 def _mm(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
-    return np.asarray(np.matmul(a, b, dtype=np.float32) + acc, dtype=np.float32)
+    # np.matmul in float32; in a lockstep group one program's matrices at a time (triton_lockstep)
+    return np.asarray(triton_lockstep.matmul(a, b) + acc, dtype=np.float32)
 
 
 def _tf32_mm(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
@@ -357,8 +365,21 @@ def _faithful_dot(original: Callable[..., Any], precisions: dict[Any, str]) -> C
             result = fp32_dot(a.data, b.data, d.data, precisions.get(input_precision, "ieee"))
         elif d.data.dtype == np.float32 and a.dtype == tl.bfloat16 and b.dtype == tl.bfloat16:
             result = _mm(_bf16_widened(a.data), _bf16_widened(b.data), d.data)
-        else:
+        elif triton_lockstep.lanes() is None:
             return original(builder, a, b, d, input_precision, max_num_imprecise_acc)
+        else:  # a lockstep group's: each program's matrices through the interpreter's own dot, as alone
+            made = [
+                original(
+                    builder,
+                    handle_type(a.data[g], a.dtype),
+                    handle_type(b.data[g], b.dtype),
+                    handle_type(d.data[g], d.dtype),
+                    input_precision,
+                    max_num_imprecise_acc,
+                )
+                for g in range(d.data.shape[0])
+            ]
+            return handle_type(np.stack([m.data for m in made]), made[0].dtype)
         return handle_type(result, d.dtype.scalar)
 
     return create_dot
@@ -473,7 +494,7 @@ class _CheckedMemory:
         return getattr(self._raw, name)
 
 
-def _scalar_index(tensor: Any) -> int:
+def _scalar_index_alone(tensor: Any) -> int:
     """`tl.tensor.__index__` (what `range(0, n, BLOCK)` calls on a kernel's scalar `n`) for the numpy
     this runs with. The interpreter's own is `int(handle.data)`, of a one-element 1-D array, which
     numpy 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars"): every loop
@@ -482,6 +503,10 @@ def _scalar_index(tensor: Any) -> int:
     if data.size != 1:
         raise TypeError(f"a tensor of shape {data.shape} cannot be an index; only a scalar can")
     return operator.index(data.reshape(-1)[0])
+
+
+def _scalar_index(tensor: Any) -> int:
+    return triton_lockstep.tensor_index(tensor, _scalar_index_alone)
 
 
 @contextlib.contextmanager
@@ -502,9 +527,17 @@ def _hooked(launch: _Launch) -> Iterator[None]:
     original_tensor_patch = interpreter._patch_lang_tensor
 
     def patch_lang_tensor(tensor: Any, scope: Any) -> None:
-        # called by the launcher for each launch, in the scope it restores when the grid is done
+        # called by the launcher for each launch, in the scope it restores when the grid is done; what a
+        # tensor gives Python (a bool, an index, its text, its transpose) made to ask every program of a
+        # lockstep group (triton_lockstep), and one program as the interpreter does otherwise
         original_tensor_patch(tensor, scope)
         scope.set_attr(tensor, "__index__", _scalar_index)
+        alone_bool, alone_repr, alone_str = tensor.__bool__, tensor.__repr__, tensor.__str__
+        alone_transposed = tensor.T.fget
+        scope.set_attr(tensor, "__bool__", lambda self: triton_lockstep.tensor_bool(self, alone_bool))
+        scope.set_attr(tensor, "__repr__", lambda self: triton_lockstep.tensor_text(self, alone_repr))
+        scope.set_attr(tensor, "__str__", lambda self: triton_lockstep.tensor_text(self, alone_str))
+        scope.set_attr(tensor, "T", property(lambda self: triton_lockstep.tensor_transposed(self, alone_transposed)))
 
     original_lang_patch = interpreter._patch_lang
     patched: set[int] = set()  # the language modules (tl, tl.core) this launch has patched already
@@ -536,6 +569,40 @@ def _hooked(launch: _Launch) -> Iterator[None]:
         interpreter._patch_lang_tensor = original_tensor_patch
         interpreter._patch_lang = original_lang_patch
         builder.options = original_options
+
+
+def _run_launch(
+    function: Any, grid: tuple[int, int, int], args_dev: list, kwargs: dict, lock: triton_lockstep.Lockstep | None
+) -> None:
+    """`function[grid](*args_dev, **kwargs)` as Triton's launcher makes it (InterpretedFunction.run, then
+    GridExecutor.__call__: the arguments to the host, the language patched, each argument made a tensor,
+    the grid run, an Exception wrapped as an InterpreterError, the arguments back), with its loop over
+    the programs given to `triton_lockstep.run_grid`."""
+    t = _triton()
+    interpreter = t.interpreter
+    fn = function.rewrite()
+    executor = interpreter.GridExecutor(fn, function.arg_names, grid, function.pre_run_hooks)
+    kwargs = {k: v for k, v in kwargs.items() if k in inspect.getfullargspec(fn).args}
+    args_hst, kwargs_hst = executor._init_args_hst(args_dev, kwargs)
+    for hook in executor.pre_run_hooks:
+        hook(*args_hst, **kwargs_hst)
+    patch_scope = interpreter._patch_lang(fn)
+    try:
+        args = inspect.getcallargs(fn, *args_hst, **kwargs_hst)
+        args = {
+            name: arg if name in executor.constexprs else interpreter._implicit_cvt(arg) for name, arg in args.items()
+        }
+        builder = interpreter.interpreter_builder
+        builder.set_grid_dim(*grid)
+        try:
+            triton_lockstep.run_grid(lock, fn, args, grid, builder)
+        except Exception as e:
+            if t.triton.knobs.compilation.front_end_debugging:
+                raise
+            raise interpreter.InterpreterError(repr(e)) from e
+    finally:
+        patch_scope.restore()
+    executor._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
 
 
 # ------------------------------------------------------------------------------------------- errors
@@ -614,6 +681,8 @@ def everything(f, i, n, B: tl.constexpr):
         y += k
     for k in range(0, n, B):
         y += k + tl.cdiv(n, B)
+    if pid == 0:  # the programs part: a lockstep group runs each part alone
+        y += tl.sum(tl.exp2(y), 0) * 0.0
     z = tl.zeros((B,), tl.float32) + tl.full((B,), 2, tl.int32).to(tl.float32) + (x > 0).to(tl.float32)
     tl.store(f + B + r, y + z, mask=r < n)
     block = tl.make_block_ptr(f, (n, 2 * B), (2 * B, 1), (0, 0), (1, B), (1, 0))
@@ -667,7 +736,7 @@ def _warm_up() -> None:
     if not np.isfinite(floats[16:32]).all() or ints[15] != 7:
         raise CpuKernelError("Triton's interpreter did not run the CPU backend's warm-up kernel as expected")
     try:
-        module.launch("everything", (1, 1, 1), [floats[:8], ints, 16], {0: "f", 1: "i"})
+        module.launch("everything", (2, 1, 1), [floats[:8], ints, 16], {0: "f", 1: "i"})
     except CpuOutOfBounds:
         pass
     else:
@@ -754,6 +823,10 @@ class TritonInterpretedModule:
         self.kernels = kernels
         self.entry_types = {k: list(v) for k, v in entry_types.items()}
         self.constexprs = {k: dict(constexprs.get(k, {})) for k in entry_types}
+        # Programs run in lockstep groups (triton_lockstep), bit for bit as one at a time and far faster;
+        # False runs every program alone, as Triton's own launcher does (the tests hold the two together).
+        self.lockstep = True
+        self.stats = triton_lockstep.LockstepStats()
 
     @classmethod
     def load(
@@ -799,9 +872,10 @@ class TritonInterpretedModule:
         return cls(filename, kernels, entry_types, constexprs)
 
     def launch(self, kernel: str, grid: tuple[int, int, int], args: list, buffer_names: dict[int, str]) -> None:
-        """kernel[grid](*args, **constexprs) in the interpreter, its programs one after another, with the
-        GPU's dot precision and every access checked against the buffers in `args` (1-D, C-contiguous
-        float32 or int32 arrays for the lab's pointers, ints for its "int" parameters)."""
+        """kernel[grid](*args, **constexprs) in the interpreter, its programs in lockstep groups
+        (triton_lockstep: bit for bit as one after another, in the launch's order), with the GPU's dot
+        precision and every access checked against the buffers in `args` (1-D, C-contiguous float32 or
+        int32 arrays for the lab's pointers, ints for its "int" parameters)."""
         function = self.kernels.get(kernel)
         if function is None:
             known = ", ".join(sorted(self.kernels)) or "none"
@@ -839,8 +913,12 @@ class TritonInterpretedModule:
         state = _Launch(kernel, buffers, t.interpreter.interpreter_builder)
         failure: BaseException | None = None
         with _hooked(state):
+            lock = None
+            if self.lockstep:
+                memory = GroupMemory(t.raw, state.spans)
+                lock = triton_lockstep.Lockstep(t.interpreter, memory, self.stats)
             try:
-                function[g](*passed, **self.constexprs[kernel])
+                _run_launch(function, g, passed, self.constexprs[kernel], lock)
             except _Stopped:
                 pass
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - the kernel's failure, said below
