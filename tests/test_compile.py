@@ -282,6 +282,10 @@ DOTDOT = (
     "is refused: a header name may not contain `..`; include the driver's headers by their own names, "
     "as <attnlab/prelude.cuh>"
 )
+PRINTF = (
+    "is refused: device printf needs no include: call printf in a kernel as it is (NVRTC and the CPU backend "
+    "both provide it); delete the line"
+)
 BY_MACRO = (
     f"is refused: an #include must name its header literally, as <cmath>; a submission may include only {ALLOWED}"
 )
@@ -295,7 +299,9 @@ BY_MACRO = (
         ('#define HEADER "/etc/passwd"\n#include HEADER\n', 2, "#include HEADER", BY_MACRO),
         ('#include \\\n"/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
         ('#inc\\\nlude "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
-        ("  #  include <stdio.h>\n", 1, "#include <stdio.h>", REFUSED),
+        ("  #  include <stdio.h>\n", 1, "#include <stdio.h>", PRINTF),
+        ("#include <cstdio>\n", 1, "#include <cstdio>", PRINTF),
+        ("  #  include <stdlib.h>\n", 1, "#include <stdlib.h>", REFUSED),
         ("#include_next <x.h>\n", 1, "#include_next <x.h>", f"is refused: a submission may include only {ALLOWED}"),
         ('#/* hidden */include "/etc/passwd"\n', 1, '#include "/etc/passwd"', REFUSED),
     ],

@@ -51,11 +51,18 @@ from labrunner.exit_codes import AttnlabError, ExitCode
 STANDARD_HEADERS = ("cuda_runtime.h", "float.h", "cfloat", "math.h", "cmath", "stdint.h", "cstdint", "math_constants.h")
 _DRIVER_HEADER = re.compile(r"attnlab/[A-Za-z0-9_]+\.cuh")
 # Headers real kernels reach for that cannot work the same on both backends, and what to use.
+PRINTF_NEEDS_NONE = (
+    "device printf needs no include: call printf in a kernel as it is (NVRTC and the CPU backend both "
+    "provide it); delete the line"
+)
 INSTEAD = {
     "cooperative_groups.h": "cooperative groups do not run on the CPU backend; use __syncthreads() "
     "and __shfl_xor_sync (or __shfl_down_sync) instead",
     "cuda_fp16.h": "half precision is not part of these labs; the data is float",
     "cuda_bf16.h": "bfloat16 is not part of these labs; the data is float",
+    # printf is what a student includes stdio for, and a kernel has it already
+    "stdio.h": PRINTF_NEEDS_NONE,
+    "cstdio": PRINTF_NEEDS_NONE,
 }
 _FILE_DIRECTIVES = ("include", "include_next", "import", "embed")
 _FILE_PROBES = ("__has_include", "__has_include_next", "__has_embed")
