@@ -123,3 +123,31 @@ def test_the_race_check_is_suggested_only_where_it_could_help():
     passed = RunResult("grade", "lab2", backend="gpu")
     passed.cases.append(CaseResult("C1-P31", Status.PASS, "", 1, 31))
     assert race_check_advice("gpu", False, passed, shared) is None
+
+
+def test_a_race_check_that_found_nothing_says_what_ran():
+    from labrunner.labs import get_lab
+    from labrunner.pipeline.cases import CaseOptions, race_check_words
+    from labrunner.truth.cases import Seed
+
+    lab = get_lab("lab2")
+    options = CaseOptions(seed=Seed(7, "--seed"), race_check=True)
+    constants = lab.constants({})
+    results = [
+        CaseResult("C1-P31", Status.PASS, "", 1, 31),
+        CaseResult("C17-P31", Status.WRONG, "", 17, 31),
+        CaseResult("C33-P31", Status.TIMEOUT, "", 33, 31),  # stopped: no schedule ran
+        CaseResult("C2048-P2048", Status.PASS, "", 2048, 2048),  # too large for the sanitizer
+    ]
+    assert race_check_words(lab, "cpu", options, constants, results) == (
+        "--race-check: 3 cases (C1-P31, C17-P31, C2048-P2048) each ran again under 6 other schedules (blocks in "
+        "ascending order, reverse order and 4 random orders), and every output agreed with its first run"
+    )
+    assert race_check_words(lab, "gpu", options, constants, results) == (
+        "--race-check: compute-sanitizer's racecheck and synccheck ran on 2 cases (C1-P31, C17-P31) and "
+        "reported no hazard"
+    )
+    raced = [*results, CaseResult("C1-P1000", Status.RACE, "", 1, 1000)]
+    assert race_check_words(lab, "cpu", options, constants, raced) is None
+    unasked = CaseOptions(seed=Seed(7, "--seed"))
+    assert race_check_words(lab, "cpu", unasked, constants, results) is None

@@ -165,6 +165,36 @@ def run_cases(
     return results
 
 
+# A case whose output was compared across schedules or read by the sanitizer: its own run ended, with
+# guards and inputs intact (the judge asks about races only then).
+RACE_CHECKED = (Status.PASS, Status.WRONG, Status.NEVER_WRITTEN)
+
+
+def race_check_words(
+    lab: Lab, backend: str, options: CaseOptions, constants: dict[str, int], results: list[CaseResult]
+) -> str | None:
+    """What --race-check ran and that it found nothing, for a grade it found no race in (None otherwise):
+    on the CPU every checked case under each other schedule, on the GPU the small cases under
+    compute-sanitizer's racecheck and synccheck."""
+    if not options.race_check or any(r.status in (Status.RACE, Status.RACE_CHECK_INCONCLUSIVE) for r in results):
+        return None
+    cases, _ = select_cases(lab, backend, options, constants)
+    small = {c.name for c in cases if c.cpu}
+    checked = [r.name for r in results if r.status in RACE_CHECKED and (backend == "cpu" or r.name in small)]
+    if not checked:
+        return None
+    counted = f"{len(checked)} case{'s' if len(checked) != 1 else ''} ({', '.join(checked)})"
+    if backend != "gpu":
+        labels = [label for _, label in RACE_SCHEDULES]
+        random = [label for label in labels if label.startswith("random order")]
+        orders = [label for label in labels if label not in random] + [f"{len(random)} random orders"] * bool(random)
+        return (
+            f"--race-check: {counted} each ran again under {len(labels)} other schedules "
+            f"({', '.join(orders[:-1])} and {orders[-1]}), and every output agreed with its first run"
+        )
+    return f"--race-check: compute-sanitizer's racecheck and synccheck ran on {counted} and reported no hazard"
+
+
 def size_in_words(case: Case) -> str:
     """A case's size as its lab speaks of it: `3 sequences, the longest 2049 keys` (decode), `17 rows,
     prefix 31` (a prefill chunk), `1 row` (a whole prompt)."""

@@ -24,7 +24,7 @@ from labrunner.measure.gates import (
 )
 from labrunner.phases import phase
 from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
-from labrunner.pipeline.cases import CaseOptions, inputs_ahead, run_cases
+from labrunner.pipeline.cases import CaseOptions, inputs_ahead, race_check_words, run_cases
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
@@ -107,6 +107,10 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         result.device = facts.result()  # the cases' report names it
         with phase("reports"):
             terminal.cases_report(result)
+        checked = race_check_words(lab, backend, options, submission.constants, result.cases)
+        if checked:
+            terminal.note(checked)
+            result.notes.append(checked)
         correct = result.decisive_case is None
         if correct and timed:
             timing_options = request.timing_options(seed.value)
