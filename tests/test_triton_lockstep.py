@@ -107,6 +107,31 @@ def test_a_group_gives_the_bits_of_one_program_at_a_time_for_every_kind_of_opera
     assert (stats.grouped, stats.alone, stats.runs, dict(stats.abandoned)) == (6, 0, 1, {})
 
 
+BLOCK_POINTERS = HEAD + textwrap.dedent("""
+    @triton.jit
+    def tiles(x, y, n, B: tl.constexpr):
+        pid = tl.program_id(0)
+        source = tl.make_block_ptr(x, (n, n), (n, 1), (pid * 3, 0), (B, B), (1, 0))
+        target = tl.make_block_ptr(y, (n, n), (n, 1), (pid * B, 1), (B, B), (1, 0))
+        acc = tl.zeros((B, B), tl.float32)
+        for k in range(0, 3):  # walks off the bottom and right edges: padded, never read
+            acc += tl.load(source, boundary_check=(0, 1), padding_option="zero") * (k + 1.5)
+            source = tl.advance(source, (1, B // 2))
+        tl.store(target, acc, boundary_check=(0, 1))
+""")
+
+
+def test_block_pointers_spread_per_program_give_the_same_bits():
+    module = load(BLOCK_POINTERS, {"tiles": ["float*", "float*", "int"]}, {"tiles": {"B": 4}})
+    x = np.random.default_rng(13).standard_normal(100).astype(np.float32)
+    grouped, alone, error, _, stats = both(module, "tiles", (4, 1, 1), [x, np.zeros(100, np.float32)], [10])
+    assert error is None
+    assert same_bits(grouped, alone)
+    written = grouped[1].reshape(10, 10)
+    assert np.count_nonzero(written[:, 1:5]) == 40 and not written[:, [0, 5, 6, 7, 8, 9]].any()
+    assert (stats.grouped, stats.alone, stats.runs, dict(stats.abandoned)) == (4, 0, 1, {})
+
+
 PARTING = HEAD + textwrap.dedent("""
     @triton.jit
     def parting(x, y, n, B: tl.constexpr):
@@ -380,7 +405,14 @@ def run_lab3(path: str, lengths: list[int], lockstep: bool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", ["kernels/lab2/starter.py", "kernels/lab2/solution.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "kernels/lab2/starter.py",
+        "kernels/lab2/solution.py",
+        "tests/fixtures/lab2/correct/triton_tutorial_block_ptrs.py",
+    ],
+)
 def test_the_shipped_lab2_kernels_give_the_same_bits_in_groups(path):
     for rows, prefix in ((1, 31), (17, 31), (33, 70)):
         grouped, stats = run_lab2(path, rows, prefix, True)

@@ -13,9 +13,9 @@ How a group runs (`run_grid`):
 * The builder's operations take the program axis (`_ops`): elementwise ones as they are, the shape
   operations (splat, reshape, broadcast, expand_dims, trans, cat, join, split, reductions, scans) with
   their axes moved by one, `tl.dot` one program's matrices at a time (the same BLAS call on the same
-  layout as alone), `tl.program_id` one value per row. An operation this module does not make for a
-  group (block pointers, tensor descriptors, gathers, histograms) makes a plain handle, and a plain
-  handle made during a group abandons it: nothing is guessed.
+  layout as alone), `tl.program_id` one value per row, block pointers spread per program. An operation
+  this module does not make for a group (tensor descriptors, gathers, histograms) makes a plain handle,
+  and a plain handle made during a group abandons it: nothing is guessed.
 * Where the programs' Python parts (a loop bound, an `if`, anything that asks a tensor for one Python
   value) and their values differ, the run stops (`_Parted`), its stores are undone, and each set of
   programs that agreed runs again from the start as a group of its own; so a part can part again.
@@ -138,6 +138,7 @@ class _Machinery:
         self.Lanes = Lanes
         self.handle = handle
         self.reduce_ops, self.scan_ops = _reductions(interpreter, self)
+        self.block_pointers_alone = interpreter.BlockPointerHandle.materialize_pointers
 
     def lanes(self, data: np.ndarray, dtype: Any) -> Any:
         run = _active[0]
@@ -265,7 +266,7 @@ def _ops(m: _Machinery) -> dict[str, Callable[..., Any]]:
         "binary_op", "ternary_op", "unary_op", "cast_impl", "create_fp_to_fp", "create_bitcast",
         "create_int_to_ptr", "create_ptr_to_int", "create_idiv", "create_ashr", "create_umulhi", "create_fma",
         "create_fabs", "create_erf", "create_rsqrt", "create_addptr", "create_masked_load", "create_masked_store",
-        "create_join", "create_dot",
+        "create_join", "create_dot", "create_tensor_pointer_load", "create_tensor_pointer_store",
     ):  # fmt: skip
         ops[name] = wrapped(name)
 
@@ -352,6 +353,26 @@ def _ops(m: _Machinery) -> dict[str, Callable[..., Any]]:
         create_atomic_rmw=refused("an atomic operation (its result depends on the order of the programs)"),
     )
     return ops
+
+
+def _block_pointers(pointer: Any, boundary_check: Any) -> tuple[Any, np.ndarray]:
+    """BlockPointerHandle.materialize_pointers for a run: each program's base, offsets, strides and shape
+    (a row each) spread over its block, step for step as the interpreter does for one program."""
+    m = _machinery[0]
+    base = pointer.base.data
+    programs, block = base.shape[0], tuple(pointer.block_shape)
+    per_row = (programs,) + (1,) * len(block)  # a program's scalar, against its block
+    itemsize = pointer.base.get_element_ty().primitive_bitwidth // 8
+    pointers = np.broadcast_to(base.reshape(per_row), (programs, *block))
+    masks = np.ones((programs, *block), dtype=bool)
+    for dim in range(len(block)):
+        spread = [programs] + [1] * len(block)
+        spread[dim + 1] = block[dim]
+        offsets = (pointer.offsets[dim].data.reshape(programs, 1) + np.arange(block[dim])).reshape(spread)
+        pointers = pointers + (itemsize * offsets * pointer.strides[dim].data.reshape(per_row)).astype(np.uint64)
+        if dim in boundary_check:
+            masks = masks & (offsets < pointer.shape[dim].data.reshape(per_row)) & (offsets >= 0)
+    return m.handle(pointers, pointer.base.dtype.scalar), masks
 
 
 # ---------------------------------------------------------------------- Python values asked of tensors
@@ -453,6 +474,7 @@ def _running(lock: Lockstep, run: _Run) -> Iterator[None]:
         _refuse("a print (each program prints its own line, in order)")
 
     saved = {
+        (interpreter.BlockPointerHandle, "materialize_pointers"): m.block_pointers_alone,
         (interpreter, "_interpreter"): interpreter._interpreter,
         (interpreter, "ReduceOps"): interpreter.ReduceOps,
         (interpreter, "ScanOps"): interpreter.ScanOps,
@@ -465,6 +487,7 @@ def _running(lock: Lockstep, run: _Run) -> Iterator[None]:
     for name, op in lock.ops.items():
         setattr(builder, name, op)
     interpreter._interpreter = lock.memory
+    interpreter.BlockPointerHandle.materialize_pointers = _block_pointers
     interpreter.ReduceOps, interpreter.ScanOps = m.reduce_ops, m.scan_ops
     m.handle.__post_init__ = checked_post_init
     builtins.print = no_print
