@@ -121,7 +121,7 @@ def test_the_batch_exits_with_the_worst_code_and_counts_each(twenty):
     assert counted == [
         f"exit {code} ({meaning[code]}): {codes.count(code)} submission{'s' if codes.count(code) != 1 else ''}"
         for code in sorted(set(codes))
-    ] + ["exit 3: the worst submission's"]
+    ] + ["exit 3: the batch exits with the worst submission's code."]
     fixtures, completed, _, _ = twenty["lab1"]
     assert completed.returncode == 1  # the unfilled starter
 

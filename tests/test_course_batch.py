@@ -327,7 +327,7 @@ def test_the_gradebook_has_one_row_per_student_in_the_rosters_order(course):
         "exit 1 (wrong answer): 1 submission",
         "exit 2 (usage error): 2 submissions",
         "exit 3 (compile error): 1 submission",
-        "exit 3: the worst submission's",
+        "exit 3: the batch exits with the worst submission's code.",
     ]
 
 

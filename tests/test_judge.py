@@ -447,3 +447,12 @@ def test_a_failing_case_its_reruns_move_is_a_race_and_one_they_leave_alone_stays
     assert judged(wrong_run(), when_failing=same.other_schedules()) == Judgement(
         Status.WRONG, WRONG_MESSAGE, **WRONG_NUMBERS, output=Status.WRONG
     )
+
+
+def test_a_decode_batch_speaks_of_sequences():
+    decode = Case("single-token", 2, 1, lengths=(1, 1))
+    judgement = judged(wrong_run(), case=decode)
+    assert judgement.message == (
+        f"sequence 1, head 0, col 3: got 1.5, expected 0.5 ({PASS_RULE}); 1 of {ELEMENTS} elements wrong; "
+        "sequence 1 fails (1 of 2)"
+    )

@@ -328,7 +328,7 @@ def test_every_entry_has_its_row_and_the_batch_ends_on_the_worst(hostile_batch):
     assert counts == [
         "exit 2 (usage error): 4 submissions",
         "exit 3 (compile error): 5 submissions",
-        "exit 2: the worst submission's",
+        "exit 2: the batch exits with the worst submission's code.",
     ]
 
 

@@ -829,4 +829,4 @@ def batch_report(
         stdout.print(escape(note), highlight=False, soft_wrap=True)
     for code, meaning, count in counts:
         stdout.print(f"exit {code} ({meaning}): {count} submission{'s' if count != 1 else ''}", highlight=False)
-    stdout.print(f"exit {worst}: the worst submission's", highlight=False)
+    stdout.print(f"exit {worst}: the batch exits with the worst submission's code.", highlight=False)

@@ -82,11 +82,12 @@ def max_abs_error(out: np.ndarray, ref: np.ndarray) -> tuple[float | None, int]:
     return float(np.abs(values - ref).max()), nonfinite
 
 
-def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> OutputCheck:
+def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False, row_noun: str = "row") -> OutputCheck:
     """`out` float32 `[rows][32][64]` from the kernel, `ref` float64 of the same shape from the oracle.
 
     `exact`: the case demands equality, not the tolerance (lab 1's single token, whose probability
-    must be exactly 1, so its output is V's first row bit for bit).
+    must be exactly 1, so its output is V's first row bit for bit). `row_noun`: what the lab calls one
+    row of `out` (`sequence` in a decode batch, whose rows are its sequences' new tokens).
     """
     if out.shape != ref.shape:
         raise ValueError(f"output shape {out.shape} does not match the reference {ref.shape}")
@@ -106,7 +107,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         # Severity first: a race makes every other wrong value suspect, so it is the reported bug.
         row, head, col = np.unravel_index(np.flatnonzero(raced)[0], out.shape)
         message = (
-            f"row {row}, head {head}, col {col}: {RACE_WORDS} "
+            f"{row_noun} {row}, head {head}, col {col}: {RACE_WORDS} "
             f"({int(raced.sum())} of {out.size} elements carry the shared-memory poison)"
         )
         status = RACE
@@ -115,7 +116,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         unwritten_count = int(unwritten.sum())
         row, head, col = np.unravel_index(np.flatnonzero(unwritten)[0], out.shape)
         message = (
-            f"row {row}, head {head}, col {col}: {NEVER_WRITTEN_WORDS}; "
+            f"{row_noun} {row}, head {head}, col {col}: {NEVER_WRITTEN_WORDS}; "
             f"{unwritten_count} of {out.size} elements never written"
         )
         if bad_count > unwritten_count:
@@ -126,7 +127,7 @@ def check_output(out: np.ndarray, ref: np.ndarray, exact: bool = False) -> Outpu
         got = float(out[row, head, col])
         digits = 9 if exact else 6  # an exact case fails on the last bits: show them
         message = (
-            f"row {row}, head {head}, col {col}: got {_number(got, digits)}, expected "
+            f"{row_noun} {row}, head {head}, col {col}: got {_number(got, digits)}, expected "
             f"{_number(float(ref[row, head, col]), digits)} ({EXACT_RULE if exact else PASS_RULE}); "
             f"{bad_count} of {out.size} elements wrong"
         )
@@ -196,8 +197,9 @@ def _scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return scores
 
 
-def describe_rows(rows: list[int], total: int) -> str:
-    """`rows 0-15, 17 fail (17 of 40)`: consecutive runs folded so the eye finds the pattern."""
+def describe_rows(rows: list[int], total: int, noun: str = "row") -> str:
+    """`rows 0-15, 17 fail (17 of 40)`: consecutive runs folded so the eye finds the pattern. `noun`: what
+    the lab calls a row (`sequences 1-2 fail (2 of 3)` in a decode batch)."""
     runs: list[str] = []
     start = previous = None
     for row in rows + [None]:
@@ -207,7 +209,7 @@ def describe_rows(rows: list[int], total: int) -> str:
         if start is not None:
             runs.append(str(start) if start == previous else f"{start}-{previous}")
         start = previous = row
-    label, verb = ("row", "fails") if len(rows) == 1 else ("rows", "fail")
+    label, verb = (noun, "fails") if len(rows) == 1 else (f"{noun}s", "fail")
     return f"{label} {', '.join(runs)} {verb} ({len(rows)} of {total})"
 
 

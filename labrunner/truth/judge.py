@@ -113,9 +113,13 @@ def judge(
                 f"index {changed[0]}; kernels must treat {_listed(list(given))} as read-only",
             )
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
-    checked = check_output(out, reference, exact=case.exact)
+    # a decode batch's rows are its sequences: every message speaks of them so
+    noun = "sequence" if case.decode else "row"
+    checked = check_output(out, reference, exact=case.exact, row_noun=noun)
     values = (
-        checked.message if checked.passed else f"{checked.message}; {describe_rows(checked.failing_rows, case.rows)}"
+        checked.message
+        if checked.passed
+        else f"{checked.message}; {describe_rows(checked.failing_rows, case.rows, noun)}"
     )
     if checked.status == Status.RACE:
         return _judged(checked, Status.RACE, values, Status.RACE)
@@ -128,7 +132,7 @@ def judge(
         if raced.any():
             row, head, col = np.unravel_index(np.flatnonzero(raced)[0], out.shape)
             message = (
-                f"with {_order_in_words(label)}, row {row}, head {head}, col {col}: {RACE_WORDS} "
+                f"with {_order_in_words(label)}, {noun} {row}, head {head}, col {col}: {RACE_WORDS} "
                 f"({int(raced.sum())} of {out.size} elements carry the shared-memory poison)"
             )
             # shared memory is each block's own: what no thread wrote is a barrier missing inside a block
@@ -138,7 +142,7 @@ def judge(
             row, head, col = np.unravel_index(np.flatnonzero(~agree)[0], out.shape)
             # the two values to six digits (a NaN or an Inf prints as its word)
             differs = (
-                f"row {row}, head {head}, col {col} is {float(other[row, head, col]):.6g} "
+                f"{noun} {row}, head {head}, col {col} is {float(other[row, head, col]):.6g} "
                 f"instead of {float(out[row, head, col]):.6g}"
             )
             if label.startswith(BLOCK_ORDER):  # only the order of the blocks changed
