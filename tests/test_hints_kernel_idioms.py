@@ -338,7 +338,7 @@ def test_the_real_next_key_everywhere_keeps_the_plain_words():
 def test_the_shipped_loop_passes_and_another_mistake_is_not_a_zero_key():
     assert graded("lab2", PREFIX_31, lambda case, inputs: lab2_prefill(inputs, case.prefix)) == [{}, {}, {}]
     results = graded("lab2", PREFIX_31, lambda case, inputs: lab2_prefill(inputs, case.prefix, scale=1.0))
-    assert all("causal-zero-key" not in r["matches"] and "precision" not in r for r in results)
+    assert all("causal-zero-key" not in r["matches"] and r["precision"] == "" for r in results)
     assert [h for h, _ in hints_of(results)] == ["scale"]
 
 
@@ -362,6 +362,41 @@ def test_a_cu_files_rounded_tf32_operands_are_said_as_such():
             "remainder and add the three products (3xTF32), or keep float32 FMAs",
         )
     ]
+
+
+def wrong_case(name: str, **given) -> dict:
+    """A failing case's evidence as `gather_evidence` leaves it, for the rules alone."""
+    base = {
+        "case": name,
+        "status": "wrong",
+        "rows": 17,
+        "prefix": 31,
+        "planted": False,
+        "last_key": False,
+        "nonfinite": 0,
+        "workspace_poisoned": 0,
+        "failing_rows": [0, 1],
+        "heads_wrong": [0, 1],
+        "matches": [],
+        "kv_heads_read": {},
+        "compared": True,
+    }
+    return {**base, **given}
+
+
+def test_a_precision_hint_needs_every_compared_case_and_ignores_one_too_large_to_compare():
+    # C2048-P2048 (a GPU case) is too large to recompute: it carries no signature and says nothing either way
+    large = wrong_case("C2048-P2048", compared=False)
+    assert hints_of([wrong_case("C1-P31", precision="tf32"), large]) == [("precision", TF32_TEXT)]
+    assert hints_of([wrong_case("C1-P31", precision="tf32"), wrong_case("C17-P31", precision="")]) == []
+    assert hints_of([wrong_case("C1-P31", precision="tf32"), wrong_case("C17-P31", status="never-written")]) == [
+        (
+            "unwritten",
+            "some outputs were never written, or were computed from a value never written: write every "
+            "row, head and dim, and read no buffer before it is set",
+        )
+    ]
+    assert hints_of([large]) == []
 
 
 def test_tf32x3_dots_pass_lab_2():

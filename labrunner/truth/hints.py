@@ -401,11 +401,15 @@ def _gqa_hint(failing: list[Evidence], found: dict[str, str], scores_kernel: str
 
 
 def _precision_hint(failing: list[Evidence], found: dict[str, str]) -> None:
-    """`precision`: every failing case shows a TF32 signature (`hints_precision`); an exact case's says
-    most (which dot, and how it rounded), so its words come first."""
-    if not all(e["status"] == Status.WRONG and e.get("precision") for e in failing):
+    """`precision`: every failing case compared shows a TF32 signature (`hints_precision`), and no failure is
+    of another kind; an exact case's signature says most (which dot, and how it rounded), so its words come
+    first."""
+    compared = [e for e in failing if "precision" in e]
+    if not compared or not all(e["precision"] for e in compared):
         return
-    signatures = {e["precision"]: e["case"] for e in reversed(failing)}  # each signature's first case
+    if not all(e["status"] == Status.WRONG for e in failing):
+        return
+    signatures = {e["precision"]: e["case"] for e in reversed(compared)}  # each signature's first case
     one_key = "one-key output is V's row"
     exactly = "where it must be V's row exactly"
     if "exact-tf32x3" in signatures:

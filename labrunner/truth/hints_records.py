@@ -41,7 +41,7 @@ class Evidence(TypedDict):
     past_table_rows: NotRequired[dict[int, list[int]]]  # tile size -> the sequences whose last tile reads past it
     # the output's error has the signature of dots on TF32 operands (`hints_precision`): "tf32" (Triton's
     # default, operands truncated) or "tf32-rounded" (cvt.rna); in an exact case "exact-" and either, or
-    # "exact-tf32x3" (V's row as tf32x3 leaves it)
+    # "exact-tf32x3" (V's row as tf32x3 leaves it); "" compared and none
     precision: NotRequired[str]
     # Every wrong element is the exact value times this one factor (`hints_factor`); `factor_text` is the
     # factor as the message writes it (every digit float32 keeps where the case is exact).
