@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -153,3 +154,59 @@ def test_bench_on_the_cpu_is_refused_in_one_message(runner_no_gpu, no_gpu, devic
     assert result.exit_code == 6
     assert result.stderr == BENCH_REFUSED.format(why=why)  # no note about falling back first
     assert result.stdout == ""
+
+
+def test_no_cupy_advice_where_no_nvidia_driver_is(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # its import fails, as on a CPU-only runner
+    monkeypatch.setattr(backend_module, "gpu_may_be_here", lambda: False)
+    assert backend_module.gpu_status() == (False, "no GPU found (no NVIDIA driver on this machine)")
+    monkeypatch.setattr(backend_module, "gpu_may_be_here", lambda: True)
+    assert backend_module.gpu_status() == (
+        False,
+        "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)",
+    )
+
+
+def test_doctor_gives_no_cupy_advice_where_no_gpu_could_use_it(monkeypatch):
+    from labrunner.pipeline import doctor
+
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setattr(backend_module, "gpu_may_be_here", lambda: False)
+    monkeypatch.setattr(doctor, "prove_oracle", lambda: SimpleNamespace(passed=True, max_error=0.0))
+    rows = {name: (ok, words) for name, ok, words in doctor.diagnose()}
+    assert rows["CuPy"] == (False, "not installed: needed only where an NVIDIA GPU is")
+
+
+def test_a_missing_gates_file_is_named_missing_where_no_gate_applies(tmp_path):
+    from labrunner.pipeline.grade import gates_not_applied
+
+    (tmp_path / "gates.json").write_text("{}")
+    assert gates_not_applied(tmp_path / "gates.json", "cpu") == (
+        f"--gates {tmp_path / 'gates.json'}: not applied on the cpu backend, which takes no timings"
+    )
+    assert gates_not_applied("no/gates.json", "cpu") == (
+        "--gates no/gates.json: no such file (on a GPU the grade refuses it; `attnlab calibrate LAB -o "
+        "no/gates.json` writes one); not applied on the cpu backend, which takes no timings"
+    )
+
+
+def test_doctor_names_its_columns_and_keeps_within_columns():
+    completed = piped("doctor", "--device", "cpu", COLUMNS="70")
+    lines = completed.stdout.decode().splitlines()
+    assert re.match(r"┃ check +┃ status +┃ details +┃$", lines[2]), lines[:4]
+    assert max(len(line) for line in lines) <= 70
+
+
+@needs_cpu_backend
+@pytest.mark.slow
+def test_with_columns_set_every_line_of_a_failing_grade_keeps_within_it():
+    completed = piped("grade", "lab2", str(PREFIX_IGNORED), "--device", "cpu", "--no-timing", COLUMNS="70")
+    assert completed.returncode == 1
+    out, err = completed.stdout.decode(), completed.stderr.decode()
+    assert max(len(line) for line in (out + err).splitlines()) <= 70
+    # each case a line, its message wrapped under it; the hint and the verdict wrapped at spaces
+    assert "C1-P31 (1 row, prefix 31) wrong, max |err| 3.82e+00" in out.splitlines()
+    assert out.splitlines()[-2:] == [
+        "WRONG (3 cases skipped on the CPU backend; --full runs them) in case ",
+        "C1-P31 (exit 1)",
+    ]

@@ -21,6 +21,10 @@ BACKENDS = ("gpu", "cpu", "auto")
 NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"
 
 
+# gpu_status's words where neither CuPy nor the NVIDIA driver is here (a CPU-only CI runner).
+NO_DRIVER = "no GPU found (no NVIDIA driver on this machine)"
+
+
 def gpu_may_be_here() -> bool:
     """Whether a GPU may grade here, asked without CuPy (whose import alone costs a two-core CI runner
     a share of its time): work started ahead for the GPU is started only where this holds."""
@@ -32,6 +36,8 @@ def gpu_status() -> tuple[bool, str]:
     try:
         import cupy
     except ImportError:
+        if not gpu_may_be_here():  # CuPy would find nothing here: advising it would send a CPU runner astray
+            return False, NO_DRIVER
         return False, "CuPy is not installed: pip install 'attnlab[cuda13]' (or [cuda12] for a CUDA 12 driver)"
     try:
         count = cupy.cuda.runtime.getDeviceCount()

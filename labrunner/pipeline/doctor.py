@@ -28,7 +28,9 @@ def diagnose() -> list[tuple[str, bool, str]]:
 
         rows.append(("CuPy", True, cupy.__version__))
     except ImportError:
-        rows.append(("CuPy", False, "not installed: pip install 'attnlab[cuda13]' (or [cuda12])"))
+        needed = backend.gpu_may_be_here()  # only the GPU backend uses CuPy: no advice where no GPU could use it
+        words = "pip install 'attnlab[cuda13]' (or [cuda12])" if needed else "needed only where an NVIDIA GPU is"
+        rows.append(("CuPy", False, f"not installed: {words}"))
     try:
         rows.append(("NVRTC (compile gate)", True, nvrtc_version()))
     except AttnlabError as exc:

@@ -211,4 +211,11 @@ def load_gates_where_timed(path: Path | None, backend: str, result: RunResult) -
 
 
 def gates_not_applied(path, backend: str) -> str:
-    return f"--gates {path}: not applied on the {backend} backend, which takes no timings"
+    """The note of a gates file a backend without timings leaves unread; one that is not there is named as
+    missing, since the same command on a GPU refuses it."""
+    if Path(path).is_file():
+        return f"--gates {path}: not applied on the {backend} backend, which takes no timings"
+    return (
+        f"--gates {path}: no such file (on a GPU the grade refuses it; `attnlab calibrate LAB -o {path}` writes "
+        f"one); not applied on the {backend} backend, which takes no timings"
+    )

@@ -35,6 +35,21 @@ MEBIBYTE = 1024 * 1024
 STATUS_STYLE: dict[str, str] = {Status.PASS: "green", Status.SKIPPED: "dim", Status.NOT_RUN: "dim"}
 
 
+def _columns_set() -> bool:
+    """`COLUMNS` given in the environment: a log's lines keep within it as a terminal's do."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    return columns.isdigit() and int(columns) > 0
+
+
+def _whole(console: Console) -> bool:
+    """Lines printed whole, never wrapped: in a log without `COLUMNS` (one line to grep). On a terminal, or
+    piped with `COLUMNS` set, rich wraps them at spaces within the width. An error's line is always whole
+    (a CI problem matcher reads `file(line): error: ...` from one line)."""
+    return not console.is_terminal and not _columns_set()
+
+
 # Messages can quote a student's file or what its code printed: control characters are shown
 # escaped and square brackets are never read as rich markup.
 def error(message: str) -> None:
@@ -53,7 +68,7 @@ def error(message: str) -> None:
 
 
 def note(message: str) -> None:
-    stderr.print(f"[yellow]note:[/] {escape(shown_text(message))}", markup=True, soft_wrap=not stderr.is_terminal)
+    stderr.print(f"[yellow]note:[/] {escape(shown_text(message))}", markup=True, soft_wrap=_whole(stderr))
 
 
 @contextmanager
@@ -90,7 +105,7 @@ def heading(text: str) -> None:
     at spaces (a path longer than the terminal is folded, never cut).
 
     It starts with the file's name, the student's text, so it is shown (untrusted_text.py) whole."""
-    stdout.print(f"[bold]{escape(shown(text))}[/]", markup=True, soft_wrap=not stdout.is_terminal)
+    stdout.print(f"[bold]{escape(shown(text))}[/]", markup=True, soft_wrap=_whole(stdout))
 
 
 def labs_table(labs) -> None:
@@ -144,8 +159,8 @@ def check_report(result: RunResult) -> None:
 def doctor_report(rows: list[tuple[str, bool, str]]) -> None:
     table = Table(title="attnlab doctor")
     table.add_column("check")
-    table.add_column("")
-    table.add_column("details")
+    table.add_column("status")
+    table.add_column("details", overflow="fold")  # a long word (a CUDA error's name) is folded, never cut
     for name, ok, words in rows:
         table.add_row(name, "[green]ok[/]" if ok else "[red]missing[/]", escape(words))
     print_unwrapped(table)
@@ -190,16 +205,18 @@ def cases_report(result: RunResult) -> None:
     rows_name, prefix_name = size_columns(result.lab)
     # A lab without a cached prefix (lab 1) has no prefix column: a column of zeros teaches nothing.
     with_prefix = any(case.prefix for case in result.cases)
-    if terminal and stdout.width < NARROW_COLUMNS:
+    if not _whole(stdout) and stdout.width < NARROW_COLUMNS:
         _cases_as_lines(result, folding, rows_name, prefix_name if with_prefix else None)
     else:
-        _cases_table(result, folding, rows_name, prefix_name if with_prefix else None, one_line=terminal and fold)
+        _cases_table(
+            result, folding, rows_name, prefix_name if with_prefix else None, one_line=not _whole(stdout) and fold
+        )
     if folding:
         count = len(folding)
         stdout.print(
             f"{count} more failing case{'s' if count != 1 else ''} folded to one line each; --verbose shows "
             "every message in full (and --json PATH keeps them)",
-            soft_wrap=not terminal,
+            soft_wrap=_whole(stdout),
         )
 
 
@@ -326,7 +343,7 @@ def _pipeline_table(timing: PipelineTiming) -> None:
         stdout.print(
             f"SPEEDUP vs peer = {escape(peer.label)}'s time / the whole call's time, each pair interleaved "
             "on the same fresh input sets (95% CI in --json)",
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
         _peer_includes(peer)
 
@@ -356,7 +373,7 @@ def _floor_table(timing: PipelineTiming) -> None:
             f"floor: {floor.bytes / MEBIBYTE:,.0f} MiB at this run's device-copy bandwidth ({floor.copy_gb_s:.0f} "
             f"GB/s, bytes read plus written) = {floor.ms:.3f} ms; the whole call takes "
             f"{_ms(row.total)} ms, {floor.times_floor:.2f}x the floor",
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
     else:
         note("no device copy was timed in this run, so the floor is not known")
@@ -374,7 +391,9 @@ def _peer_cells(versus: PeerRow | None) -> tuple[str, str]:
 
 
 def _peer_includes(peer: Peer) -> None:
-    stdout.print(f"[dim]the peer's time ({escape(peer.label)}) includes: {escape(peer.includes)}[/]", soft_wrap=True)
+    stdout.print(
+        f"[dim]the peer's time ({escape(peer.label)}) includes: {escape(peer.includes)}[/]", soft_wrap=_whole(stdout)
+    )
 
 
 def _speedup_table(timing: SpeedupTiming) -> None:
@@ -416,7 +435,7 @@ def _speedup_table(timing: SpeedupTiming) -> None:
         stdout.print(
             f"{len(timing.rounds)} rounds, each in a fresh worker process on fresh buffers; SPEEDUP per round: "
             + ", ".join(f"{r.speedup:.2f}x" for r in timing.rounds),
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
     if timing.peer is not None and timing.peer.timed:
         _peer_includes(timing.peer)
@@ -451,11 +470,11 @@ def verdict_line(result: RunResult, why_on_the_cpu: str | None = None) -> None:
         backend = f" on the CPU backend: {why_on_the_cpu}"
     for hint in result.hints:
         stdout.print(
-            f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=not stdout.is_terminal
+            f"[yellow]hint ({hint['hazard']}):[/] {escape(shown_text(hint['text']))}", soft_wrap=_whole(stdout)
         )
     stdout.print(
         f"[{style}]{verdict.upper()}[/]{escape(skipped)}{where}{backend} (exit {int(result.exit_code)})",
-        soft_wrap=not stdout.is_terminal,
+        soft_wrap=_whole(stdout),
     )  # in a log, one line to grep; on a terminal, wrapped at spaces (a terminal's own wrap cuts words)
 
 
@@ -476,7 +495,7 @@ def kernel_output(lines: list[str]) -> None:
     if lines:
         stderr.print("[dim]the kernels printed (device printf; shown for reference, never read as results):[/]")
         for line in lines:  # never wrapped: a wrap would start a line with the kernel's text (`::error::`)
-            stderr.print(f"[dim]  | {escape(shown(line))}[/]", markup=True, highlight=False, soft_wrap=True)
+            stderr.print(f"[dim]  | {escape(shown(line))}[/]", markup=True, highlight=False, soft_wrap=_whole(stderr))
 
 
 def _error(value: float | None) -> str:
@@ -523,7 +542,7 @@ def trace_report(trace: Trace) -> None:
     style = {k: KERNEL_STYLES[i % len(KERNEL_STYLES)] for i, k in enumerate(trace.kernels)}
     for shape in trace.shapes:
         longest = trace.longest_ms(shape)
-        stdout.print(f"[bold]{escape(shape)}[/] [dim](a full bar is {longest:.3f} ms)[/]", soft_wrap=True)
+        stdout.print(f"[bold]{escape(shape)}[/] [dim](a full bar is {longest:.3f} ms)[/]", soft_wrap=_whole(stdout))
         for call in trace.calls_at(shape):
             bars, words = [], []
             for s in call.launches:
@@ -534,7 +553,7 @@ def trace_report(trace: Trace) -> None:
             stdout.print(
                 f"  call {call.call + 1}  {''.join(bars)}  {' · '.join(words)} = {call.total_ms:.3f} ms"
                 + (f" [dim](first start to last end {call.span_ms:.3f} ms)[/]" if len(call.launches) > 1 else ""),
-                soft_wrap=True,
+                soft_wrap=_whole(stdout),
             )
 
 
@@ -609,23 +628,25 @@ def range_report(profile: Profile) -> None:
             f"[dim]ceilings: FP32 {ceilings.peak_flops / 1e12:.1f} TFLOP/s ({escape(ceilings.peak_source)}); "
             f"HBM {ceilings.bandwidth / 1e12:.2f} TB/s ({escape(ceilings.bandwidth_source)}); "
             f"ridge point {ceilings.ridge:.1f} FLOP/B[/]",
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
     else:
         note(f"no roofline verdict: {profile.ceilings_problem}")
     for contender in report.contenders:
         if contender.point:
             kernels = "" if len(contender.kernels) == 1 else " (the whole call)"
-            stdout.print(f"[bold]{escape(contender.label)}{kernels}: {contender.point.verdict}[/]", soft_wrap=True)
+            stdout.print(
+                f"[bold]{escape(contender.label)}{kernels}: {contender.point.verdict}[/]", soft_wrap=_whole(stdout)
+            )
         if len(contender.kernels) > 1:
             for k in contender.kernels:
                 if k.point:
-                    stdout.print(f"  {escape(k.kernel)}: {k.point.verdict}", soft_wrap=True)
+                    stdout.print(f"  {escape(k.kernel)}: {k.point.verdict}", soft_wrap=_whole(stdout))
     for row in profile.trace_vs_ncu or []:
         stdout.print(
             f"[dim]{escape(row.kernel)}: the trace's median {row.trace_median_ms:.3f} ms, ncu's "
             f"{row.ncu_ms:.3f} ms ({row.difference:+.1%})[/]",
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
     if profile.no_starter_row:
         note(profile.no_starter_row)
@@ -641,13 +662,13 @@ def traffic_beside_measured(profile: Profile) -> None:
         f"HBM traffic model at {shape}: naive {model.naive_bytes / 1e6:.2f} MB (the score matrix "
         f"{model.matrix_bytes / 1e6:.2f} MB, written and read twice), flash {model.flash_bytes / 1e6:.2f} MB "
         "(Q, K, V read once, the output written once)",
-        soft_wrap=True,
+        soft_wrap=_whole(stdout),
     )
     for row in profile.dram_beside_model:
         stdout.print(
             f"  measured DRAM, {escape(row.label)}: {row.dram_bytes / 1e6:.2f} MB = "
             f"{row.times_flash:.2f}x flash, {row.times_naive:.3f}x naive",
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
 
 
@@ -660,13 +681,13 @@ def must_move_beside_measured(profile: Profile) -> None:
     stdout.print(
         f"bytes one call must move at {model.label} (the lab's model, as bench counts them): "
         f"{model.bytes / 1e6:,.2f} MB",
-        soft_wrap=True,
+        soft_wrap=_whole(stdout),
     )
     for row in profile.dram_beside_model:
         stdout.print(
             f"  measured DRAM, {escape(row.label)}: {row.dram_bytes / 1e6:,.2f} MB = "
             f"{row.times_must_move:.3f}x the bytes that must move",
-            soft_wrap=True,
+            soft_wrap=_whole(stdout),
         )
 
 
@@ -683,7 +704,7 @@ def range_summary_line(report: RangeReport) -> None:
             f"SM {'/'.join(_pct(x) for x in sm)}" + (f", {contender.point.verdict}" if contender.point else "")
         )
     label = report.shape.label if report.shape else ""
-    stdout.print(escape(f"Range pass at {label} (ncu): " + " | ".join(parts)), soft_wrap=True)
+    stdout.print(escape(f"Range pass at {label} (ncu): " + " | ".join(parts)), soft_wrap=_whole(stdout))
 
 
 # --- output fit for logs ---------------------------------------------------------------------
@@ -692,7 +713,7 @@ def range_summary_line(report: RangeReport) -> None:
 def print_unwrapped(table) -> None:
     """In a log (stdout not a terminal) a table is as wide as its rows need, so no row ever wraps; on a
     terminal, or where the rows fit, the console's own width (COLUMNS honoured)."""
-    if stdout.is_terminal:
+    if not _whole(stdout):
         stdout.print(table)
         return
     from rich.measure import Measurement
@@ -771,7 +792,10 @@ def batch_progress(total: int):
         def finished(description: str) -> None:
             count["done"] += 1
             stderr.print(
-                f"[{count['done']}/{total}] {escape(shown(description))}", markup=True, soft_wrap=True, highlight=False
+                f"[{count['done']}/{total}] {escape(shown(description))}",
+                markup=True,
+                soft_wrap=_whole(stderr),
+                highlight=False,
             )
 
         yield finished
@@ -826,7 +850,7 @@ def batch_report(
         )
     print_unwrapped(table)
     for note in sorted({c.score.unscored for c in course or [] if c.score.unscored}):
-        stdout.print(escape(note), highlight=False, soft_wrap=True)
+        stdout.print(escape(note), highlight=False, soft_wrap=_whole(stdout))
     for code, meaning, count in counts:
         stdout.print(f"exit {code} ({meaning}): {count} submission{'s' if count != 1 else ''}", highlight=False)
     stdout.print(f"exit {worst}: the batch exits with the worst submission's code.", highlight=False)
