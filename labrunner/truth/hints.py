@@ -7,9 +7,14 @@ which rows and heads, and whether the output is exactly attention with one known
 (the scale left out, the causal edge moved by a key, the prefix ignored, another KV head read;
 `hints_prefill`). Decode adds its own (`hints_decode`): partitions combined without rescaling or
 rescaled by the wrong maximum, an empty partition that turns into NaN, a partition size assumed to
-divide the length, a masked key read into a sum, a block-table index off by one. Lab 1's pipeline
-is compared stage by stage (`hints_stages`): scores against another KV head or at another scale, a
-softmax without the max subtracted or over keys above the diagonal, a weighted sum past the diagonal.
+divide the length, a masked key read into a sum, a block-table index off by one; the first four
+also over maxParts equal splits of a sequence (`hints_splits`: vLLM's, SGLang's and LightLLM's cut),
+and keys past a sequence's end loaded through the block table's -1 padding (`hints_padding`). Tiled
+kernels' idioms have theirs: a causal edge one key late behind a zero-filled load, some rows counting
+the next key and others a zero key (`hints_zero_key`), and dots on TF32 operands, Triton's default
+for float32 (`hints_precision`). Lab 1's pipeline is compared stage by stage (`hints_stages`): scores
+against another KV head or at another scale, a softmax without the max subtracted or over keys above
+the diagonal, a weighted sum past the diagonal.
 In every lab, wrong values that are the exact ones times one factor are said as such
 (`hints_factor`). A grade gets at most two hints, the most specific first.
 

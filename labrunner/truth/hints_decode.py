@@ -84,11 +84,11 @@ def decode_variant(
     partitions of `first_partition_max` keys each rescaled by exp(partMax - partition 0's max) in
     float32, as a kernel does: where a later partition's max lies more than 88 above the first's, that
     factor is inf and the sequence NaN. `table_ignored`: page j // 16 of sequence b read as page
-    b * maxPages + j // 16 of the cache, as if the table were the identity. `equal_splits`: the two
-    combine mistakes made over that many equal splits of each sequence, cdiv(n, equal_splits) keys each
-    (as vLLM, SGLang and LightLLM cut it), not over partitions of a fixed size (then pass 1 for the size
-    they name). A sequence the change leaves without keys, sends to a -1 entry or past the cache's last
-    page, is NaN. float64 `[B][32][64]`."""
+    b * maxPages + j // 16 of the cache, as if the table were the identity. `equal_splits`: the
+    combine mistake asked for (`unrescaled_partition` or `first_partition_max`, whose size then only says
+    which) made over that many equal splits of each sequence, cdiv(n, equal_splits) keys each (as vLLM,
+    SGLang and LightLLM cut it), not over partitions of a fixed size. A sequence the change leaves without
+    keys, sends to a -1 entry or past the cache's last page, is NaN. float64 `[B][32][64]`."""
     table = inputs.block_table
     assert table is not None, "a decode variant needs a decode case's inputs"
     heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
