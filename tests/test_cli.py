@@ -557,6 +557,30 @@ def test_dash_h_shows_each_commands_help(runner, name):
     assert summary in " ".join(result.stdout.split())
 
 
+def test_grade_help_groups_its_options_and_lists_each_once(runner):
+    result = invoke(runner, "grade", "--help")
+    assert result.exit_code == 0
+    headings = [line for line in result.stdout.splitlines() if line and not line.startswith(" ")][1:]
+    assert headings == [
+        "One file (a .cu file, or a Triton .py file in lab2 and lab3):",
+        "Batch (several files, a folder of them, or a folder per student):",
+        "Cluster (a batch on Slurm: --executor slurm):",
+        "Output:",
+    ]
+    grade = main.commands["grade"]
+    sections = dict(zip(headings, re.split(r"^\S.*:$", result.stdout, flags=re.MULTILINE)[1:]))
+    named = [o for p in grade.get_params(context(grade, "grade")) if isinstance(p, click.Option) for o in p.opts]
+    for option in named:  # each option in exactly one section, none left out
+        listed = rf"^  (?:\S+, )*{re.escape(option)}\b"  # `-v, --verbose`: either name, in its record's first column
+        assert sum(bool(re.search(listed, s, re.MULTILINE)) for s in sections.values()) == 1, option
+    assert re.search(r"^  --partition\b", sections["Cluster (a batch on Slurm: --executor slurm):"], re.MULTILINE)
+    assert re.search(r"^  --roster\b", sections[headings[1]], re.MULTILINE)
+    assert re.search(r"^  --json\b", sections["Output:"], re.MULTILINE)
+    assert re.search(r"^  -h, --help\b", sections["Output:"], re.MULTILINE)
+    assert re.search(r"^  --race-check\b", sections[headings[0]], re.MULTILINE)
+    assert "a Triton .py file" in " ".join(result.stdout.split()[:60])
+
+
 # --- as a user runs it -----------------------------------------------------------------------
 
 

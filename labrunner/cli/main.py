@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from labrunner.cli.guard import guarded
+from labrunner.cli.help_groups import GroupedHelp
 from labrunner.cli.options import (
     BATCH_ONLY,
     batch_options,
@@ -240,14 +241,15 @@ def after_verdict(annotations: str | None, gradescope_path: Path | None) -> Call
     return write
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(context_settings=CONTEXT, cls=GroupedHelp)
 @click.argument("lab")
 @click.argument("file", nargs=-1, required=True, type=click.Path(path_type=Path))
 @run_options
 @batch_options
 @grade_options
 def grade(lab: str, file: tuple[Path, ...], **options: Any) -> None:
-    """Grade FILE for LAB: compile, prove the oracle, check every case, then time it.
+    """Grade FILE for LAB: compile, prove the oracle, check every case, then time it. FILE is a .cu
+    file, or in lab2 and lab3 a Triton .py file (its kernels run sealed; on the CPU in Triton's interpreter).
 
     Several files, or a folder (its .cu files, sorted, and its .py files in the labs that take Triton:
     lab2, lab3; or a folder per student), are graded as a batch: --jobs at once, a progress bar over
