@@ -915,7 +915,7 @@ class TritonInterpretedModule:
         with _hooked(state):
             lock = None
             if self.lockstep:
-                memory = GroupMemory(t.raw, state.spans)
+                memory = GroupMemory(t.raw, [array for _, array in buffers])
                 lock = triton_lockstep.Lockstep(t.interpreter, memory, self.stats)
             try:
                 _run_launch(function, g, passed, self.constexprs[kernel], lock)
