@@ -164,6 +164,26 @@ def test_programs_whose_python_parts_run_as_parts_and_give_the_same_bits():
     assert stats.runs == 1 + 3 + sum(len(s) for s in signs if len(s) > 1) == 8
 
 
+PAYLOADS = HEAD + textwrap.dedent("""
+    @triton.jit
+    def moved(x, y, n, B: tl.constexpr):
+        r = tl.program_id(0) * B + tl.arange(0, B)
+        tl.store(y + r, tl.load(x + r, mask=r % 3 != 0, other=float("nan")))
+""")
+
+
+def test_a_nan_payload_is_moved_bit_for_bit_through_a_groups_loads():
+    module = load(PAYLOADS, {"moved": ["float*", "float*", "int"]}, {"moved": {"B": 8}})
+    bits = (np.uint32(0x7FA00000) + np.arange(64, dtype=np.uint32)) | np.uint32(0x80000000) * (np.arange(64) % 2 == 0)
+    x = bits.astype(np.uint32).view(np.float32)  # signalling NaNs of both signs, each with its own payload
+    grouped, alone, error, _, stats = both(module, "moved", (8, 1, 1), [x, np.zeros(64, np.float32)], [64])
+    assert error is None
+    assert same_bits(grouped, alone)
+    kept = np.arange(64) % 3 != 0
+    assert np.array_equal(grouped[1].view(np.uint32)[kept], bits[kept])
+    assert (stats.grouped, stats.alone) == (8, 0)
+
+
 OUT_OF_BOUNDS = HEAD + textwrap.dedent("""
     @triton.jit
     def past(x, y, n, B: tl.constexpr):
