@@ -211,11 +211,11 @@ def test_a_masked_access_past_a_buffer_names_the_same_program_and_element_and_le
     # programs 0 .. 28 ran and stored; nothing of 29 or later did
     assert np.array_equal(grouped[1][:58], np.arange(58, dtype=np.float32) + 1.0)
     assert np.array_equal(grouped[1][58:], np.zeros(6, np.float32))
-    # the group of 40 failed, then its halves, first half first, down to program 29, which raised alone:
-    # 0-19 ran as a group; 20-39 failed, 20-29 failed, 20-24 ran; 25-29 failed, 25-26 ran; 27-29 failed,
-    # 27 ran alone; 28-29 failed, 28 ran alone, 29 raised
-    assert (stats.grouped, stats.alone) == (20 + 5 + 2, 2)
-    assert dict(stats.abandoned) == {"an access outside one buffer": 6}
+    # a failing group runs its first program alone, then the rest in halves: 0-39 failed, 0 alone, 1-19
+    # grouped; 20-39 failed, 20 alone; 21-29 failed, 21 alone, 22-25 grouped; 26-29 failed, 26 alone, 27
+    # alone (a group of one); 28-29 failed, 28 alone, and 29 raised alone
+    assert (stats.grouped, stats.alone) == (19 + 4, 6)
+    assert dict(stats.abandoned) == {"an access outside one buffer": 5}
 
 
 ATOMICS = HEAD + textwrap.dedent("""

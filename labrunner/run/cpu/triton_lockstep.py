@@ -25,9 +25,10 @@ How a group runs (`run_grid`):
 * Anything that only one program at a time does exactly abandons the group and undoes its stores. An
   atomic, a print, a conflict or an operation the groups do not make: the group's programs, and the
   rest of the launch's (the same thing would abandon every group), run one at a time, in order,
-  through the interpreter's own path. An error or an access outside the buffers: the group is halved,
-  first half first, down to the one program that fails, which runs alone and raises as it always has,
-  naming the same program and element, after every program before it ran exactly as in order.
+  through the interpreter's own path. An error or an access outside the buffers: the group's first
+  program runs alone, the rest in halves, first half first, down to the one program that fails, which
+  runs alone and raises as it always has, naming the same program and element, after every program
+  before it ran exactly as in order.
 
 What a group gives is bit for bit what the programs give alone (tests/test_triton_lockstep.py holds the
 two paths together): elementwise numpy is exact per element whatever the layout, a reduction along an
@@ -594,9 +595,12 @@ def _run_range(
 ) -> bool:
     """Programs first .. first + count - 1 of the launch, in order; False where a reason that holds for the
     whole launch stopped the groups (the programs then ran alone). A group that fails (an error, an access
-    outside the buffers) is halved, first half first, down to the one program that fails alone: every
-    program before it ran, exactly, as in order, so the interpreter's own path then raises its error,
-    naming the same program and element as ever, after the group's time and not after every program's."""
+    outside the buffers) runs its first program alone, then the rest in halves, first half first, down to
+    the one program that fails alone: every program before it ran, exactly, as in order, so the
+    interpreter's own path then raises its error, naming the same program and element as ever, after a
+    few groups' time and not after every program's."""
+    if count == 0:
+        return True
     _, ny, nz = grid
     index = np.arange(first, first + count, dtype=np.int64)
     ids = np.stack([index // (ny * nz), (index // nz) % ny, index % nz], axis=1)
@@ -607,11 +611,15 @@ def _run_range(
     if count > 1:
         lock.stats.abandoned[why] += 1
     if count > 1 and not why.startswith(_FOR_THE_LAUNCH):
-        half = count // 2
-        if _run_range(lock, fn, args, grid, first, half):
-            return _run_range(lock, fn, args, grid, first + half, count - half)
-        _run_alone(fn, args, grid, first + half, count - half, lock.interpreter.interpreter_builder)
-        lock.stats.alone += count - half
+        # The first program alone (a kernel's error is most often every program's, so the first's), then
+        # the rest in halves.
+        _run_alone(fn, args, grid, first, 1, lock.interpreter.interpreter_builder)
+        lock.stats.alone += 1
+        rest, half = first + 1, (count - 1) // 2
+        if _run_range(lock, fn, args, grid, rest, half):
+            return _run_range(lock, fn, args, grid, rest + half, count - 1 - half)
+        _run_alone(fn, args, grid, rest + half, count - 1 - half, lock.interpreter.interpreter_builder)
+        lock.stats.alone += count - 1 - half
         return False
     _run_alone(fn, args, grid, first, count, lock.interpreter.interpreter_builder)
     lock.stats.alone += count
