@@ -11,7 +11,15 @@ import pytest
 from labrunner.truth.cases import load_catalogue, make_inputs
 from labrunner.truth.check import check_output
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
-from labrunner.truth.hints import add_stage_evidence, decode_variant, derive_hints, factor_words, gather_evidence
+from labrunner.truth.hints import (
+    add_stage_evidence,
+    decode_variant,
+    derive_hints,
+    factor_words,
+    gather_evidence,
+    online_without_rescale,
+    variant_attention,
+)
 from labrunner.truth.hints_factor import factor_evidence
 
 SEED = 20261129
@@ -119,7 +127,7 @@ def test_attention_over_every_key_is_a_causal_mask_hint_in_any_lab():
     assert hinted([evidence(case="C17-P31", prefix=31, matches=["causal-none"])]) == [
         (
             "causal-mask",
-            "the output is attention over every key, above the diagonal too: row i sees keys j <= prefix + i, "
+            "the output is attention over every key, above the diagonal too: row i sees keys j <= prefixLen + i, "
             "and no further",
         )
     ]
@@ -465,3 +473,125 @@ def test_a_correct_decode_is_never_the_identity_table_variant():
     checked = check_output(wrong, reference)
     found = gather_evidence(case, inputs, wrong, reference, checked.status, checked.failing_rows)
     assert "table-ignored" not in found["matches"]
+
+
+# --- every hint's first clause true to the evidence, in the lab's own words ------------------------------
+
+
+def test_lab_1s_causal_hint_speaks_of_no_prefix():
+    assert hinted([evidence(matches=["causal-plus-one"])]) == [
+        (
+            "causal-mask",
+            "the output is attention with one key past the diagonal counted: row i sees keys j <= i, and no further",
+        )
+    ]
+
+
+def test_a_missing_rescale_in_every_case_says_what_was_left_out_and_over_which_keys():
+    # the lab-2 starter without `alpha *` on its accumulator: every case fails, there are no key tiles
+    cases = [
+        evidence(
+            case=name,
+            prefix=31,
+            matches=["rescale-missing"],
+            rescale_missing={"tile": 1, "left_out": "acc"},
+        )
+        for name in ("C1-P31", "C17-P31")
+    ]
+    assert hinted(cases) == [
+        (
+            "rescale",
+            "the output is the online softmax (a key at a time) with the accumulator never rescaled: whenever a "
+            "key raises a row's max, rescale both l and the accumulator by exp(m_old - m_new)",
+        )
+    ]
+    tiled = [
+        evidence(
+            case="C33-P1000", prefix=1000, matches=["rescale-missing"], rescale_missing={"tile": 64, "left_out": "l"}
+        )
+    ]
+    assert hinted(tiled)[0][1].startswith(
+        "the output is the online softmax (in key tiles of 64) with l, the running sum, never rescaled"
+    )
+    # only the last-key cases fail: the words that say so
+    assert hinted([evidence(case="lastkey-C17-P31", prefix=31, last_key=True)])[0][1].startswith(
+        "only cases where a row's max arrives in a later key tile fail"
+    )
+
+
+def test_the_online_softmax_without_its_accumulator_rescale_is_found_a_key_at_a_time():
+    case = lab_case("lab2", "C17-P31")
+    inputs = make_inputs(case, SEED)
+    out = online_without_rescale(inputs.q, inputs.k, inputs.v, case.prefix, 1, "l").astype(np.float32)
+    found = gather_evidence(case, inputs, out, inputs.reference(), "wrong", list(range(case.rows)))
+    assert "rescale-missing" in found["matches"]
+    assert found["rescale_missing"] == {"tile": 1, "left_out": "acc"}
+
+
+def test_k_from_another_kv_head_alone_is_a_gqa_hint_that_says_so():
+    case = lab_case("lab2", "C17-P31")
+    inputs = make_inputs(case, SEED)
+    heads = np.arange(QUERY_HEADS)
+    out = np.empty((case.rows, QUERY_HEADS, HEAD_DIM), dtype=np.float32)
+    for h in heads:  # K from h % 8, V from h / 4, as a kernel with the mapping wrong in K only reads them
+        out[:, h] = variant_attention(inputs.q, inputs.k, inputs.v, case.prefix, k_head=h % KV_HEADS)[:, h]
+    reference = inputs.reference()
+    checked = check_output(out, reference)
+    found = gather_evidence(case, inputs, out, reference, "wrong", checked.failing_rows)
+    assert found["kv_heads_read"] == {}
+    assert found["k_heads_read"] == {h: h % KV_HEADS for h in found["heads_wrong"]}
+    assert hinted([found]) == [
+        (
+            "gqa-mapping",
+            "query head 1 takes its scores (K) from KV head 1 and its values (V) from KV head 0: both K and V "
+            "are read at KV head h / 4 = 0 (GROUP = 4: heads 0-3 share KV head 0)",
+        )
+    ]
+
+
+def test_rows_unwritten_in_every_block_are_a_bounds_hint_naming_the_settings():
+    constants = {"attnlab_threads": 128, "attnlab_rows_per_block": 64, "attnlab_heads_per_block": 1}
+    cases = [
+        evidence(case="C33-P31", rows=33, prefix=31, status="never-written", failing_rows=[32]),
+        evidence(
+            case="geometry-C129-P31",
+            rows=129,
+            prefix=31,
+            status="never-written",
+            failing_rows=[*range(32, 64), *range(96, 128)],
+            launch_constants=constants,
+        ),
+    ]
+    assert hinted(cases)[0] == (
+        "bounds",
+        "rows 32-63 of every 64-row block fail (case geometry-C129-P31): a block writes its first 32, while "
+        "attnlab_rows_per_block = 64 gives it 64: attnlab_threads = 128 is too few threads for 64 rows as the "
+        "kernel hands rows to threads; raise it, or lower attnlab_rows_per_block",
+    )
+    # the same rows in one case only: a suffix, whose words say so
+    assert hinted(cases[:1])[0][1].startswith("only the last rows fail (from row 32 on in case C33-P31)")
+
+
+def test_pages_read_from_the_start_of_the_cache_are_a_page_table_hint():
+    case = lab_case("lab3", "skewed")
+    inputs = make_inputs(case, SEED)
+    out = decode_variant(inputs, first_pages=True).astype(np.float32)
+    reference = inputs.reference()
+    found = gather_evidence(case, inputs, out, reference, "wrong", check_output(out, reference).failing_rows)
+    assert "table-first-pages" in found["matches"]
+    assert hinted([found])[0] == (
+        "page-table",
+        "the output is attention over pages j / 16 of the cache, the same first pages for every sequence, as if "
+        "there were no block table: a sequence's pages lie wherever its row of the table says, so key j of "
+        "sequence b is row j % 16 of page blockTable[b][j / 16]",
+    )
+
+
+def test_a_decode_variant_that_defines_no_sequence_reproduces_nothing():
+    from labrunner.truth.hints_decode import explains_rows
+
+    nan = np.full((2, QUERY_HEADS, HEAD_DIM), np.nan)
+    assert not explains_rows(nan, nan)  # a kernel NaN everywhere is not "without its last partition"
+    some = nan.copy()
+    some[0] = 0.5
+    assert explains_rows(some, some)

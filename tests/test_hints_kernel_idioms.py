@@ -27,7 +27,7 @@ LOG2E = 1.4426950408889634
 ZERO_KEY_TEXT = (
     "the output is attention with one key past the diagonal counted: the next key, or past the keys a tile "
     "loaded a zero key (a masked load's other=0.0, a tile padded with 0), which scores 0 and still takes "
-    "exp(0 - max) of the weight: row i sees keys j <= prefix + i, and no further (test n <= prefixLen + i, and "
+    "exp(0 - max) of the weight: row i sees keys j <= prefixLen + i, and no further (test n <= prefixLen + i, and "
     "give every key the test leaves out the score -inf)"
 )
 TF32_TEXT = (
@@ -329,7 +329,7 @@ def test_the_real_next_key_everywhere_keeps_the_plain_words():
     assert hints_of(results) == [
         (
             "causal-mask",
-            "the output is attention with one key past the diagonal counted: row i sees keys j <= prefix + i, "
+            "the output is attention with one key past the diagonal counted: row i sees keys j <= prefixLen + i, "
             "and no further",
         )
     ]

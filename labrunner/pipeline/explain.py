@@ -48,6 +48,7 @@ def explain_failure(
     """
     out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
     evidence = gather_evidence(case, inputs, out, reference, status, failing_rows, explain)
+    evidence["launch_constants"] = dict(submission.constants)  # the settings a hint on the rows may name
     launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
     stages = staged_evidence(lab, worker, case, inputs, launches, out, evidence, timeout_s)
     if not words:

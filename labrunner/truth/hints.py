@@ -215,22 +215,22 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "only the planted cases fail, with inf or nan: subtract the row max before "
             "exponentiating (expf overflows near 88; exp(s - max) is at most 1)"
         )
+    # the causal edge as the lab writes it: lab 1 has no prefix (row i sees keys j <= i)
+    edge = "j <= prefixLen + i" if any(e["prefix"] for e in failing) else "j <= i"
     if _all_match(failing, "causal-plus-one"):
         found["causal-mask"] = (
-            "the output is attention with one key past the diagonal counted: row i sees keys "
-            "j <= prefix + i, and no further"
+            f"the output is attention with one key past the diagonal counted: row i sees keys {edge}, and no further"
         )
     elif _all_match(failing, "causal-zero-key"):
         found["causal-mask"] = (
             "the output is attention with one key past the diagonal counted: the next key, or past the keys a "
             "tile loaded a zero key (a masked load's other=0.0, a tile padded with 0), which scores 0 and still "
-            "takes exp(0 - max) of the weight: row i sees keys j <= prefix + i, and no further (test "
+            f"takes exp(0 - max) of the weight: row i sees keys {edge}, and no further (test "
             "n <= prefixLen + i, and give every key the test leaves out the score -inf)"
         )
     elif _all_match(failing, "causal-minus-one"):
         found["causal-mask"] = (
-            "the output is attention with each row's own key dropped: row i sees keys "
-            "j <= prefix + i, its own key included"
+            f"the output is attention with each row's own key dropped: row i sees keys {edge}, its own key included"
         )
     elif _all_staged(failing, "softmax-over-upper"):
         found["causal-mask"] = (
@@ -244,8 +244,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
         )
     elif _all_match(failing, "causal-none"):
         found["causal-mask"] = (
-            "the output is attention over every key, above the diagonal too: row i sees keys "
-            "j <= prefix + i, and no further"
+            f"the output is attention over every key, above the diagonal too: row i sees keys {edge}, and no further"
         )
     if _all_match(failing, "prefix-ignored"):
         found["prefix-offset"] = (
@@ -267,11 +266,13 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             )
             break
     _gqa_hint(failing, found, scores_kernel, wsum_kernel)
-    if all(e["last_key"] for e in failing) or _all_match(failing, "rescale-missing"):
+    if all(e["last_key"] for e in failing):
         found["rescale"] = (
             "only cases where a row's max arrives in a later key tile fail: when the max moves, "
             "rescale both l and the accumulator by exp(m_old - m_new)"
         )
+    elif _all_match(failing, "rescale-missing"):
+        found["rescale"] = _rescale_words(failing)
     if _all_match(failing, "combine-no-rescale") or _all_match(failing, "splits-no-rescale"):
         found["combine-rescale"] = (
             "the output is every partition's softmax added up as it stands: partitions have "
@@ -321,6 +322,7 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             and not padding_tiles
             and not first_max
             and not table_ignored
+            and not _all_match(failing, "table-first-pages")
             and all(
                 e["failing_rows"] and set(e["failing_rows"]) <= set(e["partial_page_rows"]) & set(e["nonfinite_rows"])
                 for e in decode
@@ -351,6 +353,12 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "identity: a sequence's pages lie wherever its row of the table says, so key j of sequence b "
             "is row j % 16 of page blockTable[b][j / 16]"
         )
+    elif _all_match(failing, "table-first-pages"):
+        found["page-table"] = (
+            "the output is attention over pages j / 16 of the cache, the same first pages for every sequence, "
+            "as if there were no block table: a sequence's pages lie wherever its row of the table says, so "
+            "key j of sequence b is row j % 16 of page blockTable[b][j / 16]"
+        )
     elif _all_match(failing, "page-table"):
         found["page-table"] = (
             "the output is attention over keys read through a block-table index off by one: key "
@@ -360,7 +368,10 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
     if "precision" not in found:  # a one-key row exactly as a TF32 dot leaves it is no constant in the code
         _factor_hint(failing, found)
     suffix_from = _failing_suffix(failing)
-    if suffix_from is not None:
+    by_block = _failing_in_every_block(failing)
+    if by_block is not None:
+        found["bounds"] = _block_rows_words(failing, *by_block)
+    elif suffix_from is not None:
         found["bounds"] = (
             f"only the last rows fail (from row {suffix_from} on in case "
             f"{next(e['case'] for e in failing if e['failing_rows'] and e['failing_rows'][0] == suffix_from)}): "
@@ -372,6 +383,18 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
             "write every row, head and dim, and read no buffer before it is set"
         )
     return [Hint(hazard=hazard, text=found[hazard]) for hazard in HAZARDS if hazard in found][:MAX_HINTS]
+
+
+def _rescale_words(failing: list[Evidence]) -> str:
+    """`rescale` where the online softmax without one rescale reproduces the output: what it left out, and
+    over which keys (a key at a time, or key tiles of the size that reproduced it)."""
+    found = next(e["rescale_missing"] for e in failing if "rescale_missing" in e)
+    left_out = "the accumulator" if found["left_out"] == "acc" else "l, the running sum,"
+    walk = "a key at a time" if found["tile"] == 1 else f"in key tiles of {found['tile']}"
+    return (
+        f"the output is the online softmax ({walk}) with {left_out} never rescaled: whenever a key raises "
+        "a row's max, rescale both l and the accumulator by exp(m_old - m_new)"
+    )
 
 
 def _gqa_hint(failing: list[Evidence], found: dict[str, str], scores_kernel: str, wsum_kernel: str) -> None:
@@ -390,6 +413,17 @@ def _gqa_hint(failing: list[Evidence], found: dict[str, str], scores_kernel: str
             f"{h // GROUP} (GROUP = 4: heads 0-3 share KV head 0)"
         )
         return
+    k_alone = {int(h): g for e in failing for h, g in e.get("k_heads_read", {}).items()}
+    v_alone = {int(h): g for e in failing for h, g in e.get("v_heads_read", {}).items()}
+    for alone, what, other in ((k_alone, "scores (K)", "values (V)"), (v_alone, "values (V)", "scores (K)")):
+        if alone and all(h in alone or h in read for h in wrong_heads):
+            h = min(alone)
+            found["gqa-mapping"] = (
+                f"query head {h} takes its {what} from KV head {alone[h]} and its {other} from KV head "
+                f"{h // GROUP}: both K and V are read at KV head h / 4 = {h // GROUP} (GROUP = 4: heads 0-3 "
+                "share KV head 0)"
+            )
+            return
     explained = set().union(*(set(heads) for heads in by_stage.values()))
     if explained and all(h in explained for h in wrong_heads):
         kernel, heads = next((k, heads) for k, heads in by_stage.items() if heads)
@@ -481,6 +515,42 @@ def _all_staged(failing: list[Evidence], variant: str) -> bool:
         bool(checked)
         and all(variant in e.get("stage_matches", []) for e in checked)
         and all(e["status"] == Status.WRONG for e in failing)
+    )
+
+
+def _failing_in_every_block(failing: list[Evidence]) -> tuple[int, int, str] | None:
+    """(first, block, case) where every failing case fails exactly on rows first .. block - 1 of every block
+    of `block` rows, and the widest case (named) shows that run in more than one block: the geometry of a
+    block that writes only its first rows. None where the failures are of another shape (one run to the
+    end is `_failing_suffix`'s)."""
+    widest = max(failing, key=lambda e: e["rows"])
+    rows = widest["failing_rows"]
+    if not rows or rows[0] == 0:
+        return None
+    end = rows[0]
+    while end + 1 - rows[0] < len(rows) and rows[end + 1 - rows[0]] == end + 1:
+        end += 1
+    block = end + 1
+    if block >= widest["rows"]:
+        return None
+    for e in failing:
+        if e["failing_rows"] != [r for r in range(e["rows"]) if r % block >= rows[0]]:
+            return None
+    return rows[0], block, widest["case"]
+
+
+def _block_rows_words(failing: list[Evidence], first: int, block: int, case: str) -> str:
+    """`bounds` for rows that fail in every block, naming the file's settings behind them where it exports
+    a rows-per-block of that size and a thread count."""
+    said = f"rows {first}-{block - 1} of every {block}-row block fail (case {case}): a block writes its first {first}"
+    constants = next((e["launch_constants"] for e in failing if "launch_constants" in e), {})
+    rows_setting = next((n for n, v in constants.items() if v == block and "rows" in n), None)
+    threads = [f"{n} = {v}" for n, v in constants.items() if n.endswith("threads")]
+    if rows_setting is None or not threads:
+        return f"{said}: check the bounds of each block's row loop and how many rows its threads cover"
+    return (
+        f"{said}, while {rows_setting} = {block} gives it {block}: {' and '.join(threads)} is too few threads for "
+        f"{block} rows as the kernel hands rows to threads; raise it, or lower {rows_setting}"
     )
 
 

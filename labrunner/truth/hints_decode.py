@@ -62,8 +62,18 @@ def decode_evidence(evidence: Evidence, case: Case, inputs: Inputs, out: np.ndar
         evidence["matches"].append("page-table")
     if _explains_in_cache(out, decode_variant(inputs, table_ignored=True), _past_the_cache(inputs)):
         evidence["matches"].append("table-ignored")
+    elif _explains_in_cache(out, decode_variant(inputs, first_pages=True), _past_the_cache(inputs, first_pages=True)):
+        evidence["matches"].append("table-first-pages")
     per_kv = [decode_variant(inputs, kv_head=g) for g in range(KV_HEADS)]
     record_kv_heads_read(evidence["kv_heads_read"], out, heads_wrong, per_kv)
+    # another KV head in K only, or in V only: the scores against one head, the values from the other
+    unexplained = [h for h in heads_wrong if h not in evidence["kv_heads_read"]]
+    if unexplained:
+        evidence["k_heads_read"], evidence["v_heads_read"] = {}, {}
+        k_only = [decode_variant(inputs, k_head=g) for g in range(KV_HEADS)]
+        record_kv_heads_read(evidence["k_heads_read"], out, unexplained, k_only)
+        v_only = [decode_variant(inputs, v_head=g) for g in range(KV_HEADS)]
+        record_kv_heads_read(evidence["v_heads_read"], out, unexplained, v_only)
     return evidence
 
 
@@ -71,24 +81,29 @@ def decode_variant(
     inputs: Inputs,
     scale: float = SCALE,
     kv_head: int | None = None,
+    k_head: int | None = None,
+    v_head: int | None = None,
     page_index: Callable[[np.ndarray], np.ndarray] = lambda j: j // PAGE_TOKENS,
     keys: Callable[[int], int] = lambda n: n,
     unrescaled_partition: int = 0,
     first_partition_max: int = 0,
     table_ignored: bool = False,
     equal_splits: int = 0,
+    first_pages: bool = False,
 ) -> np.ndarray:
     """Decode through the block table with one thing changed: the scale, one KV head read by every
-    query head, the table index of key j (`page_index`), how many keys a sequence of n keys reads
-    (`keys`), partitions of `unrescaled_partition` keys added up without rescaling each by its max, or
-    partitions of `first_partition_max` keys each rescaled by exp(partMax - partition 0's max) in
-    float32, as a kernel does: where a later partition's max lies more than 88 above the first's, that
-    factor is inf and the sequence NaN. `table_ignored`: page j // 16 of sequence b read as page
-    b * maxPages + j // 16 of the cache, as if the table were the identity. `equal_splits`: the
-    combine mistake asked for (`unrescaled_partition` or `first_partition_max`, whose size then only says
-    which) made over that many equal splits of each sequence, cdiv(n, equal_splits) keys each (as vLLM,
-    SGLang and LightLLM cut it), not over partitions of a fixed size. A sequence the change leaves without
-    keys, sends to a -1 entry or past the cache's last page, is NaN. float64 `[B][32][64]`."""
+    query head (for K and V, `kv_head`; for K alone, `k_head`; for V alone, `v_head`), the table index
+    of key j (`page_index`), how many keys a sequence of n keys reads (`keys`), partitions of
+    `unrescaled_partition` keys added up without rescaling each by its max, or partitions of
+    `first_partition_max` keys each rescaled by exp(partMax - partition 0's max) in float32, as a kernel
+    does: where a later partition's max lies more than 88 above the first's, that factor is inf and the
+    sequence NaN. `table_ignored`: page j // 16 of sequence b read as page b * maxPages + j // 16 of the
+    cache, as if the table were the identity; `first_pages`: page j // 16 of the cache itself, the same
+    pages for every sequence, as if there were no table. `equal_splits`: the combine mistake asked for
+    (`unrescaled_partition` or `first_partition_max`, whose size then only says which) made over that many
+    equal splits of each sequence, cdiv(n, equal_splits) keys each (as vLLM, SGLang and LightLLM cut it),
+    not over partitions of a fixed size. A sequence the change leaves without keys, sends to a -1 entry or
+    past the cache's last page, is NaN. float64 `[B][32][64]`."""
     table = inputs.block_table
     assert table is not None, "a decode variant needs a decode case's inputs"
     heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
@@ -99,11 +114,15 @@ def decode_variant(
         if j.size == 0 or index.min() < 0 or index.max() >= table.shape[1] or (table[b, index] < 0).any():
             continue
         pages = b * table.shape[1] + index if table_ignored else table[b, index].astype(np.int64)
+        if first_pages:
+            pages = index.astype(np.int64)
         rows = pages * PAGE_TOKENS + j % PAGE_TOKENS
         if rows.max() >= inputs.k.shape[0]:  # past the cache's last page
             continue
-        k = inputs.k.astype(np.float64)[rows][:, heads, :]  # [keys][32][64]
-        v = inputs.v.astype(np.float64)[rows][:, heads, :]
+        key_heads = heads if k_head is None else np.full(QUERY_HEADS, k_head)
+        value_heads = heads if v_head is None else np.full(QUERY_HEADS, v_head)
+        k = inputs.k.astype(np.float64)[rows][:, key_heads, :]  # [keys][32][64]
+        v = inputs.v.astype(np.float64)[rows][:, value_heads, :]
         scores = np.einsum("hd,jhd->hj", inputs.q[b].astype(np.float64), k) * scale
         size = unrescaled_partition or first_partition_max or j.size
         if equal_splits and (unrescaled_partition or first_partition_max):
@@ -124,11 +143,13 @@ def decode_variant(
     return out
 
 
-def _past_the_cache(inputs: Inputs) -> np.ndarray:
-    """The sequences whose pages, read as if the block table were the identity, run past the cache."""
+def _past_the_cache(inputs: Inputs, first_pages: bool = False) -> np.ndarray:
+    """The sequences whose pages, read as if the block table were the identity (or, `first_pages`, as if
+    every sequence's pages were the cache's first), run past the cache."""
     table = inputs.block_table
     assert table is not None, "a decode case's inputs have a block table"
-    last_page = [b * table.shape[1] + (max(int(n), 1) - 1) // PAGE_TOKENS for b, n in enumerate(inputs.lengths)]
+    start = [0 if first_pages else b * table.shape[1] for b in range(len(inputs.lengths))]
+    last_page = [start[b] + (max(int(n), 1) - 1) // PAGE_TOKENS for b, n in enumerate(inputs.lengths)]
     return np.array([(page + 1) * PAGE_TOKENS > inputs.k.shape[0] for page in last_page])
 
 
@@ -148,7 +169,11 @@ def _explains_in_cache(out: np.ndarray, variant: np.ndarray, past_the_cache: np.
 
 def explains_rows(out: np.ndarray, variant: np.ndarray) -> bool:
     """A decode variant reproduces the output: within the pass rule in every sequence it defines, and
-    not finite in every sequence it leaves undefined (a kernel that divides 0 by 0 there)."""
+    not finite in every sequence it leaves undefined (a kernel that divides 0 by 0 there). A variant NaN
+    everywhere reproduces nothing: it is no evidence of the one mistake it makes (a kernel that reads past
+    every sequence's end is NaN there too)."""
+    if not np.isfinite(variant).any():
+        return False
     undefined = np.isnan(variant).any(axis=(1, 2))
     if not within_tolerance(out[~undefined], variant[~undefined]).all():
         return False

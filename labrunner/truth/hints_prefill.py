@@ -37,15 +37,26 @@ def prefill_evidence(evidence: Evidence, case: Case, inputs: Inputs, out: np.nda
     for name, change in variants.items():
         if explains(out, variant_attention(q, k, v, case.prefix, **change)):
             evidence["matches"].append(name)
-    # The online softmax with one rescale left out, at the tile sizes kernels use (1: a key at a time).
-    if any(
-        explains(out, online_without_rescale(q, k, v, case.prefix, tile, rescaled))
-        for tile in RESCALE_TILES
-        for rescaled in ("acc", "l")
-    ):
-        evidence["matches"].append("rescale-missing")
+    # The online softmax with one rescale left out, at the tile sizes kernels use (1: a key at a time):
+    # the first that reproduces the output says which tile and which of the two was left out.
+    for tile in RESCALE_TILES:
+        for rescaled, left_out in (("acc", "l"), ("l", "acc")):
+            if explains(out, online_without_rescale(q, k, v, case.prefix, tile, rescaled)):
+                evidence["matches"].append("rescale-missing")
+                evidence["rescale_missing"] = {"tile": tile, "left_out": left_out}
+                break
+        if "rescale_missing" in evidence:
+            break
     per_kv = [variant_attention(q, k, v, case.prefix, kv_head=g) for g in range(KV_HEADS)]
     record_kv_heads_read(evidence["kv_heads_read"], out, evidence["heads_wrong"], per_kv)
+    # another KV head in K only, or in V only: the scores against one head, the values from the other
+    unexplained = [h for h in evidence["heads_wrong"] if h not in evidence["kv_heads_read"]]
+    if unexplained:
+        evidence["k_heads_read"], evidence["v_heads_read"] = {}, {}
+        k_only = [variant_attention(q, k, v, case.prefix, k_head=g) for g in range(KV_HEADS)]
+        record_kv_heads_read(evidence["k_heads_read"], out, unexplained, k_only)
+        v_only = [variant_attention(q, k, v, case.prefix, v_head=g) for g in range(KV_HEADS)]
+        record_kv_heads_read(evidence["v_heads_read"], out, unexplained, v_only)
 
 
 def record_kv_heads_read(
@@ -69,19 +80,25 @@ def variant_attention(
     scale: float = SCALE,
     shift: int = 0,
     kv_head: int | None = None,
+    k_head: int | None = None,
+    v_head: int | None = None,
 ) -> np.ndarray:
     """Attention with one thing changed: the scale, the causal edge (row i sees keys j <= prefix + i +
-    shift), or one KV head read by every query head. A row that sees no key is NaN. float64."""
+    shift), or one KV head read by every query head: for K and V (`kv_head`), for K alone (`k_head`) or
+    for V alone (`v_head`). A row that sees no key is NaN. float64."""
     rows, keys = q.shape[0], k.shape[0]
-    heads = np.arange(QUERY_HEADS) // GROUP if kv_head is None else np.full(QUERY_HEADS, kv_head)
-    scores = head_scores(q, k, heads) * (scale / SCALE)
+    own = np.arange(QUERY_HEADS) // GROUP
+    heads = own if kv_head is None else np.full(QUERY_HEADS, kv_head)
+    key_heads = heads if k_head is None else np.full(QUERY_HEADS, k_head)
+    scores = head_scores(q, k, key_heads) * (scale / SCALE)
     hidden = np.arange(keys)[None, :] > (prefix + shift + np.arange(rows))[:, None]
     scores[:, hidden] = -np.inf
     with np.errstate(invalid="ignore"):
         scores -= scores.max(axis=-1, keepdims=True)
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
-    vh = np.ascontiguousarray(v.astype(np.float64)[:, heads, :].transpose(1, 0, 2))  # [32][keys][64]
+    value_heads = heads if v_head is None else np.full(QUERY_HEADS, v_head)
+    vh = np.ascontiguousarray(v.astype(np.float64)[:, value_heads, :].transpose(1, 0, 2))  # [32][keys][64]
     attended: np.ndarray = np.matmul(weights, vh).transpose(1, 0, 2)
     return attended
 

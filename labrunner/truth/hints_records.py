@@ -12,6 +12,11 @@ from typing import NotRequired, TypedDict
 import numpy as np
 
 
+class RescaleMissing(TypedDict):
+    tile: int
+    left_out: str
+
+
 class Evidence(TypedDict):
     """What one failing case shows (`gather_evidence`). The decode keys are there for decode cases only,
     the factor keys where the wrong values are the exact ones times a factor, the stage keys where a
@@ -29,6 +34,14 @@ class Evidence(TypedDict):
     heads_wrong: list[int]
     matches: list[str]  # the variants that reproduce the output
     kv_heads_read: dict[int, int]  # wrong query head -> the KV head its output is attention over
+    # wrong query head -> the KV head its scores (K) or its values (V) alone were read from, the other at h / 4
+    k_heads_read: NotRequired[dict[int, int]]
+    v_heads_read: NotRequired[dict[int, int]]
+    # the online softmax that reproduces the output: its key tile (1: a key at a time) and what it left
+    # unrescaled ("acc" or "l")
+    rescale_missing: NotRequired[RescaleMissing]
+    # the file's launch constants, where the unwritten rows repeat by block (`truth/hints.py`'s bounds)
+    launch_constants: NotRequired[dict[str, int]]
     compared: bool  # the variants were recomputed
     empty_partition_rows: NotRequired[list[int]]
     partial_page_rows: NotRequired[list[int]]
@@ -71,6 +84,8 @@ class AttentionChange(TypedDict, total=False):
     scale: float
     shift: int
     kv_head: int
+    k_head: int
+    v_head: int
 
 
 class DecodeChange(TypedDict, total=False):
@@ -78,6 +93,8 @@ class DecodeChange(TypedDict, total=False):
 
     scale: float
     kv_head: int
+    k_head: int
+    v_head: int
     page_index: Callable[[np.ndarray], np.ndarray]
     keys: Callable[[int], int]
     unrescaled_partition: int
