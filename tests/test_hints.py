@@ -595,3 +595,12 @@ def test_a_decode_variant_that_defines_no_sequence_reproduces_nothing():
     some = nan.copy()
     some[0] = 0.5
     assert explains_rows(some, some)
+
+
+def test_a_decode_batch_s_last_sequences_failing_are_said_as_sequences():
+    cases = [decode_evidence(case="skewed", rows=16, prefix=4099, planted=False, failing_rows=[15], nonfinite_rows=[])]
+    assert hinted(cases)[0] == (
+        "bounds",
+        "only the last sequences fail (from sequence 15 on in case skewed): check the bounds of your sequence "
+        "loops and how each block finds its first sequence",
+    )

@@ -372,10 +372,12 @@ def derive_hints(evidence: list[Evidence]) -> list[Hint]:
     if by_block is not None:
         found["bounds"] = _block_rows_words(failing, *by_block)
     elif suffix_from is not None:
+        # a decode batch's rows are its sequences: the words the lab's table uses
+        row = "sequence" if any("partial_page_rows" in e for e in failing) else "row"
         found["bounds"] = (
-            f"only the last rows fail (from row {suffix_from} on in case "
+            f"only the last {row}s fail (from {row} {suffix_from} on in case "
             f"{next(e['case'] for e in failing if e['failing_rows'] and e['failing_rows'][0] == suffix_from)}): "
-            "check the bounds of your row loops and how each block finds its first row"
+            f"check the bounds of your {row} loops and how each block finds its first {row}"
         )
     if any(e["status"] == Status.NEVER_WRITTEN or e["workspace_poisoned"] for e in failing):
         found["unwritten"] = (
