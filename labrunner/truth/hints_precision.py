@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from labrunner.truth.cases import Case, Inputs
-from labrunner.truth.contract import ABS_TOLERANCE, GROUP, QUERY_HEADS, REL_TOLERANCE, SCALE
+from labrunner.truth.contract import ABS_TOLERANCE, GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, REL_TOLERANCE, SCALE
 from labrunner.truth.hints_records import Evidence
 from labrunner.truth.paged_cache import PAGE_TOKENS
 
@@ -151,15 +151,18 @@ def _rounded_attention(
 ) -> np.ndarray:
     """Attention of q `[rows][32][64]` over k, v `[keys][8][64]` where `visible` `[rows][keys]` allows, the
     scores' operands rounded (q scaled by `query_scale` before it is), and the weighted sum's where `weighted`.
-    float64."""
-    heads = np.arange(QUERY_HEADS) // GROUP
+    Each KV head's four query heads are one matrix of 4 * rows rows (K and V are never copied per query
+    head: a 32,768-key sequence would copy half a gigabyte). float64."""
+    rows = q.shape[0]
     scaled = rounding(q * np.float32(query_scale)).astype(np.float64) * (SCALE / query_scale)
-    qh = scaled.transpose(1, 0, 2)  # [32][rows][64]
-    kh = rounding(k).astype(np.float64)[:, heads, :].transpose(1, 2, 0)  # [32][64][keys]
-    vh = (rounding(v) if weighted else v).astype(np.float64)[:, heads, :].transpose(1, 0, 2)  # [32][keys][64]
-    scores = np.where(visible[None], np.matmul(qh, kh), -np.inf)
+    qg = scaled.reshape(rows, KV_HEADS, GROUP, HEAD_DIM).transpose(1, 0, 2, 3).reshape(KV_HEADS, rows * GROUP, -1)
+    kg = rounding(k).astype(np.float64).transpose(1, 2, 0)  # [8][64][keys]
+    vg = (rounding(v) if weighted else v).astype(np.float64).transpose(1, 0, 2)  # [8][keys][64]
+    seen = np.repeat(visible, GROUP, axis=0)[None]  # [1][rows * 4][keys], row-major as qg's rows
+    scores = np.where(seen, np.matmul(qg, kg), -np.inf)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     total = weights.sum(axis=-1, keepdims=True)
     p = rounding(weights.astype(np.float32)).astype(np.float64) if weighted else weights
-    attended: np.ndarray = (np.matmul(p, vh) / total).transpose(1, 0, 2)
-    return attended
+    attended = (np.matmul(p, vg) / total).reshape(KV_HEADS, rows, GROUP, HEAD_DIM)
+    out: np.ndarray = attended.transpose(1, 0, 2, 3).reshape(rows, QUERY_HEADS, HEAD_DIM)
+    return out
