@@ -314,3 +314,27 @@ def test_a_triton_file_is_not_compiled_where_no_box_can_be_made(tmp_path, monkey
     )
     module = compile_triton(LAB2, SOLUTION, "solution.py", "sm_90", CompileLimits(unboxed_python=True))
     assert sorted(module.kernels) == ["flash_prefill"]
+
+
+@pytest.mark.parametrize("child", ["triton_import_child.py", "triton_child.py"])
+def test_a_triton_box_child_finds_the_package_it_belongs_to_when_none_is_installed(tmp_path, child):
+    # `python -I` drops PYTHONPATH and the script's folder: a checkout run with PYTHONPATH=. (as on a GPU host
+    # without an install) must still find labrunner. A copy of the package proves the child found its own.
+    import shutil
+    import subprocess
+    import sys
+
+    import triton
+
+    package = Path(__file__).resolve().parent.parent / "labrunner"
+    copy = tmp_path / "checkout" / "labrunner"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    site_packages = str(Path(triton.__file__).resolve().parent.parent)  # Triton itself, without the .pth files
+    code = (
+        f"import sys, runpy; sys.path.append({site_packages!r}); "
+        f"runpy.run_path({str(copy / 'build' / child)!r}, run_name='child'); "
+        "import labrunner; print(labrunner.__file__)"
+    )
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(copy / "__init__.py")

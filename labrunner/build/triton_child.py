@@ -36,6 +36,10 @@ import resource
 import sys
 from typing import Any
 
+# `python -I` leaves the script's folder and PYTHONPATH off the import path: the package's own parent
+# folder goes first, so that labrunner is found where it is run from a checkout and not installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 DETAIL_LIMIT = 4000  # characters of an error's detail: Triton's source excerpt and its message
 STAGES = {"gpu": "ptx", "cpu": "llir"}  # the last stage each backend needs
 _WARM_UP = {

@@ -30,6 +30,10 @@ import sys
 import traceback
 from typing import Any
 
+# `python -I` leaves the script's folder and PYTHONPATH off the import path: the package's own parent
+# folder goes first, so that labrunner is found where it is run from a checkout and not installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
 DETAIL_LIMIT = 4000  # characters of an error's detail: enough for a traceback's line and its message
 SEALED = (
     " (a Triton file's top level runs sealed: it may define kernels and constants, and open no file, "
