@@ -587,14 +587,13 @@ def test_pages_read_from_the_start_of_the_cache_are_a_page_table_hint():
     )
 
 
-def test_a_decode_variant_that_defines_no_sequence_reproduces_nothing():
-    from labrunner.truth.hints_decode import explains_rows
-
-    nan = np.full((2, QUERY_HEADS, HEAD_DIM), np.nan)
-    assert not explains_rows(nan, nan)  # a kernel NaN everywhere is not "without its last partition"
-    some = nan.copy()
-    some[0] = 0.5
-    assert explains_rows(some, some)
+def test_a_variant_matched_only_by_nan_everywhere_is_no_hint_alone():
+    # a kernel NaN in every sequence matches "without its last partition" where that leaves no key: no
+    # evidence alone (reads past each sequence's end), evidence beside a case that matches with values
+    nan_only = decode_evidence(planted=False, matches=["partition-tail"], nan_only_matches=["partition-tail"])
+    assert "partition-tail" not in [hazard for hazard, _ in hinted([nan_only])]
+    with_values = decode_evidence(case="lengths-around-p", planted=False, matches=["partition-tail"])
+    assert "partition-tail" in [hazard for hazard, _ in hinted([nan_only, with_values])]
 
 
 def test_a_decode_batch_s_last_sequences_failing_are_said_as_sequences():

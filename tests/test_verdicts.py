@@ -382,7 +382,13 @@ def evidence(**given) -> dict:
         ([evidence(planted=True, nonfinite=5)], ["max-subtraction"]),
         ([evidence(planted=True, nonfinite=5), evidence(case="C17-P31", nonfinite=0)], []),
         ([evidence(last_key=True)], ["rescale"]),
-        ([evidence(matches=["rescale-missing"]), evidence(case="C1-P1000", matches=["rescale-missing"])], ["rescale"]),
+        (
+            [
+                evidence(matches=["rescale-missing"], rescale_missing={"tile": 1, "left_out": "acc"}),
+                evidence(case="C1-P1000", matches=["rescale-missing"], rescale_missing={"tile": 1, "left_out": "acc"}),
+            ],
+            ["rescale"],
+        ),
         ([evidence(matches=["causal-minus-one"])], ["causal-mask"]),
         ([evidence(matches=["prefix-ignored"])], ["prefix-offset"]),
         ([evidence(heads_wrong=list(range(4, 32)))], ["gqa-mapping"]),

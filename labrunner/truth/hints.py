@@ -500,11 +500,13 @@ def _factor_hint(failing: list[Evidence], found: dict[str, str]) -> None:
 
 
 def _all_match(failing: list[Evidence], variant: str) -> bool:
-    """The variant reproduces every failing case it was compared with, and no failure is of another kind."""
+    """The variant reproduces every failing case it was compared with, at least one of them with a value
+    (not only NaN where the output is NaN), and no failure is of another kind."""
     checked = [e for e in failing if e["compared"]]
     return (
         bool(checked)
         and all(variant in e["matches"] for e in checked)
+        and any(variant not in e.get("nan_only_matches", []) for e in checked)
         and all(e["status"] == Status.WRONG for e in failing)
     )
 

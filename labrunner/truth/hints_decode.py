@@ -56,10 +56,16 @@ def decode_evidence(evidence: Evidence, case: Case, inputs: Inputs, out: np.ndar
         variants["partition-tail"] = DecodeChange(keys=lambda n: n // partition * partition)
     variants.update({f"page-{name}": DecodeChange(page_index=slip) for name, slip in PAGE_INDEX_SLIPS.items()})
     for name, change in variants.items():
-        if explains_rows(out, decode_variant(inputs, **change)):
+        variant = decode_variant(inputs, **change)
+        if explains_rows(out, variant):
             evidence["matches"].append(name)
-    if any(name.startswith("page-") for name in evidence["matches"]):
+            if not np.isfinite(variant).any():  # NaN for NaN: the case cannot tell this mistake from another
+                evidence.setdefault("nan_only_matches", []).append(name)
+    slips = [name for name in evidence["matches"] if name.startswith("page-")]
+    if slips:
         evidence["matches"].append("page-table")
+        if set(slips) <= set(evidence.get("nan_only_matches", [])):
+            evidence.setdefault("nan_only_matches", []).append("page-table")
     if _explains_in_cache(out, decode_variant(inputs, table_ignored=True), _past_the_cache(inputs)):
         evidence["matches"].append("table-ignored")
     elif _explains_in_cache(out, decode_variant(inputs, first_pages=True), _past_the_cache(inputs, first_pages=True)):
@@ -170,10 +176,8 @@ def _explains_in_cache(out: np.ndarray, variant: np.ndarray, past_the_cache: np.
 def explains_rows(out: np.ndarray, variant: np.ndarray) -> bool:
     """A decode variant reproduces the output: within the pass rule in every sequence it defines, and
     not finite in every sequence it leaves undefined (a kernel that divides 0 by 0 there). A variant NaN
-    everywhere reproduces nothing: it is no evidence of the one mistake it makes (a kernel that reads past
-    every sequence's end is NaN there too)."""
-    if not np.isfinite(variant).any():
-        return False
+    everywhere reproduces a kernel NaN everywhere whatever its mistake: `decode_evidence` records such a
+    match as NaN only, which alone is no evidence."""
     undefined = np.isnan(variant).any(axis=(1, 2))
     if not within_tolerance(out[~undefined], variant[~undefined]).all():
         return False

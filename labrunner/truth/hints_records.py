@@ -33,6 +33,7 @@ class Evidence(TypedDict):
     failing_rows: list[int]
     heads_wrong: list[int]
     matches: list[str]  # the variants that reproduce the output
+    nan_only_matches: NotRequired[list[str]]  # of those, the ones NaN everywhere, as the output is: no evidence alone
     kv_heads_read: dict[int, int]  # wrong query head -> the KV head its output is attention over
     # wrong query head -> the KV head its scores (K) or its values (V) alone were read from, the other at h / 4
     k_heads_read: NotRequired[dict[int, int]]
