@@ -2,7 +2,7 @@
 test makes in this process is checked against the shipped JSON Schema, and the tests that share what a
 module fixture made run on one xdist worker.
 
-`$CI` is taken out of the environment here, once: with CI=true and no $ATTNLAB_SEED, grading refuses
+`$CI` (and any `COLUMNS`) is taken out of the environment here, once: with CI=true and no $ATTNLAB_SEED, grading refuses
 to use the public seed unasked (truth/cases.py), and the tests grade with the public seed on purpose.
 `RUNNING_IN_CI` keeps what it said, for the tests whose tool must be there in CI (a cluster, a browser):
 there a missing tool fails the test instead of skipping it."""
@@ -15,6 +15,11 @@ import os
 import pytest
 
 RUNNING_IN_CI = os.environ.pop("CI", "").lower() == "true"
+# Each test chooses the width it grades at: a width left in the environment (pytest-xdist's workers are
+# started with COLUMNS=80 and LINES=24) would wrap a log's lines, and only under xdist. Taken out before
+# labrunner's consoles are made, which read COLUMNS as they start.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 def needed_in_ci(reason: str) -> None:

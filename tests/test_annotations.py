@@ -69,7 +69,9 @@ def test_a_single_file_prints_its_annotations_after_the_verdict(tmp_path, monkey
         main, ["grade", "lab2", "broken.cu", "--device", "cpu", "--annotations", "github"]
     )
     assert result.exit_code == 3
-    assert result.stdout.startswith("::error file=broken.cu,line=2,title=attnlab lab2%3A compile error::")
+    assert result.stdout.startswith(
+        "COMPILE-ERROR (exit 3)\n::error file=broken.cu,line=2,title=attnlab lab2%3A compile error::"
+    )
     assert result.stderr.startswith("broken.cu(2): error: ")  # a compiler's line says error once
 
 

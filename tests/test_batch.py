@@ -60,19 +60,26 @@ def plain_fixtures(lab: str) -> list:
     ]
 
 
+def with_a_compile_error(fixtures: list, count: int) -> list:
+    """The first `count` of `fixtures`, the last of them the first that fails to compile."""
+    compile_error = next(f for f in fixtures if f.expected["exit_code"] == 3)
+    return [f for f in fixtures if f is not compile_error][: count - 1] + [compile_error]
+
+
 # --- twenty submissions, graded together and alone --------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def twenty(tmp_path_factory):
     """lab2's shipped kernels and first fixtures (18) and lab1's shipped kernels (2): two batches, 20
-    submissions. The first 18 in expected.toml's order: the file grows at its end, the batch stays 20."""
+    submissions. The first 17 in expected.toml's order and its first compile error (the worst code a lab-2
+    fixture gets), wherever new fixtures are added: the batch stays 20 and keeps every kind of verdict."""
     if not cpu_backend_ready():
         pytest.skip("no C++ compiler for the CPU backend")
     folder = tmp_path_factory.mktemp("batch")
     runs = {}
     for lab, fixtures in (
-        ("lab2", plain_fixtures("lab2")[:18]),
+        ("lab2", with_a_compile_error(plain_fixtures("lab2"), 18)),
         ("lab1", [f for f in load_fixtures("lab1") if f.path.is_relative_to(REPO / "kernels")]),
     ):
         out = folder / lab / "reports" / "nested"  # created, parents too

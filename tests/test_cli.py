@@ -234,11 +234,13 @@ def test_check_passes_the_starter(runner):
     assert re.search(r"│ attnlab_smem_bytes +│ +0 │", result.stdout)
 
 
-def test_a_long_path_in_a_heading_is_never_wrapped(runner, tmp_path):
+def test_a_long_path_in_a_heading_is_never_wrapped_in_a_log(tmp_path, monkeypatch):
+    # a log without COLUMNS keeps each line whole, however long (with COLUMNS, it wraps as a terminal would)
+    monkeypatch.chdir(tmp_path)
     deep = tmp_path / ("a_folder_with_a_long_name_" * 4) / "attention_submission.cu"
     deep.parent.mkdir()
     shutil.copy(STARTER, deep)
-    result = invoke(runner, "check", "lab2", str(deep))
+    result = invoke(CliRunner(env={"COLUMNS": None}), "check", "lab2", str(deep))
     assert result.exit_code == 0
     assert f"{deep}: compiles for lab2 (sm_90, NVRTC " in result.stdout
 

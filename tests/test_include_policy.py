@@ -102,7 +102,9 @@ def test_a_dotdot_path_ending_in_cuh_is_refused_before_nvrtc_by_attnlab_check(no
     Path("attention.cu").write_text("// my kernel\n#include <attnlab/../../x.cuh>\n" + KERNEL)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["check", "lab2", "attention.cu"])
     assert result.exit_code == ExitCode.COMPILE_ERROR == 3
-    assert result.output == f"attention.cu(2): error: `#include <attnlab/../../x.cuh>` {DOTDOT}\n"
+    assert (
+        result.output == f"attention.cu(2): error: `#include <attnlab/../../x.cuh>` {DOTDOT}\nCOMPILE-ERROR (exit 3)\n"
+    )
 
 
 # --- __has_include probes ------------------------------------------------------------------------
@@ -133,7 +135,7 @@ def test_a_has_include_probe_is_refused_before_nvrtc_by_attnlab_check(no_nvrtc, 
     Path("attention.cu").write_text('#if __has_include("/etc/passwd")\n#define LEAK 1\n#endif\n' + KERNEL)
     result = CliRunner(env={"COLUMNS": "200"}).invoke(main, ["check", "lab2", "attention.cu"])
     assert result.exit_code == ExitCode.COMPILE_ERROR
-    assert result.output == f"attention.cu(1): error: `__has_include` {PROBE}\n"
+    assert result.output == f"attention.cu(1): error: `__has_include` {PROBE}\nCOMPILE-ERROR (exit 3)\n"
 
 
 def test_a_name_that_only_contains_has_include_is_not_a_probe():
