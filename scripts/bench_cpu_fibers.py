@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labrunner.run.cpu.module import CpuModule, cpu_compiler_available  # noqa: E402
+from labrunner.run.cpu.module import CpuModule, cpu_compiler_available
 
 SRC = r"""
 #include <attnlab/prelude.cuh>

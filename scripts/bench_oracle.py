@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labrunner.truth import oracle  # noqa: E402
-from labrunner.truth.cases import DEFAULT_SEED, load_catalogue, make_inputs  # noqa: E402
+from labrunner.truth import oracle
+from labrunner.truth.cases import DEFAULT_SEED, load_catalogue, make_inputs
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ class NumpyGpu:
     def guarded(self, count, fill_bits=POISON_BITS):
         return GuardedBuffer(np, count, fill_bits)
 
-    class xp:  # noqa: N801 - stands in for the cupy module
+    class xp:  # stands in for the cupy module
         @staticmethod
         def get_default_memory_pool():
             return type("Pool", (), {"free_all_blocks": staticmethod(lambda: None)})

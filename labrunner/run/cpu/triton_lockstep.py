@@ -563,7 +563,7 @@ def _run_group(lock: Lockstep, fn: Callable[..., Any], args: dict[str, Any], ids
                 pass
             except Abandoned as abandoned:
                 failure = abandoned.reason
-            except BaseException as error:  # noqa: BLE001 - one program at a time raises it as it should
+            except BaseException as error:  # one program at a time raises it as it should
                 failure = f"an error ({type(error).__name__}): one program at a time names it"
         failure = run.abandoned or memory.abandoned or failure
         if failure is not None:

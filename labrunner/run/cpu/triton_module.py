@@ -163,7 +163,7 @@ def interpreter_available() -> str | None:
     """None where Triton's interpreter can be imported and hooked here, else a one-line reason."""
     try:
         t = _triton()
-    except Exception as exc:  # noqa: BLE001 - any failure to import Triton is the reason, in words
+    except Exception as exc:  # any failure to import Triton is the reason, in words
         said = " ".join(_message_of(exc).split())[:300]  # one line
         return f"Triton is not importable ({type(exc).__name__}: {said}): pip install 'attnlab[triton]'"
     missing = _missing_hooks(t)
@@ -611,7 +611,7 @@ def _run_launch(
 def _message_of(exc: BaseException) -> str:
     try:
         return str(exc)
-    except Exception:  # noqa: BLE001 - a student's exception may refuse to be shown
+    except Exception:  # a student's exception may refuse to be shown
         return "(a message that cannot be shown)"
 
 
@@ -921,7 +921,7 @@ class TritonInterpretedModule:
                 _run_launch(function, g, passed, self.constexprs[kernel], lock)
             except _Stopped:
                 pass
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the kernel's failure, said below
+            except (Exception, SystemExit) as exc:  # the kernel's failure, said below
                 failure = exc
         # An access outside is the verdict even where the kernel's own Python caught the stop.
         if state.violation is not None:

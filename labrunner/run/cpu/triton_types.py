@@ -61,7 +61,7 @@ def memoized_types(core: Any, interpreter: Any) -> Iterator[None]:
         self.shape = fresh(made[0])
         self.numel, self.name = made[1], made[2]
 
-    def tensor_init(self: Any, handle: Any, type: Any) -> None:  # noqa: A002 - Triton's own parameter name
+    def tensor_init(self: Any, handle: Any, type: Any) -> None:  # Triton's own parameter name
         key = ints(type.shape) if type.is_block() else ()
         if key is None:
             original_tensor_init(self, handle, type)
