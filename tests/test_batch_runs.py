@@ -102,6 +102,7 @@ def interrupted_batch(tmp_path: Path, signum: signal.Signals) -> tuple[int, floa
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_the_batch_within_ten_seconds_and_keeps_what_finished(tmp_path, signum, code):
     exit_code, seconds, stderr, out = interrupted_batch(tmp_path, signum)
@@ -123,6 +124,7 @@ def test_a_signal_stops_the_batch_within_ten_seconds_and_keeps_what_finished(tmp
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_the_batch_deadline_stops_what_is_left(tmp_path):
     out = tmp_path / "out"
     started = time.monotonic()
@@ -155,6 +157,7 @@ def test_the_batch_deadline_stops_what_is_left(tmp_path):
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_an_unchanged_rerun_reuses_every_report_and_a_change_regrades_only_it(tmp_path):
     folder = tmp_path / "subs"
     folder.mkdir()
@@ -239,6 +242,7 @@ def test_a_glob_over_student_folders_keeps_the_student_in_each_report_name():
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_a_batch_over_student_folders_grades_each_and_says_what_it_did_not(tmp_path):
     subs = tmp_path / "subs"
     for student in ("alice", "bob"):
@@ -329,6 +333,7 @@ def test_an_empty_secret_is_a_usage_error_in_ci_or_not(monkeypatch, ci, value):
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_a_ci_batch_without_its_secret_stops_before_grading(tmp_path):
     env = {**environment(), "CI": "true"}
     completed = subprocess.run(
@@ -354,6 +359,7 @@ def test_a_ci_batch_without_its_secret_stops_before_grading(tmp_path):
 
 
 @needs_cpu_backend
+@pytest.mark.slow
 def test_a_batch_of_one_writes_gradescope_results_even_when_its_report_is_reused(tmp_path):
     out, results = tmp_path / "out", tmp_path / "results.json"
     command = ("grade", "lab2", str(SOLUTION), *QUICK, "--out-dir", str(out), "--gradescope", str(results))
