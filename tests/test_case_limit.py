@@ -4,6 +4,7 @@ limit came from."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from labrunner.labs import get_lab
 from labrunner.pipeline import case_limit as limits
 from labrunner.pipeline.case_limit import CaseLimit, case_limit, case_work
 from labrunner.truth.catalogue import Case
+
+LAB1, LAB2, LAB3 = get_lab("lab1"), get_lab("lab2"), get_lab("lab3")
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,14 +33,14 @@ def reference_machine(monkeypatch):
 
 def test_a_busy_machine_gets_a_longer_limit(reference_machine, monkeypatch):
     case = Case("C33-P1000", rows=33, prefix=1000)
-    idle = case_limit("lab2", "cpu", case, None)
+    idle = case_limit(LAB2, "cpu", case, None)
     monkeypatch.setattr(limits.os, "getloadavg", lambda: (5.0 * (os.cpu_count() or 1), 0.0, 0.0))
-    busy = case_limit("lab2", "cpu", case, None)
+    busy = case_limit(LAB2, "cpu", case, None)
     assert busy.reference_s == pytest.approx(5 * idle.reference_s)
 
 
 def test_a_small_case_gets_seconds_and_the_message_says_where_they_came_from(reference_machine):
-    limit = case_limit("lab1", "cpu", Case("T1", rows=1), None)
+    limit = case_limit(LAB1, "cpu", Case("T1", rows=1), None)
     # one tile of 64 x 64 pairs at 2.5e-5 s, plus 0.05 s: 0.1524 s; 20 times that, plus 3 s
     assert limit == CaseLimit(pytest.approx(20 * 0.1524 + 3.0), "T1", "reference", pytest.approx(0.1524))
     assert limit.timed_out() == (
@@ -47,7 +51,7 @@ def test_a_small_case_gets_seconds_and_the_message_says_where_they_came_from(ref
 
 def test_the_limit_grows_with_the_work_a_case_asks(reference_machine):
     lab2 = [
-        case_limit("lab2", "cpu", Case(n, rows=r, prefix=p), None).seconds
+        case_limit(LAB2, "cpu", Case(n, rows=r, prefix=p), None).seconds
         for n, r, p in (("C1-P31", 1, 31), ("C1-P1000", 1, 1000), ("C2048-P2048", 2048, 2048))
     ]
     assert lab2 == sorted(lab2) and lab2[2] > 100 * lab2[0]
@@ -62,10 +66,10 @@ def test_a_slower_machine_gets_a_longer_limit_and_a_faster_one_never_a_shorter(m
     monkeypatch.setattr(limits.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     monkeypatch.setattr(limits, "_speed_loop", lambda: time.sleep(3 * limits.REFERENCE_LOOP_S))
     limits.machine_factor.cache_clear()
-    slow = case_limit("lab2", "cpu", case, None)
+    slow = case_limit(LAB2, "cpu", case, None)
     monkeypatch.setattr(limits, "_speed_loop", lambda: None)
     limits.machine_factor.cache_clear()
-    fast = case_limit("lab2", "cpu", case, None)
+    fast = case_limit(LAB2, "cpu", case, None)
     limits.machine_factor.cache_clear()
     assert slow.reference_s >= 3 * fast.reference_s
     assert fast.reference_s == pytest.approx(0.05 + 1.2e-5 * 64 * 64)
@@ -73,21 +77,24 @@ def test_a_slower_machine_gets_a_longer_limit_and_a_faster_one_never_a_shorter(m
 
 def test_timeout_wins_and_the_gpu_keeps_its_fixed_limit(reference_machine):
     case = Case("C1-P31", rows=1, prefix=31)
-    assert case_limit("lab2", "cpu", case, 2.5).timed_out() == (
+    assert case_limit(LAB2, "cpu", case, 2.5).timed_out() == (
         "no result in 2.5 s, the limit --timeout set; the kernel was stopped"
     )
-    assert case_limit("lab2", "gpu", case, None).timed_out() == (
+    assert case_limit(LAB2, "gpu", case, None).timed_out() == (
         "no result in 20.0 s, the GPU's limit for one case; the kernel was stopped (--timeout sets it)"
     )
-    assert case_limit("lab9", "cpu", case, None).seconds == 120.0  # a lab whose solution was never measured
+    never_measured = dataclasses.replace(
+        LAB2, name="lab9", cpu_seconds_per_unit=None, interpreted_seconds_per_unit=None
+    )
+    assert case_limit(never_measured, "cpu", case, None).seconds == 120.0  # a lab whose solution was never measured
 
 
 def test_a_timeout_names_the_launch_that_was_running():
     case = Case("T17", rows=17)
-    assert case_limit("lab1", "cpu", case, 2.5).timed_out("attn_softmax (launch 2 of 3)") == (
+    assert case_limit(LAB1, "cpu", case, 2.5).timed_out("attn_softmax (launch 2 of 3)") == (
         "no result in 2.5 s, the limit --timeout set; attn_softmax (launch 2 of 3) was running, and was stopped"
     )
-    assert case_limit("lab1", "gpu", case, None).timed_out("attn_scores (launch 1 of 3)") == (
+    assert case_limit(LAB1, "gpu", case, None).timed_out("attn_scores (launch 1 of 3)") == (
         "no result in 20.0 s, the GPU's limit for one case; attn_scores (launch 1 of 3) was running, and was "
         "stopped (--timeout sets it)"
     )
@@ -130,3 +137,18 @@ def test_the_lab1_hang_is_named_timeout_within_15_seconds_with_default_options(t
         " s plus 3 s to start; attn_softmax (launch 2 of 3) was running, and was stopped (--timeout sets it)"
     )
     assert float(message.removeprefix("no result in ").split(" s,")[0]) <= 9.0 * busy
+
+
+def test_each_lab_prices_its_cpu_limits_from_its_own_definition(monkeypatch):
+    # the figures measured on the reference machine live with each lab, not in a table of lab names
+    monkeypatch.setattr(limits, "machine_factor", lambda: 1.0)
+    monkeypatch.setattr(limits, "contention", lambda: 1.0)
+    case = Case("C33-P1000", rows=33, prefix=1000)
+    work = case_work(case)
+    assert [lab.cpu_seconds_per_unit for lab in (LAB1, LAB2, LAB3)] == [2.5e-5, 1.2e-5, 1.2e-4]
+    assert [lab.interpreted_seconds_per_unit for lab in (LAB1, LAB2, LAB3)] == [None, 3e-4, 3e-3]
+    assert case_limit(LAB2, "cpu", case, None).reference_s == pytest.approx(limits.FIXED_SECONDS + 1.2e-5 * work)
+    interpreted = case_limit(LAB2, "cpu", case, None, interpreted=True)
+    assert interpreted.reference_s == pytest.approx(limits.FIXED_SECONDS + 3e-4 * work)
+    # lab 1 takes no Triton file, so its interpreter was never priced: the generous fixed limit
+    assert case_limit(LAB1, "cpu", case, None, interpreted=True).seconds == limits.UNKNOWN_LAB_LIMIT_S == 120.0

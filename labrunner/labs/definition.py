@@ -134,6 +134,12 @@ class Lab:
     # `kernels/`; a lab defined elsewhere names its own folders.
     cases_dir: Path | None = None
     kernels_dir: Path | None = None
+    # Seconds the shipped solution takes on the CPU backend per unit of `case_limit.case_work`, measured on
+    # the reference machine (`pipeline/case_limit.py`): a CPU case's time limit is priced from it. None: never
+    # measured, and the CPU gives each case a fixed, generous limit.
+    cpu_seconds_per_unit: float | None = None
+    # The same for a Triton file, which the CPU runs in Triton's interpreter (None: never measured).
+    interpreted_seconds_per_unit: float | None = None
 
     def __post_init__(self) -> None:
         unbounded = [name for name in self.launch_defaults if name not in self.bounds]

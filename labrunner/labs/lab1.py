@@ -148,6 +148,7 @@ LAB1 = Lab(
         c["attnlab_wsum_tile_rows"],
     ],
     peer="torch",
+    cpu_seconds_per_unit=2.5e-5,
     # the two matmuls share the lab's FLOP count, half each; the softmax is counted as none, as the count is
     flop_shares={"attn_scores": 0.5, "attn_weighted_sum": 0.5},
 )

@@ -85,6 +85,8 @@ LAB2 = Lab(
     timing_strategy=AgainstBaseline(),
     row_tiles=lambda c: [c["attnlab_rows_per_block"]],
     peer="sdpa",
+    cpu_seconds_per_unit=1.2e-5,
+    interpreted_seconds_per_unit=3e-4,
     flop_shares={"flash_prefill": 1.0},
     triton_blocks={"flash_prefill": ("attnlab_threads", "attnlab_smem_bytes")},
 )

@@ -138,6 +138,8 @@ LAB3 = Lab(
     validate=validate,
     # bandwidth against the same run's device copy, the starter's SPEEDUP beside it
     timing_strategy=AgainstCopy(bytes_to_move=timed_bytes),
+    cpu_seconds_per_unit=1.2e-4,
+    interpreted_seconds_per_unit=3e-3,  # lab 3's starter, one program per head: 1.2e-3 s a unit there
     partition=lambda c: c["attnlab_partition_tokens"],
     timing_layout=timing_layout,
     flops=timed_flops,

@@ -6,14 +6,14 @@ lab 3's longest in several: so the limit of a case is derived from what the ship
 for it on this machine, times a generous factor, plus a fixed allowance for a worker that starts
 slowly on a busy machine.
 
-What the solution needs is estimated, not run (running it would cost a second g++ build on every
-first grade): each lab's cost per unit of work was measured on a two-core reference machine
-(`SECONDS_PER_UNIT`), a case's work is counted from its size (`case_work`), and a short loop timed
-here says how much slower than the reference machine this one is (`machine_factor`; never taken as
-faster, so a limit is never shorter than on the reference machine), and the load average how many
-processes share each core now (`contention`). The factor of 20 covers the starters, which are up to 8
-times slower than the solutions on the CPU, twice over. An explicit `--timeout` always wins; the GPU
-keeps its fixed limit (its kernels take milliseconds; what it may wait on is a compile or a sanitizer).
+What the solution needs is estimated, not run (running it would cost a second g++ build on every first grade):
+each lab's cost per unit of work was measured on a two-core reference machine (`Lab.cpu_seconds_per_unit`, on
+each lab's definition), a case's work is counted from its size (`case_work`), and a short loop timed here says
+how much slower than the reference machine this one is (`machine_factor`; never taken as faster, so a limit is
+never shorter than on the reference machine), and the load average how many processes share each core now
+(`contention`). The factor of 20 covers the starters, which are up to 8 times slower than the solutions on the
+CPU, twice over. An explicit `--timeout` always wins; the GPU keeps its fixed limit (its kernels take
+milliseconds; what it may wait on is a compile or a sanitizer).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
+from labrunner.labs.definition import Lab
 from labrunner.truth.catalogue import Case
 
 GPU_LIMIT_S = 20.0
@@ -32,14 +33,11 @@ START_ALLOWANCE_S = 3.0  # a worker descheduled on a busy machine, the first tou
 UNKNOWN_LAB_LIMIT_S = 120.0
 SETS = " (--timeout sets it)"  # a lab defined elsewhere, whose solution's cost attnlab never measured
 
-# Seconds the shipped solution takes per unit of `case_work` on the reference machine (two cores of an AMD
-# EPYC, the default case set graded with --full, measured while the machine was busy), and the time of
-# one `_speed_loop` there (the best of many).
-SECONDS_PER_UNIT = {"lab1": 2.5e-5, "lab2": 1.2e-5, "lab3": 1.2e-4}
-# A Triton file on the CPU runs in Triton's interpreter, whose every operation is a numpy call over a whole
-# tile: its starters were up to 25 times slower per unit than the .cu solution's (lab 3's starter, one
-# program per head, 1.2e-3 s a unit on the two-core machine), so its limits start from that price.
-INTERPRETED_SECONDS_PER_UNIT = {"lab2": 3e-4, "lab3": 3e-3}
+# The reference machine: two cores of an AMD EPYC, where each lab's `cpu_seconds_per_unit` was measured (the
+# default case set graded with --full, while the machine was busy); the time of one `_speed_loop` there (the
+# best of many) is `REFERENCE_LOOP_S`. A Triton file on the CPU runs in Triton's interpreter, whose every
+# operation is a numpy call over a whole tile: its starters were up to 25 times slower per unit than the .cu
+# solution's, so a lab's `interpreted_seconds_per_unit` starts from that price.
 FIXED_SECONDS = 0.05  # what a case costs whatever its size: its buffers poisoned, sent and read back
 REFERENCE_LOOP_S = 0.00089
 TILE = 64  # the solutions' tile over rows and keys: a case of 1 row costs what one of 64 does
@@ -47,7 +45,7 @@ PAGE = 16  # a decode key is read a page at a time
 
 
 def case_work(case: Case) -> int:
-    """The work a case asks of the solution, in the unit `SECONDS_PER_UNIT` prices.
+    """The work a case asks of the solution, in the unit `Lab.cpu_seconds_per_unit` prices.
 
     A prefill (labs 1 and 2): the query rows times the keys each sees, both padded to a whole tile,
     since the solutions compute whole tiles. A decode batch (lab 3): every sequence's keys, padded to a
@@ -116,14 +114,14 @@ class CaseLimit:
         )
 
 
-def case_limit(lab_name: str, backend: str, case: Case, given_s: float | None, interpreted: bool = False) -> CaseLimit:
+def case_limit(lab: Lab, backend: str, case: Case, given_s: float | None, interpreted: bool = False) -> CaseLimit:
     """The limit of one case: `--timeout` where given, else the GPU's fixed one, else the CPU's derived one
     (`interpreted`: a Triton file's, priced as Triton's interpreter runs it)."""
     if given_s is not None:
         return CaseLimit(given_s, case.name, "option")
     if backend != "cpu":
         return CaseLimit(GPU_LIMIT_S, case.name, "gpu")
-    per_unit = (INTERPRETED_SECONDS_PER_UNIT if interpreted else SECONDS_PER_UNIT).get(lab_name)
+    per_unit = lab.interpreted_seconds_per_unit if interpreted else lab.cpu_seconds_per_unit
     if per_unit is None:
         return CaseLimit(UNKNOWN_LAB_LIMIT_S, case.name, "unknown-lab")
     reference = (FIXED_SECONDS + per_unit * case_work(case)) * machine_factor() * contention()

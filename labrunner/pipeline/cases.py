@@ -134,7 +134,7 @@ def run_cases(
             # that every case carrying the race's evidence is called a race, not only the first ones
             raced = any(r.status == Status.RACE for r in results)
             rerun = options.rerun and (raced or failures < EXPLAINED_FAILURES)
-            limit = case_limit(lab.name, backend, case, options.timeout_s, interpreted=bool(submission.module.triton))
+            limit = case_limit(lab, backend, case, options.timeout_s, interpreted=bool(submission.module.triton))
             with phase(f"case {case.name}"):
                 result, judgement = judged_case(
                     lab,
