@@ -83,6 +83,14 @@ def test_an_import_the_kernels_cannot_use_is_said_as_such(tmp_path):
     )
 
 
+@pytest.mark.parametrize("module", ["kernels", "tests", "scripts", "labrunner.pipeline.grade"])
+def test_the_checkouts_own_folders_on_the_import_path_are_not_importable(tmp_path, module):
+    # the box children put the package's parent folder on sys.path: after the seal nothing new loads from it
+    error = refused(tmp_path, f"import triton\nimport {module}\n")
+    assert error.message.startswith(f"sub.py(2): error: ImportError: No module named '{module.split('.')[0]}")
+    assert "a Triton file may import only what its kernels use" in error.message
+
+
 def test_a_file_that_never_returns_is_stopped_at_its_cpu_seconds(tmp_path):
     error = refused(tmp_path, "while True:\n    pass\n", CompileLimits(triton_cpu_s=2))
     assert error.message == "sub.py: error: the file's top level ran out of CPU time (--compile-timeout)"
