@@ -12,9 +12,11 @@ from labrunner.pipeline.submission import Outcome, RunningProcesses, SubmissionT
 
 def graded_once_requeued(task: SubmissionTask, running: RunningProcesses | None = None) -> Outcome:
     """The first attempt waits, as a long grading does, for the test to fail its node; an attempt the
-    cluster requeued (SLURM_RESTART_COUNT 1 or more) grades the file."""
+    cluster requeued (SLURM_RESTART_COUNT 1 or more) grades the file. The wait outlasts every wait of the
+    test, so that only the node's failure ends it: an attempt that ended by itself first, on a loaded
+    machine where the controller is slow to declare the node down, would be recorded FAILED, not NODE_FAIL."""
     if int(os.environ.get("SLURM_RESTART_COUNT") or 0) == 0:
-        time.sleep(120)
+        time.sleep(900)
         raise RuntimeError("the node was never failed")
     return grade_in_process(task, running)
 

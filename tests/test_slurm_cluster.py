@@ -602,7 +602,7 @@ def test_a_node_failure_requeues_the_task_or_says_it_was_lost(cluster, time_limi
     # and its end is recorded as FAILED instead. A loaded controller and slurmdbd take their time: what is
     # waited for is the state itself.
     wait_until(lambda: "RUNNING" not in task_states("node").values(), 120, "the node's jobs taken off it")
-    wait_until(lambda: node_failures(jobs) == 2, 120, "sacct's NODE_FAIL record of both tasks")
+    wait_until(lambda: node_failures(jobs) == 2, 240, "sacct's NODE_FAIL record of both tasks")
     subprocess.run([str(SCRIPT), "node-up"], check=True, timeout=60)
     until = time.monotonic() + 600  # the requeued task starts again (11 s on) and grades, on a loaded node
     for thread in threads:
