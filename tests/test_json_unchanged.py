@@ -3,7 +3,8 @@
 The files under tests/data/json_before/ were written by the tree before that restructuring, from the
 runs below on the CPU backend (fixed seed, deterministic). A run's durations are the only values that
 differ from one run to the next; they are replaced by "<seconds>" on both sides (and the phases, some of
-which run side by side in threads, are sorted by name), and the temporary folder by "<tmp>". Everything else (keys, their order, every verdict, number, message and hint) must match.
+which run side by side in threads, are sorted by name), and the temporary folder by "<tmp>". Everything
+else (keys, their order, every verdict, number, message and hint) must match.
 Regenerate only for a deliberate change of the JSON: `python tests/test_json_unchanged.py --write`.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,16 +67,20 @@ def run_all(tmp: Path) -> dict[str, str]:
         (batch / name).write_bytes((REPO / source).read_bytes())
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("ATTNLAB_SEED", None)
-    commands = {name: [*(a.format(tmp=tmp) for a in args), "--json", str(tmp / f"{name}.json")]
-                for name, args in RUNS.items()}
+    commands = {
+        name: [*(a.format(tmp=tmp) for a in args), "--json", str(tmp / f"{name}.json")] for name, args in RUNS.items()
+    }
     commands["batch"] = ["grade", "lab2", str(batch), "--device", "cpu", "--no-timing", "--out-dir", str(tmp / "out")]
     for args in commands.values():
-        subprocess.run([sys.executable, "-m", "labrunner", *args], cwd=REPO, env=env, capture_output=True,
-                       timeout=600, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "labrunner", *args], cwd=REPO, env=env, capture_output=True, timeout=600, check=False
+        )
     written = {f"{name}.json": tmp / f"{name}.json" for name in RUNS}
     written |= {f"batch_{p.name}": p for p in sorted((tmp / "out").glob("*.json"))}
-    return {name: json.dumps(normalized(json.loads(path.read_text()), str(tmp)), indent=1) + "\n"
-            for name, path in written.items()}
+    return {
+        name: json.dumps(normalized(json.loads(path.read_text()), str(tmp)), indent=1) + "\n"
+        for name, path in written.items()
+    }
 
 
 @pytest.mark.slow
