@@ -151,7 +151,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 # What the second filter takes away: everything of the first's that accepts a path.
 RUN_STAGE_REFUSED = ("openat", "open", "openat2", "newfstatat", "fstatat64")
 
-# The "no-processes" filter, for Triton's compiler over a kernel package (`labrunner/build/triton_child.py`):
+# The "no-processes" filter, for Triton's compiler over a kernel package (`labrunner/compile/triton_child.py`):
 # that compiler reads files (its own libraries, LLVM's libdevice) and runs threads, and a kernel's body
 # can reach Python while it is traced, so the filter allows by default and takes away what would let
 # that Python outlive or leave the process: a new process (fork, vfork, a clone that is not a thread),

@@ -10,9 +10,9 @@ import sys
 
 import numpy as np
 
-from labrunner.build.gate import load_submission
+from labrunner.compile.gate import load_submission
 from labrunner.labs import LABS
-from labrunner.pipeline.cases import resolved_cases
+from labrunner.pipeline.correctness import resolved_cases
 from labrunner.run.worker import Worker
 from labrunner.truth.cases import DEFAULT_SEED, make_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS

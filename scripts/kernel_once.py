@@ -10,8 +10,8 @@ from pathlib import Path
 
 import cupy
 
-from labrunner.build.gate import load_submission
-from labrunner.build.nvrtc import compose_source
+from labrunner.compile.gate import load_submission
+from labrunner.compile.nvrtc import compose_source
 from labrunner.labs import get_lab
 from labrunner.run.gpu_device import GpuDevice
 from labrunner.truth.timing_sets import make_set

@@ -27,16 +27,16 @@ from pathlib import Path
 
 import cupy
 
-from labrunner.build.gate import load_submission
-from labrunner.build.nvrtc import compose_source
+from labrunner.compile.gate import load_submission
+from labrunner.compile.nvrtc import compose_source
 from labrunner.labs import get_lab
 from labrunner.measure.gpu_timer import CupyTimer
 from labrunner.measure.input_pool import InputPool
+from labrunner.measure.sampling import TimingOptions, compare
 from labrunner.measure.timed_runs import INPUT_SLOTS, KernelCall
-from labrunner.measure.timing import TimingOptions, compare
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import BenchRequest
-from labrunner.pipeline.timing import new_key, per_input_set_medians
+from labrunner.pipeline.timing_stage import new_key, per_input_set_medians
 from labrunner.report.results import RunResult
 from labrunner.run.gpu_device import GpuDevice
 

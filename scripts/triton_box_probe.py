@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from labrunner import box as boxes
-from labrunner.build import triton_build
-from labrunner.build.compiler_process import CompileLimits
+from labrunner.compile import triton_build
+from labrunner.compile.compiler_process import CompileLimits
 from labrunner.labs import get_lab
 
 

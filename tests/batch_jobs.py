@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-from labrunner.pipeline.submission import SubmissionTask, grade_in_process
+from labrunner.pipeline.batch.submission import SubmissionTask, grade_in_process
 
 
 def dies_on_foreign_include(task: SubmissionTask, running=None):

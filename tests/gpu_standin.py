@@ -239,7 +239,7 @@ class CountingTimer:
         return {}
 
     def overhead_ms(self, options):
-        from labrunner.measure.timing import measure
+        from labrunner.measure.sampling import measure
 
         class Empty:
             name = "empty"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from labrunner.pipeline.submission import Outcome, RunningProcesses, SubmissionTask, dead_result, grade_in_process
+from labrunner.pipeline.batch.submission import Outcome, RunningProcesses, SubmissionTask, dead_result, grade_in_process
 
 
 def graded_once_requeued(task: SubmissionTask, running: RunningProcesses | None = None) -> Outcome:

@@ -81,7 +81,7 @@ def test_a_hostile_file_name_stays_inside_its_property():
     from labrunner.run.untrusted_text import shown_path
 
     name = os.fsdecode(b"subs/a\n::stop-commands::tok,x\x1b[2J\xff.cu")
-    # as a grade makes it: the message names the file as shown (build/source.py's label)
+    # as a grade makes it: the message names the file as shown (compile/source.py's label)
     data = RunResult(
         "grade", "lab2", name, error=f"{shown_path(name)}: is a FIFO, not a regular file", error_code=ExitCode.USAGE
     ).to_json()

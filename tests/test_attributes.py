@@ -1,13 +1,13 @@
 """The gate refuses what a kernel file may not ask of the linker, the assembler or the loader, before
-any compiler runs: the attributes, asm labels, file-scope asm and pragmas of labrunner/build/attributes.py,
+any compiler runs: the attributes, asm labels, file-scope asm and pragmas of labrunner/compile/attributes.py,
 read as the compiler reads the file, each refusal naming its line; and what stays allowed."""
 
 from __future__ import annotations
 
 import pytest
 
-from labrunner.build import gate
-from labrunner.build.attributes import refuse_linker_requests
+from labrunner.compile import gate
+from labrunner.compile.attributes import refuse_linker_requests
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 SECTION = "__attribute__((section)) is not allowed in a kernel file (it places code or data where the loader runs it)"

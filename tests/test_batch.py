@@ -22,9 +22,11 @@ from result_schema import validate_file
 from labrunner.cli import main
 from labrunner.cli.options import passed_options
 from labrunner.exit_codes import AttnlabError, ExitCode
-from labrunner.pipeline import batch, batch_files, slurm, submission
-from labrunner.pipeline.batch_files import Found, NotGraded
-from labrunner.pipeline.batch_options import BatchOptions
+from labrunner.pipeline.batch import files as batch_files
+from labrunner.pipeline.batch import grade_many as batch
+from labrunner.pipeline.batch import slurm, submission
+from labrunner.pipeline.batch.files import Found, NotGraded
+from labrunner.pipeline.batch.settings import BatchOptions
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 COMPILE_ERROR = FIXTURES / "lab2/hostile/foreign_include.cu"
@@ -405,7 +407,7 @@ def test_the_cluster_requests_and_sbatch_args_reach_the_job_script():
 
 
 def test_a_slurm_out_dir_must_be_one_the_nodes_share(tmp_path, monkeypatch):
-    from labrunner.pipeline import slurm_queue
+    from labrunner.pipeline.batch import slurm_queue
 
     with pytest.raises(AttnlabError) as raised:
         slurm.check_out_dir(BatchOptions(executor="slurm"))

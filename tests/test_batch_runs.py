@@ -22,8 +22,8 @@ from test_batch import needs_cpu_backend
 
 from labrunner.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
-from labrunner.pipeline import batch_files
-from labrunner.pipeline.batch_files import Found, NotGraded
+from labrunner.pipeline.batch import files as batch_files
+from labrunner.pipeline.batch.files import Found, NotGraded
 from labrunner.truth.cases import DEFAULT_SEED, Seed, resolve_seed, secret_seed
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"

@@ -17,10 +17,10 @@ import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 from result_schema import timing_json
 
-import labrunner.pipeline.timing as benchmark
+import labrunner.pipeline.timing_stage as benchmark
 from labrunner.labs import get_lab
-from labrunner.measure.timing import Stats, TimingOptions
-from labrunner.pipeline.timing import (
+from labrunner.measure.sampling import Stats, TimingOptions
+from labrunner.pipeline.timing_stage import (
     CpuReferences,
     per_input_set_medians,
     time_pipeline,
@@ -503,7 +503,7 @@ def numpy_gpu_oracle(sets=None):
 
 
 def test_the_gpu_oracle_proves_itself_then_judges_as_the_checker_does():
-    from labrunner.truth.check import check_output
+    from labrunner.truth.checker import check_output
 
     gpu = numpy_gpu_oracle()
     assert gpu.proof["golden_max_error"] <= 1e-12

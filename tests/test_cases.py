@@ -243,7 +243,7 @@ def test_the_lastkey_case_plants_only_the_last_key_and_row(name):
 
 
 def test_a_cases_progress_line_speaks_of_its_size_as_its_lab_does():
-    from labrunner.pipeline.cases import size_in_words
+    from labrunner.pipeline.correctness import size_in_words
     from labrunner.truth.cases import load_catalogue
 
     def named(lab: str, name: str):

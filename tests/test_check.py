@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labrunner.truth.check import NEVER_WRITTEN, PASS, WRONG, check_output, describe_rows
+from labrunner.truth.checker import NEVER_WRITTEN, PASS, WRONG, check_output, describe_rows
 from labrunner.truth.contract import within_tolerance
 from labrunner.truth.poison import (
     CANARY_BITS,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from labrunner.build.gate import load_submission
+from labrunner.compile.gate import load_submission
 from labrunner.labs import LABS
-from labrunner.pipeline.cases import resolved_cases
+from labrunner.pipeline.correctness import resolved_cases
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.truth.cases import load_catalogue
 

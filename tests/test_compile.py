@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from labrunner.build import nvrtc
-from labrunner.build.gate import compile_gate, load_submission
-from labrunner.build.includes import refuse_foreign_includes
-from labrunner.build.nvrtc import compose_source, parse_resources
+from labrunner.compile import nvrtc
+from labrunner.compile.gate import compile_gate, load_submission
+from labrunner.compile.includes import refuse_foreign_includes
+from labrunner.compile.nvrtc import compose_source, parse_resources
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
 

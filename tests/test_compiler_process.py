@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from labrunner import box as boxes
-from labrunner.build import compiler_process
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.diagnostics import gcc_diagnostics, nvrtc_diagnostics
-from labrunner.build.gate import compile_gate
-from labrunner.build.nvrtc import compile_module, run_nvrtc
+from labrunner.compile import compiler_process
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.diagnostics import gcc_diagnostics, nvrtc_diagnostics
+from labrunner.compile.gate import compile_gate
+from labrunner.compile.nvrtc import compile_module, run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 REPO = Path(__file__).resolve().parent.parent

@@ -25,9 +25,9 @@ from result_schema import validate_file
 
 from labrunner.cli import main
 from labrunner.exit_codes import AttnlabError, ExitCode
-from labrunner.pipeline.batch_files import CU_ONLY, WITH_TRITON, Found, NotGraded, expand_submissions, report_names
-from labrunner.pipeline.batch_roster import RosterEntry, read_roster
-from labrunner.pipeline.batch_students import group_students, with_students
+from labrunner.pipeline.batch.files import CU_ONLY, WITH_TRITON, Found, NotGraded, expand_submissions, report_names
+from labrunner.pipeline.batch.roster import RosterEntry, read_roster
+from labrunner.pipeline.batch.students import group_students, with_students
 from labrunner.report.lms_gradebook import lms_rows
 from labrunner.report.points import Score, score_result
 from labrunner.report.records.course_row import CourseRow
@@ -407,8 +407,8 @@ def test_the_page_sorts_by_score_and_lists_the_similar_pairs_in_chromium(course)
 
 
 def test_only_files_with_code_of_their_own_are_compared(tmp_path):
-    from labrunner.pipeline.batch_course import own_code, starters
-    from labrunner.pipeline.batch_students import Student
+    from labrunner.pipeline.batch.course import own_code, starters
+    from labrunner.pipeline.batch.students import Student
 
     solution = (REPO / "kernels/lab2/solution.cu").read_bytes()
     files = {"ann.cu": solution, "ben.cu": (REPO / "kernels/lab2/starter.cu").read_bytes(), "cy.cu": b"int int x;\n"}

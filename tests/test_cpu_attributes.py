@@ -1,5 +1,5 @@
 """The CPU build reads the student's preprocessed text for what it may not ask of the linker, the
-assembler or the loader (labrunner/build/attributes.py) before g++ compiles it: what macros build,
+assembler or the loader (labrunner/compile/attributes.py) before g++ compiles it: what macros build,
 which the gate cannot see, is plain there. These build straight through the CPU backend, without
 the gate in front."""
 

@@ -109,7 +109,7 @@ SECTION = " is not allowed in a kernel file (it places code or data where the lo
     ],
 )
 def test_a_constructor_is_refused_before_any_compiler_runs(lab, relative, line, tmp_path):
-    """The gate reads the attribute (labrunner/build/attributes.py), on both backends alike; no
+    """The gate reads the attribute (labrunner/compile/attributes.py), on both backends alike; no
     compiler, and no worker, ever sees the file."""
     completed, result = grade_hostile(lab, relative, tmp_path)
     message = f"{HOSTILE / lab / relative}({line}): error: __attribute__((constructor))" + AT_LOAD

@@ -56,7 +56,7 @@ extern "C" __global__ void probe(float* o) {
 }
 """
     )
-    from labrunner.build.nvrtc import nvrtc_version
+    from labrunner.compile.nvrtc import nvrtc_version
 
     out = np.zeros(6, np.float32)
     CpuModule.build(src, "attention.cu", {"probe": ["float*"]}, cache_dir=cache, arch=arch).launch(

@@ -270,7 +270,7 @@ def test_an_old_style_constructor_table_entry_is_refused(cache):
 def test_every_shipped_kernel_builds_no_section_beyond_the_ordinary_ones(cache):
     """The rule above must not refuse real kernels: the sections the shipped references build beyond
     the empty file's are all on ORDINARY_SECTIONS (and they do build more than it: imports, constants)."""
-    from labrunner.build.nvrtc import compose_source
+    from labrunner.compile.nvrtc import compose_source
     from labrunner.labs import get_lab
     from labrunner.run.cpu.module import baseline_facts
     from labrunner.run.cpu.object_check import ORDINARY_SECTIONS

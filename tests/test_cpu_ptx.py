@@ -39,8 +39,8 @@ from ptx_model import (
     random_halves,
 )
 
-from labrunner.build.gate import compile_gate
-from labrunner.build.nvrtc import NVRTC_INCLUDE_OPTIONS, compile_module, compose_source
+from labrunner.compile.gate import compile_gate
+from labrunner.compile.nvrtc import NVRTC_INCLUDE_OPTIONS, compile_module, compose_source
 from labrunner.exit_codes import AttnlabError
 from labrunner.run.cpu import module as cpu_module
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuModule

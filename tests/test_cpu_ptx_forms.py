@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labrunner.build.nvrtc import compile_module
+from labrunner.compile.nvrtc import compile_module
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuModule
 
 PRELUDE = '#include <attnlab/prelude.cuh>\n#line 1 "forms.cu"\n'

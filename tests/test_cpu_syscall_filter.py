@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(availability() is not None, reason=f"no seccomp 
 CHILD = textwrap.dedent("""
     import json, os, socket, sys
     import numpy as np
-    from labrunner.build.nvrtc import compose_source
+    from labrunner.compile.nvrtc import compose_source
     from labrunner.run.cpu_device import CpuDevice
 
     import ctypes

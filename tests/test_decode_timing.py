@@ -9,12 +9,12 @@ import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 from result_schema import timing_json
 
-import labrunner.pipeline.timing as benchmark
+import labrunner.pipeline.timing_stage as benchmark
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.gates import apply_bandwidth_gate
-from labrunner.measure.timing import TimingOptions
-from labrunner.pipeline.timing import CpuReferences, time_speedup
+from labrunner.measure.sampling import TimingOptions
+from labrunner.pipeline.timing_stage import CpuReferences, time_speedup
 from labrunner.truth.paged_cache import bytes_to_move, timing_batch
 
 LAB = get_lab("lab3")

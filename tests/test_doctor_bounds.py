@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from labrunner import box as boxes
 from labrunner import syscall_filter
-from labrunner.build import triton_build
-from labrunner.build.compiler_process import CompileLimits
 from labrunner.cli.main import main
+from labrunner.compile import triton_build
+from labrunner.compile.compiler_process import CompileLimits
 from labrunner.exit_codes import AttnlabError
 from labrunner.labs import get_lab
 from labrunner.pipeline import doctor

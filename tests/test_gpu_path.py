@@ -57,7 +57,7 @@ def standin_gpu(monkeypatch, tmp_path) -> StandinGpu:
     monkeypatch.setattr(device_state, "read_device_state", lambda index=0: DeviceState(name=GPU, sm_clock_mhz=1980))
     import labrunner.measure.gpu_timer
     import labrunner.measure.input_pool as input_pool
-    import labrunner.pipeline.timing as benchmark
+    import labrunner.pipeline.timing_stage as benchmark
 
     monkeypatch.setattr(labrunner.measure.gpu_timer, "CupyTimer", CountingTimer)
     monkeypatch.setattr(input_pool, "CudaSets", input_pool.NumpySets)  # the sets' definition, in numpy

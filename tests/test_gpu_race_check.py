@@ -21,7 +21,7 @@ from labrunner.cli import main
 from labrunner.exit_codes import ExitCode
 from labrunner.labs.definition import Lab
 from labrunner.pipeline import backend as backend_module
-from labrunner.pipeline import cases as cases_module
+from labrunner.pipeline import correctness as cases_module
 from labrunner.pipeline import grade as grade_pipeline
 from labrunner.run.worker import WorkerFailure
 from labrunner.truth.cases import Case, Catalogue

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from labrunner.truth.cases import load_catalogue, make_inputs
-from labrunner.truth.check import check_output
+from labrunner.truth.checker import check_output
 from labrunner.truth.contract import GROUP, HEAD_DIM, KV_HEADS, QUERY_HEADS, SCALE
 from labrunner.truth.hints import (
     add_stage_evidence,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from labrunner.truth.cases import load_catalogue, make_inputs
-from labrunner.truth.check import check_output
+from labrunner.truth.checker import check_output
 from labrunner.truth.contract import GROUP, QUERY_HEADS
 from labrunner.truth.hints import derive_hints, gather_evidence
 from labrunner.truth.hints_precision import tf32_rounded, tf32_truncated

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from labrunner.build import nvrtc
-from labrunner.build.includes import refuse_foreign_includes
 from labrunner.cli import main
+from labrunner.compile import nvrtc
+from labrunner.compile.includes import refuse_foreign_includes
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from labrunner.build.includes import code_tokens, refuse_foreign_includes, scan_directives
-from labrunner.build.nvrtc import run_nvrtc
+from labrunner.compile.includes import code_tokens, refuse_foreign_includes, scan_directives
+from labrunner.compile.nvrtc import run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 ALLOWED = "the driver's headers (<attnlab/...>), <cuda_runtime.h>, <cfloat>, <cmath>, <cstdint>, <math_constants.h>"

@@ -21,13 +21,13 @@ import pytest
 from fixture_suite import FIXTURES, REPO, load_fixtures
 from result_schema import validate_file
 
-from labrunner.build import launch_constants
-from labrunner.build.gate import load_submission
-from labrunner.build.launch_constants import build_plan, check_launch_constants, planned_shapes
+from labrunner.compile import launch_constants
+from labrunner.compile.gate import load_submission
+from labrunner.compile.launch_constants import build_plan, check_launch_constants, planned_shapes
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
 from labrunner.labs.definition import MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, Lab
-from labrunner.pipeline.cases import CaseOptions, select_cases
+from labrunner.pipeline.correctness import CaseOptions, select_cases
 from labrunner.truth import memory_bound
 from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue
 from labrunner.truth.memory_bound import MAX_BUFFER_BYTES, OverBound

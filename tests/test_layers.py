@@ -40,8 +40,8 @@ def test_a_lower_stage_importing_a_higher_one_breaks_the_layers(tmp_path):
 
 def test_timing_that_imports_the_checker_breaks_its_contract(tmp_path):
     root = copy_of_the_package(tmp_path)
-    timing = root / "labrunner/measure/timing.py"
-    timing.write_text(timing.read_text() + "\nfrom labrunner.truth import check  # noqa\n")
+    timing = root / "labrunner/measure/sampling.py"
+    timing.write_text(timing.read_text() + "\nfrom labrunner.truth import checker  # noqa\n")
     completed = lint_imports(root)
     assert completed.returncode == 1
     assert "Timing never knows what a correct answer is BROKEN" in completed.stdout

@@ -19,12 +19,12 @@ from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu, NumpyPeer
 from result_schema import timing_json, validate_result
 
 import labrunner.measure.timed_runs as timed_runs
-import labrunner.pipeline.timing as benchmark
+import labrunner.pipeline.timing_stage as benchmark
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure import peers
-from labrunner.measure.timing import TimingOptions
-from labrunner.pipeline.timing import CpuReferences, check_peer, time_pipeline, time_speedup
+from labrunner.measure.sampling import TimingOptions
+from labrunner.pipeline.timing_stage import CpuReferences, check_peer, time_pipeline, time_speedup
 from labrunner.report.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report.results import RunResult
 
@@ -358,8 +358,8 @@ def printed(monkeypatch):
 
 def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=ROWS, prefix=PREFIX):
     """`timing_module.run_lab_timing` as bench runs it, on the stand-in GPU, the references in numpy."""
-    from labrunner.build.gate import load_submission
-    from labrunner.pipeline import timing as timing_module
+    from labrunner.compile.gate import load_submission
+    from labrunner.pipeline import timing_stage as timing_module
 
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
     # the lab's own cases (the compile gate sizes their buffers), timed at a small shape

@@ -20,7 +20,7 @@ from labrunner import phases
 from labrunner.grader_cache import CACHE_VARIABLE, grader_cache_dir
 from labrunner.labs import get_lab
 from labrunner.pipeline import oracle_ahead, worker_ahead
-from labrunner.pipeline.cases import resolved_cases
+from labrunner.pipeline.correctness import resolved_cases
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.worker_ahead import WorkerAhead
 from labrunner.truth.cases import make_inputs
@@ -251,7 +251,7 @@ def test_a_cpu_grade_says_where_its_time_went_and_makes_the_shared_parts_once(tm
     ],
 )
 def test_jobs_auto_follows_the_gpus_memory_and_the_cores(monkeypatch, cores, gpus, free_gib, expected):
-    from labrunner.pipeline import local_executor
+    from labrunner.pipeline.batch import local_executor
 
     monkeypatch.setattr(local_executor, "default_jobs", lambda backend: cores)
     monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda: free_gib << 30)

@@ -252,7 +252,7 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
     printed = io.StringIO()
     monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=400, highlight=False, color_system=None))
     lab = get_lab("lab2")
-    from labrunner.build.gate import load_submission
+    from labrunner.compile.gate import load_submission
 
     result = RunResult("grade", "lab2", "solution.cu", backend="gpu")
     profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
@@ -269,7 +269,7 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
 @pytest.mark.slow
 def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsys):
     lab = get_lab("lab2")
-    from labrunner.build.gate import load_submission
+    from labrunner.compile.gate import load_submission
 
     result = RunResult("grade", "lab2", "solution.cu", backend="cpu")
     profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
@@ -366,7 +366,7 @@ def saving_ncu(tmp_path, monkeypatch, csv_file) -> tuple:
 
 
 def lab3_contenders():
-    from labrunner.build.gate import load_submission
+    from labrunner.compile.gate import load_submission
 
     lab = get_lab("lab3")
     starter = prepare_module.display_path(lab.starter_path)

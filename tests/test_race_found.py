@@ -127,7 +127,7 @@ def test_the_race_check_is_suggested_only_where_it_could_help():
 
 def test_a_race_check_that_found_nothing_says_what_ran():
     from labrunner.labs import get_lab
-    from labrunner.pipeline.cases import CaseOptions, race_check_words
+    from labrunner.pipeline.correctness import CaseOptions, race_check_words
     from labrunner.truth.cases import Seed
 
     lab = get_lab("lab2")

@@ -21,7 +21,7 @@ import pytest
 from box_paths import tmp_entries_of
 
 from labrunner import box as boxes
-from labrunner.build.gate import load_submission
+from labrunner.compile.gate import load_submission
 from labrunner.labs import get_lab
 from labrunner.measure.range_pass import METRICS, RangePassUnavailable, parse_ncu_csv, parse_number, run_ncu
 from labrunner.measure.roofline import ceilings_from_facts

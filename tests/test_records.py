@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from result_schema import validate_result
 
-from labrunner.build.nvrtc import KernelResources
+from labrunner.compile.nvrtc import KernelResources
 from labrunner.measure.device_state import DeviceState
 from labrunner.measure.gates import SCHEMA as GATES_SCHEMA
 from labrunner.measure.gates import apply_bandwidth_gate, apply_gate, write_gate
@@ -16,7 +16,7 @@ from labrunner.measure.range_pass import KernelMetrics
 from labrunner.measure.roofline import Point, ceilings_from_facts
 from labrunner.measure.trace import CUPTI_MISSING
 from labrunner.measure.traffic import TrafficShape, traffic
-from labrunner.pipeline.submission import SubmissionTask, dead_result
+from labrunner.pipeline.batch.submission import SubmissionTask, dead_result
 from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.records.compile import CompileSummary
 from labrunner.report.records.device import CPU_NAME, DeviceFacts

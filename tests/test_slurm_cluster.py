@@ -33,10 +33,10 @@ from fixture_suite import FIXTURES, REPO
 from result_schema import validate_file
 
 from labrunner.exit_codes import ExitCode
-from labrunner.pipeline import slurm, slurm_queue
-from labrunner.pipeline.batch_options import BatchOptions
-from labrunner.pipeline.batch_stop import BatchStop
-from labrunner.pipeline.submission import Outcome, SubmissionTask
+from labrunner.pipeline.batch import slurm, slurm_queue
+from labrunner.pipeline.batch.settings import BatchOptions
+from labrunner.pipeline.batch.stop import BatchStop
+from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"
 WRONG = FIXTURES / "lab2/wrong/scale_missing.cu"

@@ -13,8 +13,8 @@ import re
 import numpy as np
 import pytest
 
-from labrunner.build.gate import compile_gate
-from labrunner.build.nvrtc import compose_source
+from labrunner.compile.gate import compile_gate
+from labrunner.compile.nvrtc import compose_source
 from labrunner.run.cpu.module import CpuModule, cpu_compiler_available
 
 FLOATS = [

@@ -22,8 +22,8 @@ import pytest
 from click.testing import CliRunner
 from fixture_suite import REPO
 
-from labrunner.build.source import MAX_SOURCE_BYTES, read_source, read_source_bytes, submission_sha256
 from labrunner.cli import main
+from labrunner.compile.source import MAX_SOURCE_BYTES, read_source, read_source_bytes, submission_sha256
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 KERNEL = "// a kernel file\n"

@@ -21,7 +21,7 @@ from labrunner.measure.device_state import (
     cuda_version_text,
     read_device_state,
 )
-from labrunner.measure.timing import (
+from labrunner.measure.sampling import (
     Comparison,
     RunningMoments,
     Stats,
@@ -426,7 +426,7 @@ def test_device_state_never_raises_on_this_machine():
 
 
 def test_timing_module_does_not_import_cupy():
-    script = "import sys, labrunner.measure.timing; print('cupy' in sys.modules)"
+    script = "import sys, labrunner.measure.sampling; print('cupy' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

@@ -17,13 +17,13 @@ import pytest
 from gpu_standin import CountingTimer, InProcessWorker, NumpyGpu
 from result_schema import timing_json, validate_result
 
-import labrunner.pipeline.timing as benchmark
+import labrunner.pipeline.timing_stage as benchmark
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.physics import MIB, Limits, impossible, limits
 from labrunner.measure.roofline import tensor_core_peak
-from labrunner.measure.timing import Stats, TimingOptions
-from labrunner.pipeline.timing import (
+from labrunner.measure.sampling import Stats, TimingOptions
+from labrunner.pipeline.timing_stage import (
     CpuReferences,
     attention_bytes_must_move,
     bytes_each_kernel_must_move,
@@ -463,7 +463,7 @@ def test_a_kernel_the_timer_reports_impossibly_fast_gets_no_time(standin):
 def test_bench_lab1_past_the_copy_is_wrong_exit_1_with_the_message_and_no_timing(monkeypatch):
     from rich.console import Console
 
-    from labrunner.pipeline import timing as timing_module
+    from labrunner.pipeline import timing_stage as timing_module
     from labrunner.report import terminal
 
     out, err = io.StringIO(), io.StringIO()

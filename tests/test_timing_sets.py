@@ -160,7 +160,7 @@ def test_the_gpu_makes_the_timing_shapes_sets_bit_for_bit():
 
 @pytest.mark.gpu
 def test_the_gpu_oracle_proves_itself_and_judges_like_the_checker():
-    from labrunner.pipeline.timing import CpuReferences
+    from labrunner.pipeline.timing_stage import CpuReferences
     from labrunner.run.gpu_oracle import GpuOracle
 
     gpu = GpuOracle()

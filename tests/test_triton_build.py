@@ -1,5 +1,5 @@
 """A Triton file's compile box: the file's own Python, hostile or wrong, gets a compile error in words, and
-what comes back from the box is checked before anything trusts it (`labrunner/build/triton_build.py`)."""
+what comes back from the box is checked before anything trusts it (`labrunner/compile/triton_build.py`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.triton_build import _checked, compile_triton
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.triton_build import _checked, compile_triton
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import get_lab
 
@@ -132,7 +132,7 @@ def test_a_forged_reply_from_the_files_top_level_is_its_compile_error(tmp_path):
 def test_triton_missing_is_found_by_the_driver_before_any_box(tmp_path, monkeypatch):
     import importlib.metadata
 
-    from labrunner.build import triton_build
+    from labrunner.compile import triton_build
 
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
@@ -340,7 +340,7 @@ def test_a_triton_box_child_finds_the_package_it_belongs_to_when_none_is_install
     site_packages = str(Path(triton.__file__).resolve().parent.parent)  # Triton itself, without the .pth files
     code = (
         f"import sys, runpy; sys.path.append({site_packages!r}); "
-        f"runpy.run_path({str(copy / 'build' / child)!r}, run_name='child'); "
+        f"runpy.run_path({str(copy / 'compile' / child)!r}, run_name='child'); "
         "import labrunner; print(labrunner.__file__)"
     )
     done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
 """A Triton file's errors as the student needs them: on their own file's name and line (counted in the file,
 not from a `def`), in the compiler's form `file(LINE): error: ...` that `.cu` errors take, with Triton's
 chained cause where a helper fails, and each refusal saying what to write instead
-(`labrunner/build/triton_build.py`, `triton_child.py`, `triton_package.py`)."""
+(`labrunner/compile/triton_build.py`, `triton_child.py`, `triton_package.py`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.triton_build import _box_reply, compile_error, compile_triton
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.triton_build import _box_reply, compile_error, compile_triton
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import get_lab
 

@@ -24,7 +24,7 @@ from labrunner.run.cpu.triton_module import TritonInterpretedModule, interpreter
 WHY_NOT = interpreter_available()
 pytest.importorskip("triton")
 
-from labrunner.build import triton_package  # noqa: E402
+from labrunner.compile import triton_package  # noqa: E402
 from labrunner.run.cpu.device_memory import guarded_array  # noqa: E402
 from labrunner.run.cpu.module import CpuCompileError, CpuOutOfBounds  # noqa: E402
 from labrunner.syscall_filter import availability  # noqa: E402
@@ -311,7 +311,7 @@ def test_a_kernel_the_lab_needs_must_be_a_jit_function(body, found):
 SEALED_CHILD = textwrap.dedent("""
     import json, os, sys
     import numpy as np
-    from labrunner.build import triton_package
+    from labrunner.compile import triton_package
     from labrunner.run.cpu.device_memory import guarded_array
     from labrunner.run.cpu.triton_module import TritonInterpretedModule, interpreter_available
 

@@ -20,7 +20,7 @@ from labrunner.run.cpu.triton_module import TritonInterpretedModule, interpreter
 WHY_NOT = interpreter_available()  # Triton imported in interpret mode first, as the worker does
 pytest.importorskip("triton")
 
-from labrunner.build import triton_package  # noqa: E402
+from labrunner.compile import triton_package  # noqa: E402
 from labrunner.run.cpu import triton_lockstep  # noqa: E402
 from labrunner.run.cpu.device_memory import guarded_array  # noqa: E402
 from labrunner.run.cpu.module import CpuKernelError, CpuOutOfBounds  # noqa: E402

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from labrunner.build.diagnostics import gcc_diagnostics
+from labrunner.compile.diagnostics import gcc_diagnostics
 from labrunner.labs import get_lab
-from labrunner.pipeline.cases import CaseOptions, select_cases
+from labrunner.pipeline.correctness import CaseOptions, select_cases
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
 from labrunner.report.results import CaseResult, RunResult, write_json
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.run.racecheck import parse_hazard
 from labrunner.truth.cases import Seed, load_catalogue, make_inputs
-from labrunner.truth.check import NEVER_WRITTEN, RACE, check_output
+from labrunner.truth.checker import NEVER_WRITTEN, RACE, check_output
 from labrunner.truth.hints import HAZARDS, decode_variant, derive_hints, gather_evidence
 from labrunner.truth.poison import SHARED_POISON_BITS, WORKSPACE_POISON_BITS, filled, poisoned
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labrunner.build.gate import load_submission
+from labrunner.compile.gate import load_submission
 from labrunner.labs import get_lab
 from labrunner.run.cpu.module import cpu_compiler_available
 from labrunner.run.worker import Worker
 from labrunner.truth import oracle
 from labrunner.truth.cases import random_inputs
-from labrunner.truth.check import check_output
+from labrunner.truth.checker import check_output
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 pytestmark = [

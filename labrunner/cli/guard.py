@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from labrunner.build.source import submission_sha256
 from labrunner.cli.options import SHOW_TIMINGS
+from labrunner.compile.source import submission_sha256
 from labrunner.exit_codes import AttnlabError, ExitCode, Terminated
 from labrunner.phases import CLOCK
 from labrunner.pipeline.outputs import unwritable

@@ -33,7 +33,7 @@ from labrunner.cli.options import (
 )
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
-from labrunner.pipeline.batch_options import BatchOptions
+from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.calibrate import calibrate_gate
 from labrunner.pipeline.check import check_submission
@@ -214,7 +214,9 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
     # the batch writes Gradescope's results.json itself, reused or interrupted as the submission may be
     leave_out = {"json_path", "junit_path", "annotations", "gradescope_path", *BATCH_ONLY}
     forwarded = passed_options(context.command, context.params, leave_out)
-    from labrunner.pipeline.batch import grade_batch  # here: a single grade's start does without the batch's modules
+    from labrunner.pipeline.batch.grade_many import (
+        grade_batch,
+    )  # here: a single grade's start does without the batch's modules
 
     try:
         code = grade_batch(lab, files, options["device"], forwarded, batch)

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from labrunner import box as boxes
-from labrunner.pipeline.batch_options import BatchOptions
+from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.requests import CalibrateRequest, GradeRequest, ProfileRequest, default
 from labrunner.report import terminal
 
@@ -180,7 +180,7 @@ class JobsType(click.ParamType):
         return number
 
 
-# grade's options for many submissions (see pipeline/batch.py).
+# grade's options for many submissions (see pipeline/batch/grade_many.py).
 batch_options = stacked(
     click.option(
         "--jobs",

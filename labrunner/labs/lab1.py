@@ -15,7 +15,7 @@ from labrunner.labs.definition import (
     entry,
 )
 from labrunner.labs.timing_strategy import PerKernel
-from labrunner.truth.check import probabilities_stage_problem, scores_stage_problem
+from labrunner.truth.checker import probabilities_stage_problem, scores_stage_problem
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 
 DEFAULTS = {

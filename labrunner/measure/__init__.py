@@ -7,7 +7,7 @@ timed figure can beat (`physics`: the same run's device copy, the tensor cores' 
 These run inside the worker, so they sit below the run stage and never import it, nor the
 checker: timing does not know what a correct answer is. The driver's side of timing (sending
 input sets, checking verified calls, deriving SPEEDUP) talks to a worker, so it lives in the
-pipeline (`labrunner.pipeline.timing`).
+pipeline (`labrunner.pipeline.timing_stage`).
 
 Looking inside (`attnlab profile`): the Trace timeline's worker side (`trace`: CUPTI or CUDA events),
 Nsight Compute's Range pass and its CSV (`range_pass`), the roofline's arithmetic (`roofline`) and the

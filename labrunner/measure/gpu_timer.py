@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from labrunner.measure.timing import Stats, TimingOptions, measure
+from labrunner.measure.sampling import Stats, TimingOptions, measure
 
 if TYPE_CHECKING:
     import cupy

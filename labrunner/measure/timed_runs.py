@@ -224,7 +224,7 @@ def run_timing(device: Device, modules: dict[str, Kernels], request: dict[str, A
         raise RuntimeError("timing needs the GPU backend")
     from labrunner.measure.device_state import read_device_state
     from labrunner.measure.gpu_timer import CupyTimer
-    from labrunner.measure.timing import TimingOptions, compare, measure
+    from labrunner.measure.sampling import TimingOptions, compare, measure
 
     options = TimingOptions(**request["options"])
     timer = CupyTimer()

@@ -9,11 +9,11 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline import backend
 from labrunner.pipeline.backend import device_facts, gpu_share
-from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
+from labrunner.pipeline.correctness import CaseOptions, bench_check_case, run_one_case
 from labrunner.pipeline.grade import close_report
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import BenchRequest, refuse_speedup_options, refuse_triton_options
-from labrunner.pipeline.timing import run_lab_timing
+from labrunner.pipeline.timing_stage import run_lab_timing
 from labrunner.report import terminal
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from labrunner.build.gate import Submission, load_submission
-from labrunner.build.nvrtc import nvrtc_version
-from labrunner.build.source import take_notes
+from labrunner.compile.gate import Submission, load_submission
+from labrunner.compile.nvrtc import nvrtc_version
+from labrunner.compile.source import take_notes
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.prepare import said_once

@@ -7,9 +7,9 @@ import platform
 
 from labrunner import box as boxes
 from labrunner import syscall_filter
-from labrunner.build.compiler_process import CompileLimits, size_words
-from labrunner.build.nvrtc import nvrtc_version
-from labrunner.build.triton_build import triton_bounds, triton_installed
+from labrunner.compile.compiler_process import CompileLimits, size_words
+from labrunner.compile.nvrtc import nvrtc_version
+from labrunner.compile.triton_build import triton_bounds, triton_installed
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 from labrunner.pipeline import backend
 from labrunner.report import terminal

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labrunner.build.gate import Submission
+from labrunner.compile.gate import Submission
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.schedules import FIRST_SCHEDULE
 from labrunner.run.worker import Worker, WorkerFailure

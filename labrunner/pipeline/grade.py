@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from labrunner.build.gate import Submission
-from labrunner.build.includes import code_tokens
+from labrunner.compile.gate import Submission
+from labrunner.compile.includes import code_tokens
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.gates import (
@@ -24,12 +24,12 @@ from labrunner.measure.gates import (
 )
 from labrunner.phases import phase
 from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
-from labrunner.pipeline.cases import CaseOptions, inputs_ahead, race_check_words, run_cases
+from labrunner.pipeline.correctness import CaseOptions, inputs_ahead, race_check_words, run_cases
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options, refuse_triton_options
-from labrunner.pipeline.timing import compile_starter_ahead, run_lab_timing
+from labrunner.pipeline.timing_stage import compile_starter_ahead, run_lab_timing
 from labrunner.pipeline.worker_ahead import WorkerAhead
 from labrunner.report import terminal
 from labrunner.report.records.device import DeviceFacts

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from labrunner.build.source import read_source, take_notes
+from labrunner.compile.source import read_source, take_notes
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab

@@ -22,7 +22,7 @@ import numpy as np
 
 from labrunner.phases import phase
 from labrunner.pipeline.backend import gpu_may_be_here
-from labrunner.pipeline.timing import References, proven_gpu_references
+from labrunner.pipeline.timing_stage import References, proven_gpu_references
 from labrunner.truth.cases import Inputs
 
 # A prefill case whose rows times keys reach this takes its reference from the GPU oracle (lab 2's

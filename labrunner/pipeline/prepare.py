@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.gate import Submission, load_submission
-from labrunner.build.source import take_notes
-from labrunner.build.triton_build import is_triton_file
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.gate import Submission, load_submission
+from labrunner.compile.source import take_notes
+from labrunner.compile.triton_build import is_triton_file
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.phases import phase

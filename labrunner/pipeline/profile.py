@@ -38,8 +38,8 @@ import numpy as np
 
 import labrunner
 from labrunner import box as boxes
-from labrunner.build.gate import Submission, load_submission
-from labrunner.build.triton_build import is_triton_file
+from labrunner.compile.gate import Submission, load_submission
+from labrunner.compile.triton_build import is_triton_file
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs.definition import Lab
 from labrunner.labs.timing_strategy import TimingLayout
@@ -49,7 +49,7 @@ from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_
 from labrunner.measure.trace import slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.pipeline.backend import device_facts, grade_instead, refuse_without_gpu
-from labrunner.pipeline.cases import CaseOptions, bench_check_case, run_one_case
+from labrunner.pipeline.correctness import CaseOptions, bench_check_case, run_one_case
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import ProfileRequest
 from labrunner.report import terminal

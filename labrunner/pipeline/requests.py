@@ -10,12 +10,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from labrunner.build.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
-from labrunner.build.nvrtc import DEFAULT_ARCH
-from labrunner.build.triton_build import is_triton_file
+from labrunner.compile.compiler_process import DEFAULT_COMPILE_TIMEOUT_S, CompileLimits
+from labrunner.compile.nvrtc import DEFAULT_ARCH
+from labrunner.compile.triton_build import is_triton_file
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
-from labrunner.measure.timing import TimingOptions
+from labrunner.measure.sampling import TimingOptions
 
 _TIMING = TimingOptions()  # the sampling loop's own defaults, which the command line shows
 

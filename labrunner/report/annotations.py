@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from labrunner.build.source import read_source
+from labrunner.compile.source import read_source
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import BATCH_EXIT_CODES, ERROR_VERDICTS, NOT_RUN, SEVERITY, WORST_FIRST, Status
@@ -68,7 +68,7 @@ def with_hints(message: str, hints: list | None) -> str:
 def kernel_line(path: Path, entry_points: tuple[str, ...]) -> int | None:
     """The line where the file defines its first entry point, or None when it cannot be read or found.
 
-    Read as the grade read it (build/source.py): never through a link, never more than 1 MiB."""
+    Read as the grade read it (compile/source.py): never through a link, never more than 1 MiB."""
     try:
         lines = read_source(path, "").splitlines()
     except AttnlabError:

@@ -18,7 +18,7 @@ from labrunner.report.records.gate import Gate
 from labrunner.report.records.profile import Profile
 from labrunner.report.records.timing import Timing
 from labrunner.run.untrusted_text import shown, shown_text
-from labrunner.truth.check import FirstBad
+from labrunner.truth.checker import FirstBad
 from labrunner.truth.hints import Evidence, Hint
 from labrunner.truth.verdict import CASE_EXIT_CODES, Status, decisive_index, run_exit_code, run_verdict
 from labrunner.truth.verdict import NOT_RUN as NOT_RUN

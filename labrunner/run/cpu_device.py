@@ -13,7 +13,7 @@ import ctypes
 
 import numpy as np
 
-from labrunner.build.nvrtc import DEFAULT_ARCH
+from labrunner.compile.nvrtc import DEFAULT_ARCH
 from labrunner.labs.definition import Launch
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS

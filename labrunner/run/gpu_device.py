@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labrunner.build.nvrtc import NVRTC_INCLUDE_OPTIONS
+from labrunner.compile.nvrtc import NVRTC_INCLUDE_OPTIONS
 from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
 

@@ -34,7 +34,7 @@ from labrunner.labs.timing_strategy import TimingLayout
 from labrunner.measure.input_pool import CudaSets
 from labrunner.truth import oracle, paged_cache
 from labrunner.truth.cases import Inputs
-from labrunner.truth.check import PASS, OutputCheck, check_output
+from labrunner.truth.checker import PASS, OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS, within_tolerance
 from labrunner.truth.golden import PROOF_TOLERANCE, prove_oracle
 from labrunner.truth.timing_sets import KEY_BITS, make_set, set_shapes

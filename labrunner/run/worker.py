@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from labrunner import box as boxes
-from labrunner.build.nvrtc import DEFAULT_ARCH
-from labrunner.build.triton_build import THREADS_PER_WARP, TritonKernel
+from labrunner.compile.nvrtc import DEFAULT_ARCH
+from labrunner.compile.triton_build import THREADS_PER_WARP, TritonKernel
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.grader_cache import CPU_PARTS_VARIABLE
 from labrunner.labs.definition import Launch

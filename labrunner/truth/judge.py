@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 
 from labrunner.truth.catalogue import Case
-from labrunner.truth.check import RACE_WORDS, FirstBad, OutputCheck, check_output, describe_rows
+from labrunner.truth.checker import RACE_WORDS, FirstBad, OutputCheck, check_output, describe_rows
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS, within_tolerance
 from labrunner.truth.poison import SHARED_POISON_BITS, carries, inspect_guards
 from labrunner.truth.verdict import Status, failure_status

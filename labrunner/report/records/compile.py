@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from labrunner.build.nvrtc import KernelResources
+from labrunner.compile.nvrtc import KernelResources
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a batch adds to a submission's row for a course: whose it is, what it is worth, and whom it is like.
 
-The student comes from the batch's listing (pipeline/batch_students.py), the id, name and section from
+The student comes from the batch's listing (pipeline/batch/students.py), the id, name and section from
 the roster (`--roster`), the score from the one points model (report/points.py) and the similar
 submissions from report/similarity.py, flagged for a person to judge: they change no verdict and no
 points. Every output of the batch reads these cells from here: the gradebook CSV (after its first

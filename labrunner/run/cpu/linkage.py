@@ -18,7 +18,7 @@ are left as written: g++ says nothing about them.
 
 from __future__ import annotations
 
-from labrunner.build.includes import Token, code_tokens
+from labrunner.compile.includes import Token, code_tokens
 from labrunner.exit_codes import AttnlabError
 
 __all__ = ["brace_linkage"]

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from labrunner.build.attributes import refuse_in_preprocessed
-from labrunner.build.nvrtc import DEFAULT_ARCH, NVRTC_STANDARD_HEADERS
-from labrunner.build.nvrtc import INCLUDE_DIR as _INCLUDE
+from labrunner.compile.attributes import refuse_in_preprocessed
+from labrunner.compile.nvrtc import DEFAULT_ARCH, NVRTC_STANDARD_HEADERS
+from labrunner.compile.nvrtc import INCLUDE_DIR as _INCLUDE
 from labrunner.exit_codes import AttnlabError
 from labrunner.grader_cache import CPU_PARTS_VARIABLE
 from labrunner.run.cpu.linkage import brace_linkage
@@ -540,7 +540,7 @@ def build_object(
     headers it includes, with g++'s macros; the same for every file, so kept in the cache), and the
     student's file, which sees only NVRTC's predefined macros (nvrtc_view.py), cuda_macros.h and the
     headers it includes (-undef, -nostdinc). The student's preprocessed text is read for what it may
-    not ask of the linker (labrunner/build/attributes.py: what macros built is plain there) before
+    not ask of the linker (labrunner/compile/attributes.py: what macros built is plain there) before
     g++ compiles the two texts and the launch wrappers, already preprocessed, as one file."""
     reason = cpu_compiler_available()
     if reason is not None:
@@ -617,7 +617,7 @@ def _compile_failed(res: subprocess.CompletedProcess, tmp: str, filename: str) -
     """The composed source names the file by its label (`#line 1`), so g++'s lines about it read
     `label:20:5: error: ...`: kept and written as NVRTC writes them, everything else (other files,
     notes about the runtime) dropped, exactly as for NVRTC's log."""
-    from labrunner.build.diagnostics import compiler_error_message, gcc_diagnostics
+    from labrunner.compile.diagnostics import compiler_error_message, gcc_diagnostics
 
     kept = gcc_diagnostics((res.stderr + res.stdout).replace(tmp + os.sep, ""), filename, filename)
     return CpuCompileError("C++ compile failed:\n" + compiler_error_message(kept, filename, "g++"))
@@ -669,7 +669,7 @@ def _runtime_text(cxx: str, cache: Path) -> str:
 def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:
     """nvrtc_view_header, kept on disk per NVRTC version, arch and compiler (probing NVRTC takes a
     good fraction of a second, and every worker is a fresh process)."""
-    from labrunner.build.nvrtc import nvrtc_version
+    from labrunner.compile.nvrtc import nvrtc_version
 
     key = _runtime_digest(cxx, f"view {arch} {nvrtc_version()} " + (_HERE / "nvrtc_view.py").read_text())
     path = cache / f"nvrtc_view_{key}.h"

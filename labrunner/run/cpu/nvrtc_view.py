@@ -33,7 +33,7 @@ import functools
 import re
 import subprocess
 
-from labrunner.build.nvrtc import run_nvrtc
+from labrunner.compile.nvrtc import run_nvrtc
 
 # NVRTC's own names, beyond the ones g++ shares. Found by probing NVRTC 13 with these and more
 # candidates; a name NVRTC does not define is simply not defined on the CPU either.

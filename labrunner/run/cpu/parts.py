@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from labrunner.build.nvrtc import DEFAULT_ARCH
+from labrunner.compile.nvrtc import DEFAULT_ARCH
 from labrunner.exit_codes import AttnlabError
 from labrunner.grader_cache import grader_cache_dir
 from labrunner.phases import phase

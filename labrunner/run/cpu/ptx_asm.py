@@ -1,7 +1,7 @@
 """Inline PTX on the CPU backend: each `asm` statement becomes a call into the shim, or the file is refused.
 
 g++ would hand an `asm` template to the x86 assembler, so no template of a student's may reach it.
-Before g++ runs, the file is read with the include policy's lexer (`labrunner.build.includes`:
+Before g++ runs, the file is read with the include policy's lexer (`labrunner.compile.includes`:
 comments, string and character literals and raw strings read exactly as the compiler reads them),
 and every `asm` statement (`asm`, and g++'s `__asm` and `__asm__`, which NVRTC does not know; with
 `volatile` spelt any of its ways) is parsed here: its template (adjacent string literals, joined and
@@ -15,7 +15,7 @@ later line keeps its number and g++'s messages still point at the student's line
 refuses the whole file with one line naming the line, the instruction and what the CPU backend runs.
 
 The rewrite cannot see what macros build (`a##sm` pasted into the keyword). The CPU build reads the
-file's preprocessed text too, before g++ compiles it (module.py, with labrunner/build/attributes.py),
+file's preprocessed text too, before g++ compiles it (module.py, with labrunner/compile/attributes.py),
 and any asm keyword left there is one a macro built: the file is refused at that line, so whatever
 the rewrite did not see never reaches the assembler either. A file that redefines or undefines
 those names is refused here, since the rewrite needs the keyword to mean what it reads.
@@ -31,7 +31,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from labrunner.build.includes import ReportedLines, Token, code_tokens
+from labrunner.compile.includes import ReportedLines, Token, code_tokens
 from labrunner.exit_codes import AttnlabError
 
 __all__ = ["AsmRefused", "INSTRUCTIONS", "SUPPORTED", "instruction_of", "rewrite_inline_asm"]

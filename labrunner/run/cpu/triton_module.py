@@ -71,8 +71,8 @@ from typing import Any
 import numpy as np
 
 from labrunner import syscall_filter
-from labrunner.build import triton_package
-from labrunner.build.triton_package import PRELOADED
+from labrunner.compile import triton_package
+from labrunner.compile.triton_package import PRELOADED
 from labrunner.run.cpu import triton_lockstep
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
 from labrunner.run.cpu.module import CpuCompileError, CpuKernelError, CpuOutOfBounds

@@ -22,11 +22,11 @@ from typing import Any
 
 from labrunner.exit_codes import ExitCode
 from labrunner.labs import get_lab
-from labrunner.pipeline.batch_files import report_name
-from labrunner.pipeline.batch_options import BatchOptions
-from labrunner.pipeline.batch_roster import RosterEntry
-from labrunner.pipeline.batch_students import Student, submitted_bytes
-from labrunner.pipeline.submission import Outcome
+from labrunner.pipeline.batch.files import report_name
+from labrunner.pipeline.batch.roster import RosterEntry
+from labrunner.pipeline.batch.settings import BatchOptions
+from labrunner.pipeline.batch.students import Student, submitted_bytes
+from labrunner.pipeline.batch.submission import Outcome
 from labrunner.report.junit import write_suite
 from labrunner.report.points import UNFINISHED, lab_points, score_result
 from labrunner.report.records.course_row import CourseRow

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from labrunner.build.gate import Submission
+from labrunner.compile.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
 from labrunner.phases import phase

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from labrunner.exit_codes import environment_error, usage_error
-from labrunner.pipeline import slurm_queue
-from labrunner.pipeline.batch_options import BatchOptions
-from labrunner.pipeline.batch_stop import BatchStop
-from labrunner.pipeline.submission import (
+from labrunner.pipeline.batch import slurm_queue
+from labrunner.pipeline.batch.settings import BatchOptions
+from labrunner.pipeline.batch.stop import BatchStop
+from labrunner.pipeline.batch.submission import (
     Outcome,
     RunningProcesses,
     SubmissionTask,

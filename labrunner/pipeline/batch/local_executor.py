@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from labrunner.exit_codes import ExitCode
-from labrunner.pipeline.batch_stop import BatchStop
-from labrunner.pipeline.submission import (
+from labrunner.pipeline.batch.stop import BatchStop
+from labrunner.pipeline.batch.submission import (
     Outcome,
     RunningProcesses,
     SubmissionTask,

@@ -118,7 +118,7 @@ def main() -> None:
     os.dup2(2, 1)
     request = json.loads(sys.stdin.buffer.read())
     from labrunner import syscall_filter
-    from labrunner.build import triton_package
+    from labrunner.compile import triton_package
 
     for name in triton_package.PRELOADED:
         importlib.import_module(name)

@@ -51,7 +51,7 @@ def expand_submissions(
     found: list[Found] = []
     skipped: list[NotGraded] = []
     for path in paths:
-        if path.is_dir():  # the folder as named; reading each entry walks its path as build/source.py says
+        if path.is_dir():  # the folder as named; reading each entry walks its path as compile/source.py says
             files, passed = folder_submissions(path, suffixes)
             if not files:
                 raise usage_error(
@@ -71,7 +71,7 @@ def folder_submissions(folder: Path, suffixes: tuple[str, ...] = CU_ONLY) -> tup
     sorted by name; and the rest.
 
     Links are never followed: a link, a FIFO or a device named `x.cu` is listed like a file, and grading
-    it gives that submission its usage error (build/source.py), so it has its row in the gradebook and is
+    it gives that submission its usage error (compile/source.py), so it has its row in the gradebook and is
     never graded as whatever it points at; a link to a folder is not a student's folder. Names come as
     the OS gives them (a name that is not UTF-8 with surrogate escapes) and are only ever shown escaped."""
     found: list[Found] = []

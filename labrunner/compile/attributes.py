@@ -45,7 +45,7 @@ leave nothing a macro could hide:
 
 from __future__ import annotations
 
-from labrunner.build.includes import ReportedLines, Token, code_tokens
+from labrunner.compile.includes import ReportedLines, Token, code_tokens
 from labrunner.exit_codes import AttnlabError, ExitCode
 
 _SECTION = "it places code or data where the loader runs it"

@@ -49,10 +49,10 @@ from typing import Any
 
 from labrunner import box as boxes
 from labrunner import syscall_filter
-from labrunner.build import triton_package
-from labrunner.build.compiler_process import TRITON_WALL_FACTOR, CompileLimits, child_environment, run_limited_child
-from labrunner.build.launch_constants import checked_constants
-from labrunner.build.source import read_source
+from labrunner.compile import triton_package
+from labrunner.compile.compiler_process import TRITON_WALL_FACTOR, CompileLimits, child_environment, run_limited_child
+from labrunner.compile.launch_constants import checked_constants
+from labrunner.compile.source import read_source
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 from labrunner.grader_cache import grader_cache_dir
 from labrunner.labs.definition import MAX_SHARED_BYTES, Lab

@@ -16,7 +16,7 @@ is theirs to say, so the row says so and scores 0, and the batch never picks one
 
 A file the batch found in a folder that cannot be graded as it is (a link, a FIFO or a device, an
 unreadable, too large or undecodable file) is that student's fault, not the command's: the batch reads
-each such file itself, as the grade reads it (build/source.py), and a file it refuses is marked so. Its
+each such file itself, as the grade reads it (compile/source.py), and a file it refuses is marked so. Its
 grade still runs (and refuses it with the same words) so that its row and its report are the grade's
 own. A path typed on the command line that cannot be graded stays the command's usage error.
 """
@@ -28,9 +28,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from labrunner.build.source import read_source, read_source_bytes, take_notes
+from labrunner.compile.source import read_source, read_source_bytes, take_notes
 from labrunner.exit_codes import AttnlabError
-from labrunner.pipeline.batch_files import Found
+from labrunner.pipeline.batch.files import Found
 from labrunner.run.untrusted_text import shown_path
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.nvrtc import CompiledModule, run_nvrtc
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.nvrtc import CompiledModule, run_nvrtc
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
 from labrunner.labs.definition import EntryPoint, Lab

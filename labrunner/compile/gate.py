@@ -22,14 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from labrunner.build.attributes import refuse_linker_requests
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.entry_points import check_entry_points, check_parameter_types, probe_parameter_types
-from labrunner.build.includes import refuse_foreign_includes
-from labrunner.build.launch_constants import check_launch_constants
-from labrunner.build.nvrtc import DEFAULT_ARCH, CompiledModule, compile_module, compose_source
-from labrunner.build.source import read_source
-from labrunner.build.triton_build import compile_triton, is_triton_file
+from labrunner.compile.attributes import refuse_linker_requests
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.entry_points import check_entry_points, check_parameter_types, probe_parameter_types
+from labrunner.compile.includes import refuse_foreign_includes
+from labrunner.compile.launch_constants import check_launch_constants
+from labrunner.compile.nvrtc import DEFAULT_ARCH, CompiledModule, compile_module, compose_source
+from labrunner.compile.source import read_source
+from labrunner.compile.triton_build import compile_triton, is_triton_file
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs.definition import Lab
 

@@ -22,7 +22,7 @@ from labrunner.truth.cases import geometry_case
 from labrunner.truth.memory_bound import OverBound
 
 if TYPE_CHECKING:
-    from labrunner.build.nvrtc import CompiledModule
+    from labrunner.compile.nvrtc import CompiledModule
 
 LAUNCH_CONSTANT_PREFIX = "attnlab_"
 # A constant exported as 0 is emitted with no initializer (the memory starts zeroed).

@@ -24,8 +24,8 @@ from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 
-from labrunner.build.compiler_process import CompileLimits
-from labrunner.build.gate import Submission, load_submission
+from labrunner.compile.compiler_process import CompileLimits
+from labrunner.compile.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab, Launch
 from labrunner.labs.timing_strategy import TimingKind, TimingLayout
@@ -34,8 +34,8 @@ from labrunner.measure.gates import DEFAULT_COPY_FRACTION
 from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.physics import Limits, impossible, limits
 from labrunner.measure.roofline import GpuFacts
+from labrunner.measure.sampling import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.measure.timed_runs import INPUT_SLOTS
-from labrunner.measure.timing import TimingOptions, comparison_from_json, pool_rounds
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.phases import phase
 from labrunner.pipeline.prepare import display_path, load_module
@@ -59,7 +59,7 @@ from labrunner.run.gpu_oracle import GpuOracle
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
-from labrunner.truth.check import OutputCheck, check_output
+from labrunner.truth.checker import OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS, make_set
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Literal, overload
 
-from labrunner.build.compiler_process import CompileLimits, run_compiler
-from labrunner.build.diagnostics import compiler_error_message, nvrtc_diagnostics
-from labrunner.build.launch_constants import parse_launch_constants
+from labrunner.compile.compiler_process import CompileLimits, run_compiler
+from labrunner.compile.diagnostics import compiler_error_message, nvrtc_diagnostics
+from labrunner.compile.launch_constants import parse_launch_constants
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 
 INCLUDE_DIR = Path(__file__).parent.parent / "include"
@@ -33,7 +33,7 @@ PRELUDE_INCLUDE = "#include <attnlab/prelude.cuh>"
 DEFAULT_ARCH = "sm_90"
 
 if TYPE_CHECKING:
-    from labrunner.build.triton_build import TritonKernel
+    from labrunner.compile.triton_build import TritonKernel
 
 
 @dataclass

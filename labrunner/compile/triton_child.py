@@ -91,7 +91,7 @@ def triton_error(exc: BaseException, functions: dict[str, dict[str, Any]], filen
     innermost message (Triton's chained cause), the line with a caret, and each call that led there."""
     from triton.compiler.errors import CompilationError
 
-    from labrunner.build.triton_import_child import excerpt
+    from labrunner.compile.triton_import_child import excerpt
 
     places: list[tuple[str, int, int, str]] = []  # (function, file line, column from 1, the line's text)
     message = ""
@@ -158,7 +158,7 @@ def lower(
 def build(request: dict[str, Any], arch: int, target: str) -> dict[str, Any]:
     import triton
 
-    from labrunner.build import triton_package
+    from labrunner.compile import triton_package
 
     filename = request["filename"]
     package = triton_package.loads(json.dumps(request["package"]), list(request["kernels"]))
@@ -246,7 +246,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     _limit(resource.RLIMIT_CORE, 0)
     syscall_filter.install("no-processes")
-    from labrunner.build.triton_package import PackageError
+    from labrunner.compile.triton_package import PackageError
 
     try:
         reply = build(request, arch, target)

@@ -1,5 +1,6 @@
 """What a batch is asked to do beyond grading each file: where its submissions run, what it writes, and
-the cluster's requests. The command line fills it (cli/options.py's batch options); pipeline/batch.py reads it."""
+the cluster's requests. The command line fills it (cli/options.py's batch options);
+pipeline/batch/grade_many.py reads it."""
 
 from __future__ import annotations
 

@@ -23,18 +23,18 @@ from pathlib import Path
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
-from labrunner.pipeline.batch_course import CourseEntry, course_entries, course_order
-from labrunner.pipeline.batch_files import CU_ONLY, WITH_TRITON, expand_submissions, report_names
-from labrunner.pipeline.batch_options import BatchOptions
-from labrunner.pipeline.batch_reuse import ReuseRecord, grading_machine, seed_hash
-from labrunner.pipeline.batch_roster import read_roster
-from labrunner.pipeline.batch_stop import BatchStop, stopped_by_signals
-from labrunner.pipeline.batch_students import group_students, refused, with_students
+from labrunner.pipeline.batch.course import CourseEntry, course_entries, course_order
+from labrunner.pipeline.batch.files import CU_ONLY, WITH_TRITON, expand_submissions, report_names
+from labrunner.pipeline.batch.local_executor import Job, auto_jobs, default_jobs, run_local, visible_gpus
+from labrunner.pipeline.batch.reuse import ReuseRecord, grading_machine, seed_hash
+from labrunner.pipeline.batch.roster import read_roster
+from labrunner.pipeline.batch.settings import BatchOptions
+from labrunner.pipeline.batch.slurm import run_submitit, submitit_executor
+from labrunner.pipeline.batch.stop import BatchStop, stopped_by_signals
+from labrunner.pipeline.batch.students import group_students, refused, with_students
+from labrunner.pipeline.batch.submission import Outcome, SubmissionTask, grade_in_process
 from labrunner.pipeline.grade import gates_not_applied
-from labrunner.pipeline.local_executor import Job, auto_jobs, default_jobs, run_local, visible_gpus
 from labrunner.pipeline.outputs import unwritable
-from labrunner.pipeline.slurm import run_submitit, submitit_executor
-from labrunner.pipeline.submission import Outcome, SubmissionTask, grade_in_process
 from labrunner.report import terminal
 from labrunner.report.annotations import github_batch_annotations
 from labrunner.report.gradebook import write_gradebook

@@ -22,9 +22,9 @@ import json
 import os
 from pathlib import Path
 
-from labrunner.build.source import submission_sha256
+from labrunner.compile.source import submission_sha256
 from labrunner.exit_codes import ExitCode
-from labrunner.pipeline.submission import Outcome, SubmissionTask
+from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
 from labrunner.report.results import attnlab_version
 from labrunner.truth.cases import environment_seed
 
