@@ -34,6 +34,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,8 +136,20 @@ def availability() -> str | None:
     return None
 
 
-# Set once by the command line's --require-box: then a process that would start unboxed is refused.
+# --require-box for the run in progress (`required`): then a process that would start unboxed is refused.
 REQUIRED = False
+
+
+@contextmanager
+def required(asked: bool) -> Iterator[None]:
+    """For one run: whether a process that cannot be boxed is refused. The run's request says so; every
+    place a process starts reads it (`boxed`), so it is set for the run and put back after it."""
+    global REQUIRED
+    before, REQUIRED = REQUIRED, asked
+    try:
+        yield
+    finally:
+        REQUIRED = before
 
 
 def boxed() -> bool:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from labrunner.cli.guard import reporter_for
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import BenchRequest
 from labrunner.report.results import RunResult
@@ -30,7 +31,7 @@ def bench_runs(rounds: int) -> list[RunResult]:
     results = []
     for _ in range(RUNS):
         result = RunResult("bench", "lab2")
-        bench_submission(BenchRequest(lab="lab2", file=None, rounds=rounds), result)
+        bench_submission(BenchRequest(lab="lab2", file=None, rounds=rounds), result, reporter_for(result))
         results.append(result)
     return results
 

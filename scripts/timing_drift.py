@@ -27,6 +27,7 @@ from pathlib import Path
 
 import cupy
 
+from labrunner.cli.guard import reporter_for
 from labrunner.compile.gate import load_submission
 from labrunner.compile.nvrtc import compose_source
 from labrunner.labs import get_lab
@@ -98,7 +99,7 @@ def bench_runs(sampler: ClockSampler) -> None:
     for run in range(1, RUNS + 1):
         start = time.monotonic()
         result = RunResult("bench", "lab2")
-        bench_submission(BenchRequest(lab="lab2", file=None), result)
+        bench_submission(BenchRequest(lab="lab2", file=None), result, reporter_for(result))
         c = result.timing.comparison
         print(
             f"run {run}: solution {c.student.median_ms:.4f} ms (rse {100 * c.student.rse:.2f}%, "

@@ -26,6 +26,7 @@ from labrunner.pipeline.batch import files as batch_files
 from labrunner.pipeline.batch import grade_many as batch
 from labrunner.pipeline.batch import slurm, submission
 from labrunner.pipeline.batch.files import Found, NotGraded
+from labrunner.pipeline.batch.grading import Executing
 from labrunner.pipeline.batch.settings import BatchOptions
 
 SOLUTION = REPO / "kernels/lab2/solution.cu"
@@ -226,15 +227,13 @@ def test_a_job_that_dies_costs_its_submission_only(tmp_path, monkeypatch):
 
     cloudpickle.register_pickle_by_value(batch_jobs)
     monkeypatch.chdir(tmp_path)
-    options = BatchOptions(executor="submitit-local", out_dir=tmp_path / "out")
+    options = BatchOptions(executor="submitit-local", out_dir=tmp_path / "out", device="cpu")
     code = batch.grade_batch(
         "lab2",
         (SOLUTION, COMPILE_ERROR),
-        "cpu",
         ("--device", "cpu", *QUICK),
         options,
-        job=batch_jobs.dies_on_foreign_include,
-        executor=submitit.LocalExecutor(folder=tmp_path / "jobs"),
+        Executing(job=batch_jobs.dies_on_foreign_include, executor=submitit.LocalExecutor(folder=tmp_path / "jobs")),
     )
     assert code == ExitCode.ENVIRONMENT
     died = validate_file(tmp_path / "out" / "foreign_include.json")
@@ -254,14 +253,13 @@ def test_a_local_job_that_fails_costs_its_submission_only(tmp_path, monkeypatch)
     import batch_jobs
 
     monkeypatch.chdir(tmp_path)
-    options = BatchOptions(jobs=2, out_dir=tmp_path / "out")
+    options = BatchOptions(jobs=2, out_dir=tmp_path / "out", device="cpu")
     code = batch.grade_batch(
         "lab2",
         (SOLUTION, COMPILE_ERROR),
-        "cpu",
         ("--device", "cpu", *QUICK),
         options,
-        job=batch_jobs.raises_on_foreign_include,
+        Executing(job=batch_jobs.raises_on_foreign_include),
     )
     assert code == ExitCode.ENVIRONMENT
     rows = list(csv.DictReader(open(tmp_path / "out" / "gradebook.csv", newline="")))

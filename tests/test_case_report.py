@@ -37,8 +37,7 @@ def report(monkeypatch, result: RunResult, width: int, terminal_like: bool, verb
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, force_terminal=terminal_like, color_system=None, highlight=False)
     monkeypatch.setattr(terminal, "stdout", console)
-    monkeypatch.setattr(terminal, "VERBOSE", verbose)
-    terminal.cases_report(result)
+    terminal.cases_report(result, verbose)
     terminal.verdict_line(result, "no GPU found")
     return [line.rstrip() for line in buffer.getvalue().splitlines()]
 

@@ -508,9 +508,8 @@ def test_require_box_refuses_to_compile_outside_a_box(runner, tmp_path, monkeypa
         "error: --require-box: no box can be made here: bubblewrap is not installed "
         "(apt-get install bubblewrap, or set ATTNLAB_BWRAP to a bwrap binary)\n"
     )
-    assert boxes.REQUIRED is True
+    assert boxes.REQUIRED is False  # the request's requirement lasted its run, no longer
     assert invoke(runner, "check", "lab2", "flash.cu").exit_code == 0  # without the flag, the next run compiles
-    assert boxes.REQUIRED is False
 
 
 # --- help ------------------------------------------------------------------------------------

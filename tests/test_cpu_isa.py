@@ -14,7 +14,8 @@ import pytest
 
 from labrunner.compile.gate import load_submission
 from labrunner.labs import get_lab
-from labrunner.pipeline.correctness import CaseOptions, case_payload, resolved_cases
+from labrunner.pipeline.correctness import case_payload, resolved_cases
+from labrunner.pipeline.grading_run import CaseOptions
 from labrunner.run.cpu import module as cpu_module
 from labrunner.run.cpu.module import CpuModule, cpu_compiler_available, host_isa_flags
 from labrunner.run.cpu.object_check import read_elf

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from test_gradescope import valid
 
 from labrunner.cli import main
+from labrunner.cli.guard import reporter_for
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
 from labrunner.pipeline import gradescope_folder
@@ -186,7 +187,10 @@ def test_a_fault_of_the_grader_publishes_nothing_and_says_why(tmp_path, capsys, 
     results.write_text('{"score": 80}')
     kit = GradescopeFolder("lab2", tmp_path, results)
     kit.withdraw_stale()
-    kit.publish(RunResult("grade", "lab2", "flash.cu", error="the grader's", error_code=code))
+    kit.publish(
+        RunResult("grade", "lab2", "flash.cu", error="the grader's", error_code=code),
+        reporter_for(RunResult("grade", "lab2")),
+    )
     assert not results.exists()
     assert list(tmp_path.iterdir()) == []
     verdict = {2: "usage-error", 6: "environment-missing", 130: "interrupted", 143: "interrupted"}[int(code)]
@@ -201,7 +205,10 @@ def test_a_fault_of_the_grader_publishes_nothing_and_says_why(tmp_path, capsys, 
 def test_a_verdict_on_the_file_is_published(tmp_path, code):
     results = tmp_path / "results.json"
     kit = GradescopeFolder("lab2", tmp_path, results)
-    kit.publish(RunResult("grade", "lab2", "flash.cu", error="the file's", error_code=code))
+    kit.publish(
+        RunResult("grade", "lab2", "flash.cu", error="the file's", error_code=code),
+        reporter_for(RunResult("grade", "lab2")),
+    )
     written = valid(json.loads(results.read_text()))
     assert written["score"] == 0.0
     assert written["extra_data"]["attnlab"]["exit_code"] == int(code)
@@ -214,7 +221,10 @@ def test_a_refused_upload_is_published_though_its_code_is_a_usage_error(tmp_path
     kit = GradescopeFolder("lab2", folder, results)
     with pytest.raises(AttnlabError) as raised:
         kit.submission()
-    kit.publish(RunResult("grade", "lab2", str(folder), error=raised.value.message, error_code=ExitCode.USAGE))
+    kit.publish(
+        RunResult("grade", "lab2", str(folder), error=raised.value.message, error_code=ExitCode.USAGE),
+        reporter_for(RunResult("grade", "lab2")),
+    )
     written = valid(json.loads(results.read_text()))
     assert written["score"] == 0.0
     assert [t["status"] for t in written["tests"]] == ["failed"]

@@ -27,7 +27,8 @@ from labrunner.compile.launch_constants import build_plan, check_launch_constant
 from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import LABS
 from labrunner.labs.definition import MAX_SHARED_BYTES, MAX_THREADS_PER_BLOCK, Lab
-from labrunner.pipeline.correctness import CaseOptions, select_cases
+from labrunner.pipeline.correctness import select_cases
+from labrunner.pipeline.grading_run import CaseOptions
 from labrunner.truth import memory_bound
 from labrunner.truth.cases import Case, Seed, geometry_case, load_catalogue
 from labrunner.truth.memory_bound import MAX_BUFFER_BYTES, OverBound

@@ -49,7 +49,8 @@ def test_the_lengths_around_p_land_on_the_files_own_partition():
 
 
 def test_a_file_with_one_partition_per_sequence_meets_the_solutions_lengths():
-    from labrunner.pipeline.correctness import CaseOptions, select_cases
+    from labrunner.pipeline.correctness import select_cases
+    from labrunner.pipeline.grading_run import CaseOptions
     from labrunner.truth.cases import Seed
 
     options = CaseOptions(seed=Seed(1, "default"))

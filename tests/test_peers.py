@@ -358,8 +358,12 @@ def printed(monkeypatch):
 
 def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=ROWS, prefix=PREFIX):
     """`timing_module.run_lab_timing` as bench runs it, on the stand-in GPU, the references in numpy."""
+    from labrunner.cli.guard import reporter_for
     from labrunner.compile.gate import load_submission
     from labrunner.pipeline import timing_stage as timing_module
+    from labrunner.pipeline.grading_run import CaseOptions, GradingRun
+    from labrunner.pipeline.timing_stage import TimingAsk
+    from labrunner.truth.cases import Seed
 
     monkeypatch.setattr(benchmark, "gpu_references", CpuReferences)
     # the lab's own cases (the compile gate sizes their buffers), timed at a small shape
@@ -369,7 +373,9 @@ def bench_timing(monkeypatch, peer: str | None, baseline=None, lab=LAB2, rows=RO
     result = RunResult("bench", lab.name)
     worker = InProcessWorker(NumpyGpu(None))
     worker.load("student", submission.module.composed_source, submission.label, lab.entry_point_types())
-    timing_module.run_lab_timing(lab, submission, worker, 3, OPTIONS, result, None, baseline, "sm_90", peer=peer)
+    run = GradingRun(lab, submission, "gpu", worker, CaseOptions(Seed(3, "--seed")), reporter_for(result))
+    ask = TimingAsk(seed=3, options=OPTIONS, arch="sm_90", baseline=baseline, peer=peer)
+    timing_module.run_lab_timing(run, result, ask)
     return result
 
 
@@ -378,8 +384,9 @@ def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process
     monkeypatch.setitem(sys.modules, "torch", None)
     result = bench_timing(monkeypatch, "sdpa")
     words = "--vs sdpa: PyTorch is not installed (pip install 'attnlab[peers]'); the bench goes on without the peer"
-    assert result.notes == [words]
-    assert printed[1].getvalue().startswith(f"note: {words}\nnote: timing solution.cu against ")
+    # every note printed is a note recorded, in the same order
+    assert result.notes == [words, "timing solution.cu against kernels/lab2/starter.cu at C = 3, P = 31, interleaved"]
+    assert printed[1].getvalue() == "".join(f"note: {note}\n" for note in result.notes)
     assert result.timing.to_json()["baseline_label"].endswith("kernels/lab2/starter.cu")
     assert result.timing.to_json()["peer"] == {**benchmark.peer_record("sdpa"), "status": "missing", "message": words}
     validate_result(result.to_json())
@@ -389,7 +396,8 @@ def test_bench_lab2_vs_sdpa_without_pytorch_times_against_the_starter(in_process
 def test_bench_lab2_vs_sdpa_prints_the_peer_and_what_its_time_includes(in_process, monkeypatch, printed):
     standin_peer(monkeypatch, NumpyPeer())
     result = bench_timing(monkeypatch, "sdpa")
-    assert result.notes == [] and result.timing.to_json()["peer"]["status"] == "timed"
+    assert result.notes == ["timing solution.cu against PyTorch SDPA fp32 at C = 3, P = 31, interleaved"]
+    assert result.timing.to_json()["peer"]["status"] == "timed"
     assert printed[1].getvalue() == "note: timing solution.cu against PyTorch SDPA fp32 at C = 3, P = 31, interleaved\n"
     from labrunner.report import terminal
 
@@ -434,7 +442,7 @@ def test_bench_lab1_with_a_peer_that_fails_its_check_times_the_pipeline_alone(in
             "error: PyTorch eager fp32 failed the oracle's check on a fresh input set: row 0, head 0, col 0: got "
         )
     )
-    assert result.notes == [result.timing.to_json()["peer"]["message"]]
+    assert result.notes == [result.timing.to_json()["peer"]["message"], "timing the pipeline at T = 16"]
     assert result.decisive_case is None  # the student's kernel is not blamed for the peer
 
 
@@ -686,6 +694,7 @@ def test_bench_lab1_vs_torch_end_to_end_without_pytorch(standin_bench, monkeypat
     assert result.exit_code == 0
     words = "--vs torch: PyTorch is not installed (pip install 'attnlab[peers]'); the bench goes on without the peer"
     assert f"note: {words}\n" in result.stderr
-    assert report["notes"] == [words] and report["timing"]["peer"]["status"] == "missing"
+    assert report["notes"] == [words, "timing the pipeline at T = 16, T = 32"]
+    assert report["timing"]["peer"]["status"] == "missing"
     assert [row["T"] for row in report["timing"]["rows"]] == [16, 32]
     assert "peer ms" not in result.stdout

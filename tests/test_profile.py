@@ -19,17 +19,21 @@ from test_trace import ClockGpu, FakeCupti
 import labrunner.measure.gpu_facts as gpu_facts
 import labrunner.pipeline.profile as profile_module
 from labrunner.cli import main
+from labrunner.cli.guard import reporter_for
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.trace import run_trace
 from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import prepare as prepare_module
+from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.profile import ProfileRequest, profile_submission
 from labrunner.report import terminal
 from labrunner.report.records.device import DeviceFacts
+from labrunner.report.reporter import silent
 from labrunner.report.results import RunResult
 from labrunner.run.worker import CaseRun
 from labrunner.truth import oracle
+from labrunner.truth.cases import Seed
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS
 
 H200_FACTS = {
@@ -47,6 +51,11 @@ LAB1_METRICS = [
     ("attn_softmax", "250,000", "536,870,912", "536,870,912"),
     ("attn_weighted_sum", "1,250,000", "541,065,216", "16,777,216"),
 ]
+
+
+def judged_run(lab, submission, result):
+    """A run whose cases were judged on the GPU, as `append_range_summary` follows one (no worker is asked)."""
+    return GradingRun(lab, submission, "gpu", None, CaseOptions(Seed(1, "--seed")), reporter_for(result))
 
 
 def lab1_csv() -> str:
@@ -124,7 +133,9 @@ def test_profile_lab1_traces_every_call_runs_the_range_pass_and_places_each_kern
     trace_path, csv_path = tmp_path / "trace1.json", tmp_path / "saved.csv"
     result = RunResult("profile", "lab1", "solution.cu")
     profile_submission(
-        ProfileRequest(lab="lab1", file=lab.solution_path, seed=3, trace_path=trace_path, ncu_csv_path=csv_path), result
+        ProfileRequest(lab="lab1", file=lab.solution_path, seed=3, trace_path=trace_path, ncu_csv_path=csv_path),
+        result,
+        reporter_for(result),
     )
     profile = result.profile.to_json()
     assert (result.verdict, int(result.exit_code)) == ("pass", 0)
@@ -186,7 +197,9 @@ def test_cupti_records_are_the_traces_source_where_cupti_python_is_there(stand_i
     monkeypatch.setattr(profile_module, "Worker", lambda backend: StandInWorker(backend, cupti))
     result = RunResult("profile", "lab1", "solution.cu")
     profile_submission(
-        ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=2, range_pass=False), result
+        ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=2, range_pass=False),
+        result,
+        reporter_for(result),
     )
     trace = result.profile.to_json()["trace"]
     assert (trace["source"], trace["why_not_cupti"], len(trace["slices"])) == ("cupti", None, 3 * 2 * 3)
@@ -255,7 +268,9 @@ def test_grade_profile_appends_the_range_pass_in_one_line(tmp_path, monkeypatch)
     from labrunner.compile.gate import load_submission
 
     result = RunResult("grade", "lab2", "solution.cu", backend="gpu")
-    profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
+    profile_module.append_range_summary(
+        judged_run(lab, load_submission(lab, lab.solution_path, "solution.cu"), result), result, "sm_90", 1
+    )
     starter = prepare_module.display_path(lab.starter_path)
     assert printed.getvalue() == (
         "Range pass at C = 2048, P = 2048 (ncu): solution.cu 2.177 ms, DRAM 52.4 MB, SM 74%, compute-bound: "
@@ -272,7 +287,9 @@ def test_grade_profile_on_the_cpu_says_there_is_no_range_pass(monkeypatch, capsy
     from labrunner.compile.gate import load_submission
 
     result = RunResult("grade", "lab2", "solution.cu", backend="cpu")
-    profile_module.append_range_summary(lab, load_submission(lab, lab.solution_path, "solution.cu"), result, "sm_90", 1)
+    profile_module.append_range_summary(
+        judged_run(lab, load_submission(lab, lab.solution_path, "solution.cu"), result), result, "sm_90", 1
+    )
     assert result.profile is None
     assert capsys.readouterr().err == "note: --profile: no Range pass, since the kernel was not timed on the GPU\n"
 
@@ -290,7 +307,9 @@ def test_a_worker_that_dies_with_cupti_on_is_traced_again_with_events(stand_ins,
     monkeypatch.setattr(profile_module, "Worker", DiesUnderCupti)
     result = RunResult("profile", "lab1", "solution.cu")
     profile_submission(
-        ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False), result
+        ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False),
+        result,
+        reporter_for(result),
     )
     trace = result.profile.to_json()["trace"]
     assert trace["source"] == "events" and len(trace["slices"]) == 9
@@ -333,6 +352,7 @@ def test_a_malformed_trace_from_the_worker_is_an_error_with_its_reason_not_a_tra
         profile_submission(
             ProfileRequest(lab="lab1", file=get_lab("lab1").solution_path, calls=1, range_pass=False),
             RunResult("profile", "lab1", "solution.cu"),
+            silent(),
         )
     assert (caught.value.message, int(caught.value.exit_code)) == (
         "the trace came back malformed: the trace names a kernel the lab never launched: 'cupy_fill'",
@@ -404,12 +424,12 @@ def test_the_range_pass_over_a_decode_csv_is_memory_bound_and_sends_the_paged_la
     tmp_path, monkeypatch
 ):
     from labrunner.measure.roofline import ceilings_from_facts
-    from labrunner.pipeline.profile import PROFILE_KEY_WORD, range_pass
+    from labrunner.pipeline.profile import PROFILE_KEY_WORD, RangeAt, range_pass
 
     _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
     lab, contenders = lab3_contenders()
     ceilings, _ = ceilings_from_facts(H200_FACTS)
-    report = range_pass(lab, contenders, "B = 64, longest 32,768", 64, 32768, LAB3_SEED, ceilings).to_json()
+    report = range_pass(lab, contenders, RangeAt("B = 64, longest 32,768", 64, 32768, LAB3_SEED), ceilings).to_json()
     assert report["available"], report["message"]
     solution, starter = report["contenders"]
     assert (
@@ -505,7 +525,9 @@ def test_profile_lab3_traces_both_kernels_of_every_call_on_paged_inputs_made_in_
     lab = get_lab("lab3")
     trace_path = tmp_path / "trace3.json"
     result = RunResult("profile", "lab3", "solution.cu")
-    profile_submission(ProfileRequest(lab="lab3", file=lab.solution_path, seed=7, trace_path=trace_path), result)
+    profile_submission(
+        ProfileRequest(lab="lab3", file=lab.solution_path, seed=7, trace_path=trace_path), result, reporter_for(result)
+    )
     assert (result.verdict, int(result.exit_code)) == ("pass", 0)
     assert [(c.name, c.rows, c.prefix) for c in result.cases] == [("small", 3, 1027)]  # p + 3 at the solution's p
     (request,) = DecodeStandInWorker.requests
@@ -552,7 +574,7 @@ def test_grade_profile_of_lab3_appends_the_range_pass_in_one_line(tmp_path, monk
     monkeypatch.setattr(terminal, "stdout", Console(file=printed, width=400, highlight=False, color_system=None))
     lab, ((_, _, solution), (starter, _, _)) = lab3_contenders()
     result = RunResult("grade", "lab3", "solution.cu", backend="gpu")
-    profile_module.append_range_summary(lab, solution, result, "sm_90", LAB3_SEED)
+    profile_module.append_range_summary(judged_run(lab, solution, result), result, "sm_90", LAB3_SEED)
     assert printed.getvalue() == (
         "Range pass at B = 64, longest 32,768 (ncu): solution.cu 1.142 ms, DRAM 4796.4 MB, SM 32%/18%, "
         f"memory-bound: 2.0 FLOP/B, 85% of HBM bandwidth | {starter} 24.883 ms, DRAM 6220.1 MB, SM 7%/4%, "
@@ -566,12 +588,12 @@ def test_ncus_target_fills_the_paged_cache_from_the_key_and_gives_each_contender
 ):
     import labrunner.measure.input_pool as input_pool
     import labrunner.run.profile_target as target
-    from labrunner.pipeline.profile import range_pass
+    from labrunner.pipeline.profile import RangeAt, range_pass
     from labrunner.truth.timing_sets import make_set
 
     _, payload_file, fixed_file = saving_ncu(tmp_path, monkeypatch, LAB3_CSV)
     lab, contenders = lab3_contenders()
-    range_pass(lab, contenders, "B = 3, longest 1,100", 3, 1100, 7, None)
+    range_pass(lab, contenders, RangeAt("B = 3, longest 1,100", 3, 1100, 7), None)
     payload = json.loads(payload_file.read_text())
     payload["facts_path"] = str(tmp_path / "facts.json")  # the range pass's own folder is gone by now
     payload["sets"]["fixed_path"] = str(fixed_file)

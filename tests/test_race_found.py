@@ -127,7 +127,8 @@ def test_the_race_check_is_suggested_only_where_it_could_help():
 
 def test_a_race_check_that_found_nothing_says_what_ran():
     from labrunner.labs import get_lab
-    from labrunner.pipeline.correctness import CaseOptions, race_check_words
+    from labrunner.pipeline.correctness import race_check_words
+    from labrunner.pipeline.grading_run import CaseOptions
     from labrunner.truth.cases import Seed
 
     lab = get_lab("lab2")

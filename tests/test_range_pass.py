@@ -25,7 +25,7 @@ from labrunner.compile.gate import load_submission
 from labrunner.labs import get_lab
 from labrunner.measure.range_pass import METRICS, RangePassUnavailable, parse_ncu_csv, parse_number, run_ncu
 from labrunner.measure.roofline import ceilings_from_facts
-from labrunner.pipeline.profile import range_pass
+from labrunner.pipeline.profile import RangeAt, range_pass
 from labrunner.report.records.profile import Profile
 
 DATA = Path(__file__).parent / "data" / "ncu_lab2_solution_starter.csv"
@@ -82,7 +82,7 @@ def test_ncu_and_its_target_run_in_the_box(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ATTNLAB_SEED", "4242")
     lab, contenders = lab2_contenders()
-    report = range_pass(lab, contenders, "C = 17, P = 31", 17, 31, seed=1, ceilings=H200).to_json()
+    report = range_pass(lab, contenders, RangeAt("C = 17, P = 31", 17, 31, 1), ceilings=H200).to_json()
     assert report["available"] is False
     # of the host's /tmp only the way to the stand-in tool: not the driver's folder for the Range pass
     assert report["message"] == (
@@ -202,7 +202,7 @@ def test_the_range_report_places_both_kernels_under_the_roofline(tmp_path, monke
     lab, contenders = lab2_contenders()
     csv_copy = tmp_path / "saved.csv"
     report = range_pass(
-        lab, contenders, "C = 2048, P = 2048", 2048, 2048, seed=1, ceilings=H200, csv_path=csv_copy
+        lab, contenders, RangeAt("C = 2048, P = 2048", 2048, 2048, 1), ceilings=H200, csv_path=csv_copy
     ).to_json()
     assert report["available"] is True and report["message"] is None
     args = args_file.read_text().splitlines()
@@ -231,7 +231,7 @@ def test_launches_that_are_not_the_ones_made_give_no_report(tmp_path, monkeypatc
     recorded.write_text(swapped)
     stand_in_ncu(tmp_path, monkeypatch, f'cp {shlex.quote(str(recorded))} "$log"\n')
     lab, contenders = lab2_contenders()
-    report = range_pass(lab, contenders, "C = 2048, P = 2048", 2048, 2048, seed=1, ceilings=H200).to_json()
+    report = range_pass(lab, contenders, RangeAt("C = 2048, P = 2048", 2048, 2048, 1), ceilings=H200).to_json()
     assert report["available"] is False
     assert report["message"] == "ncu profiled attn_scores, attn_scores where flash_prefill, flash_prefill were launched"
 
@@ -240,7 +240,7 @@ def test_launches_that_are_not_the_ones_made_give_no_report(tmp_path, monkeypatc
 def test_the_range_report_without_permission_carries_the_message(tmp_path, monkeypatch):
     stand_in_ncu(tmp_path, monkeypatch, "echo '==ERROR== ERR_NVGPUCTRPERM - no permission' > \"$log\"\nexit 1\n")
     lab, contenders = lab2_contenders()
-    report = range_pass(lab, contenders, "C = 2048, P = 2048", 2048, 2048, seed=1, ceilings=H200).to_json()
+    report = range_pass(lab, contenders, RangeAt("C = 2048, P = 2048", 2048, 2048, 1), ceilings=H200).to_json()
     assert (report["available"], report["message"]) == (False, PERMISSION)
 
 
@@ -271,7 +271,7 @@ def test_the_target_warms_up_then_makes_one_call_of_each_contender_and_runs_no_o
         f'for last in "$@"; do :; done\ncp "$last" {shlex.quote(str(saved))}\ncp {shlex.quote(str(DATA))} "$log"\n',
     )
     lab, contenders = lab2_contenders()
-    range_pass(lab, contenders, "C = 2048, P = 2048", 33, 31, seed=1, ceilings=H200)
+    range_pass(lab, contenders, RangeAt("C = 2048, P = 2048", 33, 31, 1), ceilings=H200)
     calls = []
 
     class RecordingGpu:

@@ -34,6 +34,7 @@ from result_schema import validate_file
 
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline.batch import slurm, slurm_queue
+from labrunner.pipeline.batch.grading import Grading
 from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.batch.stop import BatchStop
 from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
@@ -276,7 +277,7 @@ def fake_queue(monkeypatch):
 def test_a_batch_is_cut_at_max_array_size_and_held_to_jobs(tmp_path, fake_queue, jobs, arrays):
     tasks = tasks_for(tmp_path, [SOLUTION] * 12, QUICK)
     executor = FakeSlurm(tmp_path, jobs or len(tasks))
-    outcomes = slurm.run_submitit(tasks, executor, lambda outcome: None)
+    outcomes = slurm.run_submitit(tasks, executor)
     assert executor.arrays == arrays
     assert [o.task for o in outcomes] == tasks
     assert [o.result["cluster"]["job_id"] for o in outcomes] == [
@@ -449,7 +450,7 @@ def test_a_stopped_batch_cancels_its_arrays_and_reports_the_rest_interrupted(clu
     executor.update_parameters(array_parallelism=1)
     stop = BatchStop(deadline_s=12)
     started = time.monotonic()
-    outcomes = slurm.run_submitit(tasks, executor, lambda outcome: None, stop=stop)
+    outcomes = slurm.run_submitit(tasks, executor, Grading(stop=stop))
     assert 12 <= time.monotonic() - started < 60  # the deadline, not hang.cu's 100 s case
     assert [(o.result["verdict"], o.exit_code, o.result["error"]) for o in outcomes] == [
         ("interrupted", 143, "not graded: the batch's deadline (--batch-timeout 12 s) passed first")
@@ -512,7 +513,7 @@ def test_a_batch_is_split_at_the_clusters_max_array_size(cluster, time_limited, 
     tasks = tasks_for(tmp_path, [COMPILE_ERROR] * 12, QUICK)
     options = BatchOptions(executor="slurm", device="cpu", out_dir=tmp_path, sbatch_args=(named("split"),))
     executor = slurm.submitit_executor(options, tmp_path / "submitit", len(tasks))
-    outcomes = slurm.run_submitit(tasks, executor, lambda outcome: None, job=slurm_jobs.says_where_it_ran)
+    outcomes = slurm.run_submitit(tasks, executor, Grading(job=slurm_jobs.says_where_it_ran))
     ran_as = [o.result["error"].removeprefix("ran as ") for o in outcomes]
     assert ran_as == [o.result["cluster"]["job_id"] for o in outcomes]
     arrays = [job_id.split("_")[0] for job_id in ran_as]
@@ -577,7 +578,7 @@ def test_a_node_failure_requeues_the_task_or_says_it_was_lost(cluster, time_limi
         )
         executor = slurm.submitit_executor(options, folder / "submitit", 1)
         outcomes[name] = slurm.run_submitit(
-            tasks_for(folder, [SOLUTION], QUICK), executor, lambda o: None, job=slurm_jobs.graded_once_requeued
+            tasks_for(folder, [SOLUTION], QUICK), executor, Grading(job=slurm_jobs.graded_once_requeued)
         )
 
     threads = [

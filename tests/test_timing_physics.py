@@ -463,8 +463,12 @@ def test_a_kernel_the_timer_reports_impossibly_fast_gets_no_time(standin):
 def test_bench_lab1_past_the_copy_is_wrong_exit_1_with_the_message_and_no_timing(monkeypatch):
     from rich.console import Console
 
+    from labrunner.cli.guard import reporter_for
     from labrunner.pipeline import timing_stage as timing_module
+    from labrunner.pipeline.grading_run import CaseOptions, GradingRun
+    from labrunner.pipeline.timing_stage import TimingAsk
     from labrunner.report import terminal
+    from labrunner.truth.cases import Seed
 
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(terminal, "stdout", Console(file=out, width=2000, highlight=False))
@@ -474,7 +478,8 @@ def test_bench_lab1_past_the_copy_is_wrong_exit_1_with_the_message_and_no_timing
     result = RunResult("bench", "lab1", backend="gpu")
     submission = SimpleNamespace(constants=LAB1.constants({}), label="skip_when_alone.cu")
     worker = ScriptedPipeline({**HONEST_KERNELS, "attn_softmax": [0.205, 0.100]})
-    timing_module.run_lab_timing(LAB1, submission, worker, 3, NO_CHECKS, result, None, None, "sm_90")
+    run = GradingRun(LAB1, submission, "gpu", worker, CaseOptions(Seed(3, "--seed")), reporter_for(result))
+    timing_module.run_lab_timing(run, result, TimingAsk(seed=3, options=NO_CHECKS, arch="sm_90"))
     data = result.to_json()
     assert (data["verdict"], data["exit_code"], data["decisive_case"], data["timing"]) == (
         "wrong",

@@ -16,7 +16,8 @@ from rich.console import Console
 
 from labrunner.compile.diagnostics import gcc_diagnostics
 from labrunner.labs import get_lab
-from labrunner.pipeline.correctness import CaseOptions, select_cases
+from labrunner.pipeline.correctness import select_cases
+from labrunner.pipeline.grading_run import CaseOptions
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
 from labrunner.report.results import CaseResult, RunResult, write_json

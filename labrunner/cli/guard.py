@@ -21,7 +21,9 @@ from labrunner.phases import CLOCK
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.junit import write_junit
+from labrunner.report.reporter import NotesRecorded, Reporter
 from labrunner.report.results import RunResult, json_text, write_json
+from labrunner.report.terminal_listener import TerminalListener
 from labrunner.truth.verdict import Status
 
 # `--json -`: the JSON on standard output, as a pipe into jq expects.
@@ -53,6 +55,11 @@ def finish(result: RunResult, json_path: Path | None, junit_path: Path | None, a
                 terminal.error(f"{option} {path}: cannot write ({exc.strerror})")
                 sys.exit(int(ExitCode.USAGE))
     sys.exit(int(result.exit_code))
+
+
+def reporter_for(result: RunResult, verbose: bool = False) -> Reporter:
+    """Who hears a command's run: the terminal, and the run's own record (its notes, as --json writes them)."""
+    return Reporter(TerminalListener(verbose), NotesRecorded(result))
 
 
 def guarded(
@@ -107,6 +114,11 @@ def _guarded(
     finish(result, json_path, junit_path, after, started)
 
 
+# Options a run's record has never carried: how its cases are printed, and whether a box is insisted on
+# (a run that could not have one ended in an error, which the record says).
+NOT_RECORDED = ("verbose", "require_box")
+
+
 def describe_run(result: RunResult) -> None:
     """What the JSON records about the run itself: the command's options and the hash of the file graded.
 
@@ -114,7 +126,9 @@ def describe_run(result: RunResult) -> None:
     1 MiB): a link to a secret or a 1.5 GB file gets no hash, and costs no memory."""
     context = click.get_current_context(silent=True)
     if context is not None:
-        result.options = {name: plain_option(value) for name, value in context.params.items()}
+        result.options = {
+            name: plain_option(value) for name, value in context.params.items() if name not in NOT_RECORDED
+        }
     if result.file:
         result.sha256 = submission_sha256(Path(result.file))  # None where the run itself says why not
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from labrunner.cli.guard import guarded
+from labrunner.cli.guard import guarded, reporter_for
 from labrunner.cli.help_groups import GroupedHelp
 from labrunner.cli.options import (
     BATCH_ONLY,
@@ -49,7 +49,7 @@ from labrunner.pipeline.requests import (
     default,
 )
 from labrunner.pipeline.starter import LANGUAGES, starter_text, write_starter
-from labrunner.pipeline.traffic import show_traffic
+from labrunner.pipeline.traffic import TrafficAsk, show_traffic
 from labrunner.report import terminal
 from labrunner.report.annotations import github_annotations
 from labrunner.report.results import RunResult
@@ -111,9 +111,10 @@ def starter(lab: str, output: Path | None, force: bool, language: str) -> None:
         if output is None:
             click.echo(starter_text(lab, language), nl=False)
         else:
-            write_starter(lab, output, force, language)
+            write_starter(lab, output, force, language, reporter_for(result))
 
-    guarded(RunResult("starter", lab), None, body)
+    result = RunResult("starter", lab)
+    guarded(result, None, body)
 
 
 @main.command(context_settings=CONTEXT)
@@ -128,7 +129,7 @@ def check(json_path: Path | None, junit_path: Path | None, **options: Any) -> No
     """Compile FILE for LAB through NVRTC (no GPU needed) and show its kernels' resources."""
     request = CheckRequest.from_options(options)
     result = RunResult("check", request.lab, str(request.file))
-    guarded(result, json_path, lambda: check_submission(request, result), junit_path)
+    guarded(result, json_path, lambda: check_submission(request, result, reporter_for(result)), junit_path)
 
 
 @main.command(context_settings=CONTEXT)
@@ -143,7 +144,7 @@ def check(json_path: Path | None, junit_path: Path | None, **options: Any) -> No
 def doctor(device: str, json_path: Path | None, junit_path: Path | None) -> None:
     """Check this machine: GPU and driver, CuPy, NVRTC, a C++ compiler, and the oracle's golden proof."""
     result = RunResult("doctor")
-    guarded(result, json_path, lambda: doctor_machine(device, result), junit_path)
+    guarded(result, json_path, lambda: doctor_machine(device, result, reporter_for(result)), junit_path)
 
 
 def batch_options_given(options: dict[str, Any]) -> bool:
@@ -181,14 +182,16 @@ def grade_gradescope_folder(lab: str, folder: Path, options: dict[str, Any]) -> 
     kit = GradescopeFolder(lab, folder, options["gradescope_path"])
     kit.withdraw_stale()
     result = RunResult("grade", lab, str(folder))
+    reporter = reporter_for(result, options["verbose"])
 
     def body() -> None:
         result.file = str(kit.submission())
-        grade_submission(GradeRequest.from_options(options, lab=lab, file=Path(result.file)), result)
+        request = GradeRequest.from_options(options, lab=lab, file=Path(result.file))
+        grade_submission(request, result, reporter)
 
     def after(done: RunResult) -> None:
         after_verdict(options["annotations"], None)(done)
-        kit.publish(done)
+        kit.publish(done, reporter)
 
     guarded(
         result,
@@ -214,12 +217,12 @@ def grade_many(lab: str, files: tuple[Path, ...], options: dict[str, Any]) -> No
     # the batch writes Gradescope's results.json itself, reused or interrupted as the submission may be
     leave_out = {"json_path", "junit_path", "annotations", "gradescope_path", *BATCH_ONLY}
     forwarded = passed_options(context.command, context.params, leave_out)
-    from labrunner.pipeline.batch.grade_many import (
-        grade_batch,
-    )  # here: a single grade's start does without the batch's modules
+    # here: a single grade's start does without the batch's modules
+    from labrunner.pipeline.batch.grade_many import grade_batch
+    from labrunner.pipeline.batch.grading import Executing
 
     try:
-        code = grade_batch(lab, files, options["device"], forwarded, batch)
+        code = grade_batch(lab, files, forwarded, batch, Executing(reporter_for(RunResult("grade", lab))))
     except AttnlabError as exc:
         terminal.error(exc.message)
         code = int(exc.exit_code)
@@ -271,7 +274,7 @@ def grade(lab: str, file: tuple[Path, ...], **options: Any) -> None:
     guarded(
         result,
         options["json_path"],
-        lambda: grade_submission(request, result),
+        lambda: grade_submission(request, result, reporter_for(result, options["verbose"])),
         options["junit_path"],
         also_writes=(("--gradescope", options["gradescope_path"]),),
         after=after_verdict(options["annotations"], options["gradescope_path"]),
@@ -287,7 +290,7 @@ def bench(json_path: Path | None, junit_path: Path | None, **options: Any) -> No
     """Time FILE for LAB (default: the shipped solution) after one correctness check."""
     request = BenchRequest.from_options(options)
     result = RunResult("bench", request.lab, str(request.file) if request.file else None)
-    guarded(result, json_path, lambda: bench_submission(request, result), junit_path)
+    guarded(result, json_path, lambda: bench_submission(request, result, reporter_for(result)), junit_path)
 
 
 @main.command(context_settings=CONTEXT)
@@ -301,7 +304,7 @@ def calibrate(json_path: Path | None, junit_path: Path | None, **options: Any) -
     guarded(
         result,
         json_path,
-        lambda: calibrate_gate(request, result),
+        lambda: calibrate_gate(request, result, reporter_for(result)),
         junit_path,
         also_writes=(("-o", request.output),),
     )
@@ -329,7 +332,7 @@ def profile(json_path: Path | None, **options: Any) -> None:
         )
         if path
     )
-    guarded(result, json_path, lambda: profile_submission(request, result), also_writes=writes)
+    guarded(result, json_path, lambda: profile_submission(request, result, reporter_for(result)), also_writes=writes)
 
 
 @main.command(context_settings=CONTEXT)
@@ -361,4 +364,6 @@ def traffic(seq: tuple[int, ...], heads: int, kv_heads: int | None, d_head: int,
     \b
     The lesson's table: attnlab traffic --seq 1024,4096,16384 --heads 1 --d-head 64 --dtype-bytes 2
     """
-    guarded(RunResult("traffic"), None, lambda: show_traffic(seq, heads, kv_heads, d_head, dtype_bytes))
+    result = RunResult("traffic")
+    ask = TrafficAsk(seq, heads, kv_heads, d_head, dtype_bytes)
+    guarded(result, None, lambda: show_traffic(ask, reporter_for(result)))

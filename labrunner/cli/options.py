@@ -14,10 +14,8 @@ from typing import Any
 
 import click
 
-from labrunner import box as boxes
 from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.requests import CalibrateRequest, GradeRequest, ProfileRequest, default
-from labrunner.report import terminal
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -29,10 +27,6 @@ def stacked(*decorators: Decorator) -> Decorator:
     return lambda command: functools.reduce(lambda c, d: d(c), reversed(decorators), command)
 
 
-def _require_box(context: click.Context, parameter: click.Parameter, value: bool) -> None:
-    boxes.REQUIRED = bool(value)  # read where each process starts: one that cannot be boxed is refused
-
-
 def device_option(help: str) -> Decorator:
     return click.option(
         "--device",
@@ -42,10 +36,6 @@ def device_option(help: str) -> Decorator:
         show_default=True,
         help=help,
     )
-
-
-def _verbose(context: click.Context, parameter: click.Parameter, value: bool) -> None:
-    terminal.VERBOSE = bool(value)  # read by the case report; set on every run, so it never outlives one
 
 
 def arch_option(help: str) -> Decorator:
@@ -65,8 +55,6 @@ compile_options = stacked(
     click.option(
         "--require-box",
         is_flag=True,
-        expose_value=False,
-        callback=_require_box,
         help="Refuse to start any compiler or worker outside the box (bubblewrap), on the GPU "
         "too, where it otherwise runs unboxed with a note (exit 6).",
     ),
@@ -346,8 +334,6 @@ grade_options = stacked(
         "-v",
         "--verbose",
         is_flag=True,
-        expose_value=False,
-        callback=_verbose,
         help="Every failing case's message in full (on a terminal under 100 columns, and in a log, the "
         "failing cases after the first two are folded to one line each).",
     ),

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labrunner import box as boxes
 from labrunner.exit_codes import usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline import backend
 from labrunner.pipeline.backend import device_facts, gpu_share
-from labrunner.pipeline.correctness import CaseOptions, bench_check_case, run_one_case
+from labrunner.pipeline.correctness import bench_check_case, run_one_case
 from labrunner.pipeline.grade import close_report
+from labrunner.pipeline.grading_run import CaseOptions
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import BenchRequest, refuse_speedup_options, refuse_triton_options
-from labrunner.pipeline.timing_stage import run_lab_timing
-from labrunner.report import terminal
+from labrunner.pipeline.timing_stage import TimingAsk, run_lab_timing
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
 
 
-def bench_submission(request: BenchRequest, result: RunResult) -> None:
+def bench_submission(request: BenchRequest, result: RunResult, reporter: Reporter) -> None:
     lab = get_lab(request.lab)
     refuse_speedup_options(lab, request)
     refuse_triton_options(request)
@@ -28,50 +30,29 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
     peer = request.versus if lab.peer is not None and request.versus == lab.peer else None
     baseline = None if peer else resolve_baseline(lab, request.versus)  # a usage error comes before all else
     refuse_bench_without_gpu(request)
-    lab, submission, backend_name, seed = prepare(
-        result,
-        request.lab,
-        Path(result.file),
-        request.device,
-        request.arch,
-        request.seed,
-        request.compile_limits,
-        request.unsafe_cpu,
-        request.public_seed,
-    )
-    if backend_name != "gpu":
-        raise backend.needs_a_gpu(
-            "bench", f"the {backend_name} backend takes no timings", backend.grade_instead(request.lab, request.file)
-        )
-    result.device = device_facts(backend_name)
-    check_case = bench_check_case(lab, submission.constants, request.chunk, request.prefix)
-    with Worker(backend_name) as worker:
-        load_student(worker, lab, submission, request.load_options)
-        options = CaseOptions(seed=seed, timeout_s=request.timeout_s)
-        result.cases = [run_one_case(lab, submission, worker, check_case, options, request.timeout_s or 60.0)]
-        if result.decisive_case is None:
-            timing_options = request.timing_options(seed.value)
-            with gpu_share(backend_name, "timing"):
-                run_lab_timing(
-                    lab,
-                    submission,
-                    worker,
-                    seed.value,
-                    timing_options,
-                    result,
-                    request.timeout_s,
-                    baseline,
-                    request.arch,
-                    request.chunk,
-                    request.prefix,
-                    request.compile_limits,
-                    peer,
-                )
-        result.kernel_output = worker.kernel_output()
-    terminal.cases_report(result)
-    terminal.timing_report(result)
-    terminal.kernel_output(result.kernel_output)
-    close_report(lab, submission, result, request, seed.value)
+    with boxes.required(request.require_box):
+        prepared = prepare(request, Path(result.file), result, reporter)
+        if prepared.backend != "gpu":
+            raise backend.needs_a_gpu(
+                "bench",
+                f"the {prepared.backend} backend takes no timings",
+                backend.grade_instead(request.lab, request.file),
+            )
+        result.device = device_facts(prepared.backend)
+        check_case = bench_check_case(lab, prepared.submission.constants, request.chunk, request.prefix)
+        seed = prepared.seed
+        with Worker(prepared.backend) as worker:
+            load_student(worker, lab, prepared.submission, request.load_options)
+            run = prepared.with_worker(worker, CaseOptions(seed=seed, timeout_s=request.timeout_s), reporter)
+            result.cases = [run_one_case(run, check_case, request.timeout_s or 60.0)]
+            if result.decisive_case is None:
+                with gpu_share(prepared.backend, "timing"):
+                    run_lab_timing(run, result, TimingAsk.of(request, seed.value, baseline=baseline, peer=peer))
+            result.kernel_output = worker.kernel_output()
+        reporter.judged(result)
+        reporter.timed(result)
+        reporter.kernel_output(result.kernel_output)
+        close_report(run, result, request, seed.value)
 
 
 def refuse_bench_without_gpu(request: BenchRequest) -> None:

@@ -12,13 +12,13 @@ from labrunner.measure.gates import (
 from labrunner.pipeline.backend import refuse_without_gpu
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import CalibrateRequest
-from labrunner.report import terminal
 from labrunner.report.records.gate import Gate
 from labrunner.report.records.timing import SpeedupTiming
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 
 
-def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
+def calibrate_gate(request: CalibrateRequest, result: RunResult, reporter: Reporter) -> None:
     lab = get_lab(request.lab)
     output, fraction = request.output, request.fraction
     if not lab.timing_strategy.calibrates:
@@ -31,7 +31,7 @@ def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
         request.device,
         f"a speed gate is a time taken on the GPU it gates; nothing was written to {output}",
     )
-    bench_submission(request, result)
+    bench_submission(request, result, reporter)
     timing = result.timing
     if result.decisive_case is not None or not isinstance(timing, SpeedupTiming):
         raise AttnlabError("calibration needs a correct, timed solution; see the failure above", ExitCode.WRONG_ANSWER)
@@ -60,4 +60,4 @@ def calibrate_gate(request: CalibrateRequest, result: RunResult) -> None:
         file=str(output),
         calibration=entry,
     )
-    terminal.gate_report(result)
+    reporter.gated(result)

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
+from labrunner import box as boxes
 from labrunner.compile.gate import Submission, load_submission
 from labrunner.compile.nvrtc import nvrtc_version
 from labrunner.compile.source import take_notes
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
-from labrunner.pipeline.prepare import said_once
 from labrunner.pipeline.requests import CheckRequest
-from labrunner.report import terminal
 from labrunner.report.records.compile import CompileSummary
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown_path
 
 
-def check_submission(request: CheckRequest, result: RunResult) -> None:
+def check_submission(request: CheckRequest, result: RunResult, reporter: Reporter) -> None:
     lab = get_lab(request.lab)
-    submission = load_submission(lab, request.file, shown_path(request.file), request.arch, request.compile_limits)
-    result.notes += said_once(take_notes())
+    with boxes.required(request.require_box):
+        submission = load_submission(lab, request.file, shown_path(request.file), request.arch, request.compile_limits)
+    reporter.notes(take_notes())
     result.compile = compile_summary(lab, submission, request.arch, nvrtc_version())
-    terminal.check_report(result)
-    terminal.verdict_line(result)
+    reporter.compiled(result)
+    reporter.verdict(result)
 
 
 def compile_summary(lab: Lab, submission: Submission, arch: str, nvrtc: str) -> CompileSummary:

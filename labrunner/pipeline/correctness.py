@@ -6,29 +6,24 @@ Correctness gates timing: nothing is timed (`timing.py`) until every case passed
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
-
-import numpy as np
 
 from labrunner.compile.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
 from labrunner.phases import phase
 from labrunner.pipeline.case_inputs import CaseInputs
-from labrunner.pipeline.case_limit import case_limit
-from labrunner.pipeline.explain import explain_failure, shows_every_stage
+from labrunner.pipeline.case_limit import CaseLimit, case_limit
+from labrunner.pipeline.explain import CaseStudied, Explaining, FailedRun, explain_failure, shows_every_stage
+from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
-from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
 from labrunner.run.diagnose import replay_under_sanitizer
 from labrunner.run.racecheck import find_hazard
-from labrunner.run.worker import Worker, WorkerFailure
+from labrunner.run.worker import WorkerFailure
 from labrunner.truth.cases import (
     Case,
-    Inputs,
-    Seed,
     geometry_case,
     make_inputs,
 )
@@ -36,21 +31,6 @@ from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.hints import Evidence
 from labrunner.truth.judge import Judgement, SanitizerReport, judge, judge_failure
 from labrunner.truth.verdict import Status
-
-
-@dataclass
-class CaseOptions:
-    seed: Seed
-    timeout_s: float | None = None
-    full: bool = False  # CPU: run the cases outside the default budget too
-    race_check: bool = False  # CPU: every case under several thread schedules; GPU: racecheck and synccheck
-    only: tuple[str, ...] = ()  # case names to run (empty: all)
-    diagnose: bool = True  # GPU: replay a crashing case under compute-sanitizer, where installed
-    rerun: bool = True  # CPU: rerun a failing case under three other schedules, to find a race unasked
-    # where a case's float64 reference comes from: None is the CPU oracle (`Inputs.reference`); on the
-    # GPU backend the driver's proven GPU oracle (`pipeline/oracle_ahead.py`)
-    oracle: Callable[[Inputs], np.ndarray] | None = None
-
 
 # Failing cases whose output is compared with the variant oracles for hints (the first ones).
 EXPLAINED_FAILURES = 3
@@ -98,21 +78,14 @@ def inputs_ahead(lab: Lab, submission: Submission, backend: str, options: CaseOp
 
 
 def run_cases(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    backend: str,
-    options: CaseOptions,
-    progress: Progress = Progress(),
-    results: list[CaseResult] | None = None,
-    made: CaseInputs | None = None,
+    run: GradingRun, results: list[CaseResult] | None = None, made: CaseInputs | None = None
 ) -> list[CaseResult]:
-    """Every case, in order. `results` (when given) fills as each case finishes, so an interrupted
-    run still has the cases it finished. `made`: the cases' inputs started ahead (`inputs_ahead`),
-    closed here as the inputs made here are."""
-    cases, skipped = select_cases(lab, backend, options, submission.constants)
+    """Every case, in order, each reported to the run's reporter as it starts. `results` (when given) fills
+    as each case finishes, so an interrupted run still has the cases it finished. `made`: the cases'
+    inputs started ahead (`inputs_ahead`), closed here as the inputs made here are."""
+    options = run.cases
+    cases, skipped = select_cases(run.lab, run.backend, options, run.submission.constants)
     results = [] if results is None else results
-    progress.start("checking cases", len(cases))
     stopped_by: str | None = None
     # Explanations cost time, so only the first cases whose own run failed get them (a hazard that
     # compute-sanitizer reports names its kernel and line itself, and counts for none).
@@ -121,46 +94,42 @@ def run_cases(
     stage_checked = False
     # GPU --race-check: the small cases, in order, each under compute-sanitizer after its own run,
     # until its first report (a hazard, or a check it could not finish) has decided a case.
-    sanitizing = options.race_check and backend == "gpu"
+    sanitizing = options.race_check and run.backend == "gpu"
     made = made or CaseInputs(options.seed.value, options.oracle, cases, ahead=True)
     try:
-        for case in cases:
-            if stopped_by:
-                results.append(CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix))
-                continue
-            progress.advance(f"{case.name} ({size_in_words(case)})")
-            # Once a race is found the verdict is race: later cases need no --race-check schedules to say
-            # so, yet each failing one is still rerun (a few runs, ended by the first that disagrees), so
-            # that every case carrying the race's evidence is called a race, not only the first ones
-            raced = any(r.status == Status.RACE for r in results)
-            rerun = options.rerun and (raced or failures < EXPLAINED_FAILURES)
-            limit = case_limit(lab, backend, case, options.timeout_s, interpreted=bool(submission.module.triton))
-            with phase(f"case {case.name}"):
-                result, judgement = judged_case(
-                    lab,
-                    submission,
-                    worker,
-                    case,
-                    replace(options, race_check=options.race_check and not raced, rerun=rerun),
-                    limit.seconds,
+        with run.reporter.cases("checking cases", len(cases)) as progress:
+            run = replace(run, progress=progress)
+            for case in cases:
+                if stopped_by:
+                    results.append(
+                        CaseResult(case.name, Status.NOT_RUN, f"not run: {stopped_by}", case.rows, case.prefix)
+                    )
+                    continue
+                progress.advance(f"{case.name} ({size_in_words(case)})")
+                # Once a race is found the verdict is race: later cases need no --race-check schedules to say
+                # so, yet each failing one is still rerun (a few runs, ended by the first that disagrees), so
+                # that every case carrying the race's evidence is called a race, not only the first ones
+                raced = any(r.status == Status.RACE for r in results)
+                checks = CaseChecks(
+                    race_check=options.race_check and not raced,
+                    rerun=options.rerun and (raced or failures < EXPLAINED_FAILURES),
                     explain=failures < EXPLAINED_FAILURES,
                     stage_check=not stage_checked and shows_every_stage(case),
                     sanitize=sanitizing and case.cpu,
                     # a replay recompiles a .cu file's source: a Triton file has only its cubins
-                    diagnose=backend == "gpu" and options.diagnose and not submission.module.triton,
-                    progress=progress,
-                    made=made,
-                    timed_out=limit.timed_out,
+                    diagnose=run.backend == "gpu" and options.diagnose and not run.interpreted,
                 )
-            results.append(result)
-            failures += judgement.run_failed
-            stage_checked = stage_checked or (judgement.run_failed and shows_every_stage(case))
-            sanitizing = sanitizing and not judgement.by_sanitizer
-            if result.status in (Status.CRASH, Status.TIMEOUT):
-                stopped_by = f"case {case.name} ended in a {result.status}"
+                limit = case_limit(run.lab, run.backend, case, options.timeout_s, interpreted=run.interpreted)
+                with phase(f"case {case.name}"):
+                    result, judgement = judged_case(run, case, limit, checks, made)
+                results.append(result)
+                failures += judgement.run_failed
+                stage_checked = stage_checked or (judgement.run_failed and shows_every_stage(case))
+                sanitizing = sanitizing and not judgement.by_sanitizer
+                if result.status in (Status.CRASH, Status.TIMEOUT):
+                    stopped_by = f"case {case.name} ended in a {result.status}"
     finally:
         made.close()
-    progress.done()
     results += [CaseResult(c.name, Status.SKIPPED, f"skipped: {why}", c.rows, c.prefix) for c, why in skipped]
     return results
 
@@ -205,45 +174,40 @@ def size_in_words(case: Case) -> str:
     return f"{rows}, prefix {case.prefix}" if case.prefix else rows
 
 
-def run_one_case(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    case: Case,
-    options: CaseOptions,
-    timeout_s: float,
-    explain: bool = True,
-    stage_check: bool = True,
-) -> CaseResult:
+@dataclass(frozen=True)
+class CaseChecks:
+    """What one case's run looks for beyond its output, as `run_cases` decides for each case.
+
+    `race_check`: every output compared under other thread schedules (CPU --race-check); `rerun`: a failing
+    case rerun under three other schedules, to find a race unasked (CPU); `explain`: a wrong output compared
+    with the variant oracles the hints read; `stage_check`: a wrong pipeline rerun kernel by kernel (lab 1);
+    the driver does both for the first failures only, since each costs time. `sanitize`: the judge may ask
+    compute-sanitizer's racecheck and synccheck about the case (GPU --race-check). `diagnose`: a crash is
+    replayed under compute-sanitizer's memcheck, to name the kernel and the line (GPU)."""
+
+    race_check: bool = False
+    rerun: bool = True
+    explain: bool = True
+    stage_check: bool = True
+    sanitize: bool = False
+    diagnose: bool = False
+
+
+def run_one_case(run: GradingRun, case: Case, timeout_s: float) -> CaseResult:
     """One case, judged; a failure explained (`judged_case`). The one check before timing uses it."""
-    return judged_case(lab, submission, worker, case, options, timeout_s, explain, stage_check)[0]
+    checks = CaseChecks(race_check=run.cases.race_check, rerun=run.cases.rerun)
+    return judged_case(run, case, timeout_s, checks)[0]
 
 
 def judged_case(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    case: Case,
-    options: CaseOptions,
-    timeout_s: float,
-    explain: bool = True,
-    stage_check: bool = True,
-    sanitize: bool = False,
-    diagnose: bool = False,
-    progress: Progress = Progress(),
-    made: CaseInputs | None = None,
-    timed_out: Callable[[str | None], str] | None = None,
+    run: GradingRun, case: Case, limit: CaseLimit | float, checks: CaseChecks, made: CaseInputs | None = None
 ) -> tuple[CaseResult, Judgement]:
     """One case: its run, its evidence handed to the judge, the judgement explained; its result is made
-    once, from all of them.
-
-    `explain`: compare a wrong output with the variant oracles the hints read; `stage_check`: rerun a
-    wrong pipeline kernel by kernel (lab 1); the driver does both for the first failures only, since
-    each costs time. `sanitize`: the judge may ask compute-sanitizer's racecheck and synccheck about
-    the case (GPU --race-check). `diagnose`: a crash is replayed under compute-sanitizer's memcheck,
-    to name the kernel and the line (GPU). `made`: where the inputs and the reference were made ahead
-    (`run_cases`); without it both are made here. `timed_out`: a hang's message from the launch that was
-    running (`CaseLimit.timed_out`); without it the worker's own words."""
+    once, from all of them. `limit`: the seconds the case may take and a hang's message naming the launch
+    that was running (`CaseLimit`), or the seconds alone, a hang then told in the worker's own words.
+    `made`: where the inputs and the reference were made ahead (`run_cases`); without it both are made here."""
+    lab, submission, worker, options = run.lab, run.submission, run.worker, run.cases
+    timeout_s = limit.seconds if isinstance(limit, CaseLimit) else limit
     made = made or CaseInputs(options.seed.value, options.oracle)
     inputs = made.inputs(case)
     given = inputs.buffers()
@@ -253,13 +217,12 @@ def judged_case(
         **lab.workspace(submission.constants, case.rows, case.prefix),
     }
     on_cpu = worker.backend == "cpu"
-    schedules = RACE_SCHEDULES if options.race_check and on_cpu else ()
+    schedules = RACE_SCHEDULES if checks.race_check and on_cpu else ()
     # unasked, only the first failures are rerun, and every one once a race was found (`run_cases`); never a
     # Triton file's: the interpreter runs its programs in one order whatever the schedule says, so a
     # rerun could only repeat the run (three more runs of a failing case, minutes for a real kernel)
-    interpreted = bool(submission.module.triton)
-    reruns = RERUN_WHEN_FAILING if on_cpu and not options.race_check and options.rerun else ()
-    reruns = () if interpreted else reruns
+    reruns = RERUN_WHEN_FAILING if on_cpu and not checks.race_check and checks.rerun else ()
+    reruns = () if run.interpreted else reruns
     tried: list[tuple[int, str]] = []
 
     def under_other_schedules(schedules: tuple[tuple[int, str], ...]):
@@ -276,29 +239,31 @@ def judged_case(
 
     def under_sanitizer() -> SanitizerReport:
         # Asked by the judge only once the guards, the inputs and the output showed no race.
-        progress.advance(f"{case.name}: racecheck and synccheck under compute-sanitizer")
+        run.progress.advance(f"{case.name}: racecheck and synccheck under compute-sanitizer")
         return find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
 
     try:
-        run = worker.run_case("student", launches, given, writable, ("out",), timeout_s, reverse_threads=FIRST_SCHEDULE)
+        output = worker.run_case(
+            "student", launches, given, writable, ("out",), timeout_s, reverse_threads=FIRST_SCHEDULE
+        )
         reference = made.reference(case, inputs)
         judgement = judge(
             case,
-            run,
+            output,
             given,
             writable,
             reference,
             under_other_schedules(schedules),
-            under_sanitizer if sanitize else None,
+            under_sanitizer if checks.sanitize else None,
             when_failing=under_other_schedules(reruns),
         )
     except WorkerFailure as failure:
         judgement = judge_failure(failure.kind, failure.detail)
         message, diagnosis = judgement.message, None
-        if judgement.status == Status.TIMEOUT and timed_out is not None:
-            message = timed_out(failure.running)
-        if diagnose and judgement.status == Status.CRASH:
-            progress.advance(f"{case.name}: replaying under compute-sanitizer")
+        if judgement.status == Status.TIMEOUT and isinstance(limit, CaseLimit):
+            message = limit.timed_out(failure.running)
+        if checks.diagnose and judgement.status == Status.CRASH:
+            run.progress.advance(f"{case.name}: replaying under compute-sanitizer")
             diagnosis = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
             if diagnosis:
                 message += "; compute-sanitizer: " + " | ".join(line.strip() for line in diagnosis.splitlines())
@@ -307,23 +272,17 @@ def judged_case(
     words = ""
     if judgement.output in (Status.WRONG, Status.NEVER_WRITTEN, Status.RACE):
         # the schedule that disagreed is the last one tried: the kernel search replays only that one
+        studied = CaseStudied(lab, submission, worker, case, inputs, launches, timeout_s)
+        failed = FailedRun(
+            output,
+            reference,
+            judgement.output,
+            list(judgement.failing_rows),
+            dict(tried[-1:] or RACE_SCHEDULES[:2]),  # a poisoned output disagreed with no schedule: try two
+        )
+        asked = Explaining(checks.explain, checks.stage_check, words=not judgement.by_sanitizer)
         with phase("explain"):
-            evidence, words = explain_failure(
-                lab,
-                submission,
-                worker,
-                case,
-                inputs,
-                run,
-                reference,
-                judgement.output,
-                list(judgement.failing_rows),
-                dict(tried[-1:] or RACE_SCHEDULES[:2]),  # a poisoned output disagreed with no schedule: try two
-                timeout_s,
-                explain,
-                stage_check,
-                words=not judgement.by_sanitizer,
-            )
+            evidence, words = explain_failure(studied, failed, asked)
         if judgement.between_blocks:
             evidence["between_blocks"] = True
     result = CaseResult(

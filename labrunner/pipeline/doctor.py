@@ -12,7 +12,7 @@ from labrunner.compile.nvrtc import nvrtc_version
 from labrunner.compile.triton_build import triton_bounds, triton_installed
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error
 from labrunner.pipeline import backend
-from labrunner.report import terminal
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run import cpu_device
 from labrunner.run.sandbox import CPU_LIMITS
@@ -78,12 +78,12 @@ def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
     )
 
 
-def doctor_machine(device: str, result: RunResult) -> None:
+def doctor_machine(device: str, result: RunResult, reporter: Reporter) -> None:
     """The rows, the oracle's own proof, and exit 6 where the backend asked for is unusable here."""
     rows = diagnose()
     result.notes = [f"{name}: {'ok' if ok else 'missing'}: {words}" for name, ok, words in rows]
     result.oracle_proof = prove_oracle().to_json()
-    terminal.doctor_report(rows)
+    reporter.doctor(rows)
     if not result.oracle_proof["passed"]:
         raise AttnlabError("the oracle failed its golden proof", ExitCode.ENVIRONMENT)
     require_backend(device, rows)

@@ -7,15 +7,16 @@ a verdict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from labrunner.compile.gate import Submission
-from labrunner.labs.definition import Lab
+from labrunner.labs.definition import Lab, Launch
 from labrunner.pipeline.schedules import FIRST_SCHEDULE
 from labrunner.run.worker import Worker, WorkerFailure
-from labrunner.truth.cases import (
-    Case,
-)
+from labrunner.truth.cases import Case, Inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.hints import Evidence, add_stage_evidence, factor_words, gather_evidence, stages_wanted
 from labrunner.truth.judge import same_values
@@ -23,47 +24,80 @@ from labrunner.truth.poison import SHARED_POISON_BITS, carries
 from labrunner.truth.verdict import Status
 
 
-def explain_failure(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    case: Case,
-    inputs,
-    run,
-    reference,
-    status: Status,
-    failing_rows: list[int],
-    schedules: dict[int, str],
-    timeout_s: float,
-    explain: bool = True,
-    stage_check: bool = True,
-    words: bool = True,
-) -> tuple[Evidence, str]:
+@dataclass(frozen=True)
+class CaseStudied:
+    """A case whose output the judge found wrong, as the explanations rerun it: the lab, the file, the
+    worker that has it loaded, the case with its inputs and planned launches, and the seconds each run may
+    take."""
+
+    lab: Lab
+    submission: Submission
+    worker: Worker
+    case: Case
+    inputs: Inputs
+    launches: list[Launch]
+    timeout_s: float
+
+    def writable(self, constants: dict[str, int] | None = None) -> dict[str, int]:
+        """The buffers a run may write: the output and the lab's workspace, sized by `constants` (the
+        file's launch geometry by default)."""
+        geometry = self.submission.constants if constants is None else constants
+        return {
+            "out": self.case.rows * QUERY_HEADS * HEAD_DIM,
+            **self.lab.workspace(geometry, self.case.rows, self.case.prefix),
+        }
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    """What the judge saw: the run, the reference it was held to, what the output showed (wrong,
+    never-written or race), the rows that failed, and the schedules to replay in search of a race."""
+
+    output: Any  # the worker's reply to the run (`run/worker.py`): its outputs by buffer name
+    reference: np.ndarray
+    status: Status
+    failing_rows: list[int]
+    schedules: dict[int, str]
+
+
+@dataclass(frozen=True)
+class Explaining:
+    """What to explain: `explain` compares the output with the variant oracles the hints read,
+    `stage_check` reruns lab 1's pipeline kernel by kernel, and `words` is False where the message takes
+    none (compute-sanitizer's own names the kernel and the line)."""
+
+    explain: bool = True
+    stage_check: bool = True
+    words: bool = True
+
+
+def explain_failure(studied: CaseStudied, failed: FailedRun, asked: Explaining = Explaining()) -> tuple[Evidence, str]:
     """The evidence for hints, and the words the message ends with: the kernel a race is in, or lab 1's
-    first wrong stage. `status`: what the output showed (wrong, never-written or race); `words`: False
-    where the message takes none (compute-sanitizer's own names the kernel and the line).
+    first wrong stage.
 
     A diagnosis only: nothing here changes a verdict. A kernel that misbehaves while being
     explained (it passed once, so it should not) leaves the words out.
     """
-    out = run.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
-    evidence = gather_evidence(case, inputs, out, reference, status, failing_rows, explain)
+    lab, case, submission = studied.lab, studied.case, studied.submission
+    out = failed.output.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
+    evidence = gather_evidence(
+        case, studied.inputs, out, failed.reference, failed.status, failed.failing_rows, asked.explain
+    )
     evidence["launch_constants"] = dict(submission.constants)  # the settings a hint on the rows may name
-    launches = lab.plan_launches(submission.constants, case.rows, case.prefix)
-    stages = staged_evidence(lab, worker, case, inputs, launches, out, evidence, timeout_s)
-    if not words:
+    stages = staged_evidence(studied, out, evidence)
+    if not asked.words:
         return evidence, ""
     # wrong values that are the exact ones times one factor: the message says so, beside where they are
     factor = factor_words(evidence)
     said = f"; {factor}" if factor else ""
     try:
-        if status == Status.RACE:
-            kernel = racing_kernel(lab, submission, worker, case, inputs, launches, run, schedules, timeout_s)
+        if failed.status == Status.RACE:
+            kernel = racing_kernel(studied, failed)
             if kernel is None:
                 return evidence, "; no one kernel's thread order alone changes the output"
             return evidence, f"; in kernel {kernel}"
-        if lab.stages and stage_check and shows_every_stage(case):
-            stage = first_wrong_stage(lab, worker, case, inputs, launches, timeout_s, stages)
+        if lab.stages and asked.stage_check and shows_every_stage(case):
+            stage = first_wrong_stage(studied, stages)
             if stage:
                 return evidence, f"{said}; stage check: {stage}"
     except WorkerFailure:
@@ -78,66 +112,42 @@ def shows_every_stage(case: Case) -> bool:
     return case.keys > 1
 
 
-def staged_evidence(
-    lab: Lab,
-    worker: Worker,
-    case: Case,
-    inputs,
-    launches: list,
-    out: np.ndarray,
-    evidence: Evidence,
-    timeout_s: float,
-) -> list[tuple[str, np.ndarray]] | None:
+def staged_evidence(studied: CaseStudied, out: np.ndarray, evidence: Evidence) -> list[tuple[str, np.ndarray]] | None:
     """Lab 1's pipeline rerun kernel by kernel for the hints: each stage's buffer compared with what one
     known mistake would leave there (truth/hints_stages.py), where the case's own variants were compared.
     The buffers come back for the stage check to read; None where none were taken (another lab, a case
     too large or not wrong, or a rerun that misbehaved: the hints then do without)."""
-    if not lab.stages or not stages_wanted(evidence, case):
+    if not studied.lab.stages or not stages_wanted(evidence, studied.case):
         return None
     try:
-        stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
+        stages = stage_buffers(studied, studied.launches[:-1])
     except WorkerFailure:
         return None
-    add_stage_evidence(evidence, inputs, case, stages, str(launches[-1].kernel), out)
+    add_stage_evidence(evidence, studied.inputs, studied.case, stages, str(studied.launches[-1].kernel), out)
     return stages
 
 
 def stage_buffers(
-    lab: Lab,
-    worker: Worker,
-    case: Case,
-    inputs,
-    launches: list,
-    timeout_s: float,
+    studied: CaseStudied,
+    launches: list[Launch],
     schedule: int = FIRST_SCHEDULE,
     constants: dict[str, int] | None = None,
 ) -> list[tuple[str, np.ndarray]]:
     """The pipeline rerun kernel by kernel: after the first k launches, the buffer launch k wrote.
     `constants`: the file's launch geometry, where its workspace depends on it (the defaults otherwise)."""
-    given = inputs.buffers()
-    workspace = lab.workspace(constants or lab.constants({}), case.rows, case.prefix)
-    writable = {"out": case.rows * QUERY_HEADS * HEAD_DIM, **workspace}
+    given = studied.inputs.buffers()
+    writable = studied.writable(constants or studied.lab.constants({}))
     stages = []
     for count, launch in enumerate(launches, start=1):
         written = next(a for a in reversed(launch.args) if isinstance(a, str) and a in writable)
-        run = worker.run_case(
-            "student", launches[:count], given, writable, (written,), timeout_s, reverse_threads=schedule
+        run = studied.worker.run_case(
+            "student", launches[:count], given, writable, (written,), studied.timeout_s, reverse_threads=schedule
         )
         stages.append((launch.kernel, run.outputs[written]))
     return stages
 
 
-def racing_kernel(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    case: Case,
-    inputs,
-    launches: list,
-    run,
-    schedules: dict[int, str],
-    timeout_s: float,
-) -> str | None:
+def racing_kernel(studied: CaseStudied, failed: FailedRun) -> str | None:
     """The kernel the race is in, from evidence: the first kernel whose own thread order changes the
     output, each kernel in turn run under another schedule while every other keeps the first order.
 
@@ -147,41 +157,29 @@ def racing_kernel(
     poison, the first kernel whose own result carries it read shared memory no thread wrote. None when
     neither shows: the message then names no kernel rather than guess one.
     """
+    launches = studied.launches
     if len(launches) == 1:
         return str(launches[0].kernel)
-    given = inputs.buffers()
-    writable = {
-        "out": case.rows * QUERY_HEADS * HEAD_DIM,
-        **lab.workspace(submission.constants, case.rows, case.prefix),
-    }
-    first = run.outputs["out"]
+    given = studied.inputs.buffers()
+    writable = studied.writable()
+    first = failed.output.outputs["out"]
     for index, launch in enumerate(launches):
-        for number in schedules:
+        for number in failed.schedules:
             alone = [FIRST_SCHEDULE] * len(launches)
             alone[index] = number
-            other = worker.run_case(
-                "student", launches, given, writable, ("out",), timeout_s, reverse_threads=alone, quiet=True
+            other = studied.worker.run_case(
+                "student", launches, given, writable, ("out",), studied.timeout_s, reverse_threads=alone, quiet=True
             )
             if not same_values(other.outputs["out"], first).all():
                 return str(launch.kernel)
     if carries(first, SHARED_POISON_BITS).any():
-        for kernel, buffer in stage_buffers(
-            lab, worker, case, inputs, launches, timeout_s, FIRST_SCHEDULE, submission.constants
-        ):
+        for kernel, buffer in stage_buffers(studied, launches, FIRST_SCHEDULE, studied.submission.constants):
             if carries(buffer, SHARED_POISON_BITS).any():
                 return str(kernel)
     return None
 
 
-def first_wrong_stage(
-    lab: Lab,
-    worker: Worker,
-    case: Case,
-    inputs,
-    launches: list,
-    timeout_s: float,
-    stages: list[tuple[str, np.ndarray]] | None = None,
-) -> str | None:
+def first_wrong_stage(studied: CaseStudied, stages: list[tuple[str, np.ndarray]] | None = None) -> str | None:
     """Lab 1's stage check: the first kernel whose result disagrees with the definition, in words.
     `stages`: the buffers of a rerun already made for the hints (`staged_evidence`), else rerun here.
 
@@ -189,9 +187,10 @@ def first_wrong_stage(
     the softmax) is a different split of the same work, not the bug: the stage named is the first
     that disagrees after the last one that agrees. The last stage is the output, already wrong.
     """
+    launches = studied.launches
     if stages is None:
-        stages = stage_buffers(lab, worker, case, inputs, launches[:-1], timeout_s)
-    problems = [lab.stages[kernel](buffer, inputs, case.rows) for kernel, buffer in stages]
+        stages = stage_buffers(studied, launches[:-1])
+    problems = [studied.lab.stages[kernel](buffer, studied.inputs, studied.case.rows) for kernel, buffer in stages]
     kernels = [kernel for kernel, _ in stages] + [launches[-1].kernel]
     agreeing = [i for i, problem in enumerate(problems) if problem is None]
     first = (agreeing[-1] + 1) if agreeing else 0

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from labrunner import box as boxes
 from labrunner.compile.gate import Submission
 from labrunner.compile.includes import code_tokens
 from labrunner.labs import get_lab
-from labrunner.labs.definition import Lab
 from labrunner.measure.gates import (
     apply_bandwidth_gate,
     apply_gate,
@@ -24,59 +25,61 @@ from labrunner.measure.gates import (
 )
 from labrunner.phases import phase
 from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
-from labrunner.pipeline.correctness import CaseOptions, inputs_ahead, race_check_words, run_cases
+from labrunner.pipeline.correctness import inputs_ahead, race_check_words, run_cases
+from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.oracle_ahead import OracleAhead
 from labrunner.pipeline.prepare import load_student, prepare
 from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options, refuse_triton_options
-from labrunner.pipeline.timing_stage import compile_starter_ahead, run_lab_timing
+from labrunner.pipeline.timing_stage import TimingAsk, compile_starter_ahead, run_lab_timing
 from labrunner.pipeline.worker_ahead import WorkerAhead
-from labrunner.report import terminal
 from labrunner.report.records.device import DeviceFacts
 from labrunner.report.records.gate import Gate
 from labrunner.report.records.timing import SpeedupTiming
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
 from labrunner.truth.hints import Evidence, derive_hints
 from labrunner.truth.verdict import Status
 
 
-def grade_submission(request: GradeRequest, result: RunResult) -> None:
+def grade_submission(request: GradeRequest, result: RunResult, reporter: Reporter) -> None:
     lab = get_lab(request.lab)
     refuse_speedup_options(lab, request)
     refuse_triton_options(request)
     if request.file is None:  # the command always names the file it grades; a request without one is a caller's mistake
         raise TypeError("grade_submission: the request names no file to grade")
-    # While the file compiles: the GPU oracle is made and proven, and the worker's box starts.
-    oracle_ahead = OracleAhead(request.device, decode=any(case.decode for case in lab.catalogue.cases))
-    worker_ahead = WorkerAhead(request.device, request.arch, lambda backend: Worker(backend))
-    try:
-        grade_with(request, result, oracle_ahead, worker_ahead)
-    finally:
-        worker_ahead.close()
+    with boxes.required(request.require_box):
+        # While the file compiles: the GPU oracle is made and proven, and the worker's box starts.
+        oracle_ahead = OracleAhead(request.device, decode=any(case.decode for case in lab.catalogue.cases))
+        worker_ahead = WorkerAhead(request.device, request.arch, lambda backend: Worker(backend))
+        try:
+            grade_with(Ahead(request, oracle_ahead, worker_ahead), result, reporter)
+        finally:
+            worker_ahead.close()
 
 
-def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, worker_ahead: WorkerAhead) -> None:
+@dataclass(frozen=True)
+class Ahead:
+    """A grade's request, with what was started for it before its file compiled: the GPU oracle with its
+    proof, and the worker's box."""
+
+    request: GradeRequest
+    oracle: OracleAhead
+    worker: WorkerAhead
+
+
+def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
+    request = ahead.request
     assert request.file is not None
-    lab, submission, backend, seed = prepare(
-        result,
-        request.lab,
-        request.file,
-        request.device,
-        request.arch,
-        request.seed,
-        request.compile_limits,
-        request.unsafe_cpu,
-        request.public_seed,
-    )
+    prepared = prepare(request, request.file, result, reporter)
+    lab, submission, backend, seed = prepared.lab, prepared.submission, prepared.backend, prepared.seed
     if backend == "cpu" and submission.module.triton:
-        words = (
+        reporter.note(
             "the Triton file runs in Triton's interpreter on the CPU: its dots rounded to TF32 as the GPU's "
             "tensor cores round them, every load and store checked against its buffer"
         )
-        terminal.note(words)
-        result.notes.append(words)
-    gates = load_gates_where_timed(request.gates_path, backend, result)
+    gates = load_gates_where_timed(request.gates_path, backend, reporter)
     options = CaseOptions(
         seed=seed,
         timeout_s=request.timeout_s,
@@ -84,7 +87,7 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
         race_check=request.race_check,
         only=request.only,
         diagnose=request.diagnose,
-        oracle=ahead.for_cases() if backend == "gpu" else None,
+        oracle=ahead.oracle.for_cases() if backend == "gpu" else None,
     )
     facts = facts_ahead(backend)
     timed = not request.no_timing and backend == "gpu" and not request.only
@@ -95,56 +98,46 @@ def grade_with(request: GradeRequest, result: RunResult, ahead: OracleAhead, wor
     )
     made = inputs_ahead(lab, submission, backend, options)  # while the module loads
     # the worker is closed on every way out (its whole process group), Ctrl-C and SIGTERM included
-    with made, worker_ahead.take(backend) as worker, facts_kept(result, facts):
+    with made, ahead.worker.take(backend) as worker, facts_kept(result, facts):
         load_student(worker, lab, submission, request.load_options)
-        with terminal.progress_display() as progress, gpu_share(backend, "checking"):
-            run_cases(lab, submission, worker, backend, options, progress, results=result.cases, made=made)
+        run = prepared.with_worker(worker, options, reporter)
+        with gpu_share(backend, "checking"):
+            run_cases(run, results=result.cases, made=made)
         with phase("hints"):
             result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
         advice = race_check_advice(backend, request.race_check, result, submission)
         if advice:
-            result.notes.append(advice)
+            reporter.recorded(advice)  # printed last (below): what to run next
         result.device = facts.result()  # the cases' report names it
         with phase("reports"):
-            terminal.cases_report(result)
+            reporter.judged(result)
         checked = race_check_words(lab, backend, options, submission.constants, result.cases)
         if checked:
-            terminal.note(checked)
-            result.notes.append(checked)
+            reporter.note(checked)
         correct = result.decisive_case is None
         if correct and timed:
-            timing_options = request.timing_options(seed.value)
             with gpu_share(backend, "timing"), phase("timing"):
-                run_lab_timing(
-                    lab,
-                    submission,
-                    worker,
-                    seed.value,
-                    timing_options,
-                    result,
-                    request.timeout_s,
-                    baseline=lab.starter_path if lab.timing_strategy.baseline_kernel else None,
-                    arch=request.arch,
-                    limits=request.compile_limits,
-                    references=ahead.for_timing(),
-                    starter=starter,
-                )
+                baseline = lab.starter_path if lab.timing_strategy.baseline_kernel else None
+                references = ahead.oracle.for_timing()
+                ask = TimingAsk.of(request, seed.value, baseline=baseline, starter=starter, references=references)
+                run_lab_timing(run, result, ask)
             timing = result.timing
             if isinstance(timing, SpeedupTiming) and timing.bandwidth is not None:
                 result.gate = Gate.from_json(apply_bandwidth_gate(timing.bandwidth.to_json(), result.device_name))
             elif isinstance(timing, SpeedupTiming):
                 result.gate = Gate.from_json(apply_gate(gates, lab.name, result.device_name, timing.speedup))
         elif correct and backend == "cpu":
-            result.notes.append("the CPU backend checks correctness only: no timings are taken or shown")
+            # recorded, and said by the verdict line's own words
+            reporter.recorded("the CPU backend checks correctness only: no timings are taken or shown")
         with phase("worker stop"):  # killed, and waited for: its CUDA context is gone before the next grade's timing
             result.kernel_output = worker.kernel_output()
     with phase("reports"):
-        terminal.timing_report(result)
-        terminal.gate_report(result)
-        terminal.kernel_output(result.kernel_output)
-        close_report(lab, submission, result, request, seed.value)
+        reporter.timed(result)
+        reporter.gated(result)
+        reporter.kernel_output(result.kernel_output)
+        close_report(run, result, request, seed.value)
     if advice:
-        terminal.note(advice)  # last: what to run next
+        reporter.advice(advice)
 
 
 def facts_ahead(backend: str) -> Future[DeviceFacts]:
@@ -190,22 +183,20 @@ def gathered(evidence: Evidence | dict[str, Any]) -> TypeGuard[Evidence]:
     return bool(evidence)
 
 
-def close_report(lab: Lab, submission: Submission, result: RunResult, request: RunRequest, seed: int) -> None:
+def close_report(run: GradingRun, result: RunResult, request: RunRequest, seed: int) -> None:
     """What grade and bench print last: the Range pass's one line where --profile asks, then the verdict."""
     if request.with_profile:
-        append_range_summary(lab, submission, result, request.arch, seed)
-    terminal.verdict_line(result, why_on_the_cpu(result.notes))
+        append_range_summary(run, result, request.arch, seed)
+    run.reporter.verdict(result, why_on_the_cpu(result.notes))
 
 
-def load_gates_where_timed(path: Path | None, backend: str, result: RunResult) -> dict | None:
+def load_gates_where_timed(path: Path | None, backend: str, reporter: Reporter) -> dict | None:
     """Gates apply only where a GPU times; on the CPU a gates file is noted and left unread, so one course
     command runs on GPU and CPU runners alike."""
     if path is None:
         return None
     if backend != "gpu":
-        words = gates_not_applied(path, backend)
-        terminal.note(words)
-        result.notes.append(words)
+        reporter.note(gates_not_applied(path, backend))
         return None
     return load_gates(path)
 

@@ -34,8 +34,8 @@ from labrunner.compile.source import read_source, take_notes
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
-from labrunner.report import terminal
 from labrunner.report.gradescope import gradescope_results
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown_path
 
@@ -91,10 +91,10 @@ class GradescopeFolder:
             raise usage_error(self.refused)
         return path
 
-    def publish(self, result: RunResult) -> None:
+    def publish(self, result: RunResult, reporter: Reporter) -> None:
         """results.json for the student's outcome; for a fault of the grader, nothing, and the reason on stderr."""
         if self.refused is None and result.exit_code in GRADER_FAULTS:
-            terminal.error(
+            reporter.error(
                 f"no results.json written: the grade ended {result.verdict} (exit {int(result.exit_code)}), a fault "
                 "of the grader, not of the submission. Fix the autograder (its lab, seed, options, or what setup.sh "
                 "installs) and regrade: until then Gradescope shows the autograder as failed, never a score"

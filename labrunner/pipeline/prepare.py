@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labrunner.compile.compiler_process import CompileLimits
 from labrunner.compile.gate import Submission, load_submission
 from labrunner.compile.source import take_notes
 from labrunner.compile.triton_build import is_triton_file
@@ -12,53 +11,36 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.phases import phase
 from labrunner.pipeline.backend import resolve_backend
-from labrunner.report import terminal
+from labrunner.pipeline.grading_run import Prepared
+from labrunner.pipeline.requests import ProfileRequest, RunRequest
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown_path
 from labrunner.run.worker import Worker
-from labrunner.truth.cases import (
-    resolve_seed,
-)
+from labrunner.truth.cases import resolve_seed
 from labrunner.truth.golden import require_proven_oracle
 
 
-def prepare(
-    result: RunResult,
-    lab_name: str,
-    path: Path,
-    device: str,
-    arch: str,
-    seed: int | None,
-    limits: CompileLimits = CompileLimits(),
-    unsafe_cpu: bool = False,
-    public_seed: bool = False,
-):
-    """Oracle proof, compile gate, backend: everything before the first kernel runs."""
-    lab = get_lab(lab_name)
+def prepare(request: RunRequest | ProfileRequest, path: Path, result: RunResult, reporter: Reporter) -> Prepared:
+    """Oracle proof, compile gate, backend, seed: everything before the first kernel runs. `path`: the
+    file to grade (bench's default is the lab's solution, which the request does not name)."""
+    lab = get_lab(request.lab)
     with phase("golden proof"):
         result.oracle_proof = require_proven_oracle().to_json()
     # A Triton file is built for the backend that runs it (the CPU's interpreter needs no cubin), so its
     # backend is chosen first; a .cu file's compile comes first, so its errors come before the backend's.
-    chosen_backend = resolve_backend(device, unsafe_cpu) if is_triton_file(path) else None
+    chosen_backend = resolve_backend(request.device, request.unsafe_cpu) if is_triton_file(path) else None
     with phase("compile student"):
         target = chosen_backend[0] if chosen_backend else "gpu"
         # the name as every message shows it
-        submission = load_submission(lab, path, shown_path(path), arch, limits, target)
-    result.notes += said_once(take_notes())  # what reading the file set right (a byte-order mark removed)
-    backend, notes = chosen_backend or resolve_backend(device, unsafe_cpu)
-    for words in notes:
-        terminal.note(words)
-    result.backend, result.notes = backend, result.notes + notes
-    chosen = resolve_seed(seed, public_seed)
+        submission = load_submission(lab, path, shown_path(path), request.arch, request.compile_limits, target)
+    reporter.notes(take_notes())  # what reading the file set right (a byte-order mark removed)
+    backend, notes = chosen_backend or resolve_backend(request.device, request.unsafe_cpu)
+    reporter.notes(notes)
+    result.backend = backend
+    chosen = resolve_seed(request.seed, request.public_seed)
     result.seed = chosen.shown
-    return lab, submission, backend, chosen
-
-
-def said_once(notes: list[str]) -> list[str]:
-    """Print each note, and hand them back for the result's record."""
-    for words in notes:
-        terminal.note(words)
-    return notes
+    return Prepared(lab, submission, backend, chosen)
 
 
 def display_path(path: Path) -> str:

@@ -30,7 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,10 @@ from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_
 from labrunner.measure.trace import slices_from_reply
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.pipeline.backend import device_facts, grade_instead, refuse_without_gpu
-from labrunner.pipeline.correctness import CaseOptions, bench_check_case, run_one_case
+from labrunner.pipeline.correctness import bench_check_case, run_one_case
+from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import ProfileRequest
-from labrunner.report import terminal
 from labrunner.report.records.profile import (
     MustMove,
     Profile,
@@ -65,6 +65,7 @@ from labrunner.report.records.profile import (
     Trace,
     TraceVsNcu,
 )
+from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.report.roofline_plot import plot_roofline, require_matplotlib
 from labrunner.report.trace_events import write_trace
@@ -122,7 +123,7 @@ def kernel_flops(lab: Lab, kernel: str, call_flops: float) -> float:
     return lab.flop_shares.get(kernel, 0.0) * call_flops
 
 
-def profile_submission(request: ProfileRequest, result: RunResult) -> None:
+def profile_submission(request: ProfileRequest, result: RunResult, reporter: Reporter) -> None:
     if request.plot_path:
         require_matplotlib()
     refuse_without_gpu("profile", request.device, grade_instead(request.lab, request.file))
@@ -131,9 +132,8 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             f"profile takes a .cu file: {request.file} is a Triton file, whose kernels Nsight's replay cannot "
             f"rebuild yet (`attnlab bench {request.lab} {request.file}` times it)"
         )
-    lab, submission, backend, seed = prepare(
-        result, request.lab, request.file, "gpu", request.arch, request.seed, public_seed=request.public_seed
-    )
+    prepared = prepare(replace(request, device="gpu"), request.file, result, reporter)
+    lab, submission, backend, seed = prepared.lab, prepared.submission, prepared.backend, prepared.seed
     result.device = device_facts(backend)
     profile = Profile()
     result.profile = profile
@@ -141,23 +141,15 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     shapes = timing_shapes(lab)
     with Worker(backend) as worker:
         load_student(worker, lab, submission)
-        result.cases = [
-            run_one_case(
-                lab,
-                submission,
-                worker,
-                check_case,
-                CaseOptions(seed=seed, timeout_s=request.timeout_s),
-                request.timeout_s or 60.0,
-            )
-        ]
-        terminal.cases_report(result)
+        run = prepared.with_worker(worker, CaseOptions(seed=seed, timeout_s=request.timeout_s), reporter)
+        result.cases = [run_one_case(run, check_case, request.timeout_s or 60.0)]
+        reporter.judged(result)
         if result.decisive_case is not None:
             result.kernel_output = worker.kernel_output()
-            terminal.kernel_output(result.kernel_output)
-            terminal.verdict_line(result)
+            reporter.kernel_output(result.kernel_output)
+            reporter.verdict(result)
             return
-        terminal.note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
+        reporter.note(f"tracing {request.calls} calls at " + "; ".join(label for label, _, _ in shapes))
         trace_request = {
             "calls": request.calls,
             "use_cupti": request.cupti,
@@ -190,7 +182,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     facts: GpuFacts = reply.get("gpu_facts") or GpuFacts()  # an empty one where the reply has none
     ceilings, problem = ceilings_from_facts(facts)
     profile.roofline = RooflineCeilings(facts, ceilings, problem)
-    terminal.trace_report(profile.trace)
+    reporter.traced(profile.trace)
     if request.trace_path:
         write_trace(
             [s.to_json() for s in slices],
@@ -198,7 +190,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             trace_source_words(reply["source"]),
             request.trace_path,
         )
-        terminal.note(f"wrote the trace to {request.trace_path}: open it in https://ui.perfetto.dev")
+        reporter.note(f"wrote the trace to {request.trace_path}: open it in https://ui.perfetto.dev")
 
     label, rows, prefix = shapes[-1]
     contenders = [(submission.label, "student", submission)]
@@ -220,28 +212,27 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
     else:  # the lab's own model: a decode batch's bytes are its layout's, not a prefill's rows and keys
         profile.must_move = MustMove(label, moved)
     if request.range_pass:
-        terminal.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
-        profile.range = range_pass(lab, contenders, label, rows, prefix, seed.value, ceilings, request.ncu_csv_path)
+        reporter.note(f"Range pass: Nsight Compute over one call of {', '.join(c[0] for c in contenders)} at {label}")
+        at = RangeAt(label, rows, prefix, seed.value)
+        profile.range = range_pass(lab, contenders, at, ceilings, request.ncu_csv_path)
         if ceilings is None and profile.range.facts:
             ceilings, problem = ceilings_from_facts(profile.range.facts)
             profile.roofline = RooflineCeilings(facts, ceilings, problem)
         profile.trace_vs_ncu = trace_vs_ncu(slices, label, profile.range)
     else:
         profile.range = RangeReport(available=False, message="the Range pass was not asked for (--no-range)")
-    terminal.range_report(profile)
-    terminal.traffic_beside_measured(profile)
-    terminal.must_move_beside_measured(profile)
+    reporter.profiled(profile)
     if request.plot_path:
         points = roofline_points(profile.range)
         if profile.ceilings is None:
-            terminal.note(f"--plot: nothing drawn, the ceilings are unknown ({profile.ceilings_problem})")
+            reporter.note(f"--plot: nothing drawn, the ceilings are unknown ({profile.ceilings_problem})")
         else:
             title = f"{lab.name} · {submission.label} · {label}"
             plot_roofline(profile.ceilings.to_json(), points, title, request.plot_path)
             profile.plot = str(request.plot_path)
-            terminal.note(f"wrote the roofline to {request.plot_path}")
-    terminal.kernel_output(result.kernel_output)
-    terminal.verdict_line(result)
+            reporter.note(f"wrote the roofline to {request.plot_path}")
+    reporter.kernel_output(result.kernel_output)
+    reporter.verdict(result)
 
 
 def take_trace(worker: Worker, trace_request: dict) -> dict:
@@ -277,17 +268,25 @@ def fill_from_compile(slices: list[KernelSlice], submission: Submission) -> list
     return filled
 
 
+@dataclass(frozen=True)
+class RangeAt:
+    """Where the Range pass looks: the timed shape's label, rows and prefix, and the seed of its inputs."""
+
+    label: str
+    rows: int
+    prefix: int
+    seed: int
+
+
 def range_pass(
     lab: Lab,
     contenders: list[tuple[str, str, Submission]],
-    label: str,
-    rows: int,
-    prefix: int,
-    seed: int,
+    at: RangeAt,
     ceilings: Ceilings | None,
     csv_path: Path | None = None,
 ) -> RangeReport:
     """ncu over one call of each contender; per kernel its counters and roofline point, and the whole call's."""
+    label, rows, prefix, seed = at.label, at.rows, at.prefix, at.seed
     plans = [(name, role, lab.plan_launches(sub.constants, rows, prefix), sub) for name, role, sub in contenders]
     per_round = sum(len(launches) for _, _, launches, _ in plans)
     shape = RangeShape(label, rows, prefix)
@@ -442,16 +441,17 @@ def roofline_points(report: RangeReport | None) -> list[dict]:
     return points
 
 
-def append_range_summary(lab: Lab, submission: Submission, result: RunResult, arch: str, seed: int) -> None:
+def append_range_summary(run: GradingRun, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
+    lab, submission = run.lab, run.submission
     if result.backend != "gpu" or result.decisive_case is not None:
-        terminal.note("--profile: no Range pass, since the kernel was not timed on the GPU")
+        run.reporter.note("--profile: no Range pass, since the kernel was not timed on the GPU")
         return
     label, rows, prefix = timing_shapes(lab)[-1]
     contenders = [(submission.label, "student", submission)]
     if lab.timing_strategy.baseline_kernel:
         starter = display_path(lab.starter_path)
         contenders.append((starter, "starter", load_submission(lab, lab.starter_path, starter, arch)))
-    report = range_pass(lab, contenders, label, rows, prefix, seed, None)
+    report = range_pass(lab, contenders, RangeAt(label, rows, prefix, seed), None)
     result.profile = Profile(range=report)
-    terminal.range_summary_line(report)
+    run.reporter.range_summary(report)

@@ -46,6 +46,7 @@ class RunRequest(FromOptions):
     rounds: int = 1
     unsafe_cpu: bool = False  # --unsafe-cpu: the CPU worker without its syscall filter
     with_profile: bool = False  # --profile: the Range pass's one line after a correct GPU run
+    require_box: bool = False  # --require-box: no compiler or worker starts outside the box
 
     @property
     def compile_limits(self) -> CompileLimits:
@@ -90,6 +91,7 @@ class CheckRequest(FromOptions):
     file: Path
     arch: str = DEFAULT_ARCH
     compile_timeout_s: float | None = None
+    require_box: bool = False
 
     @property
     def compile_limits(self) -> CompileLimits:
@@ -119,6 +121,11 @@ class ProfileRequest(FromOptions):
     ncu_csv_path: Path | None = None
     range_pass: bool = True
     cupti: bool = True
+    unsafe_cpu: bool = False  # what `prepare` reads of every request: profile runs on the GPU alone
+
+    @property
+    def compile_limits(self) -> CompileLimits:
+        return compile_limits(None)
 
 
 def default(request: type, name: str) -> Any:

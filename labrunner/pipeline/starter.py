@@ -7,7 +7,7 @@ from pathlib import Path
 
 from labrunner.exit_codes import usage_error
 from labrunner.labs import LABS, get_lab
-from labrunner.report import terminal
+from labrunner.report.reporter import Reporter
 
 LANGUAGES = ("cuda", "triton")
 
@@ -26,7 +26,7 @@ def starter_text(lab: str, language: str = "cuda") -> str:
     return starter_path(lab, language).read_text()
 
 
-def write_starter(lab: str, output: Path, force: bool, language: str = "cuda") -> None:
+def write_starter(lab: str, output: Path, force: bool, language: str, reporter: Reporter) -> None:
     """Writes the starter to `output`; an existing file is kept unless `force`."""
     text = starter_text(lab, language)
     if output.exists() and not force:
@@ -35,4 +35,4 @@ def write_starter(lab: str, output: Path, force: bool, language: str = "cuda") -
         output.write_text(text)
     except OSError as exc:
         raise usage_error(f"{output}: cannot be written ({exc.strerror}); check the folder exists") from None
-    terminal.note(f"wrote {output}; grade it with: attnlab grade {lab} {output}")
+    reporter.note(f"wrote {output}; grade it with: attnlab grade {lab} {output}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeGuard
 
@@ -38,8 +38,9 @@ from labrunner.measure.sampling import TimingOptions, comparison_from_json, pool
 from labrunner.measure.timed_runs import INPUT_SLOTS
 from labrunner.measure.traffic import TrafficShape, traffic
 from labrunner.phases import phase
+from labrunner.pipeline.grading_run import GradingRun
 from labrunner.pipeline.prepare import display_path, load_module
-from labrunner.report import terminal
+from labrunner.pipeline.requests import RunRequest
 from labrunner.report.records.timing import (
     Bandwidth,
     Comparison,
@@ -661,33 +662,51 @@ def _common(first: dict, last: dict) -> Conditions:
     )
 
 
-def run_lab_timing(
-    lab: Lab,
-    submission: Submission,
-    worker: Worker,
-    seed: int,
-    options: TimingOptions,
-    result: RunResult,
-    timeout_s: float | None,
-    baseline: Path | None,
-    arch: str,
-    chunk: int | None = None,
-    prefix: int | None = None,
-    limits: CompileLimits = CompileLimits(),
-    peer: str | None = None,
-    references: References | None = None,
-    starter: Future[Submission] | None = None,
-) -> None:
+@dataclass(frozen=True)
+class TimingAsk:
+    """How a correct kernel is to be timed, as its command asks: the run's seed and the sampling's options,
+    the baseline file (or the lab's `peer`) it is timed against, the shape where `chunk` and `prefix` set
+    one, the compile of a baseline (`arch`, `limits`), the GPU's proven references, and the starter where
+    it is already being compiled (`compile_starter_ahead`)."""
+
+    seed: int
+    options: TimingOptions
+    arch: str
+    baseline: Path | None = None
+    chunk: int | None = None
+    prefix: int | None = None
+    limits: CompileLimits = CompileLimits()
+    peer: str | None = None
+    references: References | None = None
+    starter: Future[Submission] | None = None
+
+    @classmethod
+    def of(cls, request: RunRequest, seed: int, **given: Any) -> TimingAsk:
+        """What the request says of its timing, with `given` (the baseline, the peer, what was made ahead)."""
+        return cls(
+            seed=seed,
+            options=request.timing_options(seed),
+            arch=request.arch,
+            chunk=getattr(request, "chunk", None),
+            prefix=getattr(request, "prefix", None),
+            limits=request.compile_limits,
+            **given,
+        )
+
+
+def run_lab_timing(run: GradingRun, result: RunResult, ask: TimingAsk) -> None:
     """Time a correct kernel as its lab's timing strategy says: the whole call at fixed sizes, or against a
-    baseline kernel (or the lab's peer) at one shape, the catalogue's unless `chunk` and `prefix` say.
-    `starter`: the lab's starter, already being compiled (`compile_starter_ahead`)."""
+    baseline kernel (or the lab's peer) at one shape, the catalogue's unless the ask's `chunk` and `prefix`
+    say."""
+    lab, submission, worker, reporter = run.lab, run.submission, run.worker, run.reporter
     strategy = lab.timing_strategy
-    shapes = strategy.shapes(lab.catalogue.timing, chunk, prefix)
+    shapes = strategy.shapes(lab.catalogue.timing, ask.chunk, ask.prefix)
+    options, seed, peer, references = ask.options, ask.seed, ask.peer, ask.references
     timing: Timing | None
     if strategy.kind is TimingKind.PIPELINE:
         sizes = [rows for rows, _ in shapes]
-        checked = peer_checked(peer, worker, sizes[0], 0, result, references)
-        terminal.note(
+        checked = peer_checked(run, sizes[0], 0, ask)
+        reporter.note(
             "timing the pipeline at "
             + ", ".join(strategy.shape_label(t, 0) for t in sizes)
             + (f", interleaved with {checked['label']}" if ready(checked) else "")
@@ -704,10 +723,10 @@ def run_lab_timing(
         )
     else:
         ((rows, cached),) = shapes
-        checked = peer_checked(peer, worker, rows, cached, result, references)
+        checked = peer_checked(run, rows, cached, ask)
         if ready(checked):
             rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-            terminal.note(
+            reporter.note(
                 f"timing {submission.label} against {checked['label']} at "
                 f"{strategy.shape_in_note(rows, cached)}, interleaved{rounds}"
             )
@@ -725,18 +744,18 @@ def run_lab_timing(
                 references=references,
                 baseline_peer=peer,
             )
-            finish_timing(result, timing, failure, checked)
+            finish_timing(run, result, timing, failure, checked)
             return
-        baseline = baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
+        baseline = ask.baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
         with phase("compile starter"):
-            if starter is not None and baseline == lab.starter_path:
-                base = starter.result()  # compiled while the cases ran (`compile_starter_ahead`)
+            if ask.starter is not None and baseline == lab.starter_path:
+                base = ask.starter.result()  # compiled while the cases ran (`compile_starter_ahead`)
             else:
-                base = compile_baseline(lab, baseline, arch, limits)
+                base = compile_baseline(lab, baseline, ask.arch, ask.limits)
         load_module(worker, lab, "baseline", base)
         rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
         shape = strategy.shape_in_note(rows, cached)
-        terminal.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
+        reporter.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
         timing, failure = time_speedup(
             lab,
             worker,
@@ -752,7 +771,7 @@ def run_lab_timing(
         )
         if isinstance(timing, SpeedupTiming):
             timing = timing.with_required_fraction(lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION))
-    finish_timing(result, timing, failure, checked)
+    finish_timing(run, result, timing, failure, checked)
 
 
 def compile_starter_ahead(lab: Lab, arch: str, limits: CompileLimits = CompileLimits()) -> Future[Submission]:
@@ -776,17 +795,18 @@ def compile_baseline(lab: Lab, path: Path, arch: str, limits: CompileLimits) -> 
     return load_submission(lab, path, shown_path(display_path(path)), arch, limits)
 
 
-def peer_checked(
-    peer: str | None, worker: Worker, rows: int, prefix: int, result: RunResult, references: References | None = None
-) -> dict[str, Any] | None:
+def peer_checked(run: GradingRun, rows: int, prefix: int, ask: TimingAsk) -> dict[str, Any] | None:
     """The peer's record after its check before timing (`check_peer` above); one line where it is
-    not timed (a note where PyTorch is missing, an error where it ran and failed)."""
-    if peer is None:
+    not timed (a note where PyTorch is missing, an error where it ran and failed), kept in the run's notes."""
+    if ask.peer is None:
         return None
-    checked = check_peer(peer, worker, rows, prefix, references)
+    checked = check_peer(ask.peer, run.worker, rows, prefix, ask.references)
     if not ready(checked):
-        (terminal.note if checked["status"] == "missing" else terminal.error)(checked["message"])
-        result.notes.append(checked["message"])
+        if checked["status"] == "missing":
+            run.reporter.note(checked["message"])
+        else:
+            run.reporter.error(checked["message"])
+            run.reporter.recorded(checked["message"])
     return checked
 
 
@@ -796,11 +816,15 @@ def ready(checked: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
 
 
 def finish_timing(
-    result: RunResult, timing: Timing | None, failure: CaseResult | None, checked: dict[str, Any] | None
+    run: GradingRun,
+    result: RunResult,
+    timing: Timing | None,
+    failure: CaseResult | None,
+    checked: dict[str, Any] | None,
 ) -> None:
     if failure:
         result.cases.append(failure)
-        terminal.error(f"{failure.name}: {failure.message}")
+        run.reporter.error(f"{failure.name}: {failure.message}")
     if timing is not None and checked is not None and timing.peer is None:
         # a peer that was asked for and not timed: the record says why
         timing = timing.with_peer(Peer.from_json(checked))

@@ -173,7 +173,6 @@ FOLD_BELOW_COLUMNS = 100
 NARROW_COLUMNS = 80
 IN_FULL = 2
 # --verbose: every failing case's message in full, however narrow the terminal (set by grade's option)
-VERBOSE = False
 QUIET_STATUSES = (Status.PASS, Status.SKIPPED, Status.NOT_RUN)
 
 
@@ -193,13 +192,15 @@ def folded(message: str) -> str:
     return message.split("; ", 1)[0]
 
 
-def cases_report(result: RunResult) -> None:
+def cases_report(result: RunResult, verbose: bool = False) -> None:
+    """The cases' table. `verbose`: every failing case's message in full, where a narrow terminal or a log
+    folds those after the first two to one line each."""
     if not result.cases:
         return
     title = f"{result.lab} · {result.file} · {result.backend}" + (f" ({result.device.name})" if result.device else "")
     heading(title)
     terminal = stdout.is_terminal
-    fold = not VERBOSE and (not terminal or stdout.width < FOLD_BELOW_COLUMNS)
+    fold = not verbose and (not terminal or stdout.width < FOLD_BELOW_COLUMNS)
     failing = [i for i, case in enumerate(result.cases) if case.status not in QUIET_STATUSES]
     folding = set(failing[IN_FULL:]) if fold else set()
     rows_name, prefix_name = size_columns(result.lab)

@@ -57,72 +57,106 @@ class CourseEntry:
             pass
 
 
+@dataclass(frozen=True)
+class Graded:
+    """What a batch graded: its students as found, each graded one's outcome by name, the names whose
+    refusal is the student's own doing, and the backend the batch chose."""
+
+    students: list[Student]
+    outcomes: dict[str, Outcome]
+    students_fault: set[str]
+    backend: str
+
+
+@dataclass(frozen=True)
+class ReportNames:
+    """Where a batch writes each student's reports: the folder, and each student's report name in it."""
+
+    folder: Path
+    names: dict[str, str]
+
+    def written(self, name: str, seconds: float | None = None) -> Written:
+        return Written(self.folder / f"{name}.json", self.folder / f"{name}.xml", seconds)
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where one row's JSON and JUnit reports are written, and the seconds its grade took (None: never graded)."""
+
+    json_path: Path
+    junit_path: Path
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What every row is scored against: the lab's points, the roster by student, and who looks like whom."""
+
+    points: Any
+    on_roster: dict[str, RosterEntry]
+    similar: dict[str, list[tuple[str, float]]]
+
+
 def course_entries(
-    lab: str,
-    students: list[Student],
-    outcomes: dict[str, Outcome],
-    students_fault: set[str],
-    roster: list[RosterEntry] | None,
-    batch: BatchOptions,
-    backend: str,
-    reports: Path,
-    names: dict[str, str],
+    lab: str, graded: Graded, roster: list[RosterEntry] | None, batch: BatchOptions, reports: ReportNames
 ) -> list[CourseEntry]:
     """A row per student found, then one per rostered student who submitted nothing; in the order found."""
-    points = lab_points(lab)
-    on_roster = {r.student: r for r in roster or []}
+    students, outcomes = graded.students, graded.outcomes
     # the options every graded file records (a row the batch writes itself is scored under the same ones)
-    options = next((o.result["options"] for o in outcomes.values() if o.result.get("options")), {"device": backend})
+    options = next(
+        (o.result["options"] for o in outcomes.values() if o.result.get("options")), {"device": graded.backend}
+    )
     handed_out = starters(lab)
-    similar = similar_to(own_code(students, handed_out), handed_out, batch.similar_above)
+    scoring = Scoring(
+        lab_points(lab),
+        {r.student: r for r in roster or []},
+        similar_to(own_code(students, handed_out), handed_out, batch.similar_above),
+    )
     entries = []
     for student in students:
         outcome = outcomes.get(student.name)
         if outcome is not None:
-            result, seconds, fault = outcome.result, outcome.seconds, student.name in students_fault
-            json_path, junit_path = Path(outcome.task.json_path), Path(outcome.task.junit_path)
+            result, fault = outcome.result, student.name in graded.students_fault
+            written = Written(Path(outcome.task.json_path), Path(outcome.task.junit_path), outcome.seconds)
         else:  # several files: never graded, never guessed
             error = f"{student.shown_file}: {student.several}"
-            result, seconds, fault = unguessed(lab, student.shown_file, error, options), None, True
-            json_path, junit_path = reports / f"{names[student.name]}.json", reports / f"{names[student.name]}.xml"
-        entries.append(entry(student.name, result, points, fault, on_roster, similar, json_path, junit_path, seconds))
+            result, fault = unguessed(lab, student.shown_file, error, options), True
+            written = reports.written(reports.names[student.name])
+        entries.append(entry(student.name, result, scoring, fault, written))
     found = {s.name for s in students}
-    used = {n.lower() for n in names.values()} | {"junit", "gradebook"}
+    used = {n.lower() for n in reports.names.values()} | {"junit", "gradebook"}
+    unscored = replace(scoring, similar={})
     for rostered in roster or []:
         if rostered.student in found:
             continue
         name = unique(report_name(rostered.student), used)
         error = f"no submission: no file of {rostered.student} was among the files graded"
         result = unguessed(lab, None, error, options)
-        row = entry(
-            rostered.student, result, points, True, on_roster, {}, reports / f"{name}.json", reports / f"{name}.xml"
-        )
+        row = entry(rostered.student, result, unscored, True, reports.written(name))
         entries.append(replace(row, submitted=False, course=replace(row.course, submitted=False)))
     return entries
 
 
-def entry(
-    student: str,
-    result: dict[str, Any],
-    points: Any,
-    fault: bool,
-    on_roster: dict[str, RosterEntry],
-    similar: dict[str, list[tuple[str, float]]],
-    json_path: Path,
-    junit_path: Path,
-    seconds: float | None = None,
-) -> CourseEntry:
-    rostered = on_roster.get(student)
+def entry(student: str, result: dict[str, Any], scoring: Scoring, fault: bool, written: Written) -> CourseEntry:
+    rostered = scoring.on_roster.get(student)
     course = CourseRow(
         student,
-        score_result(result, points, students_fault=fault),
+        score_result(result, scoring.points, students_fault=fault),
         student_id=rostered.student_id if rostered else "",
         name=rostered.name if rostered else "",
         section=rostered.section if rostered else "",
-        similar_to=tuple(similar.get(student, ())),
+        similar_to=tuple(scoring.similar.get(student, ())),
         not_graded=str(result.get("error") or "") if result.get("verdict") in UNFINISHED else "",
     )
-    return CourseEntry(student, {**result, **course.to_json()}, course, json_path, junit_path, seconds, fault)
+    return CourseEntry(
+        student,
+        {**result, **course.to_json()},
+        course,
+        written.json_path,
+        written.junit_path,
+        written.seconds,
+        fault,
+    )
 
 
 def unguessed(lab: str, file: str | None, error: str, options: dict[str, Any]) -> dict[str, Any]:

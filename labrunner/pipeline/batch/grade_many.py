@@ -23,19 +23,19 @@ from pathlib import Path
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
-from labrunner.pipeline.batch.course import CourseEntry, course_entries, course_order
+from labrunner.pipeline.batch.course import CourseEntry, Graded, ReportNames, course_entries, course_order
 from labrunner.pipeline.batch.files import CU_ONLY, WITH_TRITON, expand_submissions, report_names
-from labrunner.pipeline.batch.local_executor import Job, auto_jobs, default_jobs, run_local, visible_gpus
+from labrunner.pipeline.batch.grading import Executing, Grading
+from labrunner.pipeline.batch.local_executor import auto_jobs, default_jobs, run_local, visible_gpus
 from labrunner.pipeline.batch.reuse import ReuseRecord, grading_machine, seed_hash
 from labrunner.pipeline.batch.roster import read_roster
 from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.batch.slurm import run_submitit, submitit_executor
 from labrunner.pipeline.batch.stop import BatchStop, stopped_by_signals
 from labrunner.pipeline.batch.students import group_students, refused, with_students
-from labrunner.pipeline.batch.submission import Outcome, SubmissionTask, grade_in_process
+from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
 from labrunner.pipeline.grade import gates_not_applied
 from labrunner.pipeline.outputs import unwritable
-from labrunner.report import terminal
 from labrunner.report.annotations import github_batch_annotations
 from labrunner.report.gradebook import write_gradebook
 from labrunner.report.gradescope import write_gradescope
@@ -43,6 +43,7 @@ from labrunner.report.html_report import write_html_report
 from labrunner.report.junit import write_aggregate
 from labrunner.report.lms_gradebook import write_lms_gradebook
 from labrunner.report.records.batch_row import BatchRow
+from labrunner.report.reporter import Reporter
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.truth.cases import resolve_seed
 from labrunner.truth.verdict import BATCH_EXIT_CODES, worst_exit_code
@@ -60,17 +61,11 @@ def code_counts(codes: list[int]) -> list[tuple[int, str, int]]:
 
 
 def grade_batch(
-    lab: str,
-    paths: tuple[Path, ...],
-    device: str,
-    options: tuple[str, ...],
-    batch: BatchOptions,
-    job: Job = grade_in_process,
-    executor=None,
+    lab: str, paths: tuple[Path, ...], options: tuple[str, ...], batch: BatchOptions, executing: Executing
 ) -> int:
-    """Grade every submission, write the reports, print the gradebook; returns the batch's exit code.
-
-    `job` and `executor` are for tests: a job that dies, submitit's local executor injected."""
+    """Grade every submission (`options`: grade's own, passed on to each), write the reports, show the
+    gradebook; returns the batch's exit code."""
+    device, reporter = batch.device, executing.reporter
     definition = get_lab(lab)  # an unknown lab is one usage error, not one per submission
     found, not_graded = expand_submissions(paths, WITH_TRITON if definition.triton_blocks else CU_ONLY)
     found = with_students(found, paths)
@@ -85,14 +80,13 @@ def grade_batch(
         resolve_seed(None, "--public-seed" in options)
     prepare_outputs(batch)
     for skipped in not_graded:
-        terminal.note(f"not graded: {shown_path(skipped.path)}: {skipped.reason}")
+        reporter.note(f"not graded: {shown_path(skipped.path)}: {skipped.reason}")
     backend, gpus = ("gpu" if device == "gpu" else device), []
     if batch.executor == "local":
         backend, notes = resolve_backend(device)
         if "--gates" in options and backend != "gpu":
             notes.append(gates_not_applied(options[options.index("--gates") + 1], backend))
-        for words in notes:
-            terminal.note(words)
+        reporter.notes(notes)
         gpus = visible_gpus() if backend == "gpu" else []
     jobs = auto_jobs(backend, gpus) if batch.jobs == "auto" else int(batch.jobs or default_jobs(backend))
     stop = BatchStop(batch.batch_timeout_s)
@@ -125,36 +119,38 @@ def grade_batch(
                 if result is not None:
                     reused[i] = Outcome(task, result, float(result.get("seconds") or 0.0))
         if reused:
-            terminal.note(
+            reporter.note(
                 f"reused {len(reused)} of {len(tasks)} reports: the same bytes, lab, options, seed and attnlab "
                 "version as when they were graded (--regrade grades them again)"
             )
         to_grade = [task for i, task in enumerate(tasks) if i not in reused]
-        with terminal.batch_progress(len(to_grade)) as progress:
+        with reporter.submissions(len(to_grade)) as progress:
 
             def finished(outcome: Outcome) -> None:
                 progress(f"{shown_path(outcome.task.file)}: {outcome.result.get('verdict')} (exit {outcome.exit_code})")
 
+            grading = Grading(finished, executing.job, stop, reporter)
             if not to_grade:
                 graded: list[Outcome] = []
             elif batch.executor == "local":
-                graded = run_local(to_grade, jobs, gpus, finished, job, stop)
+                graded = run_local(to_grade, jobs, gpus, grading)
             else:
                 folder = (batch.out_dir.resolve() / "submitit") if batch.out_dir else Path(scratch) / "submitit"
-                chosen = executor or submitit_executor(batch, folder, len(to_grade))
-                graded = run_submitit(to_grade, chosen, finished, job, stop=stop)
+                chosen = executing.executor or submitit_executor(batch, folder, len(to_grade))
+                graded = run_submitit(to_grade, chosen, grading)
         fresh = iter(graded)
         outcomes = [reused[i] if i in reused else next(fresh) for i in range(len(tasks))]
         stopped = stop.is_set()  # once: a deadline passing while the reports are written stops nothing
         if batch.out_dir:
             record.remember(graded, machine, seed)
         if stopped:
-            terminal.error(f"{stop.reason.removeprefix('not graded: ')}: the reports of what finished are written")
+            reporter.error(f"{stop.reason.removeprefix('not graded: ')}: the reports of what finished are written")
         by_student = dict(zip((s.name for s in graded_students), outcomes))
-        entries = course_entries(lab, students, by_student, students_fault, roster, batch, backend, reports, names)
+        graded_ones = Graded(students, by_student, students_fault, backend)
+        entries = course_entries(lab, graded_ones, roster, batch, ReportNames(reports, names))
         for entry in entries:  # every report names its student, id and score, as the gradebook does
             entry.write_reports()
-        code = report(lab, course_order(entries, roster), outcomes, batch)
+        code = report(lab, course_order(entries, roster), outcomes, batch, reporter)
         return int(stop.exit_code) if stopped else code
 
 
@@ -201,7 +197,9 @@ def ranked_code(entry: CourseEntry) -> int:
     return int(ExitCode.COMPILE_ERROR) if code == ExitCode.USAGE and entry.students_fault else code
 
 
-def report(lab: str, entries: list[CourseEntry], outcomes: list[Outcome], batch: BatchOptions) -> int:
+def report(
+    lab: str, entries: list[CourseEntry], outcomes: list[Outcome], batch: BatchOptions, reporter: Reporter
+) -> int:
     """Every output of the batch, one row per student (in the roster's order where there is one), and the
     batch's exit code: the worst of its submissions' as `ranked_code` ranks them."""
     submitted = [e for e in entries if e.submitted]
@@ -211,17 +209,17 @@ def report(lab: str, entries: list[CourseEntry], outcomes: list[Outcome], batch:
     worst = worst_code([ranked_code(e) for e in submitted])
     codes = [int(e.result.get("exit_code", ExitCode.ENVIRONMENT)) for e in submitted]
     if batch.annotations == "github":
-        terminal.plain_lines(github_batch_annotations([e.result for e in submitted]))
-    terminal.batch_report(lab, rows, code_counts(codes), int(worst), course)
+        reporter.lines(github_batch_annotations([e.result for e in submitted]))
+    reporter.batch(lab, rows, code_counts(codes), int(worst), course)
     missing = [e.student for e in entries if not e.submitted]
     if missing:
-        terminal.note(
+        reporter.note(
             f"no submission from {len(missing)} rostered student{'s' if len(missing) != 1 else ''}: "
             + ", ".join(shown(m) for m in missing)
             + " (each a row scored 0; no exit code changes)"
         )
     if any(ranked_code(e) != e.result.get("exit_code") for e in submitted):
-        terminal.note(
+        reporter.note(
             "a file the folders held that cannot be graded, and a student with several files, are the students' "
             "own: ranked as a compile error (3) in the batch's exit code, never as a wrong command (2)"
         )
@@ -248,7 +246,7 @@ def report(lab: str, entries: list[CourseEntry], outcomes: list[Outcome], batch:
     except OSError as exc:
         raise AttnlabError(f"{exc.filename}: cannot write ({exc.strerror})", ExitCode.USAGE) from None
     if batch.out_dir:
-        terminal.note(f"wrote one JSON, JUnit and log per submission to {batch.out_dir}")
+        reporter.note(f"wrote one JSON, JUnit and log per submission to {batch.out_dir}")
     if written:
-        terminal.note("wrote " + ", ".join(written))
+        reporter.note("wrote " + ", ".join(written))
     return int(worst)

@@ -9,22 +9,17 @@ import signal
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Callable
 
 from labrunner.exit_codes import ExitCode
-from labrunner.pipeline.batch.stop import BatchStop
+from labrunner.pipeline.batch.grading import Grading
 from labrunner.pipeline.batch.submission import (
     Outcome,
     RunningProcesses,
     SubmissionTask,
     dead_result,
-    grade_in_process,
     interrupted_result,
     write_json_file,
 )
-
-# What grades one submission: the task, and the registry its process is entered in (so a stop can end it).
-Job = Callable[[SubmissionTask, RunningProcesses | None], Outcome]
 
 
 def default_jobs(backend: str) -> int:
@@ -74,20 +69,13 @@ def visible_gpus() -> list[str]:
         return []
 
 
-def run_local(
-    tasks: list[SubmissionTask],
-    jobs: int,
-    gpus: list[str],
-    finished: Callable[[Outcome], None],
-    job: Job = grade_in_process,
-    stop: BatchStop | None = None,
-) -> list[Outcome]:
+def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], grading: Grading) -> list[Outcome]:
     """A pool of `jobs` slots; each slot grades one submission at a time in its own process. Slots are
     spread over the GPUs, so with one job per GPU every GPU grades one submission at a time.
 
     Once `stop` is set, no submission starts, the running grading processes are ended (each is given the
     batch's signal, then killed with its group), and every submission without a verdict is `interrupted`."""
-    stop = stop or BatchStop()
+    stop, job, finished = grading.stop, grading.job, grading.finished
     running = RunningProcesses()
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(jobs):

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from labrunner.exit_codes import environment_error, usage_error
 from labrunner.pipeline.batch import slurm_queue
+from labrunner.pipeline.batch.grading import Grading
 from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.batch.stop import BatchStop
 from labrunner.pipeline.batch.submission import (
@@ -36,12 +37,10 @@ from labrunner.pipeline.batch.submission import (
     SubmissionTask,
     dead_result,
     environment_for_submission,
-    grade_in_process,
     interrupted_result,
     seed_environment,
     write_json_file,
 )
-from labrunner.report import terminal
 
 JOB_NAME = "attnlab-grade"
 # How long a task may be unknown to squeue and sacct alike, with no result, before it is taken as
@@ -206,20 +205,14 @@ def graded_on_node(job: Callable[..., Outcome], task: SubmissionTask) -> Outcome
 
 
 def run_submitit(
-    tasks: list[SubmissionTask],
-    executor,
-    finished: Callable[[Outcome], None],
-    job: Callable[..., Outcome] = grade_in_process,
-    stop: BatchStop | None = None,
-    poll_s: float = 0.5,
+    tasks: list[SubmissionTask], executor, grading: Grading = Grading(), poll_s: float = 0.5
 ) -> list[Outcome]:
     """Every task graded through submitit; each result gathered as it ends, `finished` called with it.
     A stop (a signal, --batch-timeout) cancels what was submitted and reports the rest interrupted."""
-    stop = stop or BatchStop()
-    node_job = functools.partial(graded_on_node, job)
+    node_job = functools.partial(graded_on_node, grading.job)
     if executor_name(executor) == "slurm":
-        return SlurmBatch(tasks, executor, finished, node_job, stop, poll_s).run()
-    return run_elsewhere(tasks, executor, finished, node_job, stop, poll_s)
+        return SlurmBatch(tasks, executor, node_job, grading, poll_s).run()
+    return run_elsewhere(tasks, executor, node_job, grading, poll_s)
 
 
 def executor_name(executor) -> str:
@@ -227,8 +220,9 @@ def executor_name(executor) -> str:
     return name() if callable(name) else ""
 
 
-def run_elsewhere(tasks, executor, finished, node_job, stop: BatchStop, poll_s: float) -> list[Outcome]:
+def run_elsewhere(tasks, executor, node_job, grading: Grading, poll_s: float) -> list[Outcome]:
     """Another submitit executor (submitit-local): one map_array, each task's end read from submitit."""
+    stop, finished = grading.stop, grading.finished
     with environment_for_submission(seed_environment()):
         handles = executor.map_array(node_job, tasks)
     outcomes: dict[int, Outcome] = {}
@@ -302,12 +296,13 @@ class SlurmBatch:
     """A batch on a Slurm cluster: its arrays submitted (at most --jobs tasks running at once, each
     array at most MaxArraySize tasks), watched, and ended."""
 
-    def __init__(self, tasks, executor, finished, node_job, stop: BatchStop, poll_s: float):
+    def __init__(self, tasks, executor, node_job, grading: Grading, poll_s: float):
         self.tasks = tasks
         self.executor = executor
-        self.finished = finished
+        self.finished = grading.finished
         self.node_job = node_job
-        self.stop = stop
+        self.stop = grading.stop
+        self.reporter = grading.reporter
         self.poll_s = poll_s
         self.outcomes: dict[int, Outcome] = {}
         self.watch = {i: Watch() for i in range(len(tasks))}
@@ -357,7 +352,7 @@ class SlurmBatch:
         ids = ", ".join(array.job_id for array in self.arrays)
         later = f"; {sum(map(len, self.pending))} more when those finish" if self.pending else ""
         split = f" (MaxArraySize {self.max_array_size})" if len(self.pending) + len(self.arrays) > 1 else ""
-        terminal.note(f"submitted {len(self.submitted())} submissions as Slurm job {ids}{split}{later}")
+        self.reporter.note(f"submitted {len(self.submitted())} submissions as Slurm job {ids}{split}{later}")
 
     # submission
 
@@ -460,9 +455,9 @@ class SlurmBatch:
         if slurm_queue.cancel(arrays) or slurm_queue.cancel(arrays):  # once more: a busy controller may time out
             if arrays:
                 why = self.stop.reason.removeprefix("not graded: ")
-                terminal.note(f"cancelled Slurm job {', '.join(arrays)} ({why})")
+                self.reporter.note(f"cancelled Slurm job {', '.join(arrays)} ({why})")
         else:
-            terminal.error(
+            self.reporter.error(
                 f"scancel did not take Slurm job {', '.join(arrays)}: cancel it by hand (scancel {arrays[0]})"
             )
         self.drain()
@@ -506,7 +501,7 @@ class SlurmBatch:
         leftover = [job_id for job_id, state in states.items() if state.live]
         if leftover:
             slurm_queue.cancel(leftover)
-            terminal.note(f"cancelled Slurm job {', '.join(leftover)}: its submission had its result already")
+            self.reporter.note(f"cancelled Slurm job {', '.join(leftover)}: its submission had its result already")
         for place, job_id in ids.items():
             result = self.outcomes[place].result
             state = states.get(job_id)
