@@ -147,12 +147,6 @@ class CpuDevice:
 
         return str(exc) if isinstance(exc, CpuKernelError) and not isinstance(exc, CpuCompileError) else None
 
-    def describe_compile_error(self, exc: BaseException) -> str | None:
-        """The words of a file the CPU build refused (g++, its limits, the object check): a compile error."""
-        from labrunner.run.cpu.module import CpuCompileError
-
-        return str(exc) if isinstance(exc, CpuCompileError) else None
-
 
 def cpu_backend_status() -> tuple[bool, str]:
     """Whether `--device cpu` can work here, in one line."""

@@ -155,10 +155,6 @@ class GpuDevice:
             return str(exc)
         return None
 
-    def describe_compile_error(self, exc: BaseException) -> str | None:
-        """The GPU build has no refusals of its own: NVRTC's gate already compiled the same file."""
-        return None
-
     def describe_error(self, exc: BaseException) -> str | None:
         """The CUDA error's name for a sticky fault (cudaErrorIllegalAddress, ...), else None."""
         if self.describe_fault(exc):

@@ -421,16 +421,6 @@ def enter_pid_namespace() -> bool:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def pid_namespaces_allowed() -> bool:
-    """Whether this process may make a PID namespace (asked in a throwaway child)."""
-    child = os.fork()
-    if child == 0:
-        libc = ctypes.CDLL(None, use_errno=True)
-        allowed = libc.unshare(CLONE_NEWPID) == 0 or libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) == 0
-        os._exit(0 if allowed else 1)
-    return os.waitpid(child, 0)[1] == 0
-
-
 def drop_capabilities() -> None:
     """Nothing of root's power, for good: the bounding set emptied (so no program it runs gets any
     back), then every capability it holds. A process of an ordinary user has none to drop."""

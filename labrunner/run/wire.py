@@ -48,7 +48,6 @@ DTYPES = ("float32", "float64", "int32", "uint32", "int64")
 HEADER_LIMIT = 1 << 20  # bytes of JSON header: replies carry numbers as buffers, not as text
 SKIP_LIMIT = 1 << 20  # bytes of junk skipped before a reply's cookie before the channel is refused
 TEXT_LIMIT = 64 * 1024  # characters of any one string in a reply (an error's detail)
-COOKIE_BYTES = 16
 _LENGTH = struct.Struct(">I")
 _CHUNK = 1 << 20
 
