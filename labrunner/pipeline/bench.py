@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
@@ -39,7 +40,7 @@ def bench_submission(request: BenchRequest, result: RunResult) -> None:
         request.unsafe_cpu,
         request.public_seed,
     )
-    if backend_name != "gpu":
+    if backend_name != Backend.GPU:
         raise backend.needs_a_gpu(
             "bench", f"the {backend_name} backend takes no timings", backend.grade_instead(request.lab, request.file)
         )

@@ -38,6 +38,7 @@ import numpy as np
 
 import labrunner
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission, load_submission
 from labrunner.compile.triton_build import is_triton_file
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
@@ -132,7 +133,7 @@ def profile_submission(request: ProfileRequest, result: RunResult) -> None:
             f"rebuild yet (`attnlab bench {request.lab} {request.file}` times it)"
         )
     lab, submission, backend, seed = prepare(
-        result, request.lab, request.file, "gpu", request.arch, request.seed, public_seed=request.public_seed
+        result, request.lab, request.file, Backend.GPU, request.arch, request.seed, public_seed=request.public_seed
     )
     result.device = device_facts(backend)
     profile = Profile()
@@ -444,7 +445,7 @@ def roofline_points(report: RangeReport | None) -> list[dict]:
 
 def append_range_summary(lab: Lab, submission: Submission, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
-    if result.backend != "gpu" or result.decisive_case is not None:
+    if result.backend != Backend.GPU or result.decisive_case is not None:
         terminal.note("--profile: no Range pass, since the kernel was not timed on the GPU")
         return
     label, rows, prefix = timing_shapes(lab)[-1]

@@ -33,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from labrunner.compile.backend import Backend
 from labrunner.labs import LABS
 from labrunner.report.course_figures import Distribution, distributions, roofline
 from labrunner.report.svg_charts import dot_text, figure_text, histogram_svg, roofline_svg, si
@@ -391,7 +392,7 @@ def distribution_section(results: list[dict[str, Any]]) -> str:
     title = "<h2>Distribution</h2>"
     if not found:
         backends = Counter(str(r.get("backend")) for r in results if r.get("backend"))
-        why = " (the CPU backend checks correctness only)" if backends and set(backends) == {"cpu"} else ""
+        why = " (the CPU backend checks correctness only)" if backends and set(backends) == {Backend.CPU} else ""
         return f"{title}<p>No submission was timed{esc(why)}, so there is no figure to show the spread of.</p>"
     return title + "".join(_distribution(d) for d in found)
 

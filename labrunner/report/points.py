@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labrunner.compile.backend import Backend
 from labrunner.run.untrusted_text import shown
 from labrunner.truth.catalogue import Catalogue, Points, PointsError
 from labrunner.truth.verdict import Status
@@ -153,15 +154,15 @@ def speed_part(data: dict, points: Points) -> tuple[Part | None, str]:
         passed = status == "met"
         return Part("speed gate", most if passed else 0, most, passed, gate["message"], (f"gate {status}",)), ""
     options = data.get("options") or {}
-    backend = data.get("backend") or (options.get("device") if options.get("device") in ("gpu", "cpu") else None)
+    backend = data.get("backend") or (options.get("device") if options.get("device") in tuple(Backend) else None)
     unscored = f"the speed part ({points_text(most)} points) is not scored"
-    if backend == "cpu":
+    if backend == Backend.CPU:
         return None, f"{unscored}: the CPU backend checks correctness only"
     if options.get("no_timing"):
         return None, f"{unscored}: --no-timing"
     if options.get("only"):
         return None, f"{unscored}: --case grades some cases, untimed"
-    if backend == "gpu" and data.get("verdict") != Status.PASS:
+    if backend == Backend.GPU and data.get("verdict") != Status.PASS:
         why = f"not timed: the grade ended {data.get('verdict')} before its timing"
         return Part("speed gate", 0, most, False, why, ("not timed",)), ""
     if status == "none":

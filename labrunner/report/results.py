@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
 from labrunner.report.records.compile import CompileSummary
 from labrunner.report.records.device import DeviceFacts
@@ -34,7 +35,7 @@ class CaseResult:
     gathered last (`pipeline.cases`, `pipeline.explain`)."""
 
     name: str
-    status: str
+    status: Status
     message: str
     rows: int
     prefix: int = 0
@@ -47,6 +48,9 @@ class CaseResult:
     evidence: Evidence | dict[str, Any] = field(
         default_factory=dict
     )  # what the hints read (truth/hints.py); not in the JSON
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # the word itself, where a caller gave the string
 
     def to_json(self) -> dict:
         return {
@@ -74,7 +78,7 @@ class RunResult:
     command: str  # grade, bench, check or doctor
     lab: str | None = None
     file: str | None = None
-    backend: str | None = None
+    backend: Backend | None = None
     device: DeviceFacts | None = None
     seed: str | None = None
     oracle_proof: dict | None = None
@@ -93,6 +97,10 @@ class RunResult:
     timings: list[tuple[str, float]] | None = None  # (phase, seconds): where that time went (`labrunner.phases`)
     hints: list[Hint] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
     grader_died: bool = False  # a batch's record of a grading process that died: it never said its version
+
+    def __post_init__(self) -> None:
+        if self.backend is not None:
+            self.backend = Backend(self.backend)  # the member itself, where a caller gave the string
 
     @property
     def device_name(self) -> str | None:
@@ -153,7 +161,7 @@ class RunResult:
             "attnlab_version": None if self.grader_died else attnlab_version(),
             "sha256": self.sha256,
             "options": self.options,
-            "gpu": self.device_name if self.backend == "gpu" else None,
+            "gpu": self.device_name if self.backend == Backend.GPU else None,
             "seconds": self.seconds,
             "timings": None
             if self.timings is None

@@ -17,6 +17,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
+from labrunner.compile.backend import Backend
 from labrunner.report.progress import Progress
 from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.records.course_row import CourseRow
@@ -465,8 +466,10 @@ def verdict_line(result: RunResult, why_on_the_cpu: str | None = None) -> None:
     # A CPU verdict speaks for the CPU build only; say which backend gave it (the skipped count,
     # where there is one, already names it).
     skipped = result.summary.removeprefix(verdict)  # " (N cases skipped on the CPU backend; --full runs them)"
-    backend = "" if skipped else {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
-    if why_on_the_cpu and result.backend == "cpu":
+    backend = ""
+    if not skipped and result.backend is not None:
+        backend = {Backend.CPU: " on the CPU backend", Backend.GPU: " on the GPU"}[result.backend]
+    if why_on_the_cpu and result.backend == Backend.CPU:
         backend = f" on the CPU backend: {why_on_the_cpu}"
     for hint in result.hints:
         stdout.print(

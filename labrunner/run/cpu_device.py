@@ -13,6 +13,7 @@ import ctypes
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.nvrtc import DEFAULT_ARCH
 from labrunner.labs.definition import Launch
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
@@ -52,7 +53,7 @@ class CpuDevice:
     the filter, never the object check.
     """
 
-    name = "cpu"
+    name = Backend.CPU
 
     def __init__(self) -> None:
         self.sealed = False

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.nvrtc import NVRTC_INCLUDE_OPTIONS
 from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
@@ -65,7 +66,7 @@ class GuardedBuffer:
 
 
 class GpuDevice:
-    name = "gpu"
+    name = Backend.GPU
 
     def __init__(self):
         self.xp = _cupy()

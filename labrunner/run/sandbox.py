@@ -42,6 +42,7 @@ from pathlib import Path
 
 import labrunner
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 
 ENV_ALLOWED = (
     "PATH",
@@ -94,7 +95,7 @@ REPLAY_LIMITS = GPU_LIMITS
 
 
 def limits_for(backend: str) -> Limits:
-    return GPU_LIMITS if backend == "gpu" else CPU_LIMITS
+    return GPU_LIMITS if backend == Backend.GPU else CPU_LIMITS
 
 
 def scrubbed_environment(private: Path, host_code: bool = True, boxed: bool = False) -> dict[str, str]:

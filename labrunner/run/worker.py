@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.compile.nvrtc import DEFAULT_ARCH
 from labrunner.compile.triton_build import THREADS_PER_WARP, TritonKernel
 from labrunner.exit_codes import AttnlabError, ExitCode
@@ -87,7 +88,7 @@ class Worker:
     """The parent's handle on one worker process for one backend ('gpu' or 'cpu')."""
 
     def __init__(self, backend: str, cpu_arch: str = DEFAULT_ARCH):
-        self.backend = backend
+        self.backend = Backend(backend)
         self.output = CappedOutput()  # across restarts: one report of what the kernels printed
         self.landlock_abi: int | None = None
         self.pid_namespace = False
@@ -112,7 +113,7 @@ class Worker:
                 self._exchange(load, COMPILE_TIMEOUT_S, NO_BUFFERS)
 
     def _start_box(self) -> None:
-        box = Sandbox(boxes.GPU_RUN if self.backend == "gpu" else boxes.CPU_RUN)
+        box = Sandbox(boxes.GPU_RUN if self.backend == Backend.GPU else boxes.CPU_RUN)
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         for pipe in (request_write, reply_write):
@@ -122,7 +123,7 @@ class Worker:
         os.set_blocking(marks_read, False)
         os.set_blocking(marks_write, False)  # the worker's side too: a full pipe loses a mark, never blocks
         limits = limits_for(self.backend)
-        parts = cpu_parts(self.cpu_arch) if self.backend == "cpu" else None  # made here, read-only inside
+        parts = cpu_parts(self.cpu_arch) if self.backend == Backend.CPU else None  # made here, read-only inside
         command = box.python_command(
             "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write), str(marks_write)
         )
@@ -294,7 +295,7 @@ class Worker:
             "entry_types": entry_types,
             "options": options or {},
         }
-        if binary and binary[1] and self.backend == "gpu":
+        if binary and binary[1] and self.backend == Backend.GPU:
             arch, code = binary
             request["binary"] = {"arch": arch, **code_words(code)}
         if triton:  # a Triton file: on a GPU its cubins, on the CPU its Python for the interpreter
@@ -305,12 +306,12 @@ class Worker:
                     "threads": THREADS_PER_WARP * kernel.num_warps,
                     "shared": kernel.shared_bytes,
                     "constexprs": kernel.constexprs,
-                    **(code_words(kernel.cubin) if self.backend == "gpu" else {}),
+                    **(code_words(kernel.cubin) if self.backend == Backend.GPU else {}),
                 }
                 for name, kernel in triton.items()
             }
         timeout_s = COMPILE_TIMEOUT_S
-        if triton and self.backend == "cpu":
+        if triton and self.backend == Backend.CPU:
             timeout_s = TRITON_LOAD_TIMEOUT_S
         try:
             self._ensure_started()
@@ -404,13 +405,13 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bo
     if failure.kind == "compile":
         if failure.detail.startswith(filename):  # the build's own message already names the file
             return AttnlabError(failure.detail, ExitCode.COMPILE_ERROR)
-        build = "the CPU build (g++)" if backend == "cpu" else "the module build"
+        build = "the CPU build (g++)" if backend == Backend.CPU else "the module build"
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
     # only the CPU backend runs a .cu file's host code (at load: its constructors and static initializers);
     # a Triton file's load runs nothing of the file's, so its failure has no such cause to name
     outside = "code outside any kernel (a constructor, a static initializer)"
-    stopped = backend == "cpu" and failure.kind in ("crash", "timeout") and not triton
+    stopped = backend == Backend.CPU and failure.kind in ("crash", "timeout") and not triton
     why = f"; {outside} must not crash, exit or hang" if stopped else ""
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 

@@ -18,6 +18,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING
 
+from labrunner.compile.backend import Backend
 from labrunner.run import sandbox
 from labrunner.run.wire import ANY_BUFFERS, Reader, WireClosed, encode, write_message
 from labrunner.truth.poison import poison_for
@@ -31,7 +32,7 @@ OUT_OF_BOUNDS = {"CpuOutOfBounds": "out-of-bounds"}  # the CPU backend's faults 
 
 
 def make_device(backend: str):
-    if backend == "gpu":
+    if backend == Backend.GPU:
         from labrunner.run.gpu_device import GpuDevice
 
         return GpuDevice()
