@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -179,7 +180,7 @@ class Sandbox:
         self.boxed = boxes.boxed()
         self._host_private = None if self.boxed else Path(tempfile.mkdtemp(prefix=prefix))
         self.private = Path(boxes.PRIVATE) if self._host_private is None else self._host_private
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._data: dict[str, int] = {}
 
     def python_command(self, module: str, limits: Limits, *args: str) -> list[str]:
@@ -208,7 +209,7 @@ class Sandbox:
         host_code: bool = True,
         readable: tuple[str, ...] = (),
         environment: dict[str, str] | None = None,
-    ) -> subprocess.Popen:
+    ) -> subprocess.Popen[bytes]:
         """Start `command` boxed, its stdout and stderr both to `stdout`. `host_code`: whether it
         runs a student's host code (the CPU backend), for the environment's caches. `readable`:
         more read-only paths for the box (the tests' probe, the grader's shared CPU parts);
@@ -321,7 +322,7 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _signal(send) -> None:
+def _signal(send: Callable[[], object]) -> None:
     try:
         send()
     except (ProcessLookupError, PermissionError):
@@ -381,7 +382,7 @@ def copy_cupy_cache(source: str | None, destination: str | None) -> None:
 
 
 def apply_limits(limits: Limits) -> None:
-    def both(which, value):
+    def both(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
 
     both(resource.RLIMIT_CPU, limits.cpu_s)

@@ -25,6 +25,8 @@ import secrets
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -40,7 +42,7 @@ from labrunner.run import replies
 from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
-from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireError, WireTimeout
+from labrunner.run.wire import NO_BUFFERS, Channel, Expected, Message, WireClosed, WireError, WireTimeout
 from labrunner.truth.verdict import Status, failure_status
 
 COMPILE_TIMEOUT_S = 300.0
@@ -95,7 +97,7 @@ class Worker:
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
         self._launch_marks: int | None = None  # the read end of the pipe each launch's index arrives on
-        self._loaded: list[dict] = []
+        self._loaded: list[Message] = []
         self.cpu_arch = cpu_arch  # the CPU build's architecture: the parts its box is given are made for it
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -180,7 +182,7 @@ class Worker:
     def __enter__(self) -> "Worker":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def kernel_output(self, limit: int = 20) -> list[str]:
@@ -192,7 +194,7 @@ class Worker:
         return self.output.lines(limit)
 
     # -- requests ----------------------------------------------------------------------------
-    def _call(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+    def _call(self, request: Message, timeout_s: float, expected: Expected) -> Message:
         self._ensure_started()
         return self._exchange(request, timeout_s, expected)
 
@@ -202,7 +204,7 @@ class Worker:
             self._stop()
             self._start()
 
-    def _exchange(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+    def _exchange(self, request: Message, timeout_s: float, expected: Expected) -> Message:
         deadline = time.monotonic() + timeout_s
         assert self._channel is not None, "a request goes to a started worker"
         try:
@@ -244,7 +246,7 @@ class Worker:
             marks += chunk
         return marks[-1] if marks else None
 
-    def _checked(self, reply, expected: Expected) -> dict:
+    def _checked(self, reply: Any, expected: Expected) -> Message:
         """A reply says whether it succeeded; a failure says how, in words; a success carries its buffers."""
         problem = None
         if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
@@ -260,7 +262,8 @@ class Worker:
         if problem:
             self._stop()
             raise WorkerFailure("crash", f"the worker's reply was refused: {problem}")
-        return reply
+        checked: Message = reply  # a dict that says how it ended, as checked above
+        return checked
 
     def _wait_exit(self, grace_s: float = 2.0) -> int | None:
         box = self._sandbox
@@ -278,7 +281,7 @@ class Worker:
         composed_source: str,
         filename: str,
         entry_types: dict[str, list[str]],
-        options: dict | None = None,
+        options: dict[str, Any] | None = None,
         binary: tuple[str, bytes] | None = None,
         triton: dict[str, TritonKernel] | None = None,
     ) -> None:
@@ -287,7 +290,7 @@ class Worker:
         which a GPU worker on that architecture loads instead of compiling the source again. A build
         that fails is a compile error; a worker that dies or fails while loading (code outside any
         kernel that crashes or exits) is a crash: both are verdicts."""
-        request = {
+        request: Message = {
             "op": "load",
             "role": role,
             "source": composed_source,
@@ -359,14 +362,14 @@ class Worker:
             reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()}, reply["inputs_after"]
         )
 
-    def time(self, request: dict, timeout_s: float) -> dict:
+    def time(self, request: Message, timeout_s: float) -> Message:
         return self._call({"op": "time", **request}, timeout_s, replies.timing_reply(request))
 
-    def check_peer(self, request: dict, timeout_s: float) -> dict:
+    def check_peer(self, request: Message, timeout_s: float) -> Message:
         """A PyTorch peer run once on a timing set (`measure.peers`): its output, or why it cannot run."""
         return self._call({"op": "peer", **request}, timeout_s, replies.peer_check_reply(request))
 
-    def trace(self, request: dict, timeout_s: float) -> dict:
+    def trace(self, request: Message, timeout_s: float) -> Message:
         return self._call({"op": "trace", **request}, timeout_s, replies.trace_reply(request))
 
 
@@ -387,7 +390,14 @@ def running_launch(launches: list[Launch], index: int) -> str:
     return kernel if len(launches) == 1 else f"{kernel} (launch {index + 1} of {len(launches)})"
 
 
-def code_words(code: bytes) -> dict:
+class CodeWords(TypedDict):
+    """Machine code on the wire (`code_words`): its length in bytes, and the bytes padded into words."""
+
+    bytes: int
+    words: np.ndarray
+
+
+def code_words(code: bytes) -> CodeWords:
     """Machine code as the wire carries it: words, not bytes, and how many of the bytes are the code's."""
     padded = code + b"\0" * (-len(code) % 4)
     return {"bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
@@ -416,7 +426,7 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bo
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 
 
-def _carries_arrays(value) -> bool:
+def _carries_arrays(value: object) -> bool:
     if isinstance(value, np.ndarray):
         return True
     if isinstance(value, dict):
@@ -426,7 +436,7 @@ def _carries_arrays(value) -> bool:
     return False
 
 
-def cpu_parts(arch: str):
+def cpu_parts(arch: str) -> Path | None:
     """The CPU build's shared parts (imported here: the CPU build's modules cost a GPU grade's start)."""
     from labrunner.run.cpu.parts import shared_parts
 
