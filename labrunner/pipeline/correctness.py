@@ -23,7 +23,7 @@ from labrunner.pipeline.explain import explain_failure, shows_every_stage
 from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
 from labrunner.report.progress import Progress
 from labrunner.report.results import CaseResult
-from labrunner.run.diagnose import replay_under_sanitizer
+from labrunner.run.diagnose import ReplayPayload, replay_under_sanitizer
 from labrunner.run.racecheck import find_hazard
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import (
@@ -343,7 +343,7 @@ def judged_case(
     return result, judgement
 
 
-def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> dict:
+def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> ReplayPayload:
     """One case as the replay process (`labrunner.run.replay`) runs it under a sanitizer."""
     inputs = make_inputs(case, options.seed.value)
     request = {

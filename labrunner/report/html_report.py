@@ -36,6 +36,7 @@ from typing import Any
 from labrunner.compile.backend import Backend
 from labrunner.labs import LABS
 from labrunner.report.course_figures import Distribution, distributions, roofline
+from labrunner.report.results import ResultJson
 from labrunner.report.svg_charts import dot_text, figure_text, histogram_svg, roofline_svg, si
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import SEVERITY, Status
@@ -699,7 +700,7 @@ def html_page(
 
 
 def write_html_report(
-    lab: str, rows: list[dict], results: list[dict], path: Path, similar_above: float | None = None
+    lab: str, rows: list[dict[str, Any]], results: list[ResultJson], path: Path, similar_above: float | None = None
 ) -> None:
     """The page for a batch of `lab`: `rows` the gradebook's (BatchRow.to_json, with the course's cells where
     the batch adds them), `results` each submission's JSON result, in the same order; `similar_above` the

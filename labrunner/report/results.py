@@ -27,6 +27,10 @@ from labrunner.truth.verdict import NOT_RUN as NOT_RUN
 SCHEMA = "attnlab.result/1"
 STATUS_EXIT_CODES = CASE_EXIT_CODES  # the case statuses, most severe first, with their exit codes
 
+# A result as its JSON holds it (schema attnlab.result/1): what the report writers read, from a result made
+# here or from a file another grading process wrote, so each reader checks the fields it uses.
+ResultJson = dict[str, Any]
+
 
 @dataclass
 class CaseResult:
@@ -52,7 +56,7 @@ class CaseResult:
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # the word itself, where a caller gave the string
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "status": self.status,
@@ -81,7 +85,7 @@ class RunResult:
     backend: Backend | None = None
     device: DeviceFacts | None = None
     seed: str | None = None
-    oracle_proof: dict | None = None
+    oracle_proof: dict[str, object] | None = None
     cases: list[CaseResult] = field(default_factory=list)
     timing: Timing | None = None
     gate: Gate | None = None
@@ -92,7 +96,7 @@ class RunResult:
     error: str | None = None
     error_code: ExitCode | None = None
     sha256: str | None = None  # of the file graded, as read: a gradebook row names exactly what it graded
-    options: dict = field(default_factory=dict)  # the command's options, as given
+    options: dict[str, Any] = field(default_factory=dict)  # the command's options, as given (JSON)
     seconds: float | None = None  # wall time of the whole command
     timings: list[tuple[str, float]] | None = None  # (phase, seconds): where that time went (`labrunner.phases`)
     hints: list[Hint] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
@@ -134,7 +138,7 @@ class RunResult:
     def exit_code(self) -> ExitCode:
         return run_exit_code(self.error_code, self.verdict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> ResultJson:
         return {
             "schema": SCHEMA,
             "command": self.command,
@@ -193,7 +197,8 @@ def _number(value: float | None) -> float | str | None:
     return str(value)
 
 
-def _plain(value):
+def _plain(value: object) -> object:
+    """A numpy scalar (anything with `item`) as the number it holds; anything else has no JSON form."""
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
