@@ -93,7 +93,6 @@ class Worker:
         self.backend = Backend(backend)
         self.output = CappedOutput()  # across restarts: one report of what the kernels printed
         self.landlock_abi: int | None = None
-        self.pid_namespace = False
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
         self._launch_marks: int | None = None  # the read end of the pipe each launch's index arrives on
@@ -153,7 +152,6 @@ class Worker:
         hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
         landlock = hello.get("landlock")  # said before any student code ran: what the box holds
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
-        self.pid_namespace = hello.get("pid_namespace") is True
 
     def start(self) -> None:
         """Start the box and the device now, before the first request needs them."""

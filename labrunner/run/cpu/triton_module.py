@@ -89,7 +89,6 @@ __all__ = [
 
 MADE_FOR = "3.6.0"  # the Triton whose interpreter and GPU lowering the hooks below were read from
 INTERPRET = "TRITON_INTERPRET"
-SUBMISSION = "submission"  # the module name the file runs as, here and in the compile child
 DETAIL_LIMIT = 4000  # characters of an error's detail, as the compile child keeps
 # A lab parameter's type (`Lab.entry_point_types`) as the array the CPU device hands a kernel.
 POINTER_DTYPES = {"float*": np.dtype(np.float32), "int*": np.dtype(np.int32)}
