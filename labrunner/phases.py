@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 
@@ -46,7 +46,8 @@ class PhaseClock:
         """This thread's open phases, each [start, seconds of the phases inside it]."""
         if not hasattr(self._local, "open"):
             self._local.open = []
-        return self._local.open
+        opened: list[list[float]] = self._local.open
+        return opened
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -78,7 +79,7 @@ class PhaseClock:
 CLOCK = PhaseClock()  # one command per process: the grade that runs here
 
 
-def phase(name: str):
+def phase(name: str) -> AbstractContextManager[None]:
     """`with phase("golden proof"):` adds the step's own seconds to the command's table."""
     return CLOCK.phase(name)
 

@@ -54,6 +54,7 @@ import errno
 import functools
 import os
 import sys
+from collections.abc import Sequence
 
 # libseccomp's constants (seccomp.h, stable across 2.x).
 _SCMP_ACT_ALLOW = 0x7FFF0000
@@ -212,7 +213,7 @@ class SyscallFilterUnavailable(RuntimeError):
 
 
 @functools.lru_cache(maxsize=None)
-def _library():
+def _library() -> ctypes.CDLL:
     if not sys.platform.startswith("linux"):
         raise SyscallFilterUnavailable(f"seccomp needs Linux (this is {sys.platform})")
     name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
@@ -252,7 +253,13 @@ def availability() -> str | None:
     return None
 
 
-def _add(lib, ctx, action: int, name: str, conditions=()) -> None:
+def _add(
+    lib: ctypes.CDLL,
+    ctx: int,
+    action: int,
+    name: str,
+    conditions: Sequence[tuple[int, int, int, int]] = (),
+) -> None:
     number = lib.seccomp_syscall_resolve_name(name.encode())
     if number < 0:  # not a system call on this architecture (e.g. `time` on AArch64)
         return

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labrunner.compile.attributes import refuse_linker_requests
+from labrunner.compile.backend import Backend
 from labrunner.compile.compiler_process import CompileLimits
 from labrunner.compile.entry_points import check_entry_points, check_parameter_types, probe_parameter_types
 from labrunner.compile.includes import refuse_foreign_includes
@@ -49,7 +50,7 @@ def load_submission(
     label: str | None = None,
     arch: str = DEFAULT_ARCH,
     limits: CompileLimits = CompileLimits(),
-    target: str = "gpu",
+    target: Backend = Backend.GPU,
 ) -> Submission:
     """The file compiled and checked; `target` is the backend that will run it ("cpu" leaves out a Triton
     file's cubins, which its interpreter never runs)."""
@@ -77,7 +78,7 @@ def load_submission(
 
 
 def load_triton_submission(
-    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits, target: str = "gpu"
+    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits, target: Backend = Backend.GPU
 ) -> Submission:
     """A `.py` file's kernels compiled by Triton in boxes (`triton_build`), as a module the worker loads:
     the GPU's its cubins, the CPU's its kernel package (`composed_source`), the same for both."""

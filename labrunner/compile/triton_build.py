@@ -50,6 +50,7 @@ from typing import Any
 from labrunner import box as boxes
 from labrunner import syscall_filter
 from labrunner.compile import triton_package
+from labrunner.compile.backend import Backend
 from labrunner.compile.compiler_process import TRITON_WALL_FACTOR, CompileLimits, child_environment, run_limited_child
 from labrunner.compile.launch_constants import checked_constants
 from labrunner.compile.source import read_source
@@ -140,7 +141,7 @@ def is_triton_file(path: Path) -> bool:
 
 
 def compile_triton(
-    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits = CompileLimits(), target: str = "gpu"
+    lab: Lab, path: Path, label: str, arch: str, limits: CompileLimits = CompileLimits(), target: Backend = Backend.GPU
 ) -> TritonModule:
     """The file's kernels, packaged (sealed), built for `target` ("gpu": cubins; "cpu": Triton's front end
     and lowering checked, no cubin) and checked."""
@@ -172,7 +173,7 @@ def compile_triton(
     reply = _cached(key)
     if reply is None:
         reply = _build(package, types_, label, limits, bounds, number, target)
-        if target == "gpu":
+        if target == Backend.GPU:
             cubins = _assemble(reply, label, limits, bounds, number)
             for name, cubin in cubins.items():
                 reply["kernels"][name]["cubin"] = cubin
@@ -272,7 +273,7 @@ def _build(
     limits: CompileLimits,
     bounds: TritonBounds,
     arch: int,
-    target: str,
+    target: Backend,
 ) -> dict[str, Any]:
     """Step 2: Triton's compiler over the package, sealed against new processes."""
     request = {"package": package, "filename": label, "kernels": types_}
@@ -358,7 +359,7 @@ def ptxas_path() -> str:
     return str(found)
 
 
-def _cache_key(package_text: str, types_: dict[str, list[str]], arch: int, target: str, version: str) -> str:
+def _cache_key(package_text: str, types_: dict[str, list[str]], arch: int, target: Backend, version: str) -> str:
     """A digest of everything a build is made from: the package, the lab's types, the target, Triton's
     version and the three programs that make it."""
     digest = hashlib.sha256()
@@ -438,7 +439,7 @@ def _checked(
     source: str,
     package: str = "",
     constants: object = None,
-    target: str = "gpu",
+    target: Backend = Backend.GPU,
 ) -> TritonModule:
     def refuse(problem: str) -> AttnlabError:
         return AttnlabError(f"{label}: error: {problem}", ExitCode.COMPILE_ERROR)
@@ -454,7 +455,7 @@ def _checked(
         if not isinstance(facts, dict):
             raise refuse(f"the compiler's reply for {name} is not a table")
         cubin = b""  # the CPU backend's interpreter runs the package, never a cubin
-        if target == "gpu":
+        if target == Backend.GPU:
             cubin_hex = facts.get("cubin")
             if not isinstance(cubin_hex, str) or len(cubin_hex) > 2 * CUBIN_LIMIT_BYTES:
                 raise refuse(f"{name}: no cubin of at most {CUBIN_LIMIT_BYTES >> 20} MiB came back")

@@ -196,10 +196,6 @@ class Lab:
         return self.kernel_folder / "starter.py"
 
     @property
-    def triton_solution_path(self) -> Path:
-        return self.kernel_folder / "solution.py"
-
-    @property
     def expert_path(self) -> Path:
         """The expert reference (`bench --vs expert`): as fast as the hardware allows, where the solution
         stays the readable one that `calibrate` times."""

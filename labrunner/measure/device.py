@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.labs.definition import Launch
 
 # A buffer on the device: a CuPy array on the GPU (CuPy ships no type information), a numpy array on
@@ -31,7 +32,7 @@ class GuardedBuffer(Protocol):
 
 
 class Device(Protocol):
-    name: str  # "gpu", or "cpu"
+    name: Backend
     xp: ModuleType  # the array module its buffers belong to: cupy, or numpy
 
     def upload(self, array: np.ndarray) -> DeviceArray: ...

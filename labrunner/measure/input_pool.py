@@ -34,7 +34,7 @@ Slot = dict[str, DeviceArray]
 class CudaSets:
     """Makes set n on the GPU, in place, with the CUDA twin of the numpy definition."""
 
-    def __init__(self, device: Device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
+    def __init__(self, device: Device | None, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
         check_key(key)
         self.key = key
         self.rows, self.prefix = rows, prefix
@@ -71,7 +71,7 @@ def timing_set_kernel() -> cupy.RawKernel:
 class NumpySets:
     """The definition itself, for a device whose buffers are numpy arrays (the tests' stand-in GPU)."""
 
-    def __init__(self, device: Device, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
+    def __init__(self, device: Device | None, key: tuple[int, int], rows: int, prefix: int, pages: int | None = None):
         check_key(key)
         self.key = key
         self.rows, self.prefix, self.pages = rows, prefix, pages

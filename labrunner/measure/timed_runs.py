@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.labs.definition import Launch
 from labrunner.measure import peers
 from labrunner.measure.device import Device, DeviceArray, GuardedBuffer, Kernels, device_zeros
@@ -199,7 +200,7 @@ class PeerCall(KernelCall):
 
 def load_peer(device: Device, name: str) -> peers.TorchPeer:
     """The peer `name` for this device's buffers (`peers.PeerMissing` where it cannot run here)."""
-    return peers.load(name, on_gpu=device.name == "gpu")
+    return peers.load(name, on_gpu=device.name == Backend.GPU)
 
 
 def run_peer_check(device: Device, request: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +221,7 @@ def run_peer_check(device: Device, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_timing(device: Device, modules: dict[str, Kernels], request: dict[str, Any]) -> dict[str, Any]:
-    if device.name != "gpu":
+    if device.name != Backend.GPU:
         raise RuntimeError("timing needs the GPU backend")
     from labrunner.measure.device_state import read_device_state
     from labrunner.measure.gpu_timer import CupyTimer

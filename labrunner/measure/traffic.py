@@ -23,8 +23,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-LESSON_SEQS = (1024, 4096, 16384)
-
 
 @dataclass(frozen=True)
 class TrafficShape:

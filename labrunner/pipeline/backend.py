@@ -8,13 +8,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
 from labrunner.measure import device_state
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
 from labrunner.report.records.device import DeviceFacts
 from labrunner.run import cpu_device
 
-BACKENDS = ("gpu", "cpu", "auto")
+BACKENDS = (Backend.GPU, Backend.CPU, "auto")
 
 
 # The NVIDIA driver's control device: where it is missing, no GPU can be used here.
@@ -56,21 +57,21 @@ def gpu_status() -> tuple[bool, str]:
 CPU_INSTEAD = "grading on the CPU backend instead (correctness only, no GPU timings)"
 
 
-def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[str, list[str]]:
+def resolve_backend(requested: str, unsafe_cpu: bool = False) -> tuple[Backend, list[str]]:
     """gpu, cpu, or auto (the GPU where there is one, else the CPU, said plainly). Returns notes.
 
     The CPU backend runs the file as native code, so it grades only where its worker can seal
     itself with seccomp, unless `--unsafe-cpu` says the file is the user's own."""
     if requested not in BACKENDS:
         raise usage_error(f"--device {requested}: choose gpu, cpu or auto")
-    if requested == "cpu":
-        return "cpu", cpu_sandbox_notes(unsafe_cpu)
+    if requested == Backend.CPU:
+        return Backend.CPU, cpu_sandbox_notes(unsafe_cpu)
     available, words = gpu_status()
     if available:
-        return "gpu", gpu_box_notes()
+        return Backend.GPU, gpu_box_notes()
     if requested == "auto":
         notes = cpu_sandbox_notes(unsafe_cpu)
-        return "cpu", [f"{words}: {CPU_INSTEAD}", *notes]
+        return Backend.CPU, [f"{words}: {CPU_INSTEAD}", *notes]
     raise environment_error(
         f"{words}. --device gpu grades on a GPU only; leave --device out (auto, the default: the GPU where "
         "there is one, else the CPU) or give --device cpu to grade on the CPU (correctness only)"
@@ -101,7 +102,7 @@ def grade_instead(lab: str, file: Path | None) -> str:
 def refuse_without_gpu(command: str, device: str, instead: str) -> None:
     """Asked before the compile gate, so the default `--device auto` never announces a CPU fall-back that
     the command then refuses, and `--device gpu` gets the same line as the others."""
-    if device == "cpu":
+    if device == Backend.CPU:
         raise needs_a_gpu(command, "--device cpu chose the CPU backend, which takes no timings", instead)
     available, words = gpu_status()
     if not available:
@@ -144,7 +145,7 @@ def gpu_box_notes() -> list[str]:
 
 
 def device_facts(worker_backend: str) -> DeviceFacts:
-    if worker_backend != "gpu":
+    if worker_backend != Backend.GPU:
         return DeviceFacts.cpu()
     return DeviceFacts.of_gpu(device_state.read_device_state())
 
@@ -152,7 +153,7 @@ def device_facts(worker_backend: str) -> DeviceFacts:
 @contextmanager
 def gpu_share(backend: str, phase: str):
     """On the GPU: checking shares it with other graders, timing has it alone (see measure/gpu_lock.py)."""
-    if backend != "gpu":
+    if backend != Backend.GPU:
         yield
         return
     with (shared_checking if phase == "checking" else exclusive_timing)(gpu_key()):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import usage_error
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
@@ -32,7 +33,7 @@ def bench_submission(request: BenchRequest, result: RunResult, reporter: Reporte
     refuse_bench_without_gpu(request)
     with boxes.required(request.require_box):
         prepared = prepare(request, Path(result.file), result, reporter)
-        if prepared.backend != "gpu":
+        if prepared.backend != Backend.GPU:
             raise backend.needs_a_gpu(
                 "bench",
                 f"the {prepared.backend} backend takes no timings",

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
+from labrunner.compile.backend import Backend
 from labrunner.labs.definition import Lab
 from labrunner.truth.catalogue import Case
 
@@ -119,7 +120,7 @@ def case_limit(lab: Lab, backend: str, case: Case, given_s: float | None, interp
     (`interpreted`: a Triton file's, priced as Triton's interpreter runs it)."""
     if given_s is not None:
         return CaseLimit(given_s, case.name, "option")
-    if backend != "cpu":
+    if backend != Backend.CPU:
         return CaseLimit(GPU_LIMIT_S, case.name, "gpu")
     per_unit = lab.interpreted_seconds_per_unit if interpreted else lab.cpu_seconds_per_unit
     if per_unit is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission
 from labrunner.exit_codes import usage_error
 from labrunner.labs.definition import Lab
@@ -19,7 +20,7 @@ from labrunner.pipeline.explain import CaseStudied, Explaining, FailedRun, expla
 from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_WHEN_FAILING
 from labrunner.report.results import CaseResult
-from labrunner.run.diagnose import replay_under_sanitizer
+from labrunner.run.diagnose import ReplayPayload, replay_under_sanitizer
 from labrunner.run.racecheck import find_hazard
 from labrunner.run.worker import WorkerFailure
 from labrunner.truth.cases import (
@@ -47,7 +48,7 @@ def select_cases(
     catalogue = lab.catalogue
     cases = resolved_cases(lab, catalogue, constants)
     derived = geometry_case(catalogue, lab.row_tiles(constants)) if constants is not None else None
-    by_default = [c for c in cases if backend != "cpu" or options.full or c.cpu]
+    by_default = [c for c in cases if backend != Backend.CPU or options.full or c.cpu]
     if derived and not any(c.rows >= derived.rows for c in by_default):
         cases.append(derived)
     if options.only:
@@ -57,7 +58,7 @@ def select_cases(
                 f"--case {unknown[0]}: {lab.name} has no such case (it has {', '.join(c.name for c in cases)})"
             )
         cases = [c for c in cases if c.name in options.only]
-    if backend != "cpu" or options.full:
+    if backend != Backend.CPU or options.full:
         return cases, []
     skipped = [(c, "outside the CPU backend's time budget; --full runs it") for c in cases if not c.cpu]
     return [c for c in cases if c.cpu], skipped
@@ -94,7 +95,7 @@ def run_cases(
     stage_checked = False
     # GPU --race-check: the small cases, in order, each under compute-sanitizer after its own run,
     # until its first report (a hazard, or a check it could not finish) has decided a case.
-    sanitizing = options.race_check and run.backend == "gpu"
+    sanitizing = options.race_check and run.backend == Backend.GPU
     made = made or CaseInputs(options.seed.value, options.oracle, cases, ahead=True)
     try:
         with run.reporter.cases("checking cases", len(cases)) as progress:
@@ -117,7 +118,7 @@ def run_cases(
                     stage_check=not stage_checked and shows_every_stage(case),
                     sanitize=sanitizing and case.cpu,
                     # a replay recompiles a .cu file's source: a Triton file has only its cubins
-                    diagnose=run.backend == "gpu" and options.diagnose and not run.interpreted,
+                    diagnose=run.backend == Backend.GPU and options.diagnose and not run.interpreted,
                 )
                 limit = case_limit(run.lab, run.backend, case, options.timeout_s, interpreted=run.interpreted)
                 with phase(f"case {case.name}"):
@@ -149,11 +150,11 @@ def race_check_words(
         return None
     cases, _ = select_cases(lab, backend, options, constants)
     small = {c.name for c in cases if c.cpu}
-    checked = [r.name for r in results if r.status in RACE_CHECKED and (backend == "cpu" or r.name in small)]
+    checked = [r.name for r in results if r.status in RACE_CHECKED and (backend == Backend.CPU or r.name in small)]
     if not checked:
         return None
     counted = f"{len(checked)} case{'s' if len(checked) != 1 else ''} ({', '.join(checked)})"
-    if backend != "gpu":
+    if backend != Backend.GPU:
         labels = [label for _, label in RACE_SCHEDULES]
         random = [label for label in labels if label.startswith("random order")]
         orders = [label for label in labels if label not in random] + [f"{len(random)} random orders"] * bool(random)
@@ -216,7 +217,7 @@ def judged_case(
         "out": case.rows * QUERY_HEADS * HEAD_DIM,
         **lab.workspace(submission.constants, case.rows, case.prefix),
     }
-    on_cpu = worker.backend == "cpu"
+    on_cpu = worker.backend == Backend.CPU
     schedules = RACE_SCHEDULES if checks.race_check and on_cpu else ()
     # unasked, only the first failures are rerun, and every one once a race was found (`run_cases`); never a
     # Triton file's: the interpreter runs its programs in one order whatever the schedule says, so a
@@ -301,7 +302,7 @@ def judged_case(
     return result, judgement
 
 
-def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> dict:
+def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOptions) -> ReplayPayload:
     """One case as the replay process (`labrunner.run.replay`) runs it under a sanitizer."""
     inputs = make_inputs(case, options.seed.value)
     request = {

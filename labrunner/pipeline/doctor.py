@@ -7,6 +7,7 @@ import platform
 
 from labrunner import box as boxes
 from labrunner import syscall_filter
+from labrunner.compile.backend import Backend
 from labrunner.compile.compiler_process import CompileLimits, size_words
 from labrunner.compile.nvrtc import nvrtc_version
 from labrunner.compile.triton_build import triton_bounds, triton_installed
@@ -59,11 +60,11 @@ def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
     """The backend `--device` would grade on here; exit 6 naming the ones that work when it is unusable."""
     found = {name: (ok, words) for name, ok, words in rows}
     usable = {
-        "gpu": found["GPU and driver"][0] and found["CuPy"][0] and found["NVRTC (compile gate)"][0],
-        "cpu": found["C++ compiler (CPU backend)"][0] and found["NVRTC (compile gate)"][0] and found["box"][0],
+        Backend.GPU: found["GPU and driver"][0] and found["CuPy"][0] and found["NVRTC (compile gate)"][0],
+        Backend.CPU: found["C++ compiler (CPU backend)"][0] and found["NVRTC (compile gate)"][0] and found["box"][0],
     }
     working = [name for name, ok in usable.items() if ok]
-    chosen = {"gpu": ["gpu"], "cpu": ["cpu"], "auto": ["gpu", "cpu"]}[device]
+    chosen = {"gpu": [Backend.GPU], "cpu": [Backend.CPU], "auto": [Backend.GPU, Backend.CPU]}[device]
     for candidate in chosen:
         if usable[candidate]:
             return candidate

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission
 from labrunner.compile.includes import code_tokens
 from labrunner.labs import get_lab
@@ -74,7 +75,7 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
     assert request.file is not None
     prepared = prepare(request, request.file, result, reporter)
     lab, submission, backend, seed = prepared.lab, prepared.submission, prepared.backend, prepared.seed
-    if backend == "cpu" and submission.module.triton:
+    if backend == Backend.CPU and submission.module.triton:
         reporter.note(
             "the Triton file runs in Triton's interpreter on the CPU: its dots rounded to TF32 as the GPU's "
             "tensor cores round them, every load and store checked against its buffer"
@@ -87,10 +88,10 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
         race_check=request.race_check,
         only=request.only,
         diagnose=request.diagnose,
-        oracle=ahead.oracle.for_cases() if backend == "gpu" else None,
+        oracle=ahead.oracle.for_cases() if backend == Backend.GPU else None,
     )
     facts = facts_ahead(backend)
-    timed = not request.no_timing and backend == "gpu" and not request.only
+    timed = not request.no_timing and backend == Backend.GPU and not request.only
     starter = (
         compile_starter_ahead(lab, request.arch, request.compile_limits)
         if timed and lab.timing_strategy.baseline_kernel
@@ -126,7 +127,7 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
                 result.gate = Gate.from_json(apply_bandwidth_gate(timing.bandwidth.to_json(), result.device_name))
             elif isinstance(timing, SpeedupTiming):
                 result.gate = Gate.from_json(apply_gate(gates, lab.name, result.device_name, timing.speedup))
-        elif correct and backend == "cpu":
+        elif correct and backend == Backend.CPU:
             # recorded, and said by the verdict line's own words
             reporter.recorded("the CPU backend checks correctness only: no timings are taken or shown")
         with phase("worker stop"):  # killed, and waited for: its CUDA context is gone before the next grade's timing
@@ -166,7 +167,7 @@ def race_check_advice(backend: str, race_check: bool, result: RunResult, submiss
     A GPU's warps interleave differently from run to run, so a missing __syncthreads() can look like
     a wrong formula; the CPU backend reruns a failing case under other schedules unasked, but on a GPU
     only compute-sanitizer can look, and it is slow, so it is suggested rather than run."""
-    if backend != "gpu" or race_check or result.verdict != Status.WRONG:
+    if backend != Backend.GPU or race_check or result.verdict != Status.WRONG:
         return None
     shared = next((t for t in code_tokens(submission.source, submission.label) if t.text == "__shared__"), None)
     if shared is None:
@@ -195,7 +196,7 @@ def load_gates_where_timed(path: Path | None, backend: str, reporter: Reporter) 
     command runs on GPU and CPU runners alike."""
     if path is None:
         return None
-    if backend != "gpu":
+    if backend != Backend.GPU:
         reporter.note(gates_not_applied(path, backend))
         return None
     return load_gates(path)

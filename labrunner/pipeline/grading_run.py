@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission
 from labrunner.labs.definition import Lab
 from labrunner.report.progress import Progress
@@ -41,7 +42,7 @@ class Prepared:
 
     lab: Lab
     submission: Submission
-    backend: str
+    backend: Backend
     seed: Seed
 
     def with_worker(self, worker: Worker, cases: CaseOptions, reporter: Reporter) -> GradingRun:
@@ -57,7 +58,7 @@ class GradingRun:
 
     lab: Lab
     submission: Submission
-    backend: str
+    backend: Backend
     worker: Worker
     cases: CaseOptions
     reporter: Reporter = field(default_factory=silent)

@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.phases import phase
 from labrunner.pipeline.backend import gpu_may_be_here
 from labrunner.pipeline.timing_stage import References, proven_gpu_references
@@ -48,7 +49,7 @@ class OracleAhead:
         """`decode`: the lab judges decode batches (its decode oracle is proven too; lab 3 only, since
         on a fresh machine that proof is a second of CuPy compiling kernels the other labs never use)."""
         self._future: Future | None = None
-        if requested_device != "cpu" and gpu_may_be_here():
+        if requested_device != Backend.CPU and gpu_may_be_here():
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-oracle")
             self._future = pool.submit(proven_gpu_references, decode)
             pool.shutdown(wait=False)

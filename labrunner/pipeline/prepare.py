@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission, load_submission
 from labrunner.compile.source import take_notes
 from labrunner.compile.triton_build import is_triton_file
@@ -31,7 +32,7 @@ def prepare(request: RunRequest | ProfileRequest, path: Path, result: RunResult,
     # backend is chosen first; a .cu file's compile comes first, so its errors come before the backend's.
     chosen_backend = resolve_backend(request.device, request.unsafe_cpu) if is_triton_file(path) else None
     with phase("compile student"):
-        target = chosen_backend[0] if chosen_backend else "gpu"
+        target = chosen_backend[0] if chosen_backend else Backend.GPU
         # the name as every message shows it
         submission = load_submission(lab, path, shown_path(path), request.arch, request.compile_limits, target)
     reporter.notes(take_notes())  # what reading the file set right (a byte-order mark removed)

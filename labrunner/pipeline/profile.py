@@ -38,6 +38,7 @@ import numpy as np
 
 import labrunner
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission, load_submission
 from labrunner.compile.triton_build import is_triton_file
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
@@ -132,7 +133,7 @@ def profile_submission(request: ProfileRequest, result: RunResult, reporter: Rep
             f"profile takes a .cu file: {request.file} is a Triton file, whose kernels Nsight's replay cannot "
             f"rebuild yet (`attnlab bench {request.lab} {request.file}` times it)"
         )
-    prepared = prepare(replace(request, device="gpu"), request.file, result, reporter)
+    prepared = prepare(replace(request, device=Backend.GPU), request.file, result, reporter)
     lab, submission, backend, seed = prepared.lab, prepared.submission, prepared.backend, prepared.seed
     result.device = device_facts(backend)
     profile = Profile()
@@ -444,7 +445,7 @@ def roofline_points(report: RangeReport | None) -> list[dict]:
 def append_range_summary(run: GradingRun, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
     lab, submission = run.lab, run.submission
-    if result.backend != "gpu" or result.decisive_case is not None:
+    if result.backend != Backend.GPU or result.decisive_case is not None:
         run.reporter.note("--profile: no Range pass, since the kernel was not timed on the GPU")
         return
     label, rows, prefix = timing_shapes(lab)[-1]

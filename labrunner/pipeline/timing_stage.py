@@ -63,6 +63,7 @@ from labrunner.truth import oracle
 from labrunner.truth.checker import OutputCheck, check_output
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
 from labrunner.truth.timing_sets import KEY_BITS, make_set
+from labrunner.truth.verdict import Status
 
 MIB = 1024 * 1024
 PROJECTED_SIZES = (4096, 32768)
@@ -359,7 +360,7 @@ def time_speedup(
             (rows * QUERY_HEADS * HEAD_DIM * 4,),
         )
         if problem:
-            return None, CaseResult(f"timed C{rows}-P{prefix}", "wrong", problem, rows, prefix)
+            return None, CaseResult(f"timed C{rows}-P{prefix}", Status.WRONG, problem, rows, prefix)
     conditions = _common(replies[0], replies[-1])
     warnings = list(conditions.warnings)
     peer = None
@@ -524,7 +525,7 @@ def time_pipeline(
                 return None, failure
             problem = pipeline_problem(lab, t, measured, bounds, PEER_SPECS[peer].label if peer else None)
             if problem:
-                return None, CaseResult(f"timed T{t}", "wrong", problem, t, 0)
+                return None, CaseResult(f"timed T{t}", Status.WRONG, problem, t, 0)
             row = pipeline_row(t, measured["stats"], copy_bandwidth(reply))
             if peer:
                 versus = measured["peer"]

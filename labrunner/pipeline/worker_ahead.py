@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from labrunner.compile.backend import Backend
 from labrunner.pipeline.backend import gpu_may_be_here
 from labrunner.run.worker import Worker
 
@@ -25,7 +26,9 @@ from labrunner.run.worker import Worker
 class WorkerAhead:
     def __init__(self, device: str, arch: str, make: Callable[[str], Worker] = Worker):
         self.arch, self.make = arch, make
-        self.backend = "cpu" if device == "cpu" or (device == "auto" and not gpu_may_be_here()) else "gpu"
+        self.backend = (
+            Backend.CPU if device == Backend.CPU or (device == "auto" and not gpu_may_be_here()) else Backend.GPU
+        )
         self._worker: Worker | None = self._new(self.backend)
         self._started: Future = Future()
         self._over = threading.Event()

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from labrunner.compile.source import read_source
 from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.report.results import ResultJson
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import BATCH_EXIT_CODES, ERROR_VERDICTS, NOT_RUN, SEVERITY, WORST_FIRST, Status
 
@@ -56,7 +57,7 @@ def command(kind: str, file: str | None, message: str, line: int | None = None, 
     return f"::{kind} {','.join(properties)}::{escape_data(shown_text(message))}"
 
 
-def with_hints(message: str, hints: list | None) -> str:
+def with_hints(message: str, hints: list[object] | None) -> str:
     """A failure's message, then each hint on a line of its own, as the terminal prints them."""
     lines = [message]
     for hint in hints or []:
@@ -79,7 +80,7 @@ def kernel_line(path: Path, entry_points: tuple[str, ...]) -> int | None:
     return None
 
 
-def github_annotations(data: dict) -> list[str]:
+def github_annotations(data: ResultJson) -> list[str]:
     """The workflow commands for one result: compile errors and failing cases (and a missed speed gate)."""
     file = data.get("file")
     if not file:
@@ -108,7 +109,7 @@ def github_annotations(data: dict) -> list[str]:
     return lines
 
 
-def compiler_errors(error: str) -> list[re.Match]:
+def compiler_errors(error: str) -> list[re.Match[str]]:
     """The compiler's `file(line): error: text` lines of a compile error, in its order (warnings left out)."""
     return [found for found in map(COMPILER_LINE.match, error.splitlines()) if found and found["kind"] == "error"]
 
@@ -120,7 +121,7 @@ def entry_point_names(lab: str) -> tuple[str, ...]:
     return tuple(e.name for e in definition.entry_points) if definition else ()
 
 
-def submission_annotation(data: dict) -> str | None:
+def submission_annotation(data: ResultJson) -> str | None:
     """One submission's line in a batch: its decisive failure with its first hint; None for a pass (or a
     result that names no file, which the batch's notice still counts)."""
     file = data.get("file")
@@ -162,7 +163,7 @@ def exit_code_words(code: int | None) -> str:
     return BATCH_EXIT_CODES.get(known) or ERROR_VERDICTS.get(known, Status.ERROR).replace("-", " ")
 
 
-def worst_first(data: dict) -> tuple[int, int]:
+def worst_first(data: ResultJson) -> tuple[int, int]:
     """Where a submission's line goes: by its exit code, in the order a batch picks its own exit code
     (truth/verdict.py's WORST_FIRST), then by how severe its verdict is; a code that order lacks goes last."""
     code = data.get("exit_code")
@@ -171,7 +172,7 @@ def worst_first(data: dict) -> tuple[int, int]:
     return by_code, SEVERITY.index(Status(verdict)) if verdict in SEVERITY else -1
 
 
-def github_batch_annotations(results: list[dict]) -> list[str]:
+def github_batch_annotations(results: list[ResultJson]) -> list[str]:
     """A batch's workflow commands: a notice that counts its exit codes, then one error per failing
     submission, worst first, at most `ERRORS_PER_STEP` (the notice says how many were left out)."""
     labs = sorted({str(data["lab"]) for data in results if data.get("lab")})

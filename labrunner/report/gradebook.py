@@ -69,12 +69,12 @@ def row(data: dict[str, Any], seconds: float | None = None) -> dict[str, Any]:
     return BatchRow.from_json(data, seconds).to_json()
 
 
-def spreadsheet_safe(value) -> str:
+def spreadsheet_safe(value: object) -> str:
     """A text cell as the module's docstring says: shown, and a `'` wherever a formula could begin."""
     return _FORMULA_HERE.sub(r"\1'", shown("" if value is None else str(value)))
 
 
-def write_gradebook(rows: list[dict], path: Path) -> None:
+def write_gradebook(rows: list[dict[str, Any]], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS, quoting=csv.QUOTE_ALL)
         writer.writeheader()
@@ -87,10 +87,10 @@ def write_gradebook(rows: list[dict], path: Path) -> None:
             )
 
 
-def plain_number(value) -> str:
+def plain_number(value: object) -> str:
     """One of the grader's numbers as written: an int or a figure the row formatted, else empty."""
     if isinstance(value, bool) or value is None:
         return ""
     if isinstance(value, (int, float)):
         return str(value)
-    return value if re.fullmatch(r"\d+(\.\d+)?", str(value)) else ""
+    return str(value) if re.fullmatch(r"\d+(\.\d+)?", str(value)) else ""

@@ -32,6 +32,7 @@ from typing import Any
 
 from labrunner.report.points import Part, catalogue, hint_lines, points_text, score_result
 from labrunner.report.points import split as split  # how the case points are shared, named where it always was
+from labrunner.report.results import ResultJson
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.catalogue import PointsError
 from labrunner.truth.verdict import Status
@@ -57,7 +58,7 @@ def graded(part: Part) -> dict[str, Any]:
     }
 
 
-def gradescope_results(data: dict) -> dict[str, Any]:
+def gradescope_results(data: ResultJson) -> dict[str, Any]:
     """results.json for one grade's JSON result (`RunResult.to_json()`, schema attnlab.result/1)."""
     try:
         catalogue(data.get("lab"))
@@ -118,7 +119,7 @@ def gradescope_results(data: dict) -> dict[str, Any]:
     return results
 
 
-def leaderboard(data: dict) -> list[dict[str, Any]]:
+def leaderboard(data: ResultJson) -> list[dict[str, Any]]:
     """What a timed grade measured, for an assignment with Gradescope's leaderboard on (ignored otherwise)."""
     timing = data.get("timing") or {}
     if timing.get("kind") != "speedup":
@@ -130,6 +131,6 @@ def leaderboard(data: dict) -> list[dict[str, Any]]:
     return board
 
 
-def write_gradescope(data: dict, path: Path) -> None:
+def write_gradescope(data: ResultJson, path: Path) -> None:
     """Write results.json for one grade (`gradescope_results`) to `path`."""
     Path(path).write_text(json.dumps(gradescope_results(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")

@@ -33,8 +33,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from labrunner.compile.backend import Backend
 from labrunner.labs import LABS
 from labrunner.report.course_figures import Distribution, distributions, roofline
+from labrunner.report.results import ResultJson
 from labrunner.report.svg_charts import dot_text, figure_text, histogram_svg, roofline_svg, si
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import SEVERITY, Status
@@ -391,7 +393,7 @@ def distribution_section(results: list[dict[str, Any]]) -> str:
     title = "<h2>Distribution</h2>"
     if not found:
         backends = Counter(str(r.get("backend")) for r in results if r.get("backend"))
-        why = " (the CPU backend checks correctness only)" if backends and set(backends) == {"cpu"} else ""
+        why = " (the CPU backend checks correctness only)" if backends and set(backends) == {Backend.CPU} else ""
         return f"{title}<p>No submission was timed{esc(why)}, so there is no figure to show the spread of.</p>"
     return title + "".join(_distribution(d) for d in found)
 
@@ -698,7 +700,7 @@ def html_page(
 
 
 def write_html_report(
-    lab: str, rows: list[dict], results: list[dict], path: Path, similar_above: float | None = None
+    lab: str, rows: list[dict[str, Any]], results: list[ResultJson], path: Path, similar_above: float | None = None
 ) -> None:
     """The page for a batch of `lab`: `rows` the gradebook's (BatchRow.to_json, with the course's cells where
     the batch adds them), `results` each submission's JSON result, in the same order; `similar_above` the

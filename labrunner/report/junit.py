@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from xml.etree import ElementTree
 
-from labrunner.report.results import RunResult
+from labrunner.report.results import ResultJson, RunResult
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import NOT_RUN, Status
 
@@ -45,7 +45,7 @@ def classname(lab: str | None, file: str | None, command: str) -> str:
     return f"attnlab.{lab or command}.{re.sub(r'[.]', '_', stem) or command}"
 
 
-def testsuite(data: dict) -> ElementTree.Element:
+def testsuite(data: ResultJson) -> ElementTree.Element:
     """One submission's suite, from its JSON result."""
     name = f"attnlab {data.get('lab') or data.get('command')} {shown(data.get('file') or '')}".strip()
     suite = ElementTree.Element("testsuite", name=xml_text(name))
@@ -98,7 +98,7 @@ def testsuite(data: dict) -> ElementTree.Element:
     return suite
 
 
-def suite_properties(data: dict) -> list[tuple[str, str]]:
+def suite_properties(data: ResultJson) -> list[tuple[str, str]]:
     """The suite's properties: which backend's verdict this is (a CPU verdict is not the GPU's), and where a
     batch graded it for a course, whose it is, what it is worth (report/points.py) and whom it is like."""
     facts = [("backend", str(data["backend"]))] if data.get("backend") else []
@@ -119,7 +119,7 @@ def suite_properties(data: dict) -> list[tuple[str, str]]:
     return facts
 
 
-def write_suite(data: dict, path: Path) -> None:
+def write_suite(data: ResultJson, path: Path) -> None:
     """One submission's report from its JSON result: what a batch writes again once it has added the course's
     fields (student, points, similar submissions) to a result its grading process wrote."""
     _write(testsuite(data), path)
@@ -130,7 +130,7 @@ def write_junit(result: RunResult, path: Path) -> None:
     _write(testsuite(result.to_json()), path)
 
 
-def write_aggregate(results: list[dict], path: Path, name: str) -> None:
+def write_aggregate(results: list[ResultJson], path: Path, name: str) -> None:
     """A batch's report: every submission's suite under one `<testsuites>`, with the totals."""
     root = ElementTree.Element("testsuites", name=xml_text(name))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

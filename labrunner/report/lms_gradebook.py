@@ -28,7 +28,6 @@ from pathlib import Path
 from labrunner.report.gradebook import spreadsheet_safe
 from labrunner.report.records.course_row import CourseRow
 
-LMS_LAYOUTS = ("canvas", "moodle")
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("ID number", "Username", "Full name", "Group")
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from labrunner.compile.backend import Backend
+from labrunner.report.results import ResultJson
 from labrunner.run.untrusted_text import shown
 from labrunner.truth.catalogue import Catalogue, Points, PointsError
 from labrunner.truth.verdict import Status
@@ -112,7 +114,7 @@ def lab_points(lab: str | None) -> Points:
     return found.points if found else Points()
 
 
-def hint_lines(data: dict) -> list[str]:
+def hint_lines(data: ResultJson) -> list[str]:
     return [
         f"hint ({shown(h.get('hazard') or 'hint')}): {shown(' '.join(h['text'].split()))}"
         for h in data.get("hints") or []
@@ -120,7 +122,7 @@ def hint_lines(data: dict) -> list[str]:
     ]
 
 
-def case_parts(data: dict, points: Points, why: dict[str, str]) -> list[Part]:
+def case_parts(data: ResultJson, points: Points, why: dict[str, str]) -> list[Part]:
     """The correctness part: one per case that ran, or one for the error that stopped the grade before
     its cases could decide."""
     total = hundredths(points.cases)
@@ -142,7 +144,7 @@ def case_parts(data: dict, points: Points, why: dict[str, str]) -> list[Part]:
     return parts
 
 
-def speed_part(data: dict, points: Points) -> tuple[Part | None, str]:
+def speed_part(data: ResultJson, points: Points) -> tuple[Part | None, str]:
     """The speed part, or None where it is not scored, with the sentence that says why not."""
     most = hundredths(points.speed)
     if not most:
@@ -153,15 +155,15 @@ def speed_part(data: dict, points: Points) -> tuple[Part | None, str]:
         passed = status == "met"
         return Part("speed gate", most if passed else 0, most, passed, gate["message"], (f"gate {status}",)), ""
     options = data.get("options") or {}
-    backend = data.get("backend") or (options.get("device") if options.get("device") in ("gpu", "cpu") else None)
+    backend = data.get("backend") or (options.get("device") if options.get("device") in tuple(Backend) else None)
     unscored = f"the speed part ({points_text(most)} points) is not scored"
-    if backend == "cpu":
+    if backend == Backend.CPU:
         return None, f"{unscored}: the CPU backend checks correctness only"
     if options.get("no_timing"):
         return None, f"{unscored}: --no-timing"
     if options.get("only"):
         return None, f"{unscored}: --case grades some cases, untimed"
-    if backend == "gpu" and data.get("verdict") != Status.PASS:
+    if backend == Backend.GPU and data.get("verdict") != Status.PASS:
         why = f"not timed: the grade ended {data.get('verdict')} before its timing"
         return Part("speed gate", 0, most, False, why, ("not timed",)), ""
     if status == "none":
@@ -169,7 +171,7 @@ def speed_part(data: dict, points: Points) -> tuple[Part | None, str]:
     return None, f"{unscored}: no speed gate decided"
 
 
-def score_result(data: dict, points: Points | None = None, students_fault: bool = False) -> Score:
+def score_result(data: ResultJson, points: Points | None = None, students_fault: bool = False) -> Score:
     """A grade's worth, from its JSON result (`RunResult.to_json()`, schema result-1) and the lab's points
     (read from the result's lab where not given). `students_fault`: a usage error that is the student's
     (a file the batch found that cannot be graded) is scored 0, where any other usage error has no score."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
 from labrunner.report.records.compile import CompileSummary
 from labrunner.report.records.device import DeviceFacts
@@ -26,6 +27,10 @@ from labrunner.truth.verdict import NOT_RUN as NOT_RUN
 SCHEMA = "attnlab.result/1"
 STATUS_EXIT_CODES = CASE_EXIT_CODES  # the case statuses, most severe first, with their exit codes
 
+# A result as its JSON holds it (schema attnlab.result/1): what the report writers read, from a result made
+# here or from a file another grading process wrote, so each reader checks the fields it uses.
+ResultJson = dict[str, Any]
+
 
 @dataclass
 class CaseResult:
@@ -34,7 +39,7 @@ class CaseResult:
     gathered last (`pipeline.cases`, `pipeline.explain`)."""
 
     name: str
-    status: str
+    status: Status
     message: str
     rows: int
     prefix: int = 0
@@ -48,7 +53,10 @@ class CaseResult:
         default_factory=dict
     )  # what the hints read (truth/hints.py); not in the JSON
 
-    def to_json(self) -> dict:
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # the word itself, where a caller gave the string
+
+    def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "status": self.status,
@@ -74,10 +82,10 @@ class RunResult:
     command: str  # grade, bench, check or doctor
     lab: str | None = None
     file: str | None = None
-    backend: str | None = None
+    backend: Backend | None = None
     device: DeviceFacts | None = None
     seed: str | None = None
-    oracle_proof: dict | None = None
+    oracle_proof: dict[str, object] | None = None
     cases: list[CaseResult] = field(default_factory=list)
     timing: Timing | None = None
     gate: Gate | None = None
@@ -88,11 +96,15 @@ class RunResult:
     error: str | None = None
     error_code: ExitCode | None = None
     sha256: str | None = None  # of the file graded, as read: a gradebook row names exactly what it graded
-    options: dict = field(default_factory=dict)  # the command's options, as given
+    options: dict[str, Any] = field(default_factory=dict)  # the command's options, as given (JSON)
     seconds: float | None = None  # wall time of the whole command
     timings: list[tuple[str, float]] | None = None  # (phase, seconds): where that time went (`labrunner.phases`)
     hints: list[Hint] = field(default_factory=list)  # [{"hazard", "text"}], at most two, on a failing grade
     grader_died: bool = False  # a batch's record of a grading process that died: it never said its version
+
+    def __post_init__(self) -> None:
+        if self.backend is not None:
+            self.backend = Backend(self.backend)  # the member itself, where a caller gave the string
 
     @property
     def device_name(self) -> str | None:
@@ -126,7 +138,7 @@ class RunResult:
     def exit_code(self) -> ExitCode:
         return run_exit_code(self.error_code, self.verdict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> ResultJson:
         return {
             "schema": SCHEMA,
             "command": self.command,
@@ -153,7 +165,7 @@ class RunResult:
             "attnlab_version": None if self.grader_died else attnlab_version(),
             "sha256": self.sha256,
             "options": self.options,
-            "gpu": self.device_name if self.backend == "gpu" else None,
+            "gpu": self.device_name if self.backend == Backend.GPU else None,
             "seconds": self.seconds,
             "timings": None
             if self.timings is None
@@ -185,7 +197,8 @@ def _number(value: float | None) -> float | str | None:
     return str(value)
 
 
-def _plain(value):
+def _plain(value: object) -> object:
+    """A numpy scalar (anything with `item`) as the number it holds; anything else has no JSON form."""
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

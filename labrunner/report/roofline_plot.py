@@ -9,11 +9,13 @@ Each measured kernel is a point; one far below its roof has room the roofline do
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 from labrunner.exit_codes import environment_error
 
 
-def require_matplotlib():
+def require_matplotlib() -> ModuleType:
     """pyplot, drawing to files only; or the error that says how to install it (asked before any work)."""
     try:
         import matplotlib
@@ -24,10 +26,11 @@ def require_matplotlib():
         raise environment_error(
             "--plot needs matplotlib, which is not installed: pip install 'attnlab[profile]'"
         ) from None
-    return plt
+    pyplot: ModuleType = plt  # matplotlib here ships no type information
+    return pyplot
 
 
-def plot_roofline(ceilings: dict, points: list[dict], title: str, path: Path) -> None:
+def plot_roofline(ceilings: dict[str, Any], points: list[dict[str, Any]], title: str, path: Path) -> None:
     """`ceilings` and each point as in the profile's JSON (`label`, `intensity_flop_per_byte`,
     `achieved_flops_per_s`)."""
     plt = require_matplotlib()

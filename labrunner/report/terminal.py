@@ -6,8 +6,9 @@ The only module that imports rich. It renders results; it never decides them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,6 +18,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
+from labrunner.compile.backend import Backend
 from labrunner.report.progress import Progress
 from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.records.course_row import CourseRow
@@ -25,6 +27,9 @@ from labrunner.report.records.timing import Peer, PeerRow, PipelineTiming, Serie
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import Status
+
+if TYPE_CHECKING:
+    from labrunner.labs.definition import Lab
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
@@ -72,7 +77,7 @@ def note(message: str) -> None:
 
 
 @contextmanager
-def progress_display(enabled: bool = True):
+def progress_display(enabled: bool = True) -> Iterator[Progress]:
     """A progress bar on stderr while cases run; it vanishes when done."""
     if not enabled or not stderr.is_terminal:
         yield Progress(start=lambda d, t: stderr.print(f"{d} ({t})"), advance=lambda d: stderr.print(f"  {d}"))
@@ -108,7 +113,7 @@ def heading(text: str) -> None:
     stdout.print(f"[bold]{escape(shown(text))}[/]", markup=True, soft_wrap=_whole(stdout))
 
 
-def labs_table(labs) -> None:
+def labs_table(labs: Iterable[Lab]) -> None:
     table = Table(title="attnlab labs", show_lines=False)
     table.add_column("lab", style="bold")
     table.add_column("title")
@@ -466,8 +471,10 @@ def verdict_line(result: RunResult, why_on_the_cpu: str | None = None) -> None:
     # A CPU verdict speaks for the CPU build only; say which backend gave it (the skipped count,
     # where there is one, already names it).
     skipped = result.summary.removeprefix(verdict)  # " (N cases skipped on the CPU backend; --full runs them)"
-    backend = "" if skipped else {"cpu": " on the CPU backend", "gpu": " on the GPU"}.get(result.backend or "", "")
-    if why_on_the_cpu and result.backend == "cpu":
+    backend = ""
+    if not skipped and result.backend is not None:
+        backend = {Backend.CPU: " on the CPU backend", Backend.GPU: " on the GPU"}[result.backend]
+    if why_on_the_cpu and result.backend == Backend.CPU:
         backend = f" on the CPU backend: {why_on_the_cpu}"
     for hint in result.hints:
         stdout.print(
@@ -506,11 +513,11 @@ def _error(value: float | None) -> str:
     return f"{value:.2e}" if value == value and abs(value) != float("inf") else str(value)
 
 
-def _opt(value) -> str:
+def _opt(value: object) -> str:
     return "-" if value is None else str(value)
 
 
-def _bytes(value) -> str:
+def _bytes(value: int | None) -> str:
     return "-" if value is None else f"{value} B"
 
 
@@ -558,15 +565,15 @@ def trace_report(trace: Trace) -> None:
             )
 
 
-def _pct(value) -> str:
+def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}%"
 
 
-def _count(value) -> str:
+def _count(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
 
-def _mb(value) -> str:
+def _mb(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e6:.1f}"
 
 
@@ -711,7 +718,7 @@ def range_summary_line(report: RangeReport) -> None:
 # --- output fit for logs ---------------------------------------------------------------------
 
 
-def print_unwrapped(table) -> None:
+def print_unwrapped(table: Table) -> None:
     """In a log (stdout not a terminal) a table is as wide as its rows need, so no row ever wraps; on a
     terminal, or where the rows fit, the console's own width (COLUMNS honoured)."""
     if not _whole(stdout):
@@ -756,7 +763,7 @@ def _spell_in_ascii(error: UnicodeError) -> tuple[str, int]:
     return "".join(ASCII_SPELLING.get(c, "?") for c in text), error.end
 
 
-def ascii_wanted(stream) -> bool:
+def ascii_wanted(stream: TextIO) -> bool:
     """A stream that cannot encode UTF-8 (PYTHONIOENCODING=ascii), or a C/POSIX locale (LANG=C, which
     Python itself would quietly coerce to UTF-8)."""
     import os
@@ -783,7 +790,7 @@ def prepare_streams() -> None:
 
 
 @contextmanager
-def batch_progress(total: int):
+def batch_progress(total: int) -> Iterator[Callable[[str], None]]:
     """A bar over submissions on stderr; in a log, one line as each submission finishes.
 
     Each line names a student's file, so it is shown (untrusted_text.py), on one line, never wrapped."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 GPU_PID = 0
 
 
-def trace_events(slices: list[dict], gpu_name: str, source: str) -> dict:
+def trace_events(slices: list[dict[str, Any]], gpu_name: str, source: str) -> dict[str, Any]:
     """The whole trace as a JSON-ready object, from the slices as the profile's JSON holds them."""
     streams = sorted({s["stream"] for s in slices})
-    events: list[dict] = [
+    events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": GPU_PID, "tid": 0, "args": {"name": f"{gpu_name} ({source})"}}
     ]
     events += [
@@ -54,5 +55,5 @@ def trace_events(slices: list[dict], gpu_name: str, source: str) -> dict:
     }
 
 
-def write_trace(slices: list[dict], gpu_name: str, source: str, path: Path) -> None:
+def write_trace(slices: list[dict[str, Any]], gpu_name: str, source: str, path: Path) -> None:
     path.write_text(json.dumps(trace_events(slices, gpu_name, source), indent=1, allow_nan=False) + "\n")

@@ -10,20 +10,26 @@ launches (poison, guard bands, inputs read back, the checks) is the same code as
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.nvrtc import DEFAULT_ARCH
 from labrunner.labs.definition import Launch
 from labrunner.run.cpu.device_memory import guarded_array, out_of_bounds_message
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
+
+if TYPE_CHECKING:
+    from labrunner.measure.device import Kernels
 
 # What a built module may need (object_check.ALLOWED_LIBRARIES), loaded before the filter goes on.
 RUNTIME_LIBRARIES = ("libstdc++.so.6", "libm.so.6", "libgcc_s.so.1")
 
 
 class HostGuardedBuffer:
-    def __init__(self, count: int, fill_bits: int):
+    def __init__(self, count: int, fill_bits: int) -> None:
         self.count = count
         # canary bands inside the mapping (a write just past the end changes them, as on the GPU), and
         # the mapping's inaccessible guards beyond them (a write farther away faults)
@@ -32,7 +38,7 @@ class HostGuardedBuffer:
         self.inner = self.full[GUARD_ELEMENTS : GUARD_ELEMENTS + count]
         self.inner.view(np.uint32)[:] = fill_bits
 
-    def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
+    def bands(self, to_host: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         return self.full[:GUARD_ELEMENTS].copy(), self.full[GUARD_ELEMENTS + self.count :].copy()
 
 
@@ -52,7 +58,7 @@ class CpuDevice:
     the filter, never the object check.
     """
 
-    name = "cpu"
+    name = Backend.CPU
 
     def __init__(self) -> None:
         self.sealed = False
@@ -65,8 +71,8 @@ class CpuDevice:
         arch: str = DEFAULT_ARCH,
         sandboxed: bool = True,
         timeout_s: float | None = None,
-        triton: dict[str, dict] | None = None,
-    ):
+        triton: dict[str, dict[str, Any]] | None = None,
+    ) -> Kernels:
         from labrunner import syscall_filter
         from labrunner.run.cpu.module import (
             BUILD_TIMEOUT_S,
@@ -112,7 +118,9 @@ class CpuDevice:
     def guarded(self, count: int, fill_bits: int = POISON_BITS) -> HostGuardedBuffer:
         return HostGuardedBuffer(count, fill_bits)
 
-    def launch(self, module, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
+    def launch(
+        self, module: Kernels, launch: Launch, buffers: dict[str, np.ndarray], reverse_threads: int = False
+    ) -> None:
         """One launch; a fault in a guard of one of its buffers is raised as the out-of-bounds access it
         is, naming the buffer (a fault anywhere else stays the illegal memory access it was)."""
         from labrunner.run.cpu.module import CpuFault, CpuOutOfBounds
@@ -146,12 +154,6 @@ class CpuDevice:
         from labrunner.run.cpu.module import CpuCompileError, CpuKernelError
 
         return str(exc) if isinstance(exc, CpuKernelError) and not isinstance(exc, CpuCompileError) else None
-
-    def describe_compile_error(self, exc: BaseException) -> str | None:
-        """The words of a file the CPU build refused (g++, its limits, the object check): a compile error."""
-        from labrunner.run.cpu.module import CpuCompileError
-
-        return str(exc) if isinstance(exc, CpuCompileError) else None
 
 
 def cpu_backend_status() -> tuple[bool, str]:

@@ -24,14 +24,28 @@ import select
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 
 from labrunner import box as boxes
 from labrunner.run.sandbox import REPLAY_LIMITS, Sandbox
 from labrunner.run.untrusted_text import shown
+from labrunner.run.wire import Message
+
+
+class ReplayPayload(TypedDict, total=False):
+    """One case as a replay runs it: the composed source, its file name, the entry points' parameter
+    types, and the run request (`worker_main.run_case`'s: launches, inputs, writable, returned)."""
+
+    source: str
+    filename: str
+    entry_types: dict[str, list[str]]
+    request: Message
+
 
 SANITIZER = "compute-sanitizer"
 REPLAY_FACTOR = 3
@@ -46,11 +60,11 @@ def sanitizer_path() -> str | None:
     return shutil.which(SANITIZER)
 
 
-def case_files(payload: dict) -> dict[str, bytes]:
+def case_files(payload: ReplayPayload) -> dict[str, bytes]:
     """`payload` as case.json plus one .npy per input: the files `replay.py` reads."""
     request = payload.get("request", {})
     inputs = request.get("inputs", {})
-    files = {}
+    files: dict[str, bytes] = {}
     for name, array in inputs.items():
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
@@ -69,13 +83,13 @@ def case_files(payload: dict) -> dict[str, bytes]:
     return files
 
 
-def write_case(folder: Path, payload: dict) -> None:
+def write_case(folder: Path, payload: ReplayPayload) -> None:
     """The case's files written into `folder` (for a replay started by hand)."""
     for name, data in case_files(payload).items():
         (folder / name).write_bytes(data)
 
 
-def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
+def replay_under_sanitizer(payload: ReplayPayload, case_timeout_s: float) -> str | None:
     """The sanitizer's report on one case (a few lines), or None when there is no sanitizer or no report."""
     replayed = sanitizer_replay(payload, case_timeout_s, "memcheck", print_limit=3)
     if replayed is None:
@@ -91,7 +105,7 @@ def replay_under_sanitizer(payload: dict, case_timeout_s: float) -> str | None:
 
 
 def sanitizer_replay(
-    payload: dict, case_timeout_s: float, tool_name: str, print_limit: int
+    payload: ReplayPayload, case_timeout_s: float, tool_name: str, print_limit: int
 ) -> tuple[list[str], bool] | None:
     """One case replayed in a box under one of compute-sanitizer's tools (memcheck here, racecheck and
     synccheck for `racecheck.py`): the tool's own lines and whether it finished in time; None when
@@ -135,7 +149,7 @@ def sanitizer_replay(
         box.kill()
 
 
-def read_report(fd: int, deadline: float, exited=lambda: False) -> tuple[list[str], bool]:
+def read_report(fd: int, deadline: float, exited: Callable[[], bool] = lambda: False) -> tuple[list[str], bool]:
     """The tool's own lines (`=========` prefix removed) until the pipe closes, the tool has exited
     (something it started may hold the pipe open) or the deadline passes. Everything else (the
     kernel's printf) is read and dropped, so no amount of it costs memory."""

@@ -8,13 +8,20 @@ with it. (The driver's context holds only its own oracle for timed calls, `gpu_o
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.nvrtc import NVRTC_INCLUDE_OPTIONS
 from labrunner.labs.definition import Launch
 from labrunner.truth.poison import CANARY_BITS, GUARD_ELEMENTS, POISON_BITS
+
+if TYPE_CHECKING:
+    from labrunner.measure.device import DeviceArray, Kernels
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # a launch above this needs the kernel's opt-in attribute raised
 # Triton 3.6's kernels take two pointers past their own parameters, to global and profile scratch
@@ -31,7 +38,7 @@ class TritonFunction:
     """A Triton kernel's cubin function with the launch facts its compile fixed: the block is 32 x its
     warps and its dynamic shared memory what Triton allotted, whatever the lab's plan says of them."""
 
-    def __init__(self, function, threads: int, shared_bytes: int):
+    def __init__(self, function: Any, threads: int, shared_bytes: int) -> None:  # CuPy's RawKernel
         self.function = function
         self.threads = threads
         self.shared_bytes = shared_bytes
@@ -39,16 +46,17 @@ class TritonFunction:
             function.max_dynamic_shared_size_bytes = shared_bytes
 
 
-def _cupy():
+def _cupy() -> ModuleType:
     import cupy
 
-    return cupy
+    module: ModuleType = cupy  # CuPy ships no type information
+    return module
 
 
 class GuardedBuffer:
     """A device buffer framed by canary bands; `inner` is what the kernel is given."""
 
-    def __init__(self, xp, count: int, fill_bits: int):
+    def __init__(self, xp: ModuleType, count: int, fill_bits: int) -> None:
         self.count = count
         self.fill_bits = fill_bits
         self.full = xp.empty(GUARD_ELEMENTS + count + GUARD_ELEMENTS, dtype=np.float32)
@@ -60,14 +68,14 @@ class GuardedBuffer:
         """Back to the buffer's own poison pattern, as if no kernel had ever written it."""
         self.inner.view(np.uint32).fill(self.fill_bits)
 
-    def bands(self, to_host) -> tuple[np.ndarray, np.ndarray]:
+    def bands(self, to_host: Callable[[DeviceArray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         return to_host(self.full[:GUARD_ELEMENTS]), to_host(self.full[GUARD_ELEMENTS + self.count :])
 
 
 class GpuDevice:
-    name = "gpu"
+    name = Backend.GPU
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.xp = _cupy()
         self.xp.cuda.runtime.getDeviceCount()  # fails early, with the driver's words, where no GPU is
 
@@ -77,9 +85,9 @@ class GpuDevice:
         filename: str,
         entry_types: dict[str, list[str]],
         binary: tuple[str, bytes] | None = None,
-        triton: dict[str, dict] | None = None,
-        **cpu_options,
-    ):
+        triton: dict[str, dict[str, Any]] | None = None,
+        **cpu_options: object,
+    ) -> Kernels:
         """CuPy's RawModule for this GPU; `cpu_options` (arch, sandboxed) are the CPU backend's and unused here.
 
         `binary`: (architecture, machine code) the compile gate built from the same source in its own
@@ -100,7 +108,7 @@ class GpuDevice:
             )
         return {name: module.get_function(name) for name in entry_types}
 
-    def _triton_function(self, name: str, kernel: dict) -> TritonFunction:
+    def _triton_function(self, name: str, kernel: dict[str, Any]) -> TritonFunction:
         mine = self.architecture()
         if kernel["arch"] != mine:
             raise TritonLoadError(
@@ -115,16 +123,19 @@ class GpuDevice:
         """This GPU's real architecture as NVRTC names it (sm_90 for an H100 or H200)."""
         return f"sm_{self.xp.cuda.Device().compute_capability}"  # CuPy says "90"
 
-    def upload(self, array: np.ndarray):
+    def upload(self, array: np.ndarray) -> DeviceArray:
         return self.xp.asarray(array)
 
-    def to_host(self, buffer) -> np.ndarray:
-        return self.xp.asnumpy(buffer)
+    def to_host(self, buffer: DeviceArray) -> np.ndarray:
+        host: np.ndarray = self.xp.asnumpy(buffer)
+        return host
 
     def guarded(self, count: int, fill_bits: int = POISON_BITS) -> GuardedBuffer:
         return GuardedBuffer(self.xp, count, fill_bits)
 
-    def launch(self, kernels, launch: Launch, buffers: dict, reverse_threads: int = False) -> None:
+    def launch(
+        self, kernels: Kernels, launch: Launch, buffers: dict[str, DeviceArray], reverse_threads: int = False
+    ) -> None:
         kernel = kernels[launch.kernel]
         if isinstance(kernel, TritonFunction):
             self._launch_triton(kernel, launch, buffers)
@@ -134,8 +145,8 @@ class GpuDevice:
         args = tuple(buffers[a] if isinstance(a, str) else np.int32(a) for a in launch.args)
         kernel(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
 
-    def _launch_triton(self, kernel: TritonFunction, launch: Launch, buffers: dict) -> None:
-        args = []
+    def _launch_triton(self, kernel: TritonFunction, launch: Launch, buffers: dict[str, DeviceArray]) -> None:
+        args: list[DeviceArray] = []
         for a in launch.args:
             if isinstance(a, str):
                 if buffers[a].data.ptr % TRITON_ALIGNMENT:  # never so for the driver's buffers: checked, not assumed
@@ -153,10 +164,6 @@ class GpuDevice:
         """A launch the driver refused (too many threads, too much shared memory) is the kernel's fault."""
         if isinstance(exc, self.xp.cuda.driver.CUDADriverError) and "INVALID" in str(exc):
             return str(exc)
-        return None
-
-    def describe_compile_error(self, exc: BaseException) -> str | None:
-        """The GPU build has no refusals of its own: NVRTC's gate already compiled the same file."""
         return None
 
     def describe_error(self, exc: BaseException) -> str | None:

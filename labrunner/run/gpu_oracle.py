@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
+from types import ModuleType
 
 import numpy as np
 
 from labrunner.exit_codes import environment_error
 from labrunner.labs.timing_strategy import TimingLayout
-from labrunner.measure.input_pool import CudaSets
+from labrunner.measure.device import DeviceArray
+from labrunner.measure.input_pool import CudaSets, NumpySets
 from labrunner.truth import oracle, paged_cache
 from labrunner.truth.cases import Inputs
 from labrunner.truth.checker import PASS, OutputCheck, check_output
@@ -41,11 +43,16 @@ from labrunner.truth.timing_sets import KEY_BITS, make_set, set_shapes
 
 PROOF_ROWS, PROOF_PREFIX = 260, 36  # past the oracle's 256-row block, so the blocking is proven too
 
+# The oracle's proof as the timing record carries it: each part's figures (errors, and whether the parts
+# agreed), and the tolerance they were held to.
+Proof = dict[str, float | bool]
 
-def _cupy():
+
+def _cupy() -> ModuleType:
     import cupy
 
-    return cupy
+    module: ModuleType = cupy  # CuPy ships no type information
+    return module
 
 
 class GpuOracle:
@@ -53,16 +60,21 @@ class GpuOracle:
 
     `xp` and `sets` are CuPy and `CudaSets` unless a test passes numpy and `NumpySets`."""
 
-    def __init__(self, xp=None, sets=CudaSets, decode: bool = True):
+    def __init__(
+        self, xp: ModuleType | None = None, sets: type[CudaSets | NumpySets] = CudaSets, decode: bool = True
+    ) -> None:
         self.cp = xp if xp is not None else _cupy()
         self.sets = sets
         self.decode = decode  # whether it will judge decode batches: its decode oracle is then proven too
         self.proof = self.prove()
 
-    def host(self, array) -> np.ndarray:
-        return self.cp.asnumpy(array) if self.cp is not np else array
+    def host(self, array: DeviceArray) -> np.ndarray:
+        host: np.ndarray = self.cp.asnumpy(array) if self.cp is not np else array
+        return host
 
-    def reference(self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None):
+    def reference(
+        self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None
+    ) -> DeviceArray:
         """The float64 reference of set `number`, on the GPU; `layout`: a paged cache's pages, table and lengths."""
         cp = self.cp
         pages = (layout or {}).get("pages")
@@ -90,7 +102,7 @@ class GpuOracle:
         self.release()
         return reference
 
-    def check(self, out: np.ndarray, reference) -> OutputCheck:
+    def check(self, out: np.ndarray, reference: DeviceArray) -> OutputCheck:
         """The checker's verdict on `out` (float32, host) against a reference on the GPU."""
         cp = self.cp
         on_gpu = cp.asarray(out)
@@ -104,7 +116,7 @@ class GpuOracle:
         if self.cp is not np:
             self.cp.get_default_memory_pool().free_all_blocks()
 
-    def prove(self) -> dict:
+    def prove(self) -> Proof:
         """Every part of the proof, each in a thread of its own (the module's note says what overlaps)."""
         with ThreadPoolExecutor(max_workers=3, thread_name_prefix="attnlab-proof") as pool:
             proofs = (self.prove_prefill, self.prove_checker, *((self.prove_decode,) if self.decode else ()))
@@ -113,7 +125,7 @@ class GpuOracle:
         self.release()
         return {**proof, "tolerance": PROOF_TOLERANCE}
 
-    def prove_prefill(self) -> dict:
+    def prove_prefill(self) -> Proof:
         cp = self.cp
         golden = prove_oracle(
             attention=lambda q, k, v, prefix: self.host(
@@ -148,7 +160,7 @@ class GpuOracle:
             )
         return {"golden_max_error": golden.max_error, "cpu_gpu_max_difference": gap, "set_bits_equal": True}
 
-    def prove_checker(self) -> dict:
+    def prove_checker(self) -> Proof:
         """The pass rule as the GPU applies it (`check`) gives the CPU checker's verdicts: a right output
         passes, and one element off by a thousandth fails with the checker's own message. This also has
         CuPy build the rule's kernels here, ahead, rather than at the first timed call's check."""
@@ -168,7 +180,7 @@ class GpuOracle:
             )
         return {"checker_agrees": True}
 
-    def prove_decode(self) -> dict:
+    def prove_decode(self) -> Proof:
         """The decode oracle on the GPU against the CPU's, on a small paged batch (shuffled pages, NaN
         where no key stands), to the proof's tolerance."""
         cp = self.cp

@@ -20,18 +20,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import numpy as np
 
 from labrunner.labs.definition import Launch
+from labrunner.measure.device import Kernels
 from labrunner.measure.gpu_facts import read_gpu_facts
-from labrunner.measure.input_pool import first_set
+from labrunner.measure.input_pool import Slot, first_set
 from labrunner.run.gpu_device import GpuDevice
 from labrunner.truth.cases import random_inputs
 from labrunner.truth.poison import filled, poison_for
 
 
-def launch_from_json(data: dict) -> Launch:
+def launch_from_json(data: dict[str, Any]) -> Launch:
     return Launch(
         data["kernel"], tuple(data["grid"]), tuple(data["block"]), int(data["shared_bytes"]), tuple(data["args"])
     )
@@ -44,8 +46,9 @@ def main(path: str) -> None:
     with open(payload["facts_path"], "w") as handle:
         json.dump(read_gpu_facts(), handle)
     inputs = make_inputs(device, payload)
-    contenders = []
-    writable_sets: dict[tuple, dict] = {}  # contenders whose buffers are the same sizes share them
+    contenders: list[tuple[Kernels, list[Launch], Slot]] = []
+    # contenders whose buffers are the same sizes share them
+    writable_sets: dict[tuple[tuple[str, int], ...], Slot] = {}
     for contender in payload["contenders"]:
         kernels = device.compile(contender["source"], contender["filename"], contender["entry_types"])
         # Writable buffers are copied up poisoned, never filled on the GPU, sized by each contender's own
@@ -70,7 +73,7 @@ def main(path: str) -> None:
     device.synchronize()
 
 
-def make_inputs(device, payload: dict) -> dict:
+def make_inputs(device: GpuDevice, payload: dict[str, Any]) -> Slot:
     """The inputs on the GPU: a paged cache's pages filled there from the payload's key (its block table
     and lengths read from the file beside the payload), else a prefill's arrays made here and copied up."""
     rows, prefix = payload["rows"], payload["prefix"]

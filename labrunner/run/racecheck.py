@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from labrunner.run.diagnose import REPLAY_FACTOR, SANITIZER, sanitizer_replay
+from labrunner.run.diagnose import REPLAY_FACTOR, SANITIZER, ReplayPayload, sanitizer_replay
 
 TOOLS = ("racecheck", "synccheck")
 _LOCATION = re.compile(r"in (?:\S*/)?([^/\s:]+):(\d+)(?::(\w+)\()?")
@@ -25,7 +25,7 @@ _ACCESS = re.compile(r"(Read|Write) access")
 _SUMMARY = re.compile(r"\s*[A-Z]+ SUMMARY:")
 
 
-def find_hazard(payload: dict, case_timeout_s: float) -> tuple[str | None, str | None]:
+def find_hazard(payload: ReplayPayload, case_timeout_s: float) -> tuple[str | None, str | None]:
     """(hazard, inconclusive): the first hazard racecheck or synccheck reports on one case, in one
     line, or the reason the check could not be made.
 

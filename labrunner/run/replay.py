@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +19,9 @@ from labrunner.run.gpu_device import GpuDevice
 from labrunner.run.worker_main import run_case
 
 
-def read_case(folder: Path) -> dict:
-    case = json.loads((folder / "case.json").read_text())
+def read_case(folder: Path) -> dict[str, Any]:
+    """case.json (`diagnose.case_files`), its inputs and launches read back: a run request with the source."""
+    case: dict[str, Any] = json.loads((folder / "case.json").read_text())
     case["inputs"] = {name: np.load(folder / f"{name}.npy", allow_pickle=False) for name in case["inputs"]}
     case["launches"] = [
         Launch(

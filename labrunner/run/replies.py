@@ -13,15 +13,17 @@ kind of buffer in a timing reply needs its rule here, in `timing_reply`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
-from labrunner.run.wire import NO_BUFFERS, BufferSpec, Expected
+from labrunner.run.wire import NO_BUFFERS, BufferSpec, Expected, Message
 from labrunner.truth.poison import GUARD_ELEMENTS
 
 TIMING_REPLY_LIMIT_BYTES = 8 << 30  # far above a timing run's verified outputs (16 MiB each at lab 2's shape)
 
 
-def case_reply(inputs: dict[str, np.ndarray], writable: dict[str, int], returned) -> Expected:
+def case_reply(inputs: dict[str, np.ndarray], writable: dict[str, int], returned: Iterable[str]) -> Expected:
     exact = {f"outputs/{name}": BufferSpec("float32", (writable[name],)) for name in returned}
     for name in writable:
         for side in (0, 1):
@@ -31,7 +33,7 @@ def case_reply(inputs: dict[str, np.ndarray], writable: dict[str, int], returned
     return Expected(exact=exact, optional=frozenset(f"inputs_after/{name}" for name in inputs))
 
 
-def timing_reply(request: dict) -> Expected:
+def timing_reply(request: Message) -> Expected:
     """A timing reply's buffers: for each contender (or lab 1 size) the checked calls' set numbers,
     `int64 [n]`, and their outputs, `float32 [n][out_count]` with the request's own `out_count`."""
     lengths = {request["out_count"]} if "out_count" in request else set()
@@ -48,7 +50,7 @@ def timing_reply(request: dict) -> Expected:
     return Expected(fits=fits, max_bytes=TIMING_REPLY_LIMIT_BYTES)
 
 
-def peer_check_reply(request: dict) -> Expected:
+def peer_check_reply(request: Message) -> Expected:
     """A peer's check before timing: its one output, `float32 [1][out_count]`, and that set's number; or
     no buffers at all where the peer cannot run here."""
 
@@ -60,6 +62,6 @@ def peer_check_reply(request: dict) -> Expected:
     return Expected(fits=fits, max_bytes=TIMING_REPLY_LIMIT_BYTES)
 
 
-def trace_reply(request: dict) -> Expected:
+def trace_reply(request: Message) -> Expected:
     """A trace reply is plain JSON (each kernel's start and end in nanoseconds): no buffers at all."""
     return NO_BUFFERS

@@ -36,12 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 
 import labrunner
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 
 ENV_ALLOWED = (
     "PATH",
@@ -94,7 +96,7 @@ REPLAY_LIMITS = GPU_LIMITS
 
 
 def limits_for(backend: str) -> Limits:
-    return GPU_LIMITS if backend == "gpu" else CPU_LIMITS
+    return GPU_LIMITS if backend == Backend.GPU else CPU_LIMITS
 
 
 def scrubbed_environment(private: Path, host_code: bool = True, boxed: bool = False) -> dict[str, str]:
@@ -178,7 +180,7 @@ class Sandbox:
         self.boxed = boxes.boxed()
         self._host_private = None if self.boxed else Path(tempfile.mkdtemp(prefix=prefix))
         self.private = Path(boxes.PRIVATE) if self._host_private is None else self._host_private
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._data: dict[str, int] = {}
 
     def python_command(self, module: str, limits: Limits, *args: str) -> list[str]:
@@ -207,7 +209,7 @@ class Sandbox:
         host_code: bool = True,
         readable: tuple[str, ...] = (),
         environment: dict[str, str] | None = None,
-    ) -> subprocess.Popen:
+    ) -> subprocess.Popen[bytes]:
         """Start `command` boxed, its stdout and stderr both to `stdout`. `host_code`: whether it
         runs a student's host code (the CPU backend), for the environment's caches. `readable`:
         more read-only paths for the box (the tests' probe, the grader's shared CPU parts);
@@ -320,7 +322,7 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _signal(send) -> None:
+def _signal(send: Callable[[], object]) -> None:
     try:
         send()
     except (ProcessLookupError, PermissionError):
@@ -380,7 +382,7 @@ def copy_cupy_cache(source: str | None, destination: str | None) -> None:
 
 
 def apply_limits(limits: Limits) -> None:
-    def both(which, value):
+    def both(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
 
     both(resource.RLIMIT_CPU, limits.cpu_s)
@@ -419,16 +421,6 @@ def enter_pid_namespace() -> bool:
         signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
-
-
-def pid_namespaces_allowed() -> bool:
-    """Whether this process may make a PID namespace (asked in a throwaway child)."""
-    child = os.fork()
-    if child == 0:
-        libc = ctypes.CDLL(None, use_errno=True)
-        allowed = libc.unshare(CLONE_NEWPID) == 0 or libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) == 0
-        os._exit(0 if allowed else 1)
-    return os.waitpid(child, 0)[1] == 0
 
 
 def drop_capabilities() -> None:

@@ -37,14 +37,14 @@ _CONTROLS = re.compile(
 _WORKFLOW_COMMAND = re.compile(r"^(\s*):(?=:)|#(?=#\[)")
 
 
-def _escape(match: re.Match) -> str:
+def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     if 0xDC80 <= code <= 0xDCFF:  # a byte of a file name that was not UTF-8
         return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def _no_command(match: re.Match) -> str:
+def _no_command(match: re.Match[str]) -> str:
     return f"{match.group(1)}\\x3a" if match.group(1) is not None else "\\x23"
 
 
@@ -53,7 +53,7 @@ def shown(text: str) -> str:
     return _WORKFLOW_COMMAND.sub(_no_command, _CONTROLS.sub(_escape, text))
 
 
-def shown_path(path: str | bytes | os.PathLike) -> str:
+def shown_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
     """A file's name or path as it is shown everywhere: decoded as the OS decodes names, then `shown`."""
     return shown(os.fsdecode(path))
 

@@ -38,7 +38,7 @@ import select
 import struct
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -48,8 +48,14 @@ DTYPES = ("float32", "float64", "int32", "uint32", "int64")
 HEADER_LIMIT = 1 << 20  # bytes of JSON header: replies carry numbers as buffers, not as text
 SKIP_LIMIT = 1 << 20  # bytes of junk skipped before a reply's cookie before the channel is refused
 TEXT_LIMIT = 64 * 1024  # characters of any one string in a reply (an error's detail)
-COOKIE_BYTES = 16
 _LENGTH = struct.Struct(">I")
+
+# A message's body: JSON (objects, lists, strings, numbers, booleans, null) with arrays standing in it.
+# Its shape is each request's and reply's own (worker.py, worker_main.py): what crosses here is checked
+# against the protocol, and the reader of each field checks the rest, so the type stops at JSON.
+Message = dict[str, Any]
+# One part of an encoded message: the header's bytes, or a buffer's array.
+Part = bytes | np.ndarray
 _CHUNK = 1 << 20
 
 
@@ -123,7 +129,7 @@ ANY_BUFFERS = Expected(fits=lambda name, spec: True)  # the worker's side: reque
 
 
 # -- encoding ----------------------------------------------------------------------------------
-def encode(body, cookie: bytes = b"") -> list:
+def encode(body: object, cookie: bytes = b"") -> list[Part]:
     """The message as a list of byte strings and arrays, ready for `write_message`."""
     buffers: list[tuple[str, np.ndarray]] = []
     tree = _to_tree(body, "", buffers)
@@ -134,7 +140,7 @@ def encode(body, cookie: bytes = b"") -> list:
     return [cookie + _LENGTH.pack(len(text)) + text, *(a for _, a in buffers)]
 
 
-def _to_tree(value, path: str, buffers: list):
+def _to_tree(value: object, path: str, buffers: list[tuple[str, np.ndarray]]) -> Any:
     if isinstance(value, np.ndarray):
         array = np.ascontiguousarray(value)
         if array.dtype.name not in DTYPES:
@@ -144,7 +150,7 @@ def _to_tree(value, path: str, buffers: list):
     if isinstance(value, Launch):
         return {"$launch": _to_tree(asdict(value), path, buffers)}
     if isinstance(value, dict):
-        tree = {}
+        tree: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str) or "/" in key or key.startswith("$"):
                 raise WireError(
@@ -161,7 +167,7 @@ def _to_tree(value, path: str, buffers: list):
     raise WireError(f"{path or 'the message'}: a {type(value).__name__} cannot travel on the wire")
 
 
-def write_message(fd: int, parts: list, deadline: float | None = None) -> None:
+def write_message(fd: int, parts: list[Part], deadline: float | None = None) -> None:
     """Write every part; with a deadline the fd must be non-blocking and the write gives up at it."""
     for part in parts:
         view = part.data.cast("B") if isinstance(part, np.ndarray) else memoryview(part)
@@ -181,7 +187,7 @@ def write_message(fd: int, parts: list, deadline: float | None = None) -> None:
 class Reader:
     """The receiving end of a channel: the bytes read so far and where to wait for more."""
 
-    def __init__(self, fd: int, cookie: bytes = b"", alive: Callable[[], bool] | None = None):
+    def __init__(self, fd: int, cookie: bytes = b"", alive: Callable[[], bool] | None = None) -> None:
         self.fd = fd
         self.cookie = cookie
         # Whether the writer still runs: a process it started may hold the pipe open after it died,
@@ -190,7 +196,7 @@ class Reader:
         self._pending = bytearray()
         self.skipped = 0  # bytes before a cookie, over the channel's life
 
-    def read(self, expected: Expected, deadline: float | None, records: bool = False):
+    def read(self, expected: Expected, deadline: float | None, records: bool = False) -> Any:
         """One message's body, its buffers in place; raises WireError (or a subclass) on anything else."""
         if self.cookie:
             self._sync(deadline)
@@ -209,14 +215,14 @@ class Reader:
             or not isinstance(header["buffers"], list)
         ):
             raise WireError("the header is not {body, buffers}")
-        declared = {}
+        declared: dict[str, BufferSpec] = {}
         for entry in header["buffers"]:
             name, spec = _buffer_spec(entry)
             if name in declared:
                 raise WireError(f"buffer {name!r} is declared twice")
             declared[name] = spec
         expected.check(declared)
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         for name, spec in declared.items():
             array = np.empty(spec.shape, dtype=spec.dtype)
             self._fill(array.reshape(-1).view(np.uint8).data, deadline)
@@ -286,7 +292,7 @@ class Reader:
         self._pending += chunk
 
 
-def _buffer_spec(entry) -> tuple[str, BufferSpec]:
+def _buffer_spec(entry: object) -> tuple[str, BufferSpec]:
     if not isinstance(entry, dict) or set(entry) != {"name", "dtype", "shape"}:
         raise WireError("a buffer entry is not {name, dtype, shape}")
     name, dtype, shape = entry["name"], entry["dtype"], entry["shape"]
@@ -303,7 +309,7 @@ def _buffer_spec(entry) -> tuple[str, BufferSpec]:
     return name, BufferSpec(dtype, tuple(shape))
 
 
-def _from_tree(value, path: str, arrays: dict, used: set, records: bool):
+def _from_tree(value: Any, path: str, arrays: dict[str, np.ndarray], used: set[str], records: bool) -> Any:
     if isinstance(value, dict):
         if set(value) == {"$buffer"}:
             name = value["$buffer"]
@@ -335,7 +341,7 @@ def _from_tree(value, path: str, arrays: dict, used: set, records: bool):
     return value
 
 
-def _no_duplicates(pairs):
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     if len(set(keys)) != len(keys):
         raise ValueError("a key appears twice")
@@ -363,14 +369,14 @@ class Channel:
     alive: Callable[[], bool] | None = None
     reader: Reader = field(init=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         os.set_blocking(self.request_fd, False)
         self.reader = Reader(self.reply_fd, self.cookie, self.alive)
 
-    def send(self, body, deadline: float) -> None:
+    def send(self, body: Message, deadline: float) -> None:
         write_message(self.request_fd, encode(body), deadline)
 
-    def receive(self, expected: Expected, deadline: float):
+    def receive(self, expected: Expected, deadline: float) -> Any:
         return self.reader.read(expected, deadline)
 
     def close(self) -> None:

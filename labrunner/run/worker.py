@@ -25,10 +25,13 @@ import secrets
 import signal
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
 
 import numpy as np
 
 from labrunner import box as boxes
+from labrunner.compile.backend import Backend
 from labrunner.compile.nvrtc import DEFAULT_ARCH
 from labrunner.compile.triton_build import THREADS_PER_WARP, TritonKernel
 from labrunner.exit_codes import AttnlabError, ExitCode
@@ -39,7 +42,7 @@ from labrunner.run import replies
 from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.sandbox import Sandbox, limits_for
 from labrunner.run.untrusted_text import shown, shown_lines
-from labrunner.run.wire import NO_BUFFERS, Channel, Expected, WireClosed, WireError, WireTimeout
+from labrunner.run.wire import NO_BUFFERS, Channel, Expected, Message, WireClosed, WireError, WireTimeout
 from labrunner.truth.verdict import Status, failure_status
 
 COMPILE_TIMEOUT_S = 300.0
@@ -87,14 +90,13 @@ class Worker:
     """The parent's handle on one worker process for one backend ('gpu' or 'cpu')."""
 
     def __init__(self, backend: str, cpu_arch: str = DEFAULT_ARCH):
-        self.backend = backend
+        self.backend = Backend(backend)
         self.output = CappedOutput()  # across restarts: one report of what the kernels printed
         self.landlock_abi: int | None = None
-        self.pid_namespace = False
         self._sandbox: Sandbox | None = None
         self._channel: Channel | None = None
         self._launch_marks: int | None = None  # the read end of the pipe each launch's index arrives on
-        self._loaded: list[dict] = []
+        self._loaded: list[Message] = []
         self.cpu_arch = cpu_arch  # the CPU build's architecture: the parts its box is given are made for it
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -112,7 +114,7 @@ class Worker:
                 self._exchange(load, COMPILE_TIMEOUT_S, NO_BUFFERS)
 
     def _start_box(self) -> None:
-        box = Sandbox(boxes.GPU_RUN if self.backend == "gpu" else boxes.CPU_RUN)
+        box = Sandbox(boxes.GPU_RUN if self.backend == Backend.GPU else boxes.CPU_RUN)
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         for pipe in (request_write, reply_write):
@@ -122,7 +124,7 @@ class Worker:
         os.set_blocking(marks_read, False)
         os.set_blocking(marks_write, False)  # the worker's side too: a full pipe loses a mark, never blocks
         limits = limits_for(self.backend)
-        parts = cpu_parts(self.cpu_arch) if self.backend == "cpu" else None  # made here, read-only inside
+        parts = cpu_parts(self.cpu_arch) if self.backend == Backend.CPU else None  # made here, read-only inside
         command = box.python_command(
             "labrunner.run.worker_main", limits, self.backend, str(request_read), str(reply_write), str(marks_write)
         )
@@ -150,7 +152,6 @@ class Worker:
         hello = self._exchange({"op": "hello", "cookie": cookie.hex()}, START_TIMEOUT_S, NO_BUFFERS)
         landlock = hello.get("landlock")  # said before any student code ran: what the box holds
         self.landlock_abi = landlock if isinstance(landlock, int) and not isinstance(landlock, bool) else None
-        self.pid_namespace = hello.get("pid_namespace") is True
 
     def start(self) -> None:
         """Start the box and the device now, before the first request needs them."""
@@ -179,7 +180,7 @@ class Worker:
     def __enter__(self) -> "Worker":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def kernel_output(self, limit: int = 20) -> list[str]:
@@ -191,7 +192,7 @@ class Worker:
         return self.output.lines(limit)
 
     # -- requests ----------------------------------------------------------------------------
-    def _call(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+    def _call(self, request: Message, timeout_s: float, expected: Expected) -> Message:
         self._ensure_started()
         return self._exchange(request, timeout_s, expected)
 
@@ -201,7 +202,7 @@ class Worker:
             self._stop()
             self._start()
 
-    def _exchange(self, request: dict, timeout_s: float, expected: Expected) -> dict:
+    def _exchange(self, request: Message, timeout_s: float, expected: Expected) -> Message:
         deadline = time.monotonic() + timeout_s
         assert self._channel is not None, "a request goes to a started worker"
         try:
@@ -243,7 +244,7 @@ class Worker:
             marks += chunk
         return marks[-1] if marks else None
 
-    def _checked(self, reply, expected: Expected) -> dict:
+    def _checked(self, reply: Any, expected: Expected) -> Message:
         """A reply says whether it succeeded; a failure says how, in words; a success carries its buffers."""
         problem = None
         if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
@@ -259,7 +260,8 @@ class Worker:
         if problem:
             self._stop()
             raise WorkerFailure("crash", f"the worker's reply was refused: {problem}")
-        return reply
+        checked: Message = reply  # a dict that says how it ended, as checked above
+        return checked
 
     def _wait_exit(self, grace_s: float = 2.0) -> int | None:
         box = self._sandbox
@@ -277,7 +279,7 @@ class Worker:
         composed_source: str,
         filename: str,
         entry_types: dict[str, list[str]],
-        options: dict | None = None,
+        options: dict[str, Any] | None = None,
         binary: tuple[str, bytes] | None = None,
         triton: dict[str, TritonKernel] | None = None,
     ) -> None:
@@ -286,7 +288,7 @@ class Worker:
         which a GPU worker on that architecture loads instead of compiling the source again. A build
         that fails is a compile error; a worker that dies or fails while loading (code outside any
         kernel that crashes or exits) is a crash: both are verdicts."""
-        request = {
+        request: Message = {
             "op": "load",
             "role": role,
             "source": composed_source,
@@ -294,7 +296,7 @@ class Worker:
             "entry_types": entry_types,
             "options": options or {},
         }
-        if binary and binary[1] and self.backend == "gpu":
+        if binary and binary[1] and self.backend == Backend.GPU:
             arch, code = binary
             request["binary"] = {"arch": arch, **code_words(code)}
         if triton:  # a Triton file: on a GPU its cubins, on the CPU its Python for the interpreter
@@ -305,12 +307,12 @@ class Worker:
                     "threads": THREADS_PER_WARP * kernel.num_warps,
                     "shared": kernel.shared_bytes,
                     "constexprs": kernel.constexprs,
-                    **(code_words(kernel.cubin) if self.backend == "gpu" else {}),
+                    **(code_words(kernel.cubin) if self.backend == Backend.GPU else {}),
                 }
                 for name, kernel in triton.items()
             }
         timeout_s = COMPILE_TIMEOUT_S
-        if triton and self.backend == "cpu":
+        if triton and self.backend == Backend.CPU:
             timeout_s = TRITON_LOAD_TIMEOUT_S
         try:
             self._ensure_started()
@@ -358,14 +360,14 @@ class Worker:
             reply["outputs"], {name: tuple(pair) for name, pair in reply["bands"].items()}, reply["inputs_after"]
         )
 
-    def time(self, request: dict, timeout_s: float) -> dict:
+    def time(self, request: Message, timeout_s: float) -> Message:
         return self._call({"op": "time", **request}, timeout_s, replies.timing_reply(request))
 
-    def check_peer(self, request: dict, timeout_s: float) -> dict:
+    def check_peer(self, request: Message, timeout_s: float) -> Message:
         """A PyTorch peer run once on a timing set (`measure.peers`): its output, or why it cannot run."""
         return self._call({"op": "peer", **request}, timeout_s, replies.peer_check_reply(request))
 
-    def trace(self, request: dict, timeout_s: float) -> dict:
+    def trace(self, request: Message, timeout_s: float) -> Message:
         return self._call({"op": "trace", **request}, timeout_s, replies.trace_reply(request))
 
 
@@ -386,7 +388,14 @@ def running_launch(launches: list[Launch], index: int) -> str:
     return kernel if len(launches) == 1 else f"{kernel} (launch {index + 1} of {len(launches)})"
 
 
-def code_words(code: bytes) -> dict:
+class CodeWords(TypedDict):
+    """Machine code on the wire (`code_words`): its length in bytes, and the bytes padded into words."""
+
+    bytes: int
+    words: np.ndarray
+
+
+def code_words(code: bytes) -> CodeWords:
     """Machine code as the wire carries it: words, not bytes, and how many of the bytes are the code's."""
     padded = code + b"\0" * (-len(code) % 4)
     return {"bytes": len(code), "words": np.frombuffer(padded, dtype=np.uint32)}
@@ -404,18 +413,18 @@ def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bo
     if failure.kind == "compile":
         if failure.detail.startswith(filename):  # the build's own message already names the file
             return AttnlabError(failure.detail, ExitCode.COMPILE_ERROR)
-        build = "the CPU build (g++)" if backend == "cpu" else "the module build"
+        build = "the CPU build (g++)" if backend == Backend.CPU else "the module build"
         return AttnlabError(f"{filename}: {build} failed: {failure.detail}", ExitCode.COMPILE_ERROR)
     how = "did not finish loading" if failure.kind == "timeout" else "failed while loading"
     # only the CPU backend runs a .cu file's host code (at load: its constructors and static initializers);
     # a Triton file's load runs nothing of the file's, so its failure has no such cause to name
     outside = "code outside any kernel (a constructor, a static initializer)"
-    stopped = backend == "cpu" and failure.kind in ("crash", "timeout") and not triton
+    stopped = backend == Backend.CPU and failure.kind in ("crash", "timeout") and not triton
     why = f"; {outside} must not crash, exit or hang" if stopped else ""
     return AttnlabError(f"{filename}: the worker {how} the module ({failure.detail}){why}", ExitCode.MISBEHAVED)
 
 
-def _carries_arrays(value) -> bool:
+def _carries_arrays(value: object) -> bool:
     if isinstance(value, np.ndarray):
         return True
     if isinstance(value, dict):
@@ -425,7 +434,7 @@ def _carries_arrays(value) -> bool:
     return False
 
 
-def cpu_parts(arch: str):
+def cpu_parts(arch: str) -> Path | None:
     """The CPU build's shared parts (imported here: the CPU build's modules cost a GPU grade's start)."""
     from labrunner.run.cpu.parts import shared_parts
 

@@ -16,22 +16,31 @@ import ctypes
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
+from labrunner.compile.backend import Backend
 from labrunner.run import sandbox
-from labrunner.run.wire import ANY_BUFFERS, Reader, WireClosed, encode, write_message
+from labrunner.run.wire import ANY_BUFFERS, Message, Reader, WireClosed, encode, write_message
 from labrunner.truth.poison import poison_for
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from labrunner.measure.device import DeviceArray, Kernels
+    from labrunner.run.cpu_device import CpuDevice
+    from labrunner.run.gpu_device import GpuDevice
+
+    # The device the worker runs kernels on: the GPU's, or the CPU backend's.
+    WorkerDevice = GpuDevice | CpuDevice
 
 # the CPU build's, NVRTC's (CuPy's) and a Triton file's that cannot load on this GPU
 BUILD_ERRORS = ("CpuKernelError", "CpuCompileError", "CompileException", "TritonLoadError")
 OUT_OF_BOUNDS = {"CpuOutOfBounds": "out-of-bounds"}  # the CPU backend's faults that have a verdict of their own
 
 
-def make_device(backend: str):
-    if backend == "gpu":
+def make_device(backend: str) -> WorkerDevice:
+    if backend == Backend.GPU:
         from labrunner.run.gpu_device import GpuDevice
 
         return GpuDevice()
@@ -40,7 +49,7 @@ def make_device(backend: str):
     return CpuDevice()
 
 
-def run_case(device, kernels, request: dict, launch_fd: int | None = None) -> dict:
+def run_case(device: WorkerDevice, kernels: Kernels, request: Message, launch_fd: int | None = None) -> Message:
     """Upload inputs, poison and guard the writable buffers, run the launches, read everything back (an
     input only where the kernels changed it: `labrunner.run.replies`). `launch_fd`: where each launch's
     index is written as it starts; each launch then ends before the next is marked, so the last mark is
@@ -63,7 +72,9 @@ def run_case(device, kernels, request: dict, launch_fd: int | None = None) -> di
     }
 
 
-def changed_inputs(device, buffers: dict, sent: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def changed_inputs(
+    device: WorkerDevice, buffers: dict[str, DeviceArray], sent: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """Each input whose bits the kernels changed, as they left it."""
     after = {name: device.to_host(buffers[name]) for name in sent}
     return {name: array for name, array in after.items() if not same_bits(array, sent[name])}
@@ -83,7 +94,7 @@ _DEV_NULL: list[int] = []
 
 
 @contextlib.contextmanager
-def kernel_printf_silenced(quiet: bool):
+def kernel_printf_silenced(quiet: bool) -> Iterator[None]:
     """A rerun of a case (another schedule, the race's kernel search) prints nothing: what the kernels
     printed is shown once, from the case's first run, not once per schedule. Kernel printf reaches fd 1
     (the driver's capped pipe), and the CPU runtime flushes C's stdio around every launch, so fd 1 points
@@ -123,7 +134,7 @@ def mark_launch(fd: int, index: int) -> None:
         pass
 
 
-def launch_schedules(request: dict) -> list[int]:
+def launch_schedules(request: Message) -> list[int]:
     """Each launch's CPU schedule: one number for every launch, or a list of one per launch (the race
     search reorders one kernel's threads while the others keep theirs, to see whose order matters)."""
     schedule = request["reverse_threads"]
@@ -135,17 +146,18 @@ def launch_schedules(request: dict) -> list[int]:
     return [int(schedule)] * count
 
 
-def machine_code(binary: dict) -> tuple[str, bytes]:
+def machine_code(binary: Message) -> tuple[str, bytes]:
     """(architecture, bytes) of a module the driver's compile gate built, as the wire carried it."""
     return binary["arch"], code_bytes(binary)
 
 
-def code_bytes(carried: dict) -> bytes:
+def code_bytes(carried: Message) -> bytes:
     """Machine code carried as words (`worker.code_words`), back to its own bytes."""
-    return carried["words"].tobytes()[: carried["bytes"]]
+    words: np.ndarray = carried["words"]
+    return words.tobytes()[: carried["bytes"]]
 
 
-def triton_kernels(triton: dict) -> dict[str, dict]:
+def triton_kernels(triton: Message) -> dict[str, Message]:
     """A Triton file's kernels as the wire carried them, each with its cubin as bytes where one came."""
     return {
         name: {**{k: v for k, v in kernel.items() if k not in ("words", "bytes")}, "cubin": code_bytes(kernel)}
@@ -155,11 +167,13 @@ def triton_kernels(triton: dict) -> dict[str, dict]:
     }
 
 
-def answer(request: dict, device, kernels: dict, launch_fd: int | None = None) -> dict:
+def answer(
+    request: Message, device: WorkerDevice, kernels: dict[str, Kernels], launch_fd: int | None = None
+) -> Message:
     if request["op"] == "device":  # made before this call: the driver times the context on its own
         return {}
     if request["op"] == "load":
-        extra: dict = {"binary": machine_code(request["binary"])} if "binary" in request else {}
+        extra: dict[str, Any] = {"binary": machine_code(request["binary"])} if "binary" in request else {}
         if "triton" in request:
             extra = {"triton": triton_kernels(request["triton"])}
         kernels[request["role"]] = device.compile(
@@ -171,17 +185,28 @@ def answer(request: dict, device, kernels: dict, launch_fd: int | None = None) -
     if request["op"] == "peer":
         from labrunner.measure.timed_runs import run_peer_check
 
-        return run_peer_check(device, request)
+        return run_peer_check(gpu_only(device), request)
     if request["op"] == "trace":
         from labrunner.measure.trace import run_trace
 
-        return run_trace(device, kernels, request)
+        return run_trace(gpu_only(device), kernels, request)
     from labrunner.measure.timed_runs import run_timing
 
-    return run_timing(device, kernels, request)
+    return run_timing(gpu_only(device), kernels, request)
 
 
-def failure(request: dict, device, exc: BaseException) -> tuple[dict, bool]:
+def gpu_only(device: WorkerDevice) -> GpuDevice:
+    """The device for timing, a peer's check or a trace: the GPU's (no driver asks a CPU worker for them)."""
+    if device.name != Backend.GPU:
+        raise RuntimeError("timing needs the GPU backend")
+    from labrunner.run.gpu_device import GpuDevice  # imported already, by `make_device`
+
+    if not isinstance(device, GpuDevice):
+        raise RuntimeError("timing needs the GPU backend")
+    return device
+
+
+def failure(request: Message, device: WorkerDevice | None, exc: BaseException) -> tuple[Message, bool]:
     """The failure reply for an exception, and whether the process must end (a poisoned CUDA context)."""
     sticky = device.describe_error(exc) if device is not None else None
     fault = device.describe_fault(exc) if device is not None else None
@@ -208,7 +233,7 @@ def main(backend: str, request_fd: int, reply_fd: int, launch_fd: int | None = N
         return
     cookie = bytes.fromhex(hello["cookie"])
 
-    def reply(body: dict) -> None:
+    def reply(body: Message) -> None:
         flush_output()
         write_message(reply_fd, encode(body, cookie))
 
@@ -217,8 +242,8 @@ def main(backend: str, request_fd: int, reply_fd: int, launch_fd: int | None = N
         _DEV_NULL.append(os.open(os.devnull, os.O_WRONLY))
     except OSError:
         pass
-    device = None
-    kernels: dict[str, object] = {}
+    device: WorkerDevice | None = None
+    kernels: dict[str, Kernels] = {}
     while True:
         try:
             request = reader.read(ANY_BUFFERS, None, records=True)

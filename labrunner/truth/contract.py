@@ -48,11 +48,3 @@ def exactly_equal(out: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """The stricter rule of an exact case: a probability of exactly 1 leaves V's row untouched."""
     equal: np.ndarray = (out.astype(np.float64, copy=False) == ref) & np.isfinite(out)
     return equal
-
-
-def query_shape(rows: int) -> tuple[int, int, int]:
-    return (rows, QUERY_HEADS, HEAD_DIM)
-
-
-def kv_shape(keys: int) -> tuple[int, int, int]:
-    return (keys, KV_HEADS, HEAD_DIM)

@@ -20,6 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
@@ -81,13 +82,13 @@ def grade_batch(
     prepare_outputs(batch)
     for skipped in not_graded:
         reporter.note(f"not graded: {shown_path(skipped.path)}: {skipped.reason}")
-    backend, gpus = ("gpu" if device == "gpu" else device), []
+    backend, gpus = (Backend.GPU if device == Backend.GPU else device), []
     if batch.executor == "local":
         backend, notes = resolve_backend(device)
-        if "--gates" in options and backend != "gpu":
+        if "--gates" in options and backend != Backend.GPU:
             notes.append(gates_not_applied(options[options.index("--gates") + 1], backend))
         reporter.notes(notes)
-        gpus = visible_gpus() if backend == "gpu" else []
+        gpus = visible_gpus() if backend == Backend.GPU else []
     jobs = auto_jobs(backend, gpus) if batch.jobs == "auto" else int(batch.jobs or default_jobs(backend))
     stop = BatchStop(batch.batch_timeout_s)
     with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch, stopped_by_signals(stop):

@@ -8,18 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labrunner.pipeline.batch.stop import BatchStop
-from labrunner.pipeline.batch.submission import Outcome, RunningProcesses, SubmissionTask, grade_in_process
+from labrunner.pipeline.batch.submission import Outcome, grade_in_process
 from labrunner.report.reporter import Reporter, silent
-
-# What grades one submission: the task, and the registry its process is entered in (so a stop can end it).
-# A process of its own by default (`grade_in_process`); the tests put in one that dies or misbehaves.
-Job = Callable[[SubmissionTask, RunningProcesses | None], Outcome]
 
 
 @dataclass(frozen=True)
 class Grading:
     """`finished` is called with each submission's outcome as it ends; `job` grades one submission;
-    `stop` (a signal, --batch-timeout) ends the batch early; `reporter` hears what the executor says of
+    (given the task, and where it takes one the registry its process is entered in, so that a stop can end
+    it: a process of its own by default; the tests put in one that dies or misbehaves); `stop` (a signal, --batch-timeout) ends the batch early; `reporter` hears what the executor says of
     the batch as it goes (a cluster's job ids, what it cancelled)."""
 
     finished: Callable[[Outcome], None] = lambda outcome: None

@@ -10,6 +10,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline.batch.grading import Grading
 from labrunner.pipeline.batch.submission import (
@@ -23,7 +24,7 @@ from labrunner.pipeline.batch.submission import (
 
 
 def default_jobs(backend: str) -> int:
-    if backend == "gpu":
+    if backend == Backend.GPU:
         return max(1, len(visible_gpus()))
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -39,8 +40,8 @@ CORES_PER_GRADE = 2
 def auto_jobs(backend: str, gpus: list[str]) -> int:
     """`--jobs auto`: on the GPU, per GPU as many grading processes as its free memory holds and the cores
     keep busy (their cases share the GPU; their timing takes it one at a time); on the CPU, one per core."""
-    cores = default_jobs("cpu")
-    if backend != "gpu" or not gpus:
+    cores = default_jobs(Backend.CPU)
+    if backend != Backend.GPU or not gpus:
         return cores
     per_gpu = min(free_gpu_bytes() // GRADE_GPU_BYTES, max(1, cores // len(gpus) // CORES_PER_GRADE))
     return max(1, per_gpu) * len(gpus)

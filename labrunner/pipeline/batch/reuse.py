@@ -22,6 +22,7 @@ import json
 import os
 from pathlib import Path
 
+from labrunner.compile.backend import Backend
 from labrunner.compile.source import submission_sha256
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
@@ -97,7 +98,7 @@ def grading_machine(backend: str, cluster_request: str | None = None) -> str:
     model, and timings are), the CPU backend, or a cluster's request (its nodes' GPU is theirs to say)."""
     if cluster_request is not None:
         return f"cluster {cluster_request}"
-    if backend != "gpu":
+    if backend != Backend.GPU:
         return backend
     try:
         import cupy

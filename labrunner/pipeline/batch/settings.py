@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-EXECUTORS = ("local", "slurm", "submitit-local")
-
 
 @dataclass
 class BatchOptions:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from labrunner.compile.backend import Backend
 from labrunner.exit_codes import environment_error, usage_error
 from labrunner.pipeline.batch import slurm_queue
 from labrunner.pipeline.batch.grading import Grading
@@ -135,20 +136,20 @@ def gpu_request(options: BatchOptions) -> dict[str, Any]:
     """The GPUs each task asks for: one by default with --device gpu, none otherwise; --gres as given."""
     if options.gres and options.gpus_per_job is not None:
         raise usage_error(f"--gres {options.gres} and --gpus-per-job {options.gpus_per_job}: give one GPU request")
-    if options.device == "cpu" and (options.gres or options.gpus_per_job):
+    if options.device == Backend.CPU and (options.gres or options.gpus_per_job):
         given = f"--gres {options.gres}" if options.gres else f"--gpus-per-job {options.gpus_per_job}"
         raise usage_error(
             f"{given} with --device cpu: the CPU backend uses no GPU, so its tasks ask for none; "
             "drop the GPU request, or grade on GPUs with --device gpu"
         )
     if options.gres:
-        if options.device != "gpu":
+        if options.device != Backend.GPU:
             raise usage_error(
                 f"--gres {options.gres}: a typed GPU request is for --device gpu (with --device "
                 f"{options.device} a node's GPU may go unused); add --device gpu"
             )
         return {"gres": options.gres}
-    gpus = options.gpus_per_job if options.gpus_per_job is not None else (1 if options.device == "gpu" else 0)
+    gpus = options.gpus_per_job if options.gpus_per_job is not None else (1 if options.device == Backend.GPU else 0)
     return {"gpus_per_node": gpus} if gpus else {}
 
 

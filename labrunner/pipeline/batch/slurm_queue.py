@@ -18,8 +18,6 @@ CALL_TIMEOUT_S = 30
 
 # The states in which a job is still the cluster's business (squeue lists it): anything else has ended.
 LIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "RESIZING"}
-# The earlier attempt of a task that the cluster ran again (sacct --duplicates keeps one record per attempt).
-REQUEUED_AFTER = {"NODE_FAIL", "REQUEUED", "PREEMPTED", "BOOT_FAIL"}
 
 
 @dataclass

@@ -617,8 +617,3 @@ class PipelineTiming:
 
 
 Timing = SpeedupTiming | PipelineTiming
-
-
-def timing_from_json(data: dict[str, Any]) -> Timing:
-    """A timing as a result file holds it, by its kind."""
-    return PipelineTiming.from_json(data) if data.get("kind") == "pipeline" else SpeedupTiming.from_json(data)

@@ -23,6 +23,7 @@ import ctypes
 import mmap
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 GUARD_BYTES = 32 << 30
 ALIGNMENT = 256
@@ -59,7 +60,8 @@ class GuardedMapping:
         base = _mmap(None, total, _PROT_NONE, _MAP_PRIVATE_ANONYMOUS_NORESERVE, -1, 0)
         if base is None or base == _MAP_FAILED:
             raise MemoryError(f"the CPU backend cannot reserve {total} bytes of address space for a buffer")
-        self.base, self.total = base, total
+        self.base: int = base
+        self.total = total
         if _mprotect(base + GUARD_BYTES, opened, _PROT_READ_WRITE) != 0:
             _munmap(base, total)
             raise MemoryError(f"the CPU backend cannot map {opened} bytes for a buffer")
@@ -80,12 +82,12 @@ class GuardedMapping:
         _munmap(self.base, self.total)
 
 
-def guarded_array(shape: tuple[int, ...] | int, dtype) -> np.ndarray:
+def guarded_array(shape: tuple[int, ...] | int, dtype: DTypeLike) -> np.ndarray:
     """A zeroed array of this shape and dtype in a guarded mapping of its own."""
-    dtype = np.dtype(dtype)
+    element = np.dtype(dtype)
     count = int(np.prod(shape))
-    raw = np.asarray(GuardedMapping(count * dtype.itemsize))
-    return raw.view(dtype).reshape(shape)
+    raw = np.asarray(GuardedMapping(count * element.itemsize))
+    return raw.view(element).reshape(shape)
 
 
 def mapping_of(array: np.ndarray) -> GuardedMapping | None:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -429,7 +430,7 @@ def _default_cache_dir() -> Path:
     return d
 
 
-def _dim3(v, what: str) -> tuple[int, int, int]:
+def _dim3(v: Iterable[int], what: str) -> tuple[int, int, int]:
     t = tuple(int(x) for x in v)
     if len(t) == 1:
         t = (t[0], 1, 1)
@@ -469,7 +470,7 @@ _OUT_OF_MEMORY = (
 
 def run_compiler(
     cmd: list[str], cwd: str, timeout_s: float, memory_bytes: int, label: str = "attention.cu"
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     """Run a compiler command under the wall-clock and memory limits; CpuCompileError past either."""
     too_slow = f"{label}: error: the compiler did not finish in {timeout_s:g} s (the CPU build)"
     cpu_s = int(timeout_s) + 5
@@ -501,7 +502,7 @@ def run_compiler(
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[str]) -> None:
     """Kill the compiler's whole session. Called before the leader is reaped, so its id (the group's)
     cannot have been given to another process yet."""
     try:
@@ -613,7 +614,7 @@ def build_object(
     return so_path
 
 
-def _compile_failed(res: subprocess.CompletedProcess, tmp: str, filename: str) -> CpuCompileError:
+def _compile_failed(res: subprocess.CompletedProcess[str], tmp: str, filename: str) -> CpuCompileError:
     """The composed source names the file by its label (`#line 1`), so g++'s lines about it read
     `label:20:5: error: ...`: kept and written as NVRTC writes them, everything else (other files,
     notes about the runtime) dropped, exactly as for NVRTC's log."""
@@ -802,7 +803,7 @@ class CpuModule:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared_bytes: int,
-        args: list,
+        args: list[np.ndarray | int],
         reverse_threads: int = False,  # the schedule number: threads and blocks, fiber_launch.h (schedule_launch)
     ) -> None:
         fn = self._fns.get(name)
@@ -872,13 +873,13 @@ class CpuModule:
             rc = fn(ptrs, gi, bi, shared_bytes, int(reverse_threads), err, len(err))
             if rc != 0:
                 address, write, where = ctypes.c_ulonglong(0), ctypes.c_int(0), ctypes.create_string_buffer(160)
-                kind = self._last_fault(ctypes.byref(address), ctypes.byref(write), where, len(where))
+                fault = self._last_fault(ctypes.byref(address), ctypes.byref(write), where, len(where))
         del keep
         if rc != 0:
             message = err.value.decode(errors="replace")
-            if kind == _FAULT_OUT_OF_BOUNDS:
+            if fault == _FAULT_OUT_OF_BOUNDS:
                 raise CpuOutOfBounds(message)
-            if kind == _FAULT_ADDRESS:
+            if fault == _FAULT_ADDRESS:
                 raise CpuFault(message, int(address.value), bool(write.value), where.value.decode(errors="replace"))
             raise CpuKernelError(message)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -488,7 +489,10 @@ class _Reader:
         instruction with the C++ arguments its emulation gets (a register number, or a value), its guard
         and the checks g++ makes of its constant operands; the registers the template declares follow
         the operands in the register file, one slot each."""
-        refuse = lambda what: self.refuse(keyword, what)  # noqa: E731
+
+        def refuse(what: str) -> AsmRefused:
+            return self.refuse(keyword, what)
+
         registers = list(operands)  # the operands, then each register the template declares
         written = {k for k, (mode, _, _) in enumerate(operands) if mode == "+"}
         scopes: list[dict[str, _Reg]] = [{}]
@@ -517,14 +521,22 @@ class _Reader:
                     scopes[-1][name] = _Reg(len(registers), name)
                     registers.append(("+", item.cls, item.type))
                     written.add(len(registers) - 1)
-            else:
+            elif isinstance(item, _Statement):
                 found.append(self._step(item, registers, len(operands), written, lookup, refuse))
         for k, (mode, cls, _) in enumerate(operands):
             if mode == "=" and k not in written:
                 raise refuse(f'%{k} is an output ("={cls}") that no instruction writes')
         return _Program(found, len(registers) - len(operands))
 
-    def _step(self, item: _Statement, registers, count: int, written: set[int], lookup, refuse) -> _Step:
+    def _step(
+        self,
+        item: _Statement,
+        registers: list[_Register],
+        count: int,
+        written: set[int],
+        lookup: _Lookup,
+        refuse: _Refuse,
+    ) -> _Step:
         """One instruction of the template, checked: its emulation's arguments, guard and constant checks."""
         opcode, groups = _parse_statement(item.text, refuse, lookup)
         instruction = instruction_of(opcode)
@@ -544,7 +556,7 @@ class _Reader:
         for spec in specs:
             if spec.piped:
                 piped = rest.pop(0) if rest and isinstance(rest[0], _Piped) else None
-                aligned.append((spec, piped.group if piped is not None else None))
+                aligned.append((spec, piped.group if isinstance(piped, _Piped) else None))
             elif rest and isinstance(rest[0], _Piped):
                 raise refuse(f"`{opcode}` takes no `|` operand after its {aligned[-1][0].name}")
             else:
@@ -589,7 +601,14 @@ class _Reader:
 
     @staticmethod
     def _operand_arguments(
-        opcode: str, instruction: Instruction, spec: Operand, group, operands, count: int, written: set[int], refuse
+        opcode: str,
+        instruction: Instruction,
+        spec: Operand,
+        group: list[int] | tuple[int, ...] | _Immediate,
+        operands: list[_Register],
+        count: int,
+        written: set[int],
+        refuse: _Refuse,
     ) -> list[str]:
         """Check one operand of an instruction against its spec; the C++ argument(s) it becomes. `operands`
         holds the statement's operands, then the registers its template declares; `count` is how many of
@@ -651,7 +670,7 @@ class _Reader:
 # --- the template's PTX -------------------------------------------------------------------------
 
 
-class _Address(tuple):
+class _Address(tuple[int, ...]):
     """[%N]: an address operand (a tuple of the one operand number, so it is read like a register)."""
 
 
@@ -677,7 +696,7 @@ class _Immediate:
 class _Piped:
     """The operand written after another with `|` (`%0|p`)."""
 
-    group: list
+    group: list[int]
 
 
 @dataclass(frozen=True)
@@ -708,6 +727,20 @@ class _Program:
     declared: int  # how many registers the template declares
 
 
+# A slot of the register file: (mode "", "=" or "+", constraint class, PTX type), an operand's or a
+# declared register's.
+_Register = tuple[str, str, str]
+# A token of an instruction's operands: an operand number, an immediate, or a word or punctuation.
+_Piece = int | _Immediate | str
+# An instruction's operand as parsed: a plain register ([N], or a declared one), a vector ((N, M, ...)),
+# an address (_Address), an immediate, or the register written after `|`.
+_Group = list[int] | tuple[int, ...] | _Immediate | _Piped
+# The error for the statement's keyword, in words (`_Reader.refuse`, bound to it).
+_Refuse = Callable[[str], AsmRefused]
+# A declared register by its name, in the innermost block that declares it.
+_Lookup = Callable[[str], _Reg]
+
+
 # The special registers a kernel may try to read (PTX ISA, "Special Registers"), named in their refusal.
 _SPECIAL_REGISTERS = frozenset(
     {"laneid", "warpid", "nwarpid", "tid", "ntid", "ctaid", "nctaid", "smid", "nsmid", "gridid", "clock", "clock64"}
@@ -723,12 +756,12 @@ _PTX_TOKEN = re.compile(
 _NAME = re.compile(r"(?:%%)?[A-Za-z_$][\w$]*")
 
 
-def _ptx_program(template: str, refuse) -> list:
+def _ptx_program(template: str, refuse: _Refuse) -> list[str | _Declaration | _Statement]:
     """The template's blocks, declarations and instructions in order: "{" and "}" for a block's braces
     (registers declared in one are seen only inside it), a _Declaration for each `.reg`, a _Statement for
     each instruction; each instruction must be a supported one, and each ends with `;`."""
     text = re.sub(r"//[^\n]*|/\*.*?\*/", " ", template, flags=re.S)  # PTX comments, as ptxas skips them
-    items: list = []
+    items: list[str | _Declaration | _Statement] = []
     depth, at = 0, 0
     while True:
         while at < len(text) and text[at].isspace():
@@ -753,7 +786,7 @@ def _ptx_program(template: str, refuse) -> list:
     return items
 
 
-def _read_statement(statement: str, refuse) -> _Declaration | _Statement:
+def _read_statement(statement: str, refuse: _Refuse) -> _Declaration | _Statement:
     """One PTX statement: a register declaration, or an instruction that runs, with its guard."""
     if statement.startswith("."):
         return _declaration(statement, refuse)
@@ -772,7 +805,7 @@ def _read_statement(statement: str, refuse) -> _Declaration | _Statement:
     return _Statement(rest, guard, negated)
 
 
-def _declaration(statement: str, refuse) -> _Declaration:
+def _declaration(statement: str, refuse: _Refuse) -> _Declaration:
     """`.reg .pred p, q;`, `.reg .b32 t<4>;` (t0 to t3): the registers and their type."""
     words = statement.split(None, 2)
     if words[0] != ".reg":
@@ -830,7 +863,7 @@ def _cannot_run(statement: str) -> str:
     )
 
 
-def _parse_statement(statement: str, refuse, lookup) -> tuple[str, list]:
+def _parse_statement(statement: str, refuse: _Refuse, lookup: _Lookup) -> tuple[str, list[_Group]]:
     """`opcode %0, {%1,%2}, [%3], 16, t` -> ("opcode", [[0], (1, 2), _Address((3,)), _Immediate(16), [t]]): a
     list for a plain operand, a tuple for a vector, a _Piped for one written after `|`; a declared register
     is looked up by name (`lookup`)."""
@@ -838,7 +871,7 @@ def _parse_statement(statement: str, refuse, lookup) -> tuple[str, list]:
         f"`{_shown(statement)}`: the CPU backend reads operands only as %N, {{%N, ...}}, [%N], an integer, "
         "a float literal or a register the statement declares (no offsets, negations or labels)"
     )
-    pieces: list = []
+    pieces: list[_Piece] = []
     at = 0
     while at < len(statement):
         match = _PTX_TOKEN.match(statement, at)
@@ -856,10 +889,12 @@ def _parse_statement(statement: str, refuse, lookup) -> tuple[str, list]:
     opcode = pieces[0] if pieces and isinstance(pieces[0], str) else ""
     if instruction_of(opcode) is None:
         raise refuse(_cannot_run(statement))
-    groups: list = []
+    groups: list[_Group] = []
     rest, k = pieces[1:], 0
 
-    def one(piece):  # a plain operand: a number, an immediate, or a declared register's name
+    def one(
+        piece: _Piece,
+    ) -> list[int] | _Immediate:  # a plain operand: a number, an immediate, or a declared register's name
         if isinstance(piece, int):
             return [piece]
         if isinstance(piece, _Immediate):
@@ -871,11 +906,12 @@ def _parse_statement(statement: str, refuse, lookup) -> tuple[str, list]:
     while k < len(rest):
         piece = rest[k]
         if piece == "[":
-            if k + 2 >= len(rest) or not isinstance(rest[k + 1], int) or rest[k + 2] != "]":
+            number = rest[k + 1] if k + 1 < len(rest) else None
+            if k + 2 >= len(rest) or not isinstance(number, int) or rest[k + 2] != "]":
                 raise refuse(
                     f"`{_shown(statement)}`: an address operand reads [%N]: one operand number in brackets (no offsets)"
                 )
-            groups.append(_Address((rest[k + 1],)))
+            groups.append(_Address((number,)))
             k += 3
         elif piece == "{":
             close = rest.index("}", k) if "}" in rest[k:] else -1
@@ -892,17 +928,19 @@ def _parse_statement(statement: str, refuse, lookup) -> tuple[str, list]:
                     "separated by commas"
                 )
             members = [one(p) for p in inner[0::2]]
-            if not all(isinstance(member, list) for member in members):
+            held = [member for member in members if isinstance(member, list)]
+            if len(held) != len(members):
                 raise refuse(f"`{_shown(statement)}`: a vector operand holds registers, not integers")
-            groups.append(tuple(member[0] for member in members))
+            groups.append(tuple(member[0] for member in held))
             k = close + 1
         else:
             groups.append(one(piece))
             k += 1
         if k < len(rest) and rest[k] == "|" and groups and isinstance(groups[-1], list):
-            if k + 1 >= len(rest) or not isinstance(one(rest[k + 1]), list):
+            after = one(rest[k + 1]) if k + 1 < len(rest) else None
+            if not isinstance(after, list):
                 raise refuse(f"`{_shown(statement)}`: `|` is followed by a register (`%0|p`)")
-            groups.append(_Piped(one(rest[k + 1])))
+            groups.append(_Piped(after))
             k += 2
         if k < len(rest):
             if rest[k] != ",":
@@ -920,7 +958,7 @@ def _float_literal(text: str) -> _Immediate:
     return _Immediate(int.from_bytes(struct.pack("<f", float(text)), "little"), text, floating=True)
 
 
-def _constant_of(group, registers) -> str | None:
+def _constant_of(group: _Group, registers: list[_Register]) -> str | None:
     """The C++ for an operand's value where g++ knows it when compiling: an integer, an "n" operand."""
     if isinstance(group, _Immediate) and not group.floating:
         return str(group.value)
@@ -953,7 +991,7 @@ def _ref_kind(number: int, operand: tuple[str, str, str]) -> str:
     return f"a {operand[2]} register" if isinstance(number, _Reg) else f'"{operand[1]}"'
 
 
-def _group_text(group) -> str:
+def _group_text(group: list[int] | tuple[int, ...]) -> str:
     refs = ", ".join(number.name if isinstance(number, _Reg) else f"%{number}" for number in group)
     if isinstance(group, _Address):
         return f"[{refs}]"
@@ -1047,7 +1085,7 @@ _ESCAPES = {
 }
 
 
-def _unescape(body: str, refuse) -> str:
+def _unescape(body: str, refuse: _Refuse) -> str:
     out, i = [], 0
     while i < len(body):
         c = body[i]

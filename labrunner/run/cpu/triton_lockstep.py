@@ -45,7 +45,7 @@ import contextlib
 import dataclasses
 import operator
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -107,11 +107,12 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`np.matmul(a, b, dtype=float32)`; in a lockstep run one program's matrices at a time, so that each
     product is the very BLAS call, on the same layout, that the program alone makes."""
     if not _active:
-        return np.matmul(a, b, dtype=np.float32)
+        product: np.ndarray = np.matmul(a, b, dtype=np.float32)
+        return product
     return np.stack([np.matmul(a[g], b[g], dtype=np.float32) for g in range(a.shape[0])])
 
 
-def _refuse(reason: str) -> Any:
+def _refuse(reason: str) -> NoReturn:
     if _active:  # kept, where a kernel's bare `except:` stops the exception
         _active[0].abandoned = _active[0].abandoned or reason
     raise Abandoned(reason)

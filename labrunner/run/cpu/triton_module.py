@@ -89,7 +89,6 @@ __all__ = [
 
 MADE_FOR = "3.6.0"  # the Triton whose interpreter and GPU lowering the hooks below were read from
 INTERPRET = "TRITON_INTERPRET"
-SUBMISSION = "submission"  # the module name the file runs as, here and in the compile child
 DETAIL_LIMIT = 4000  # characters of an error's detail, as the compile child keeps
 # A lab parameter's type (`Lab.entry_point_types`) as the array the CPU device hands a kernel.
 POINTER_DTYPES = {"float*": np.dtype(np.float32), "int*": np.dtype(np.int32)}
@@ -572,7 +571,11 @@ def _hooked(launch: _Launch) -> Iterator[None]:
 
 
 def _run_launch(
-    function: Any, grid: tuple[int, int, int], args_dev: list, kwargs: dict, lock: triton_lockstep.Lockstep | None
+    function: Any,
+    grid: tuple[int, int, int],
+    args_dev: list[HostTensor | int],
+    kwargs: dict[str, int | bool],
+    lock: triton_lockstep.Lockstep | None,
 ) -> None:
     """`function[grid](*args_dev, **kwargs)` as Triton's launcher makes it (InterpretedFunction.run, then
     GridExecutor.__call__: the arguments to the host, the language patched, each argument made a tensor,
@@ -871,7 +874,9 @@ class TritonInterpretedModule:
         }
         return cls(filename, kernels, entry_types, constexprs)
 
-    def launch(self, kernel: str, grid: tuple[int, int, int], args: list, buffer_names: dict[int, str]) -> None:
+    def launch(
+        self, kernel: str, grid: tuple[int, int, int], args: list[np.ndarray | int], buffer_names: dict[int, str]
+    ) -> None:
         """kernel[grid](*args, **constexprs) in the interpreter, its programs in lockstep groups
         (triton_lockstep: bit for bit as one after another, in the launch's order), with the GPU's dot
         precision and every access checked against the buffers in `args` (1-D, C-contiguous float32 or
@@ -888,7 +893,7 @@ class TritonInterpretedModule:
         types_ = self.entry_types[kernel]
         if len(args) != len(types_):
             raise CpuKernelError(f"kernel {kernel} takes {len(types_)} arguments, got {len(args)}")
-        passed: list[Any] = []
+        passed: list[HostTensor | int] = []
         buffers: list[tuple[str, np.ndarray]] = []
         for k, (kind, value) in enumerate(zip(types_, args)):
             if kind in POINTER_DTYPES:
