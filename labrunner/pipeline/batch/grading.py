@@ -14,10 +14,11 @@ from labrunner.report.reporter import Reporter, silent
 
 @dataclass(frozen=True)
 class Grading:
-    """`finished` is called with each submission's outcome as it ends; `job` grades one submission;
-    (given the task, and where it takes one the registry its process is entered in, so that a stop can end
-    it: a process of its own by default; the tests put in one that dies or misbehaves); `stop` (a signal, --batch-timeout) ends the batch early; `reporter` hears what the executor says of
-    the batch as it goes (a cluster's job ids, what it cancelled)."""
+    """`finished` is called with each submission's outcome as it ends. `job` grades one submission: given
+    the task and, where it takes one, the registry its process is entered in (so that a stop can end it);
+    a process of its own by default, and in the tests one that dies or misbehaves. `stop` (a signal,
+    --batch-timeout) ends the batch early. `reporter` hears what the executor says of the batch as it goes
+    (a cluster's job ids, what it cancelled)."""
 
     finished: Callable[[Outcome], None] = lambda outcome: None
     job: Callable[..., Outcome] = grade_in_process
