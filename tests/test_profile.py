@@ -25,8 +25,8 @@ from labrunner.measure.trace import run_trace
 from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import prepare as prepare_module
 from labrunner.pipeline.profile import ProfileRequest, profile_submission
+from labrunner.records.device import DeviceFacts
 from labrunner.report import terminal
-from labrunner.report.records.device import DeviceFacts
 from labrunner.report.results import RunResult
 from labrunner.run.worker import CaseRun
 from labrunner.truth import oracle

@@ -12,9 +12,9 @@ from labrunner.measure.gates import (
 from labrunner.pipeline.backend import refuse_without_gpu
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import CalibrateRequest
+from labrunner.records.gate import Gate
+from labrunner.records.timing import SpeedupTiming
 from labrunner.report import terminal
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.timing import SpeedupTiming
 from labrunner.report.results import RunResult
 
 

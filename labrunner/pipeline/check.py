@@ -9,8 +9,8 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.prepare import said_once
 from labrunner.pipeline.requests import CheckRequest
+from labrunner.records.compile import CompileSummary
 from labrunner.report import terminal
-from labrunner.report.records.compile import CompileSummary
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown_path
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from labrunner.exit_codes import usage_error
-from labrunner.measure.traffic import TrafficShape, check_heads, default_kv_heads, lesson_line, traffic
+from labrunner.measure.traffic import check_heads, default_kv_heads, lesson_line, traffic
+from labrunner.records.traffic import TrafficShape
 from labrunner.report import terminal
 
 

@@ -37,12 +37,12 @@ from labrunner.pipeline.grade import gates_not_applied
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
 from labrunner.report.annotations import github_batch_annotations
+from labrunner.report.batch_row import BatchRow
 from labrunner.report.gradebook import write_gradebook
 from labrunner.report.gradescope import write_gradescope
 from labrunner.report.html_report import write_html_report
 from labrunner.report.junit import write_aggregate
 from labrunner.report.lms_gradebook import write_lms_gradebook
-from labrunner.report.records.batch_row import BatchRow
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.truth.cases import resolve_seed
 from labrunner.truth.verdict import BATCH_EXIT_CODES, worst_exit_code
