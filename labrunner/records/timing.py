@@ -36,7 +36,8 @@ class Stats(JsonRecord):
     `noise_met` is true when this series reached the noise target with at least `min_samples` samples;
     otherwise `warning` explains, with numbers, why the figure is less certain than asked for.
     `stopped_by` names the rule that ended the loop: "noise", "max_samples" or "budget". The raw samples
-    travel in a worker's reply (its rounds are pooled from them), never in a result.
+    travel in a worker's reply (its rounds are pooled from them), never in a result. Not frozen: the
+    pooling's checks are tried on series whose samples a test takes away or changes in place.
     """
 
     median_ms: float
