@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from labrunner.records.serialize import JsonRecord, key, read
+from labrunner.records.serialize import JsonRecord, key
 from labrunner.truth.contract import HEAD_DIM, KV_HEADS, QUERY_HEADS
 
 MIB = 1024 * 1024
@@ -126,12 +126,6 @@ def with_samples(series: Summary) -> Stats:
     if not isinstance(series, Stats):
         raise TypeError("a series read from a result has no samples; only measured series can be pooled")
     return series
-
-
-def series_of(figures: dict[str, Any]) -> Summary:
-    """A worker's figures for one series (`Stats.to_json`), as their record."""
-    summary: Summary = read(Summary, figures)
-    return summary
 
 
 @dataclass(frozen=True)
