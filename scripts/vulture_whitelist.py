@@ -21,11 +21,16 @@ _.format_options  # cli/help_groups.py: click.Command's help, overridden
 _.convert  # cli/options.py: click.ParamType's conversion, overridden
 
 # Fields read by name: dataclass fields written to JSON (asdict, to_json) and TypedDict keys read as strings.
-_.cuda_runtime  # measure/device_state.py, report/records/device.py: a device's JSON
+_.cuda_runtime  # measure/device_state.py, records/device.py: a device's JSON
 _.cupy_version
 _.temperature_c
 _.driver_release
-_.max_sm_clock_mhz  # measure/roofline.py: GpuFacts, the roofline's JSON
+_.q_bytes  # records/traffic.py: Traffic's JSON (json_layout names them; naive_over_flash is derived there)
+_.kv_bytes
+_.out_bytes
+_.naive_over_flash
+_.timing_from_json  # records/timing.py: a result file's timing by its kind; tests/test_serialize.py reads with it
+_.max_sm_clock_mhz  # records/roofline.py: GpuFacts, the roofline's JSON
 _.max_memory_clock_mhz
 _.memory_bus_width_bits
 _.measured_copy_bytes_per_s
@@ -91,3 +96,31 @@ _.write_case  # run/diagnose.py: a replay's files written by hand
 _.total_elements  # truth/checker.py
 _.kv_head_of  # truth/contract.py
 _.poisoned  # truth/poison.py
+
+# records/: fields and derived figures the one serializer (records/serialize.py) writes by name, from each
+# record's fields and json_layout; comparison_from_json stays for the tests that read a comparison back.
+_.achieved_bytes_per_s
+_.against_prefill
+_.attainable_flops_per_s
+_.baseline_median_ms
+_.baseline_per_input_set_ms
+_.calibration
+_.call_totals
+_.comparison_from_json
+_.device_after
+_.device_before
+_.dynamic_shared_bytes
+_.input_sets
+_.labrunner/records/timing.py:219:
+_.unused
+_.variable
+_.'l2_flush_bytes'
+_.(60%
+_.confidence)
+_.longest_call_ms
+_.physics
+_.required_speedup
+_.ridge_flop_per_byte
+_.student_median_ms
+_.verified_calls
+_.warmup_calls

@@ -19,7 +19,7 @@ from result_schema import timing_json
 
 import labrunner.pipeline.timing_stage as benchmark
 from labrunner.labs import get_lab
-from labrunner.measure.sampling import Stats, TimingOptions
+from labrunner.measure.sampling import TimingOptions
 from labrunner.pipeline.timing_stage import (
     CpuReferences,
     per_input_set_medians,
@@ -27,6 +27,7 @@ from labrunner.pipeline.timing_stage import (
     time_speedup,
     verify_timed_outputs,
 )
+from labrunner.records.timing import Stats
 from labrunner.truth import oracle
 from labrunner.truth.poison import POISON_BITS
 from labrunner.truth.timing_sets import make_set

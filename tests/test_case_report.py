@@ -10,8 +10,8 @@ import re
 import pytest
 from rich.console import Console
 
+from labrunner.records.device import DeviceFacts
 from labrunner.report import terminal
-from labrunner.report.records.device import DeviceFacts
 from labrunner.report.results import CaseResult, RunResult
 from labrunner.truth.verdict import Status
 

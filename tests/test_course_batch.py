@@ -28,10 +28,10 @@ from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.pipeline.batch.files import CU_ONLY, WITH_TRITON, Found, NotGraded, expand_submissions, report_names
 from labrunner.pipeline.batch.roster import RosterEntry, read_roster
 from labrunner.pipeline.batch.students import group_students, with_students
+from labrunner.records.gate import Gate
+from labrunner.report.course_row import CourseRow
 from labrunner.report.lms_gradebook import lms_rows
 from labrunner.report.points import Score, score_result
-from labrunner.report.records.course_row import CourseRow
-from labrunner.report.records.gate import Gate
 from labrunner.report.results import CaseResult, RunResult
 from labrunner.truth.catalogue import Points
 

@@ -15,6 +15,7 @@ from labrunner.labs.definition import Lab
 from labrunner.measure.gates import apply_bandwidth_gate
 from labrunner.measure.sampling import TimingOptions
 from labrunner.pipeline.timing_stage import CpuReferences, time_speedup
+from labrunner.records.timing import Bandwidth
 from labrunner.truth.paged_cache import bytes_to_move, timing_batch
 
 LAB = get_lab("lab3")
@@ -138,9 +139,9 @@ def test_a_decode_kernel_that_stops_computing_gets_no_time(in_process):
 )
 def test_the_bandwidth_gate_is_a_fraction_of_the_same_runs_copy(reached, status, words):
     gate = apply_bandwidth_gate(
-        {"copy_fraction": reached, "required_fraction": 0.8, "student_tb_s": 4.0 * reached, "copy_tb_s": 4.0},
+        Bandwidth(0, student_tb_s=4.0 * reached, baseline_tb_s=0.0, copy_tb_s=4.0, copy=[], required_fraction=0.8),
         "NVIDIA H200",
-    )
+    ).to_json()
     assert (gate["status"], gate["passed"], gate["message"]) == (status, status == "met", words)
 
 

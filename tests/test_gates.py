@@ -31,7 +31,7 @@ def refusal(path, option="--gates") -> str:
 
 def test_a_gate_is_met_at_exactly_the_required_speedup():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
-    met = apply_gate(gates, "lab2", "NVIDIA H200", 6.55)
+    met = apply_gate(gates, "lab2", "NVIDIA H200", 6.55).to_json()
     assert (met["status"], met["passed"], met["required_speedup"]) == ("met", True, 6.55)
     assert met["message"] == (
         "met: SPEEDUP 6.55x against the 6.55x required on NVIDIA H200 (0.5 of the solution's calibrated 13.10x)"
@@ -40,7 +40,7 @@ def test_a_gate_is_met_at_exactly_the_required_speedup():
 
 def test_a_missed_gate_gives_both_numbers():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
-    missed = apply_gate(gates, "lab2", "NVIDIA H200", 1.0)
+    missed = apply_gate(gates, "lab2", "NVIDIA H200", 1.0).to_json()
     assert (missed["status"], missed["passed"]) == ("missed", False)
     assert missed["message"] == (
         "missed: SPEEDUP 1.00x against the 6.55x required on NVIDIA H200 (0.5 of the solution's calibrated 13.10x)"
@@ -49,12 +49,12 @@ def test_a_missed_gate_gives_both_numbers():
 
 def test_another_gpu_has_no_gate_and_passes():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
-    assert apply_gate(gates, "lab2", "NVIDIA A100-SXM4-80GB", 1.0) == {
+    assert apply_gate(gates, "lab2", "NVIDIA A100-SXM4-80GB", 1.0).to_json() == {
         "status": "none",
         "passed": True,
         "message": "no speed gate for NVIDIA A100-SXM4-80GB",
     }
-    assert apply_gate(None, "lab2", None, 1.0)["message"] == "no speed gate for this device"
+    assert apply_gate(None, "lab2", None, 1.0).to_json()["message"] == "no speed gate for this device"
 
 
 def test_a_missing_file_says_how_to_make_one(tmp_path):
@@ -134,18 +134,18 @@ def test_calibrate_over_a_broken_gates_file_is_refused_before_any_work(tmp_path,
 
 def test_a_gate_is_looked_up_by_lab_and_gpu_name_and_missing_pieces_mean_no_gate():
     gates = {"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}
-    assert apply_gate(None, "lab2", "NVIDIA H200", 1.0) == {
+    assert apply_gate(None, "lab2", "NVIDIA H200", 1.0).to_json() == {
         "status": "none",
         "passed": True,
         "message": "no speed gate for NVIDIA H200",
     }
-    assert apply_gate(gates, "lab2", None, 1.0)["message"] == "no speed gate for this device"
-    assert apply_gate(gates, "lab1", "NVIDIA H200", 1.0)["status"] == "none"  # no lab1 entry at all
-    assert apply_gate({"schema": SCHEMA}, "lab2", "NVIDIA H200", 1.0)["status"] == "none"
+    assert apply_gate(gates, "lab2", None, 1.0).to_json()["message"] == "no speed gate for this device"
+    assert apply_gate(gates, "lab1", "NVIDIA H200", 1.0).to_json()["status"] == "none"  # no lab1 entry at all
+    assert apply_gate({"schema": SCHEMA}, "lab2", "NVIDIA H200", 1.0).to_json()["status"] == "none"
 
 
 def test_a_missed_gate_records_both_speedups():
-    missed = apply_gate({"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}, "lab2", "NVIDIA H200", 6.549)
+    missed = apply_gate({"schema": SCHEMA, "lab2": {"NVIDIA H200": H200}}, "lab2", "NVIDIA H200", 6.549).to_json()
     assert {k: v for k, v in missed.items() if k != "message"} == {
         "status": "missed",
         "passed": False,

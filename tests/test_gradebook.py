@@ -5,10 +5,10 @@ from __future__ import annotations
 import csv
 
 from labrunner.exit_codes import ExitCode
+from labrunner.records.gate import Gate
+from labrunner.records.timing import Comparison, Series, SpeedupTiming
+from labrunner.report.batch_row import hints_text
 from labrunner.report.gradebook import COLUMNS, row, spreadsheet_safe, write_gradebook
-from labrunner.report.records.batch_row import hints_text
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.results import CaseResult, RunResult
 
 SHA = "ab" * 32

@@ -15,9 +15,9 @@ import jsonschema
 import pytest
 
 from labrunner.exit_codes import AttnlabError, ExitCode
+from labrunner.records.gate import Gate
+from labrunner.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.gradescope import gradescope_results, split, write_gradescope
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.results import CaseResult, RunResult
 from labrunner.run.untrusted_text import shown_path
 from labrunner.truth.cases import DEFAULT_SEED

@@ -23,13 +23,11 @@ import pytest
 from conftest import needed_in_ci
 from headless_browser import Browser, chromium_path
 
-from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_facts
-from labrunner.report.course_figures import Bin, RooflineDot, distributions, histogram, nice_step, roofline
-from labrunner.report.html_report import column_type, columns_of, html_page, script_json, write_html_report
-from labrunner.report.records.batch_row import BatchRow
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.profile import Profile, RangeContender, RangeReport, RooflinePoint
-from labrunner.report.records.timing import (
+from labrunner.measure.roofline import Point, ceilings_from_facts
+from labrunner.records.gate import Gate
+from labrunner.records.profile import Profile, RangeContender, RangeReport
+from labrunner.records.roofline import Ceilings, GpuFacts, RooflinePoint
+from labrunner.records.timing import (
     Bandwidth,
     Comparison,
     CopyTimed,
@@ -39,6 +37,9 @@ from labrunner.report.records.timing import (
     Series,
     SpeedupTiming,
 )
+from labrunner.report.batch_row import BatchRow
+from labrunner.report.course_figures import Bin, RooflineDot, distributions, histogram, nice_step, roofline
+from labrunner.report.html_report import column_type, columns_of, html_page, script_json, write_html_report
 
 REPO = Path(__file__).resolve().parent.parent
 H200: GpuFacts = {

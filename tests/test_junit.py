@@ -8,8 +8,8 @@ import junitparser
 import pytest
 
 from labrunner.exit_codes import ExitCode
+from labrunner.records.gate import Gate
 from labrunner.report.junit import classname, write_aggregate, write_junit
-from labrunner.report.records.gate import Gate
 from labrunner.report.results import CaseResult, RunResult
 
 

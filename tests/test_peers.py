@@ -25,7 +25,7 @@ from labrunner.labs.definition import Lab
 from labrunner.measure import peers
 from labrunner.measure.sampling import TimingOptions
 from labrunner.pipeline.timing_stage import CpuReferences, check_peer, time_pipeline, time_speedup
-from labrunner.report.records.timing import PipelineTiming, SpeedupTiming
+from labrunner.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report.results import RunResult
 
 LAB2, LAB1 = get_lab("lab2"), get_lab("lab1")

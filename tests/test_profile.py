@@ -27,8 +27,8 @@ from labrunner.pipeline import backend as backend_module
 from labrunner.pipeline import prepare as prepare_module
 from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.profile import ProfileRequest, profile_submission
+from labrunner.records.device import DeviceFacts
 from labrunner.report import terminal
-from labrunner.report.records.device import DeviceFacts
 from labrunner.report.reporter import silent
 from labrunner.report.results import RunResult
 from labrunner.run.worker import CaseRun

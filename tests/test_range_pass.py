@@ -26,7 +26,7 @@ from labrunner.labs import get_lab
 from labrunner.measure.range_pass import METRICS, RangePassUnavailable, parse_ncu_csv, parse_number, run_ncu
 from labrunner.measure.roofline import ceilings_from_facts
 from labrunner.pipeline.profile import RangeAt, range_pass
-from labrunner.report.records.profile import Profile
+from labrunner.records.profile import Profile
 
 DATA = Path(__file__).parent / "data" / "ncu_lab2_solution_starter.csv"
 H200, _ = ceilings_from_facts(

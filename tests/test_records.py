@@ -11,17 +11,16 @@ from labrunner.compile.nvrtc import KernelResources
 from labrunner.measure.device_state import DeviceState
 from labrunner.measure.gates import SCHEMA as GATES_SCHEMA
 from labrunner.measure.gates import apply_bandwidth_gate, apply_gate, write_gate
-from labrunner.measure.kernel_slice import KernelSlice
-from labrunner.measure.range_pass import KernelMetrics
 from labrunner.measure.roofline import Point, ceilings_from_facts
 from labrunner.measure.trace import CUPTI_MISSING
-from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.measure.traffic import traffic
 from labrunner.pipeline.batch.submission import SubmissionTask, dead_result
-from labrunner.report.records.batch_row import BatchRow
-from labrunner.report.records.compile import CompileSummary
-from labrunner.report.records.device import CPU_NAME, DeviceFacts
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.profile import (
+from labrunner.records.compile import CompileSummary
+from labrunner.records.device import CPU_NAME, DeviceFacts
+from labrunner.records.gate import Gate
+from labrunner.records.kernel_slice import KernelSlice
+from labrunner.records.profile import (
+    KernelMetrics,
     MustMove,
     Profile,
     RangeContender,
@@ -29,11 +28,13 @@ from labrunner.report.records.profile import (
     RangeReport,
     RangeShape,
     RooflineCeilings,
-    RooflinePoint,
     Trace,
     TraceVsNcu,
 )
-from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
+from labrunner.records.roofline import RooflinePoint
+from labrunner.records.timing import Bandwidth, Comparison, Series, SpeedupTiming
+from labrunner.records.traffic import TrafficShape
+from labrunner.report.batch_row import BatchRow
 from labrunner.report.results import CaseResult, RunResult
 
 H200 = DeviceState(
@@ -135,23 +136,23 @@ GATES = {"schema": GATES_SCHEMA, "lab2": {"NVIDIA H200": {"solution_speedup": 13
     ("decided", "keys", "verdict", "exit_code"),
     [
         (
-            apply_gate(GATES, "lab2", "NVIDIA H200", 7.1),
+            apply_gate(GATES, "lab2", "NVIDIA H200", 7.1).to_json(),
             ["status", "passed", "required_speedup", "speedup", "message"],
             "pass",
             0,
         ),
         (
-            apply_gate(GATES, "lab2", "NVIDIA H200", 3.1),
+            apply_gate(GATES, "lab2", "NVIDIA H200", 3.1).to_json(),
             ["status", "passed", "required_speedup", "speedup", "message"],
             "speed-gate",
             5,
         ),
-        (apply_gate(GATES, "lab2", "NVIDIA H100", 3.1), ["status", "passed", "message"], "pass", 0),
+        (apply_gate(GATES, "lab2", "NVIDIA H100", 3.1).to_json(), ["status", "passed", "message"], "pass", 0),
         (
             apply_bandwidth_gate(
-                {"copy_fraction": 0.85, "required_fraction": 0.8, "student_tb_s": 3.4, "copy_tb_s": 4.0},
+                Bandwidth(0, student_tb_s=3.4, baseline_tb_s=0.0, copy_tb_s=4.0, copy=[], required_fraction=0.8),
                 "NVIDIA H200",
-            ),
+            ).to_json(),
             ["status", "passed", "required_fraction", "copy_fraction", "message"],
             "pass",
             0,
@@ -401,7 +402,7 @@ def test_a_batch_row_is_read_from_a_submissions_json_and_writes_the_gradebooks_c
         device=DeviceFacts.of_gpu(H200),
         cases=[passed_case(), CaseResult("C33-P31", "skipped", "left out on the CPU", 33, 31)],
         timing=SpeedupTiming(17, 31, 0.0713, "subs/ana.cu", "starter.cu", comparison),
-        gate=Gate.from_json(apply_gate(GATES, "lab2", "NVIDIA H200", 12.9871)),
+        gate=apply_gate(GATES, "lab2", "NVIDIA H200", 12.9871),
         sha256="ab" * 32,
         seconds=41.04,
         hints=[{"hazard": "causal", "text": "check the  causal\nbound"}],

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from labrunner.labs.definition import attention_flops
 from labrunner.pipeline.timing_stage import PROJECTED_SIZES, bytes_each_kernel_must_move, pipeline_row
+from labrunner.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report import terminal
-from labrunner.report.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report.results import RunResult
 
 

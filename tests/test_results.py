@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
+from labrunner.records.compile import CompileSummary
+from labrunner.records.device import DeviceFacts
+from labrunner.records.gate import Gate
+from labrunner.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.junit import write_junit
-from labrunner.report.records.compile import CompileSummary
-from labrunner.report.records.device import DeviceFacts
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.timing import Comparison, Series, SpeedupTiming
 from labrunner.report.results import NOT_RUN, SCHEMA, STATUS_EXIT_CODES, CaseResult, RunResult, write_json
 
 

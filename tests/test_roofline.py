@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from labrunner.measure.roofline import (
-    Ceilings,
     Point,
     ceilings_from_facts,
     fp32_lanes,
@@ -13,6 +12,7 @@ from labrunner.measure.roofline import (
     hbm_bandwidth,
     lesson_roofline,
 )
+from labrunner.records.roofline import Ceilings
 
 H200_FACTS = {
     "sm_count": 132,

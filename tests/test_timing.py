@@ -22,9 +22,7 @@ from labrunner.measure.device_state import (
     read_device_state,
 )
 from labrunner.measure.sampling import (
-    Comparison,
     RunningMoments,
-    Stats,
     TimingOptions,
     VerificationSchedule,
     compare,
@@ -33,6 +31,7 @@ from labrunner.measure.sampling import (
     paired_speedup_ci,
     pool_rounds,
 )
+from labrunner.records.timing import Comparison, Stats
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.physics import MIB, Limits, impossible, limits
 from labrunner.measure.roofline import tensor_core_peak
-from labrunner.measure.sampling import Stats, TimingOptions
+from labrunner.measure.sampling import TimingOptions
 from labrunner.pipeline.timing_stage import (
     CpuReferences,
     attention_bytes_must_move,
@@ -31,6 +31,7 @@ from labrunner.pipeline.timing_stage import (
     time_pipeline,
     time_speedup,
 )
+from labrunner.records.timing import Stats
 from labrunner.report.results import RunResult
 
 LAB1, LAB2, LAB3 = get_lab("lab1"), get_lab("lab2"), get_lab("lab3")

@@ -20,8 +20,8 @@ from rich.console import Console
 
 from labrunner.labs import get_lab
 from labrunner.measure.trace import CUPTI_MISSING, run_trace, slices_from_reply
+from labrunner.records.profile import Trace
 from labrunner.report import terminal
-from labrunner.report.records.profile import Trace
 from labrunner.report.trace_events import trace_events, write_trace
 
 LAB1 = get_lab("lab1")

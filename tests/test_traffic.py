@@ -6,7 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from labrunner.cli import main
-from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.measure.traffic import traffic
+from labrunner.records.traffic import TrafficShape
 
 LESSON_TABLE = [
     "N=  1024: naive=    8.91 MB  flash=  0.52 MB  naive/flash= 17.0x",

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from labrunner.exit_codes import ExitCode
 from labrunner.report import terminal
+from labrunner.report.batch_row import BatchRow
 from labrunner.report.junit import write_junit
-from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.results import CaseResult, RunResult, write_json
 from labrunner.run.kernel_output import CappedOutput
 from labrunner.run.untrusted_text import shown, shown_text

@@ -12,4 +12,7 @@ pipeline (`labrunner.pipeline.timing_stage`).
 Looking inside (`attnlab profile`): the Trace timeline's worker side (`trace`: CUPTI or CUDA events),
 Nsight Compute's Range pass and its CSV (`range_pass`), the roofline's arithmetic (`roofline`) and the
 GPU facts it needs (`gpu_facts`), and the lesson's HBM traffic model (`traffic`).
+
+What these find is handed up as records (`labrunner.records`: a `Gate`, `Stats` and `Comparison`, a
+`RooflinePoint`), the layer just below, so no stage above turns a dict into a record.
 """

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from labrunner.exit_codes import usage_error
+from labrunner.records.gate import Gate
+from labrunner.records.timing import Bandwidth
 
 SCHEMA = "attnlab.gates/1"
 DEFAULT_FRACTION = 0.5
@@ -63,23 +65,23 @@ def gate_for(gates: Gates | None, lab: str, gpu_name: str | None) -> dict[str, A
     return gate
 
 
-def apply_gate(gates: Gates | None, lab: str, gpu_name: str | None, speedup: float) -> dict[str, Any]:
+def apply_gate(gates: Gates | None, lab: str, gpu_name: str | None, speedup: float) -> Gate:
     gate = gate_for(gates, lab, gpu_name)
     if gate is None:
-        return {"status": "none", "passed": True, "message": f"no speed gate for {gpu_name or 'this device'}"}
+        return Gate("none", True, f"no speed gate for {gpu_name or 'this device'}")
     required = gate["fraction"] * gate["solution_speedup"]
     passed = speedup >= required
     verb = "met" if passed else "missed"
-    return {
-        "status": "met" if passed else "missed",
-        "passed": passed,
-        "required_speedup": required,
-        "speedup": speedup,
-        "message": (
+    return Gate(
+        status=verb,
+        passed=passed,
+        required_speedup=required,
+        speedup=speedup,
+        message=(
             f"{verb}: SPEEDUP {speedup:.2f}x against the {required:.2f}x required on {gpu_name} "
             f"({gate['fraction']:g} of the solution's calibrated {gate['solution_speedup']:.2f}x)"
         ),
-    }
+    )
 
 
 # A lab graded on bandwidth (lab 3) needs no calibration file: its gate is a fraction of the device
@@ -87,22 +89,24 @@ def apply_gate(gates: Gates | None, lab: str, gpu_name: str | None, speedup: flo
 DEFAULT_COPY_FRACTION = 0.8
 
 
-def apply_bandwidth_gate(bandwidth: dict[str, Any], gpu_name: str | None) -> dict[str, Any]:
-    """`bandwidth`: the timing's figures (`copy_fraction` reached, `required_fraction`, TB/s of both)."""
-    reached, required = bandwidth["copy_fraction"], bandwidth["required_fraction"]
+def apply_bandwidth_gate(bandwidth: Bandwidth, gpu_name: str | None) -> Gate:
+    """`bandwidth`: the timing's figures, its `required_fraction` set from the lab's catalogue."""
+    reached, required = bandwidth.copy_fraction, bandwidth.required_fraction
+    if required is None:
+        raise ValueError("the bandwidth gate needs the lab's required fraction of the device copy")
     passed = reached >= required
     verb = "met" if passed else "missed"
-    return {
-        "status": "met" if passed else "missed",
-        "passed": passed,
-        "required_fraction": required,
-        "copy_fraction": reached,
-        "message": (
-            f"{verb}: {reached:.2f} of the device copy's bandwidth ({bandwidth['student_tb_s']:.2f} of "
-            f"{bandwidth['copy_tb_s']:.2f} TB/s, timed in the same run on {gpu_name or 'this GPU'}) against "
+    return Gate(
+        status=verb,
+        passed=passed,
+        required_fraction=required,
+        copy_fraction=reached,
+        message=(
+            f"{verb}: {reached:.2f} of the device copy's bandwidth ({bandwidth.student_tb_s:.2f} of "
+            f"{bandwidth.copy_tb_s:.2f} TB/s, timed in the same run on {gpu_name or 'this GPU'}) against "
             f"the {required:g} required"
         ),
-    }
+    )
 
 
 def write_gate(

@@ -9,7 +9,7 @@ how the facts become the two ceilings.
 from __future__ import annotations
 
 from labrunner.measure.device_state import nvml_handle, nvml_read
-from labrunner.measure.roofline import GpuFacts
+from labrunner.records.roofline import GpuFacts
 
 
 def read_gpu_facts(device_index: int = 0, measure_copy: bool = True) -> GpuFacts:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from labrunner.measure.sampling import Stats, TimingOptions, measure
+from labrunner.measure.sampling import TimingOptions, measure
+from labrunner.records.timing import Stats
 
 if TYPE_CHECKING:
     import cupy
 
-    from labrunner.measure.roofline import GpuFacts
+    from labrunner.records.roofline import GpuFacts
 
 # The GPU's wait before every timed call's flush (`flush_caches`). The timing sets' fill used to give
 # that cover by accident, when it was slow; once it took a few tens of microseconds at lab 2's shape,

@@ -37,7 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labrunner.measure.roofline import GpuFacts, tensor_core_peak
+from labrunner.measure.roofline import tensor_core_peak
+from labrunner.records.roofline import GpuFacts
 
 MIB = 1024 * 1024
 # How far past the same run's device copy a figure's bytes may go (see the module's docstring).

@@ -27,9 +27,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from labrunner import box as boxes
+from labrunner.records.profile import KernelMetrics
 
 NCU = "ncu"
 
@@ -84,32 +84,6 @@ class RangePassUnavailable(Exception):
     def __init__(self, message: str, said: str = ""):
         super().__init__(message)
         self.said = said
-
-
-@dataclass
-class KernelMetrics:
-    """One profiled launch: which kernel, and its counters in base units (ns, bytes, percent, counts)."""
-
-    index: int
-    kernel: str
-    block: str
-    grid: str
-    values: dict[str, float | None] = field(default_factory=dict)
-
-    @property
-    def dram_bytes(self) -> float | None:
-        read, write = self.values.get("dram_read_bytes"), self.values.get("dram_write_bytes")
-        return None if read is None or write is None else read + write
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "kernel": self.kernel,
-            "block": self.block,
-            "grid": self.grid,
-            **self.values,
-            "dram_bytes": self.dram_bytes,
-        }
 
 
 def ncu_path() -> str | None:

@@ -18,8 +18,10 @@ this module is arithmetic only and runs anywhere).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from dataclasses import dataclass
+from typing import Any
+
+from labrunner.records.roofline import Ceilings, GpuFacts, RooflinePoint
 
 # FP32 fused multiply-add lanes per SM, by compute capability (major, minor): the CUDA C++
 # Programming Guide's table of arithmetic instruction throughput. 7.x and 8.0 have 64; 8.6 and
@@ -61,18 +63,6 @@ TENSOR_FP16_FLOP_PER_CLOCK: dict[tuple[int, ...], int] = {
 }
 
 
-class GpuFacts(TypedDict, total=False):
-    """What a GPU said of itself (`gpu_facts.read_gpu_facts`), each fact None where it could not be read;
-    a fact left out reads as unknown too."""
-
-    sm_count: int | None
-    compute_capability: list[int] | None  # [major, minor]
-    max_sm_clock_mhz: int | None
-    max_memory_clock_mhz: int | None
-    memory_bus_width_bits: int | None
-    measured_copy_bytes_per_s: float | None  # only where NVML gave no memory clock
-
-
 def lesson_roofline(
     flops: float, bytes_moved: float, peak_flops: float, bw_bytes_per_s: float
 ) -> tuple[float, float, float, str]:
@@ -109,24 +99,6 @@ def tensor_core_peak(facts: GpuFacts) -> tuple[float | None, str]:
 def hbm_bandwidth(memory_clock_hz: float, bus_width_bits: int) -> float:
     """Bytes per second: both clock edges carry data (double data rate) across the whole bus."""
     return memory_clock_hz * 2 * bus_width_bits / 8
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """The two roofs of one GPU, with where each figure came from."""
-
-    peak_flops: float
-    bandwidth: float  # bytes per second
-    peak_source: str
-    bandwidth_source: str
-
-    @property
-    def ridge(self) -> float:
-        """FLOP per byte where the two roofs meet."""
-        return self.peak_flops / self.bandwidth
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ridge_flop_per_byte": self.ridge}
 
 
 def ceilings_from_facts(facts: GpuFacts) -> tuple[Ceilings | None, str | None]:
@@ -205,16 +177,20 @@ class Point:
             )
         return f"memory-bound: {self.intensity:.1f} FLOP/B, {100 * self.fraction_of_roof:.0f}% of HBM bandwidth"
 
+    def summary(self) -> RooflinePoint:
+        """The point as the profile's record holds it: every figure computed once, here."""
+        return RooflinePoint(
+            flops=self.flops,
+            dram_bytes=self.dram_bytes,
+            seconds=self.seconds,
+            achieved_flops_per_s=self.achieved_flops,
+            achieved_bytes_per_s=self.achieved_bandwidth,
+            intensity_flop_per_byte=self.intensity if self.dram_bytes else None,
+            attainable_flops_per_s=self.attainable,
+            bound=self.bound,
+            fraction_of_roof=self.fraction_of_roof,
+            verdict=self.verdict,
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "flops": self.flops,
-            "dram_bytes": self.dram_bytes,
-            "seconds": self.seconds,
-            "achieved_flops_per_s": self.achieved_flops,
-            "achieved_bytes_per_s": self.achieved_bandwidth,
-            "intensity_flop_per_byte": self.intensity if self.dram_bytes else None,
-            "attainable_flops_per_s": self.attainable,
-            "bound": self.bound,
-            "fraction_of_roof": self.fraction_of_roof,
-            "verdict": self.verdict,
-        }
+        return self.summary().to_json()

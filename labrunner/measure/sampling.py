@@ -31,11 +31,13 @@ import math
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
+
+from labrunner.records.timing import Comparison, Stats
 
 
 class Timer(Protocol):
@@ -119,66 +121,6 @@ class TimingOptions:
             raise ValueError(f"rounds must be at least 1, got {self.rounds}")
         if not 0 <= self.min_verified <= self.min_samples:
             raise ValueError(f"min_verified must lie in [0, min_samples], got {self.min_verified}")
-
-
-@dataclass
-class Stats:
-    """The summary of one timed series, in milliseconds.
-
-    `noise_met` is true when this series reached the noise target with at
-    least `min_samples` samples; otherwise `warning` explains, with numbers,
-    why the figure is less certain than asked for. `stopped_by` names the
-    rule that ended the loop: "noise", "max_samples" or "budget".
-    """
-
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    mean_ms: float
-    count: int
-    rse: float
-    noise_met: bool
-    warning: str | None
-    samples_ms: list[float] = field(repr=False)
-    verified_count: int = 0
-    stopped_by: str = ""
-    # A call of several stages: each stage's own summary, from the same calls (the whole call's
-    # time is their sum). Empty for a call timed as one.
-    stages: dict[str, Stats] = field(default_factory=dict, repr=False)
-
-    def to_json(self, include_samples: bool = False) -> dict[str, Any]:
-        data = asdict(self)
-        del data["stages"]
-        if not include_samples:
-            del data["samples_ms"]
-        if not math.isfinite(data["rse"]):
-            # JSON has no infinity; None says "not measurable" honestly.
-            data["rse"] = None
-        if self.stages:
-            data["stages"] = {name: stage.to_json(include_samples) for name, stage in self.stages.items()}
-        return data
-
-
-@dataclass
-class Comparison:
-    """Student against baseline, timed pairwise; speedup > 1 means the student is faster."""
-
-    student: Stats
-    baseline: Stats
-    speedup: float
-    ci_low: float
-    ci_high: float
-    level: float = 0.95
-
-    def to_json(self, include_samples: bool = False) -> dict[str, Any]:
-        return {
-            "student": self.student.to_json(include_samples),
-            "baseline": self.baseline.to_json(include_samples),
-            "speedup": self.speedup,
-            "ci_low": self.ci_low,
-            "ci_high": self.ci_high,
-            "level": self.level,
-        }
 
 
 class RunningMoments:
@@ -484,7 +426,8 @@ def pool_rounds(rounds: list[Comparison], level: float = 0.95, resamples: int = 
     if len(rounds) == 1:
         return rounds[0]
     pairs = [
-        (np.asarray(r.student.samples_ms, dtype=float), np.asarray(r.baseline.samples_ms, dtype=float)) for r in rounds
+        (np.asarray(r.student_stats.samples_ms, dtype=float), np.asarray(r.baseline_stats.samples_ms, dtype=float))
+        for r in rounds
     ]
     if any(s.size == 0 or s.shape != b.shape for s, b in pairs):
         raise ValueError("every round needs its raw paired samples (Stats.samples_ms) to be pooled")
@@ -504,8 +447,8 @@ def pool_rounds(rounds: list[Comparison], level: float = 0.95, resamples: int = 
     tail = (1 - level) / 2 * 100
     ci_low, ci_high = np.percentile(ratios, [tail, 100 - tail])
     return Comparison(
-        student=pool_stats([r.student for r in rounds]),
-        baseline=pool_stats([r.baseline for r in rounds]),
+        student=pool_stats([r.student_stats for r in rounds]),
+        baseline=pool_stats([r.baseline_stats for r in rounds]),
         speedup=float(np.median(baseline_all) / np.median(student_all)),
         ci_low=float(ci_low),
         ci_high=float(ci_high),
@@ -538,17 +481,5 @@ def pool_stats(rounds: list[Stats]) -> Stats:
 
 
 def comparison_from_json(data: dict[str, Any]) -> Comparison:
-    """The inverse of `Comparison.to_json(include_samples=True)`: a worker's reply, read back."""
-
-    def stats(d: dict[str, Any]) -> Stats:
-        stages = {name: stats(stage) for name, stage in d.get("stages", {}).items()}
-        return Stats(**{**d, "rse": math.inf if d["rse"] is None else d["rse"], "stages": stages})
-
-    return Comparison(
-        student=stats(data["student"]),
-        baseline=stats(data["baseline"]),
-        speedup=data["speedup"],
-        ci_low=data["ci_low"],
-        ci_high=data["ci_high"],
-        level=data["level"],
-    )
+    """A worker's reply (`Comparison.to_json(include_samples=True)`), read back with its samples."""
+    return Comparison.from_json(data)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from labrunner.labs.definition import Launch
 from labrunner.measure.device import Device, Kernels
-from labrunner.measure.kernel_slice import KernelSlice
+from labrunner.records.kernel_slice import KernelSlice
 
 CUPTI_BUFFER_BYTES = 8 * 1024 * 1024
 CUPTI_MISSING = "cupti-python is not installed (pip install 'attnlab[profile]')"

@@ -20,47 +20,7 @@ lesson's square case (rows = keys = N). MB here is 10^6 bytes, as in the lesson.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
-
-
-@dataclass(frozen=True)
-class TrafficShape:
-    """What the model needs: the shape of one attention call and the size of an element."""
-
-    rows: int  # queries (N in the lesson; T in lab 1; C in lab 2)
-    keys: int  # keys every query may see at most (N; T; P + C)
-    query_heads: int = 32
-    kv_heads: int = 8
-    d_head: int = 64
-    dtype_bytes: int = 4
-
-
-@dataclass(frozen=True)
-class Traffic:
-    shape: TrafficShape
-    q_bytes: int
-    kv_bytes: int  # K and V together
-    out_bytes: int
-    matrix_bytes: int  # one [heads][rows][keys] score matrix
-    naive_bytes: int
-    flash_bytes: int
-
-    @property
-    def ratio(self) -> float:
-        return self.naive_bytes / self.flash_bytes
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **asdict(self.shape),
-            "q_bytes": self.q_bytes,
-            "kv_bytes": self.kv_bytes,
-            "out_bytes": self.out_bytes,
-            "matrix_bytes": self.matrix_bytes,
-            "naive_bytes": self.naive_bytes,
-            "flash_bytes": self.flash_bytes,
-            "naive_over_flash": self.ratio,
-        }
+from labrunner.records.traffic import Traffic, TrafficShape
 
 
 def traffic(shape: TrafficShape) -> Traffic:

@@ -12,7 +12,7 @@ from labrunner.compile.backend import Backend
 from labrunner.exit_codes import AttnlabError, ExitCode, environment_error, usage_error
 from labrunner.measure import device_state
 from labrunner.measure.gpu_lock import exclusive_timing, gpu_key, shared_checking
-from labrunner.report.records.device import DeviceFacts
+from labrunner.records.device import DeviceFacts
 from labrunner.run import cpu_device
 
 BACKENDS = (Backend.GPU, Backend.CPU, "auto")

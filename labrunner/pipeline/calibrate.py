@@ -12,8 +12,8 @@ from labrunner.measure.gates import (
 from labrunner.pipeline.backend import refuse_without_gpu
 from labrunner.pipeline.bench import bench_submission
 from labrunner.pipeline.requests import CalibrateRequest
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.timing import SpeedupTiming
+from labrunner.records.gate import Gate
+from labrunner.records.timing import SpeedupTiming
 from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 

@@ -9,7 +9,7 @@ from labrunner.compile.source import take_notes
 from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.pipeline.requests import CheckRequest
-from labrunner.report.records.compile import CompileSummary
+from labrunner.records.compile import CompileSummary
 from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown_path

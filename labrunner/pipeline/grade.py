@@ -34,9 +34,8 @@ from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options, refuse_triton_options
 from labrunner.pipeline.timing_stage import TimingAsk, compile_starter_ahead, run_lab_timing
 from labrunner.pipeline.worker_ahead import WorkerAhead
-from labrunner.report.records.device import DeviceFacts
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.timing import SpeedupTiming
+from labrunner.records.device import DeviceFacts
+from labrunner.records.timing import SpeedupTiming
 from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.run.worker import Worker
@@ -124,9 +123,9 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
                 run_lab_timing(run, result, ask)
             timing = result.timing
             if isinstance(timing, SpeedupTiming) and timing.bandwidth is not None:
-                result.gate = Gate.from_json(apply_bandwidth_gate(timing.bandwidth.to_json(), result.device_name))
+                result.gate = apply_bandwidth_gate(timing.bandwidth, result.device_name)
             elif isinstance(timing, SpeedupTiming):
-                result.gate = Gate.from_json(apply_gate(gates, lab.name, result.device_name, timing.speedup))
+                result.gate = apply_gate(gates, lab.name, result.device_name, timing.speedup)
         elif correct and backend == Backend.CPU:
             # recorded, and said by the verdict line's own words
             reporter.recorded("the CPU backend checks correctness only: no timings are taken or shown")

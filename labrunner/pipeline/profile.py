@@ -44,17 +44,17 @@ from labrunner.compile.triton_build import is_triton_file
 from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
 from labrunner.labs.definition import Lab
 from labrunner.labs.timing_strategy import TimingLayout
-from labrunner.measure.kernel_slice import KernelSlice
 from labrunner.measure.range_pass import RangePassUnavailable, run_ncu
-from labrunner.measure.roofline import Ceilings, GpuFacts, Point, ceilings_from_facts
+from labrunner.measure.roofline import Point, ceilings_from_facts
 from labrunner.measure.trace import slices_from_reply
-from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.measure.traffic import traffic
 from labrunner.pipeline.backend import device_facts, grade_instead, refuse_without_gpu
 from labrunner.pipeline.correctness import bench_check_case, run_one_case
 from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.prepare import display_path, load_student, prepare
 from labrunner.pipeline.requests import ProfileRequest
-from labrunner.report.records.profile import (
+from labrunner.records.kernel_slice import KernelSlice
+from labrunner.records.profile import (
     MustMove,
     Profile,
     RangeContender,
@@ -62,10 +62,11 @@ from labrunner.report.records.profile import (
     RangeReport,
     RangeShape,
     RooflineCeilings,
-    RooflinePoint,
     Trace,
     TraceVsNcu,
 )
+from labrunner.records.roofline import Ceilings, GpuFacts, RooflinePoint
+from labrunner.records.traffic import TrafficShape
 from labrunner.report.reporter import Reporter
 from labrunner.report.results import RunResult
 from labrunner.report.roofline_plot import plot_roofline, require_matplotlib
@@ -413,7 +414,7 @@ def roofline_point(
 ) -> RooflinePoint | None:
     if ceilings is None or not dram_bytes or not duration_ns:
         return None
-    return RooflinePoint.of(Point(flops, dram_bytes, duration_ns * 1e-9, ceilings))
+    return Point(flops, dram_bytes, duration_ns * 1e-9, ceilings).summary()
 
 
 def trace_vs_ncu(slices: list[KernelSlice], label: str, report: RangeReport) -> list[TraceVsNcu]:

@@ -33,30 +33,30 @@ from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.gates import DEFAULT_COPY_FRACTION
 from labrunner.measure.peers import SPECS as PEER_SPECS
 from labrunner.measure.physics import Limits, impossible, limits
-from labrunner.measure.roofline import GpuFacts
-from labrunner.measure.sampling import TimingOptions, comparison_from_json, pool_rounds
+from labrunner.measure.sampling import TimingOptions, pool_rounds
 from labrunner.measure.timed_runs import INPUT_SLOTS
-from labrunner.measure.traffic import TrafficShape, traffic
+from labrunner.measure.traffic import traffic
 from labrunner.phases import phase
 from labrunner.pipeline.grading_run import GradingRun
 from labrunner.pipeline.prepare import display_path, load_module
 from labrunner.pipeline.requests import RunRequest
-from labrunner.report.records.timing import (
+from labrunner.records.roofline import GpuFacts
+from labrunner.records.timing import (
     Bandwidth,
     Comparison,
     Conditions,
     CopyTimed,
     Peer,
-    PeerRow,
     PipelineRow,
     PipelineTiming,
     Round,
-    Series,
     SpeedupTiming,
     Timing,
 )
+from labrunner.records.traffic import TrafficShape
 from labrunner.report.results import CaseResult, RunResult
 from labrunner.run.gpu_oracle import GpuOracle
+from labrunner.run.replies import kernel_series, peer_row, round_comparison
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth import oracle
@@ -344,13 +344,15 @@ def time_speedup(
         if failure:
             return None, failure
         replies.append(reply)
-    rounds = [comparison_from_json(reply["comparison"]) for reply in replies]
-    pooled = pool_rounds(rounds, seed=options.seed)
-    comparison = Comparison.from_json(pooled.to_json())
+    rounds = [round_comparison(reply) for reply in replies]
+    comparison = pool_rounds(rounds, seed=options.seed)
     bounds = run_limits(replies)
     # each contender's fastest call over every round bounds every time the report shows of it; its
     # inputs come from memory (the flush), its output may still be in L2 when the end event is recorded
-    for fastest, label in ((pooled.student.min_ms, student_label), (pooled.baseline.min_ms, baseline_label)):
+    for fastest, label in (
+        (comparison.student_stats.min_ms, student_label),
+        (comparison.baseline_stats.min_ms, baseline_label),
+    ):
         problem = impossible(
             f"{label} at {lab.shape_label(rows, prefix)}",
             fastest,
@@ -391,8 +393,8 @@ def time_speedup(
                 r.ci_high,
                 r.student.median_ms,
                 r.baseline.median_ms,
-                per_input_set_medians(r.student.samples_ms, INPUT_SLOTS),
-                per_input_set_medians(r.baseline.samples_ms, INPUT_SLOTS),
+                per_input_set_medians(r.student_stats.samples_ms, INPUT_SLOTS),
+                per_input_set_medians(r.baseline_stats.samples_ms, INPUT_SLOTS),
             )
             for r in rounds
         ],
@@ -529,15 +531,7 @@ def time_pipeline(
             row = pipeline_row(t, measured["stats"], copy_bandwidth(reply))
             if peer:
                 versus = measured["peer"]
-                row = row.with_peer(
-                    PeerRow(
-                        Series.from_json(versus["stats"]),
-                        versus["speedup"],
-                        versus["ci_low"],
-                        versus["ci_high"],
-                        versus["enqueue"],
-                    )
-                )
+                row = row.with_peer(peer_row(versus))
             rows.append(row)
     except WorkerFailure as failure:
         return None, CaseResult("timed pipeline", failure.status, failure.detail, sizes[-1], 0)
@@ -637,8 +631,7 @@ def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = No
     run's device-copy bandwidth) where a copy was timed."""
     if stats is None:
         return PipelineRow.at(t)
-    series = {name: Series.from_json(figures) for name, figures in stats.items()}
-    return PipelineRow.at(t, series, bytes_each_kernel_must_move(t), copy_bytes_per_s)
+    return PipelineRow.at(t, kernel_series(stats), bytes_each_kernel_must_move(t), copy_bytes_per_s)
 
 
 def copy_bandwidth(reply: dict) -> float | None:
@@ -828,5 +821,5 @@ def finish_timing(
         run.reporter.error(f"{failure.name}: {failure.message}")
     if timing is not None and checked is not None and timing.peer is None:
         # a peer that was asked for and not timed: the record says why
-        timing = timing.with_peer(Peer.from_json(checked))
+        timing = timing.with_peer(Peer(**checked))
     result.timing = timing

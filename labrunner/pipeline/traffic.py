@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labrunner.exit_codes import usage_error
-from labrunner.measure.traffic import TrafficShape, check_heads, default_kv_heads, lesson_line, traffic
+from labrunner.measure.traffic import check_heads, default_kv_heads, lesson_line, traffic
+from labrunner.records.traffic import TrafficShape
 from labrunner.report.reporter import Reporter
 
 

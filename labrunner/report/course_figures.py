@@ -25,7 +25,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from labrunner.measure.roofline import Ceilings, ceilings_from_facts
+from labrunner.measure.roofline import ceilings_from_facts
+from labrunner.records.roofline import Ceilings
 from labrunner.run.untrusted_text import shown
 from labrunner.truth.verdict import Status
 

@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from labrunner.report.records.batch_row import BatchRow
-from labrunner.report.records.course_row import COURSE_COLUMNS
+from labrunner.report.batch_row import BatchRow
+from labrunner.report.course_row import COURSE_COLUMNS
 from labrunner.run.untrusted_text import shown
 
 # The verdict's columns (BatchRow), then the course's (CourseRow: who, what it is worth, whom it is like),

@@ -25,8 +25,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from labrunner.report.course_row import CourseRow
 from labrunner.report.gradebook import spreadsheet_safe
-from labrunner.report.records.course_row import CourseRow
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("ID number", "Username", "Full name", "Group")

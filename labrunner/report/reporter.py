@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from labrunner.report.progress import Progress
 
 if TYPE_CHECKING:
-    from labrunner.report.records.batch_row import BatchRow
-    from labrunner.report.records.course_row import CourseRow
-    from labrunner.report.records.profile import Profile, RangeReport, Trace
+    from labrunner.records.profile import Profile, RangeReport, Trace
+    from labrunner.report.batch_row import BatchRow
+    from labrunner.report.course_row import CourseRow
     from labrunner.report.results import RunResult
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
-from labrunner.report.records.compile import CompileSummary
-from labrunner.report.records.device import DeviceFacts
-from labrunner.report.records.gate import Gate
-from labrunner.report.records.profile import Profile
-from labrunner.report.records.timing import Timing
+from labrunner.records.compile import CompileSummary
+from labrunner.records.device import DeviceFacts
+from labrunner.records.gate import Gate
+from labrunner.records.profile import Profile
+from labrunner.records.timing import Timing
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.checker import FirstBad
 from labrunner.truth.hints import Evidence, Hint

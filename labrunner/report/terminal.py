@@ -19,11 +19,11 @@ from rich.table import Table
 from rich.text import Text
 
 from labrunner.compile.backend import Backend
+from labrunner.records.profile import Profile, RangeReport, Trace
+from labrunner.records.timing import Peer, PeerRow, PipelineTiming, Series, SpeedupTiming
+from labrunner.report.batch_row import BatchRow
+from labrunner.report.course_row import CourseRow
 from labrunner.report.progress import Progress
-from labrunner.report.records.batch_row import BatchRow
-from labrunner.report.records.course_row import CourseRow
-from labrunner.report.records.profile import Profile, RangeReport, Trace
-from labrunner.report.records.timing import Peer, PeerRow, PipelineTiming, Series, SpeedupTiming
 from labrunner.report.results import RunResult
 from labrunner.run.untrusted_text import shown, shown_text
 from labrunner.truth.verdict import Status

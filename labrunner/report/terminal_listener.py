@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from labrunner.records.profile import Profile, RangeReport, Trace
 from labrunner.report import terminal
+from labrunner.report.batch_row import BatchRow
+from labrunner.report.course_row import CourseRow
 from labrunner.report.progress import Progress
-from labrunner.report.records.batch_row import BatchRow
-from labrunner.report.records.course_row import CourseRow
-from labrunner.report.records.profile import Profile, RangeReport, Trace
 from labrunner.report.reporter import Listener
 from labrunner.report.results import RunResult
 

@@ -9,14 +9,19 @@ its bytes would be: both come from the process that ran the kernels. A timing
 reply carries its checked calls: their set numbers and their outputs, each output as long as
 one the request names (`out_count`, or a size's `out_count` in a pipeline request). A new
 kind of buffer in a timing reply needs its rule here, in `timing_reply`.
+
+A timing reply's figures cross the wire as JSON; they are read into their records here, once
+(`round_comparison`, `kernel_series`, `peer_row`), so the driver's timing works on records only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
+from labrunner.records.timing import Comparison, PeerRow, Series
 from labrunner.run.wire import NO_BUFFERS, BufferSpec, Expected, Message
 from labrunner.truth.poison import GUARD_ELEMENTS
 
@@ -65,3 +70,20 @@ def peer_check_reply(request: Message) -> Expected:
 def trace_reply(request: Message) -> Expected:
     """A trace reply is plain JSON (each kernel's start and end in nanoseconds): no buffers at all."""
     return NO_BUFFERS
+
+
+def round_comparison(reply: dict[str, Any]) -> Comparison:
+    """One round's comparison as its worker measured it, its raw samples kept for pooling."""
+    return Comparison.from_json(reply["comparison"])
+
+
+def kernel_series(stats: dict[str, dict[str, Any]]) -> dict[str, Series]:
+    """Lab 1's series at one size, by kernel and "total", as the worker summarised them."""
+    return {name: Series.from_json(figures) for name, figures in stats.items()}
+
+
+def peer_row(versus: dict[str, Any]) -> PeerRow:
+    """The peer interleaved with lab 1's whole call at one size: its series and SPEEDUP against it."""
+    return PeerRow(
+        Series.from_json(versus["stats"]), versus["speedup"], versus["ci_low"], versus["ci_high"], versus["enqueue"]
+    )

@@ -27,9 +27,9 @@ from labrunner.pipeline.batch.roster import RosterEntry
 from labrunner.pipeline.batch.settings import BatchOptions
 from labrunner.pipeline.batch.students import Student, submitted_bytes
 from labrunner.pipeline.batch.submission import Outcome
+from labrunner.report.course_row import CourseRow
 from labrunner.report.junit import write_suite
 from labrunner.report.points import UNFINISHED, lab_points, score_result
-from labrunner.report.records.course_row import CourseRow
 from labrunner.report.results import RunResult
 from labrunner.report.similarity import fingerprints, similar_to
 

@@ -38,12 +38,12 @@ from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
 from labrunner.pipeline.grade import gates_not_applied
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report.annotations import github_batch_annotations
+from labrunner.report.batch_row import batch_rows
 from labrunner.report.gradebook import write_gradebook
 from labrunner.report.gradescope import write_gradescope
 from labrunner.report.html_report import write_html_report
 from labrunner.report.junit import write_aggregate
 from labrunner.report.lms_gradebook import write_lms_gradebook
-from labrunner.report.records.batch_row import BatchRow
 from labrunner.report.reporter import Reporter
 from labrunner.run.untrusted_text import shown, shown_path
 from labrunner.truth.cases import resolve_seed
@@ -204,7 +204,7 @@ def report(
     """Every output of the batch, one row per student (in the roster's order where there is one), and the
     batch's exit code: the worst of its submissions' as `ranked_code` ranks them."""
     submitted = [e for e in entries if e.submitted]
-    rows = [BatchRow.from_json(e.result, e.seconds) for e in entries]
+    rows = batch_rows([(e.result, e.seconds) for e in entries])
     course = [e.course for e in entries]
     results = [e.result for e in entries]
     worst = worst_code([ranked_code(e) for e in submitted])

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from labrunner.compile.nvrtc import KernelResources
+from labrunner.records.serialize import JsonRecord, key
+
+TRITON_ONLY = key(only_if="triton")  # a CUDA file's JSON has no Triton keys
 
 
 @dataclass(frozen=True)
-class CompileSummary:
+class CompileSummary(JsonRecord):
     """One successful compile: the target, the compiler, and what each kernel and constant came out as.
 
     `constants` is the launch geometry the run uses (the file's exported `attnlab_*` constants, the lab's
@@ -25,9 +27,9 @@ class CompileSummary:
     warnings: list[str]
     # A Triton file's compile: Triton's version, and per kernel its num_warps, num_stages and shared bytes;
     # the constants those set (`Lab.triton_blocks`) are the compile's, not the file's.
-    triton: str = ""
-    triton_kernels: dict[str, dict[str, int]] = field(default_factory=dict)
-    compiled: tuple[str, ...] = ()
+    triton: str = field(default="", metadata=TRITON_ONLY)
+    triton_kernels: dict[str, dict[str, int]] = field(default_factory=dict, metadata=TRITON_ONLY)
+    compiled: tuple[str, ...] = field(default=(), metadata=TRITON_ONLY)
 
     @property
     def compiler(self) -> str:
@@ -37,34 +39,3 @@ class CompileSummary:
         """Where a launch constant's value came from: "compile" (a Triton kernel's block), "file" (exported
         by it), else "default" (the lab's)."""
         return "compile" if name in self.compiled else "file" if name in self.exported else "default"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "arch": self.arch,
-            "nvrtc": self.nvrtc,
-            "entry_points": self.entry_points,
-            "constants": self.constants,
-            "exported": self.exported,
-            "resources": {name: asdict(r) for name, r in self.resources.items()},
-            "warnings": self.warnings,
-            **(
-                {"triton": self.triton, "triton_kernels": self.triton_kernels, "compiled": list(self.compiled)}
-                if self.triton
-                else {}
-            ),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CompileSummary:
-        return cls(
-            arch=data["arch"],
-            nvrtc=data["nvrtc"],
-            entry_points=data["entry_points"],
-            constants=data["constants"],
-            exported=data["exported"],
-            resources={name: KernelResources(**r) for name, r in data["resources"].items()},
-            warnings=data["warnings"],
-            triton=data.get("triton", ""),
-            triton_kernels=data.get("triton_kernels", {}),
-            compiled=tuple(data.get("compiled", ())),
-        )

@@ -114,6 +114,12 @@ class BatchRow:
         )
 
 
+def batch_rows(results: list[tuple[dict[str, Any], float | None]]) -> list[BatchRow]:
+    """Each submission's row, from the result its own grading process wrote (with the batch's clock): a batch
+    holds only those results' JSON, so the gradebook reads its rows from it, here and nowhere else."""
+    return [BatchRow.from_json(result, seconds) for result, seconds in results]
+
+
 def hints_text(hints: Any) -> str:
     """Hints, where the result carries them, as one cell: each hint's text, joined by ' | '."""
     if not hints:
