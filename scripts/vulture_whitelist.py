@@ -111,12 +111,7 @@ _.device_after
 _.device_before
 _.dynamic_shared_bytes
 _.input_sets
-_.labrunner/records/timing.py:219:
-_.unused
-_.variable
-_.'l2_flush_bytes'
-_.(60%
-_.confidence)
+_.l2_flush_bytes
 _.longest_call_ms
 _.physics
 _.required_speedup
