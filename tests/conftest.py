@@ -75,6 +75,33 @@ def keep_with_its_modules_fixture(item) -> None:
             return
 
 
+# The fast set (`pytest -m "not slow"`) stays fast: a test in it that spends longer than this of its own
+# (setup, a module fixture's build included, and call) fails that run with its name, to be marked slow. The
+# limit is far above a fast test's few tenths of a second, so a loaded machine does not trip it; only the
+# fast run is held to it, never the whole suite CI runs.
+FAST_TEST_LIMIT_S = float(os.environ.get("ATTNLAB_FAST_TEST_LIMIT_S", "15"))
+
+
+def fast_run(config) -> bool:
+    return " ".join(str(config.getoption("markexpr", "") or "").split()) == "not slow"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when not in ("setup", "call") or not report.passed or not fast_run(item.config):
+        return
+    spent = getattr(item, "_attnlab_spent_s", 0.0) + report.duration
+    item._attnlab_spent_s = spent
+    if report.when == "call" and spent > FAST_TEST_LIMIT_S:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {spent:.1f} s in the fast set (its limit is {FAST_TEST_LIMIT_S:g} s, "
+            "tests/conftest.py): mark it @pytest.mark.slow"
+        )
+
+
 @pytest.fixture(autouse=True)
 def every_json_result_keeps_its_schema(monkeypatch):
     """Wrap RunResult.to_json (which --json writes) so a result that breaks the schema fails its test."""
