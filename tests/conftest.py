@@ -79,7 +79,7 @@ def keep_with_its_modules_fixture(item) -> None:
 # (setup, a module fixture's build included, and call) fails that run with its name, to be marked slow. The
 # limit is far above a fast test's few tenths of a second, so a loaded machine does not trip it; only the
 # fast run is held to it, never the whole suite CI runs.
-FAST_TEST_LIMIT_S = float(os.environ.get("ATTNLAB_FAST_TEST_LIMIT_S", "15"))
+FAST_TEST_LIMIT_S = float(os.environ.get("ATTNLAB_FAST_TEST_LIMIT_S", "30"))
 
 
 def fast_run(config) -> bool:
