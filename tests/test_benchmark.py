@@ -21,7 +21,13 @@ import labrunner.pipeline.timing_stage as benchmark
 from labrunner.labs import get_lab
 from labrunner.measure.sampling import TimingOptions
 from labrunner.pipeline.timing_stage import (
+    Contender,
+    Contenders,
     CpuReferences,
+    DrawnSets,
+    Sampling,
+    TimedShape,
+    WholeCall,
     per_input_set_medians,
     time_pipeline,
     time_speedup,
@@ -121,15 +127,9 @@ def run(worker: ScriptedWorker, rounds: int):
         time_speedup(
             LAB,
             worker,
-            constants,
-            constants,
-            ROWS,
-            PREFIX,
-            seed=7,
-            options=TimingOptions(rounds=rounds, seed=7, min_verified=1),
-            student_label="flash.cu",
-            baseline_label="starter.cu",
-            references=CpuReferences(),
+            Contenders(Contender("flash.cu", constants), Contender("starter.cu", constants)),
+            TimedShape(ROWS, PREFIX),
+            Sampling(seed=7, options=TimingOptions(rounds=rounds, seed=7, min_verified=1), references=CpuReferences()),
         )
     )
 
@@ -202,10 +202,7 @@ def test_each_checked_set_is_referenced_once_and_by_its_own_number():
     failure = verify_timed_outputs(
         "timed",
         {"student": ("flash.cu", checked), "baseline": ("starter.cu", checked)},
-        KEY,
-        5,
-        ROWS,
-        PREFIX,
+        DrawnSets(KEY, 5, TimedShape(ROWS, PREFIX)),
         Recording(),
     )
     assert failure is None
@@ -227,7 +224,11 @@ def test_a_record_of_checked_calls_the_loop_cannot_make_is_refused(numbers, mini
         rf"each output 3 x 32 x 64\)",
     ):
         verify_timed_outputs(
-            "timed", {"student": ("flash.cu", checked)}, KEY, 5, ROWS, PREFIX, CpuReferences(), minimum
+            "timed",
+            {"student": ("flash.cu", checked)},
+            DrawnSets(KEY, 5, TimedShape(ROWS, PREFIX)),
+            CpuReferences(),
+            minimum,
         )
 
 
@@ -256,15 +257,13 @@ def timed(worker, rounds):
         time_speedup(
             LAB,
             worker,
-            constants,
-            constants,
-            ROWS,
-            PREFIX,
-            seed=3,
-            options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
-            student_label="flash.cu",
-            baseline_label="starter.cu",
-            references=CpuReferences(),
+            Contenders(Contender("flash.cu", constants), Contender("starter.cu", constants)),
+            TimedShape(ROWS, PREFIX),
+            Sampling(
+                seed=3,
+                options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+                references=CpuReferences(),
+            ),
         )
     )
 
@@ -325,15 +324,9 @@ def test_each_checked_call_is_judged_against_the_reference_of_its_own_set(in_pro
         time_speedup(
             LAB,
             worker,
-            constants,
-            constants,
-            ROWS,
-            PREFIX,
-            seed=3,
-            options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-            student_label="flash.cu",
-            baseline_label="starter.cu",
-            references=Recording(),
+            Contenders(Contender("flash.cu", constants), Contender("starter.cu", constants)),
+            TimedShape(ROWS, PREFIX),
+            Sampling(seed=3, options=TimingOptions(seed=3, min_samples=6, budget_s=0.05), references=Recording()),
         )
     )
     assert failure is None
@@ -361,11 +354,9 @@ def test_lab_1s_pipeline_timing_goes_through_the_same_worker_code(in_process):
         time_pipeline(
             lab1,
             worker,
-            lab1.constants({}),
+            WholeCall(lab1.constants({})),
             [16, 32],
-            seed=3,
-            options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-            references=CpuReferences(),
+            Sampling(seed=3, options=TimingOptions(seed=3, min_samples=6, budget_s=0.05), references=CpuReferences()),
         )
     )
     assert failure is None
@@ -546,15 +537,9 @@ def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_c
         time_speedup(
             LAB,
             InProcessWorker(NumpyGpu(PREFIX)),
-            constants,
-            constants,
-            ROWS,
-            PREFIX,
-            3,
-            options,
-            "flash.cu",
-            "starter.cu",
-            references=numpy_gpu_oracle(),
+            Contenders(Contender("flash.cu", constants), Contender("starter.cu", constants)),
+            TimedShape(ROWS, PREFIX),
+            Sampling(seed=3, options=options, references=numpy_gpu_oracle()),
         )
     )
     assert failure is None and honest["oracle_proof"]["golden_max_error"] <= 1e-12
@@ -562,15 +547,9 @@ def test_the_driver_times_with_the_gpu_oracles_logic_and_catches_the_rescaling_c
         time_speedup(
             LAB,
             InProcessWorker(RescalesKept(PREFIX, by="slot")),
-            constants,
-            constants,
-            ROWS,
-            PREFIX,
-            3,
-            options,
-            "flash.cu",
-            "starter.cu",
-            references=numpy_gpu_oracle(),
+            Contenders(Contender("flash.cu", constants), Contender("starter.cu", constants)),
+            TimedShape(ROWS, PREFIX),
+            Sampling(seed=3, options=options, references=numpy_gpu_oracle()),
         )
     )
     assert cheat is None and failure.status == "wrong"

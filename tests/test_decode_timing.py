@@ -14,7 +14,7 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure.gates import apply_bandwidth_gate
 from labrunner.measure.sampling import TimingOptions
-from labrunner.pipeline.timing_stage import CpuReferences, time_speedup
+from labrunner.pipeline.timing_stage import Contender, Contenders, CpuReferences, Sampling, TimedShape, time_speedup
 from labrunner.records.timing import Bandwidth
 from labrunner.truth.paged_cache import bytes_to_move, timing_batch
 
@@ -40,15 +40,13 @@ def timed(worker, rounds=1):
         time_speedup(
             LAB,
             worker,
-            SOLUTION,
-            STARTER,
-            ROWS,
-            LONGEST,
-            seed=3,
-            options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
-            student_label="solution.cu",
-            baseline_label="starter.cu",
-            references=CpuReferences(),
+            Contenders(Contender("solution.cu", SOLUTION), Contender("starter.cu", STARTER)),
+            TimedShape(ROWS, LONGEST),
+            Sampling(
+                seed=3,
+                options=TimingOptions(rounds=rounds, seed=3, min_samples=6, budget_s=0.05),
+                references=CpuReferences(),
+            ),
         )
     )
 

@@ -24,7 +24,18 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.measure import peers
 from labrunner.measure.sampling import TimingOptions
-from labrunner.pipeline.timing_stage import CpuReferences, check_peer, time_pipeline, time_speedup
+from labrunner.pipeline.timing_stage import (
+    Contender,
+    Contenders,
+    CpuReferences,
+    PeerContender,
+    Sampling,
+    TimedShape,
+    WholeCall,
+    check_peer,
+    time_pipeline,
+    time_speedup,
+)
 from labrunner.records.timing import PipelineTiming, SpeedupTiming
 from labrunner.report.results import RunResult
 
@@ -67,16 +78,9 @@ def speedup_vs_peer(worker, rows=ROWS, prefix=PREFIX):
         time_speedup(
             LAB2,
             worker,
-            constants,
-            None,
-            rows,
-            prefix,
-            seed=3,
-            options=OPTIONS,
-            student_label="flash.cu",
-            baseline_label=SDPA.label,
-            references=CpuReferences(),
-            baseline_peer="sdpa",
+            Contenders(Contender("flash.cu", constants), PeerContender("sdpa", SDPA.label)),
+            TimedShape(rows, prefix),
+            Sampling(seed=3, options=OPTIONS, references=CpuReferences()),
         )
     )
 
@@ -205,12 +209,9 @@ def test_lab1_vs_torch_interleaves_the_peer_with_the_whole_call(in_process, monk
         time_pipeline(
             LAB1,
             InProcessWorker(device),
-            LAB1.constants({}),
+            WholeCall(LAB1.constants({}), peer="torch"),
             [16, 32],
-            seed=3,
-            options=OPTIONS,
-            references=CpuReferences(),
-            peer="torch",
+            Sampling(seed=3, options=OPTIONS, references=CpuReferences()),
         )
     )
     assert failure is None
@@ -234,11 +235,9 @@ def test_lab1_without_a_peer_has_no_peer_columns(in_process):
         time_pipeline(
             LAB1,
             InProcessWorker(NumpyGpu(prefix=0)),
-            LAB1.constants({}),
+            WholeCall(LAB1.constants({})),
             [16],
-            seed=3,
-            options=OPTIONS,
-            references=CpuReferences(),
+            Sampling(seed=3, options=OPTIONS, references=CpuReferences()),
         )
     )
     assert failure is None and "peer" not in timing and "peer" not in timing["rows"][0]
@@ -267,12 +266,9 @@ def test_the_real_eager_peer_times_through_the_worker_code(in_process, monkeypat
         time_pipeline(
             LAB1,
             InProcessWorker(NumpyGpu(prefix=0)),
-            LAB1.constants({}),
+            WholeCall(LAB1.constants({}), peer="torch"),
             [17],
-            seed=3,
-            options=OPTIONS,
-            references=CpuReferences(),
-            peer="torch",
+            Sampling(seed=3, options=OPTIONS, references=CpuReferences()),
         )
     )
     assert failure is None

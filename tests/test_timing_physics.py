@@ -24,7 +24,12 @@ from labrunner.measure.physics import MIB, Limits, impossible, limits
 from labrunner.measure.roofline import tensor_core_peak
 from labrunner.measure.sampling import TimingOptions
 from labrunner.pipeline.timing_stage import (
+    Contender,
+    Contenders,
     CpuReferences,
+    Sampling,
+    TimedShape,
+    WholeCall,
     attention_bytes_must_move,
     bytes_each_kernel_must_move,
     l2_parts_each_kernel,
@@ -229,11 +234,9 @@ def test_honest_lab1_figures_are_posted_with_the_limits_they_were_held_to():
         time_pipeline(
             LAB1,
             ScriptedPipeline(HONEST_KERNELS),
-            LAB1.constants({}),
+            WholeCall(LAB1.constants({})),
             [2048],
-            seed=3,
-            options=NO_CHECKS,
-            references=CpuReferences(),
+            Sampling(seed=3, options=NO_CHECKS, references=CpuReferences()),
         )
     )
     assert failure is None
@@ -253,11 +256,9 @@ def test_one_lab1_kernel_past_the_copy_means_no_time_at_all():
         time_pipeline(
             LAB1,
             ScriptedPipeline(kernels),
-            LAB1.constants({}),
+            WholeCall(LAB1.constants({})),
             [2048],
-            seed=3,
-            options=NO_CHECKS,
-            references=CpuReferences(),
+            Sampling(seed=3, options=NO_CHECKS, references=CpuReferences()),
         )
     )
     assert timing is None
@@ -299,15 +300,9 @@ def pair(lab, worker, rows, prefix):
         time_speedup(
             lab,
             worker,
-            constants,
-            constants,
-            rows,
-            prefix,
-            seed=3,
-            options=NO_CHECKS,
-            student_label="flash.cu",
-            baseline_label="starter.cu",
-            references=CpuReferences(),
+            Contenders(Contender("flash.cu", constants), Contender("starter.cu", constants)),
+            TimedShape(rows, prefix),
+            Sampling(seed=3, options=NO_CHECKS, references=CpuReferences()),
         )
     )
 
@@ -414,11 +409,11 @@ def standin(monkeypatch):
             time_pipeline(
                 LAB1,
                 InProcessWorker(device),
-                LAB1.constants({}),
+                WholeCall(LAB1.constants({})),
                 SIZES,
-                seed=3,
-                options=TimingOptions(seed=3, min_samples=6, budget_s=0.05),
-                references=CpuReferences(),
+                Sampling(
+                    seed=3, options=TimingOptions(seed=3, min_samples=6, budget_s=0.05), references=CpuReferences()
+                ),
             )
         )
 

@@ -13,9 +13,12 @@ A correct kernel is timed in one of three ways, a class each:
   inside it: a cost table with no baseline and no gate (its `--vs` takes only the lab's PyTorch peer,
   beside the whole call).
 
-The pipeline reads the answers here (`kind` picks what times; the rest says which options apply, what
-`calibrate` and the Range pass compare with, which case `bench` checks first, which shapes `profile`
-traces and how a shape is named) and the shapes from the lab's catalogue, which it passes in.
+The pipeline asks the strategy and never reads a flag of it: `time` picks which of the driver's timings
+runs (the pipeline passes them in, as `Timings`: a lab never imports what times it), `baseline` says
+whether a baseline kernel is timed (and the Range pass profiled) beside the student's, and the refusals
+say which options and commands apply; the rest says which case `bench` checks first, which shapes
+`profile` traces and how a shape is named. The shapes come from the lab's catalogue, which the pipeline
+passes in.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
-from typing import Any, ClassVar, TypedDict
+from typing import Any, Protocol, TypedDict, TypeVar
 
 import numpy as np
 
+from labrunner.exit_codes import usage_error
 from labrunner.truth.catalogue import Case
 
 Shape = tuple[int, int]  # (rows, prefix): a chunk and its cached prefix, or a decode batch and its longest sequence
@@ -40,31 +43,52 @@ class TimingLayout(TypedDict, total=False):
     fixed: dict[str, np.ndarray]  # the int32 arrays every timed call shares (the block table and lengths)
 
 
-class TimingKind(Enum):
-    """What the timing measures, and so which of the driver's timings runs."""
+Made = TypeVar("Made")
 
-    SPEEDUP = "speedup"  # against a baseline kernel
-    BANDWIDTH = "bandwidth"  # against the device copy (with the baseline's SPEEDUP beside it)
-    PIPELINE = "pipeline"  # each kernel inside the whole call, at fixed sizes
+
+class Timings(Protocol):
+    """The driver's two timings, one of which a strategy's `time` runs. The pipeline passes them in: the
+    labs sit below everything that times (`pipeline.timing_stage`), so a strategy calls back rather than
+    imports."""
+
+    def whole_call(self, sizes: list[int]) -> None:
+        """The whole call at every size, each kernel timed inside it (the lab's peer beside it, if asked)."""
+        ...
+
+    def against_baseline(self, rows: int, prefix: int) -> None:
+        """The student's kernel against a baseline kernel (or the lab's peer in its place) at one shape."""
+        ...
 
 
 class TimingStrategy(ABC):
     """What the orchestration asks of a lab's timing. `timing` below is the catalogue's `[timing]` table."""
 
-    kind: ClassVar[TimingKind]
-    # A kernel is timed beside the student's (the starter unless `bench --vs` names another): the Range
-    # pass profiles the starter beside the student's kernel too.
-    baseline_kernel: ClassVar[bool]
-    # --chunk, --prefix, --vs (beyond the lab's peer) and --rounds shape this timing; where they do not,
-    # they are refused before any work.
-    takes_shape_options: ClassVar[bool]
-    # `calibrate` may time the solution against the starter here and write this GPU's speed gate.
-    calibrates: ClassVar[bool]
+    @abstractmethod
+    def time(
+        self, timings: Timings, timing: Mapping[str, Any], chunk: int | None = None, prefix: int | None = None
+    ) -> None:
+        """Time a correct kernel the lab's way, at its `shapes`: one of the driver's `timings`."""
+
+    @abstractmethod
+    def baseline(self, made: Callable[[], Made]) -> Made | None:
+        """The baseline kernel timed beside the student's (the starter unless `bench --vs` names another),
+        as `made` makes it (its path, its compile, its row in the Range pass); None, and `made` never
+        called, where the lab times the student's kernel alone."""
+
+    @abstractmethod
+    def refuse_shape_options(self, lab_name: str, peer: str | None, given: Sequence[str]) -> None:
+        """--chunk, --prefix, --vs (beyond the lab's `peer`) and --rounds, as `given`, shape a comparison;
+        a timing they do not shape refuses them (a usage error) before any work."""
+
+    @abstractmethod
+    def refuse_calibration(self, lab_name: str) -> None:
+        """`calibrate` times the solution against the starter and writes this GPU's speed gate; a timing
+        with no gate refuses it (a usage error)."""
 
     @abstractmethod
     def shapes(self, timing: Mapping[str, Any], chunk: int | None = None, prefix: int | None = None) -> list[Shape]:
         """Every shape the lab times, in order; `chunk` and `prefix` stand in for the catalogue's where
-        `takes_shape_options` (the pipeline refuses them elsewhere)."""
+        they shape the timing (`refuse_shape_options` refuses them elsewhere)."""
 
     @abstractmethod
     def shape_label(self, rows: int, prefix: int) -> str:
@@ -90,10 +114,20 @@ class TimingStrategy(ABC):
 class AgainstBaseline(TimingStrategy):
     """SPEEDUP against a baseline kernel at one shape (lab 2)."""
 
-    kind: ClassVar[TimingKind] = TimingKind.SPEEDUP
-    baseline_kernel: ClassVar[bool] = True
-    takes_shape_options: ClassVar[bool] = True
-    calibrates: ClassVar[bool] = True
+    def time(
+        self, timings: Timings, timing: Mapping[str, Any], chunk: int | None = None, prefix: int | None = None
+    ) -> None:
+        ((rows, cached),) = self.shapes(timing, chunk, prefix)
+        timings.against_baseline(rows, cached)
+
+    def baseline(self, made: Callable[[], Made]) -> Made | None:
+        return made()
+
+    def refuse_shape_options(self, lab_name: str, peer: str | None, given: Sequence[str]) -> None:
+        """Every option shapes this comparison: none is refused."""
+
+    def refuse_calibration(self, lab_name: str) -> None:
+        """The SPEEDUP is gated, on a fraction of the solution's on this GPU: calibrate writes it."""
 
     def shapes(self, timing: Mapping[str, Any], chunk: int | None = None, prefix: int | None = None) -> list[Shape]:
         return [(chunk or timing["rows"], timing["prefix"] if prefix is None else prefix)]
@@ -116,8 +150,6 @@ class AgainstCopy(AgainstBaseline):
 
     # (rows, prefix, the timing layout) -> the bytes one call must move at the least: the lab's model
     bytes_to_move: Callable[[int, int, TimingLayout], int]
-
-    kind: ClassVar[TimingKind] = TimingKind.BANDWIDTH
 
     def shape_label(self, rows: int, prefix: int) -> str:
         return f"B = {rows}, longest {prefix:,}"
@@ -143,10 +175,27 @@ class AgainstCopy(AgainstBaseline):
 class PerKernel(TimingStrategy):
     """Every kernel timed inside the whole call at the catalogue's fixed sizes, no baseline (lab 1)."""
 
-    kind: ClassVar[TimingKind] = TimingKind.PIPELINE
-    baseline_kernel: ClassVar[bool] = False
-    takes_shape_options: ClassVar[bool] = False
-    calibrates: ClassVar[bool] = False
+    def time(
+        self, timings: Timings, timing: Mapping[str, Any], chunk: int | None = None, prefix: int | None = None
+    ) -> None:
+        timings.whole_call([rows for rows, _ in self.shapes(timing)])
+
+    def baseline(self, made: Callable[[], Made]) -> Made | None:
+        return None
+
+    def refuse_shape_options(self, lab_name: str, peer: str | None, given: Sequence[str]) -> None:
+        """The sizes are the catalogue's and nothing is compared: each option given is refused, and the
+        lab's `peer` alone is taken by --vs (PyTorch beside the whole call)."""
+        if not given:
+            return
+        verb = "applies" if len(given) == 1 else "apply"
+        beside = f" (its --vs takes {peer} only: PyTorch beside the whole call)" if "--vs" in given and peer else ""
+        raise usage_error(
+            f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab_name} times its pipeline at fixed sizes{beside}"
+        )
+
+    def refuse_calibration(self, lab_name: str) -> None:
+        raise usage_error(f"{lab_name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
 
     def shapes(self, timing: Mapping[str, Any], chunk: int | None = None, prefix: int | None = None) -> list[Shape]:
         return [(t, 0) for t in timing["sizes"]]

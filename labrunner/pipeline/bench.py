@@ -62,8 +62,11 @@ def refuse_bench_without_gpu(request: BenchRequest) -> None:
 
 
 def resolve_baseline(lab: Lab, versus: str) -> Path | None:
-    if not lab.timing_strategy.baseline_kernel:
-        return None
+    """The baseline file `--vs` names, where the lab's timing has a baseline kernel."""
+    return lab.timing_strategy.baseline(lambda: versus_path(lab, versus))
+
+
+def versus_path(lab: Lab, versus: str) -> Path:
     if versus == "starter":
         return lab.starter_path
     if versus == "solution":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from labrunner.exit_codes import AttnlabError, ExitCode, usage_error
+from labrunner.exit_codes import AttnlabError, ExitCode
 from labrunner.labs import get_lab
 from labrunner.measure.gates import (
     DEFAULT_FRACTION,
@@ -21,8 +21,7 @@ from labrunner.report.results import RunResult
 def calibrate_gate(request: CalibrateRequest, result: RunResult, reporter: Reporter) -> None:
     lab = get_lab(request.lab)
     output, fraction = request.output, request.fraction
-    if not lab.timing_strategy.calibrates:
-        raise usage_error(f"{lab.name} has no speed gate to calibrate (it times its pipeline; only lab2 is gated)")
+    lab.timing_strategy.refuse_calibration(lab.name)
     if output.exists():
         load_gates(output, "-o")  # a broken file is refused now, not after the timing
     # calibrate's own words where no GPU times: bench, which it runs, would name itself

@@ -92,8 +92,8 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
     facts = facts_ahead(backend)
     timed = not request.no_timing and backend == Backend.GPU and not request.only
     starter = (
-        compile_starter_ahead(lab, request.arch, request.compile_limits)
-        if timed and lab.timing_strategy.baseline_kernel
+        lab.timing_strategy.baseline(lambda: compile_starter_ahead(lab, request.arch, request.compile_limits))
+        if timed
         else None
     )
     made = inputs_ahead(lab, submission, backend, options)  # while the module loads
@@ -117,7 +117,7 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
         correct = result.decisive_case is None
         if correct and timed:
             with gpu_share(backend, "timing"), phase("timing"):
-                baseline = lab.starter_path if lab.timing_strategy.baseline_kernel else None
+                baseline = lab.timing_strategy.baseline(lambda: lab.starter_path)
                 references = ahead.oracle.for_timing()
                 ask = TimingAsk.of(request, seed.value, baseline=baseline, starter=starter, references=references)
                 run_lab_timing(run, result, ask)

@@ -196,14 +196,9 @@ def profile_submission(request: ProfileRequest, result: RunResult, reporter: Rep
 
     label, rows, prefix = shapes[-1]
     contenders = [(submission.label, "student", submission)]
-    if lab.timing_strategy.baseline_kernel:
-        contenders.append(
-            (
-                display_path(lab.starter_path),
-                "starter",
-                load_submission(lab, lab.starter_path, display_path(lab.starter_path), request.arch),
-            )
-        )
+    starter = lab.timing_strategy.baseline(lambda: starter_contender(lab, request.arch))
+    if starter is not None:
+        contenders.append(starter)
     else:
         profile.no_starter_row = (
             f"{lab.name}'s starter has empty kernel bodies, so the Range pass has no starter row to compare with"
@@ -443,6 +438,12 @@ def roofline_points(report: RangeReport | None) -> list[dict]:
     return points
 
 
+def starter_contender(lab: Lab, arch: str) -> tuple[str, str, Submission]:
+    """The lab's starter as the Range pass profiles it beside the student's kernel: (label, role, file)."""
+    starter = display_path(lab.starter_path)
+    return starter, "starter", load_submission(lab, lab.starter_path, starter, arch)
+
+
 def append_range_summary(run: GradingRun, result: RunResult, arch: str, seed: int) -> None:
     """`grade --profile` and `bench --profile`: after a correct GPU run, the Range pass in one line."""
     lab, submission = run.lab, run.submission
@@ -451,9 +452,9 @@ def append_range_summary(run: GradingRun, result: RunResult, arch: str, seed: in
         return
     label, rows, prefix = timing_shapes(lab)[-1]
     contenders = [(submission.label, "student", submission)]
-    if lab.timing_strategy.baseline_kernel:
-        starter = display_path(lab.starter_path)
-        contenders.append((starter, "starter", load_submission(lab, lab.starter_path, starter, arch)))
+    starter = lab.timing_strategy.baseline(lambda: starter_contender(lab, arch))
+    if starter is not None:
+        contenders.append(starter)
     report = range_pass(lab, contenders, RangeAt(label, rows, prefix, seed), None)
     result.profile = Profile(range=report)
     run.reporter.range_summary(report)

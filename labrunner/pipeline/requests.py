@@ -134,9 +134,7 @@ def default(request: type, name: str) -> Any:
 
 
 def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
-    """Options that shape a SPEEDUP mean nothing to a lab that times a pipeline: say so before any work."""
-    if lab.timing_strategy.takes_shape_options:
-        return
+    """Options that shape a SPEEDUP mean nothing to a lab that times a pipeline: said before any work."""
     given = [
         flag
         for flag, present in (
@@ -147,14 +145,7 @@ def refuse_speedup_options(lab: Lab, request: RunRequest) -> None:
         )
         if present
     ]
-    if given:
-        verb = "applies" if len(given) == 1 else "apply"
-        peer = (
-            f" (its --vs takes {lab.peer} only: PyTorch beside the whole call)" if "--vs" in given and lab.peer else ""
-        )
-        raise usage_error(
-            f"{' and '.join(given)} {verb} to lab2's SPEEDUP; {lab.name} times its pipeline at fixed sizes{peer}"
-        )
+    lab.timing_strategy.refuse_shape_options(lab.name, lab.peer, given)
 
 
 def refuse_triton_options(request: RunRequest) -> None:

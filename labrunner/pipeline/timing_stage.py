@@ -28,7 +28,7 @@ from labrunner.compile.compiler_process import CompileLimits
 from labrunner.compile.gate import Submission, load_submission
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab, Launch
-from labrunner.labs.timing_strategy import TimingKind, TimingLayout
+from labrunner.labs.timing_strategy import TimingLayout
 from labrunner.measure.device_state import clock_drop_warning
 from labrunner.measure.gates import DEFAULT_COPY_FRACTION
 from labrunner.measure.peers import SPECS as PEER_SPECS
@@ -76,7 +76,7 @@ class References(Protocol):
         self, key: tuple[int, int], number: int, rows: int, prefix: int, layout: TimingLayout | None = None
     ) -> Any: ...  # a numpy array, or a CuPy one on the driver's GPU
 
-    def check(self, out: np.ndarray, reference) -> OutputCheck: ...
+    def check(self, out: np.ndarray, reference: Any) -> OutputCheck: ...
 
     def release(self) -> None: ...
 
@@ -84,7 +84,7 @@ class References(Protocol):
 class CpuReferences:
     """The numpy definition of each set and the CPU oracle: exact, and seconds per set at the timing shape."""
 
-    def __init__(self, decode: bool = True):
+    def __init__(self, decode: bool = True) -> None:
         """Made as `gpu_references` is (it stands in for it); the CPU oracle judges decode batches anyway."""
 
     def reference(
@@ -103,6 +103,78 @@ class CpuReferences:
 
     def release(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class TimedShape:
+    """The one shape a comparison is timed at: a chunk of `rows` queries after `prefix` cached keys (lab 3:
+    a batch of `rows` sequences, the longest of `prefix` keys). The launches, the input sets, the
+    references and every figure are made at it, so the two numbers travel together."""
+
+    rows: int
+    prefix: int
+
+
+@dataclass(frozen=True)
+class DrawnSets:
+    """The input sets one round drew: each made from the round's secret `key` and its own number at the
+    timed `shape` (with the lab's `layout`: lab 3's paged cache), `count` of them. It is what the driver
+    needs to make a checked call's reference again, and to refuse a record of a set never drawn."""
+
+    key: list[int]
+    count: int
+    shape: TimedShape
+    layout: TimingLayout | None = None
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A kernel in a comparison: the label its messages and figures name it by, with the constants its
+    launches and workspace are planned from (each file's own geometry)."""
+
+    label: str
+    constants: dict[str, int]
+
+
+@dataclass(frozen=True)
+class PeerContender:
+    """A PyTorch peer (`measure.peers`, by `name`) timed in a baseline kernel's place, checked first by
+    `check_peer`: the worker runs it by name, and it has no constants, since it has no kernel of its own."""
+
+    name: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Contenders:
+    """Who a SPEEDUP compares, interleaved on the same fresh input sets: the student's kernel, and its
+    baseline, a kernel or a PyTorch peer in its place. The student's is reported first wherever both fail."""
+
+    student: Contender
+    baseline: Contender | PeerContender
+
+
+@dataclass(frozen=True)
+class WholeCall:
+    """What lab 1's timing times: the student's whole call, its launches planned from `constants`, and the
+    PyTorch `peer` interleaved beside it at every size where one was asked for and passed `check_peer`."""
+
+    constants: dict[str, int]
+    peer: str | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a timing samples and what its checked calls are held to: the run's `seed`, the sampling's
+    `options` (rounds, budgets, calls checked) and the `references` (None: the driver's GPU oracle, proven
+    when the timing starts). Every timing takes the three, whatever it times.
+
+    The seed seeds the cases and a paged cache's layout (the shape of the work), never the timed inputs:
+    a seed may be public, and a kernel that knew its inputs could have their answers ready."""
+
+    seed: int
+    options: TimingOptions
+    references: References | None = None
 
 
 def gpu_references(decode: bool = True) -> References:
@@ -140,13 +212,9 @@ def timing_budget_s(options: TimingOptions, things: int) -> float:
 def verify_timed_outputs(
     case_name: str,
     contenders: dict[str, tuple[str, dict[str, Any]]],
-    key: list[int],
-    sets_drawn: int,
-    rows: int,
-    prefix: int,
+    drawn: DrawnSets,
     references: References,
     minimum: int = 0,
-    layout: TimingLayout | None = None,
 ) -> CaseResult | None:
     """Every checked call must match the oracle on its own input set; else a verdict, and no time.
 
@@ -156,6 +224,7 @@ def verify_timed_outputs(
     timing loop produced (fewer checked calls than `minimum`, a set twice, a set never drawn) is
     refused: a time is reported only for calls that were really checked.
     """
+    rows, prefix, sets_drawn, layout = drawn.shape.rows, drawn.shape.prefix, drawn.count, drawn.layout
     by_set: dict[int, list[tuple[str, str, np.ndarray]]] = {}
     for who, (label, checked) in contenders.items():
         numbers, outputs = [int(n) for n in checked["sets"]], checked["outputs"]
@@ -175,7 +244,7 @@ def verify_timed_outputs(
         for number, out in zip(numbers, outputs):
             by_set.setdefault(int(number), []).append((who, label, out))
     baseline_failure = None
-    pair = key_pair(key)
+    pair = key_pair(drawn.key)
     for number in sorted(by_set):
         reference = (
             references.reference(pair, number, rows, prefix, layout)
@@ -270,28 +339,24 @@ def check_peer(
 def time_speedup(
     lab: Lab,
     worker: Worker,
-    student_constants: dict[str, int],
-    baseline_constants: dict[str, int] | None,
-    rows: int,
-    prefix: int,
-    seed: int,
-    options: TimingOptions,
-    student_label: str,
-    baseline_label: str,
-    references: References | None = None,
-    baseline_peer: str | None = None,
+    contenders: Contenders,
+    shape: TimedShape,
+    sampling: Sampling,
 ) -> tuple[SpeedupTiming | None, CaseResult | None]:
     """Student and baseline interleaved on the same fresh input sets, in `options.rounds` independent
     rounds (a fresh worker process and a fresh key each), pooled. Returns (timing, failure).
-    `baseline_peer` names a PyTorch peer (`measure.peers`, checked first by `check_peer`) that
-    stands in the baseline's place; `baseline_constants` is then unused.
+    A PyTorch peer in the baseline's place (`PeerContender`) has no kernel: no launches, no workspace.
 
-    `seed` (the run's seed) seeds the cases, never the timed inputs: a seed may be public, and a
+    The run's seed (`sampling.seed`) seeds the cases, never the timed inputs: a seed may be public, and a
     kernel that knew its inputs could have their answers ready."""
-    references = references or proven_gpu_references()
-    baseline = None if baseline_peer else kernel_constants(baseline_constants)  # a peer: no kernel of its own
+    rows, prefix, seed, options = shape.rows, shape.prefix, sampling.seed, sampling.options
+    student, versus = contenders.student, contenders.baseline
+    student_label, baseline_label = student.label, versus.label
+    references = sampling.references or proven_gpu_references()
+    baseline_peer = versus.name if isinstance(versus, PeerContender) else None
+    baseline = versus.constants if isinstance(versus, Contender) else None  # a peer: no kernel of its own
     launches: dict[str, list[Launch] | str] = {
-        "student_launches": lab.plan_launches(student_constants, rows, prefix),
+        "student_launches": lab.plan_launches(student.constants, rows, prefix),
         "baseline_launches": [] if baseline is None else lab.plan_launches(baseline, rows, prefix),
     }
     if baseline_peer:
@@ -299,13 +364,13 @@ def time_speedup(
     # a workspace follows each file's own geometry (lab 3's partial buffers); a paged cache's layout is
     # made from the run's seed (the shape of the work), its values from each round's secret key
     workspaces = {
-        "student_workspace": lab.workspace(student_constants, rows, prefix),
+        "student_workspace": lab.workspace(student.constants, rows, prefix),
         "baseline_workspace": {} if baseline is None else lab.workspace(baseline, rows, prefix),
     }
     layout = lab.timing_layout(rows, prefix, seed)
     moved = lab.timing_strategy.must_move(rows, prefix, layout)  # a lab timed on bandwidth: its own bytes
     must = moved or attention_bytes_must_move(rows, prefix)
-    replies = []
+    replies: list[dict[str, Any]] = []
     for round_index in range(options.rounds):
         if round_index:
             worker.restart()
@@ -331,13 +396,9 @@ def time_speedup(
                         "student": (student_label, reply["checked"]["student"]),
                         "baseline": (baseline_label, reply["checked"]["baseline"]),
                     },
-                    key,
-                    reply["sets_drawn"],
-                    rows,
-                    prefix,
+                    DrawnSets(key, reply["sets_drawn"], shape, layout),
                     references,
                     options.min_verified,
-                    layout,
                 )
         except WorkerFailure as crash:
             return None, CaseResult(f"timed C{rows}-P{prefix}", crash.status, crash.detail, rows, prefix)
@@ -411,14 +472,6 @@ def time_speedup(
     return timing, None
 
 
-def kernel_constants(constants: dict[str, int] | None) -> dict[str, int]:
-    """A baseline kernel's constants. A baseline is a kernel or a peer in its place (`baseline_peer`): a
-    call of `time_speedup` with neither is the caller's mistake."""
-    if constants is None:
-        raise TypeError("time_speedup: no baseline_constants, and no baseline_peer in the baseline's place")
-    return constants
-
-
 # A device-to-device copy of this many bytes (read once, written once), timed in every timing, sets the
 # bandwidth every figure is held to (`measure.physics`), lab 1's floor and lab 3's fraction: at least
 # 1 GiB, far past any L2, and no more than the call itself moves.
@@ -446,14 +499,14 @@ def run_limits(replies: list[dict[str, Any]]) -> Limits:
     )
 
 
-def bandwidth_figures(moved: int, comparison: Comparison, replies: list[dict]) -> Bandwidth:
+def bandwidth_figures(moved: int, comparison: Comparison, replies: list[dict[str, Any]]) -> Bandwidth:
     """Bytes that must move, each contender's achieved TB/s, and the same run's device copy: its TB/s
     (the best round's, each byte read and written counted) and the fraction of it the student reached."""
     copies = [CopyTimed(reply["copy"]["bytes"], reply["copy"]["stats"]["median_ms"]) for reply in replies]
     return Bandwidth.measured(moved, comparison, copies)
 
 
-def head_start_warning(label: str, enqueue: dict, where: str = "") -> list[str]:
+def head_start_warning(label: str, enqueue: dict[str, Any], where: str = "") -> list[str]:
     """A peer's host took longer to queue a call than the GPU waited for it: its time then holds host
     overhead, which the student's kernel's does not. Said with the numbers; nothing is corrected."""
     if enqueue["head_start_ms"] <= 0 or enqueue["median_ms"] <= enqueue["head_start_ms"]:
@@ -473,17 +526,15 @@ def per_input_set_medians(samples_ms: list[float], n_inputs: int) -> list[float]
 def time_pipeline(
     lab: Lab,
     worker: Worker,
-    constants: dict[str, int],
+    call: WholeCall,
     sizes: list[int],
-    seed: int,
-    options: TimingOptions,
-    references: References | None = None,
-    peer: str | None = None,
+    sampling: Sampling,
 ) -> tuple[PipelineTiming | None, CaseResult | None]:
     """The whole call at every size, each kernel timed inside it, every call on a fresh input set: lab 1's
-    cost table. With `peer` (checked first by `check_peer`), the whole call and the peer are interleaved
-    at each size. (`seed`, as in `time_speedup`, does not pick the timed inputs.)"""
-    references = references or proven_gpu_references()
+    cost table. With the call's `peer` (checked first by `check_peer`), the whole call and the peer are
+    interleaved at each size. (The seed, as in `time_speedup`, does not pick the timed inputs.)"""
+    constants, peer, options = call.constants, call.peer, sampling.options
+    references = sampling.references or proven_gpu_references()
     size_requests: list[dict[str, Any]] = [  # JSON for the worker, one a size
         {
             "T": t,
@@ -516,10 +567,7 @@ def time_pipeline(
             failure = verify_timed_outputs(
                 f"timed T{t}",
                 contenders,
-                size["sets"]["key"],
-                measured["sets_drawn"],
-                t,
-                0,
+                DrawnSets(size["sets"]["key"], measured["sets_drawn"], TimedShape(t, 0)),
                 references,
                 options.min_verified,
             )
@@ -568,7 +616,7 @@ def bytes_each_kernel_must_move(t: int) -> dict[str, int]:
     return {"attn_scores": q + k + visible, "attn_softmax": visible + whole, "attn_weighted_sum": visible + v + out}
 
 
-def pipeline_problem(lab: Lab, t: int, measured: dict, bounds: Limits, peer_label: str | None) -> str | None:
+def pipeline_problem(lab: Lab, t: int, measured: dict[str, Any], bounds: Limits, peer_label: str | None) -> str | None:
     """Lab 1 at T tokens against physics: each kernel, the whole call and the peer, the first past it.
 
     The whole call's bytes count the score matrix between the kernels, so it may be spared what
@@ -625,7 +673,7 @@ def l2_parts_each_kernel(t: int) -> dict[str, tuple[int, ...]]:
     return {"attn_scores": (visible,), "attn_softmax": (visible, whole), "attn_weighted_sum": (visible, out)}
 
 
-def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = None) -> PipelineRow:
+def pipeline_row(t: int, stats: dict[str, Any] | None, copy_bytes_per_s: float | None = None) -> PipelineRow:
     """The cost of lab 1's matrix at T tokens (`PipelineRow`): sizes always; times where measured (`stats`,
     the worker's series by kernel and "total"); against the floor (the bytes the kernels must move at this
     run's device-copy bandwidth) where a copy was timed."""
@@ -634,16 +682,16 @@ def pipeline_row(t: int, stats: dict | None, copy_bytes_per_s: float | None = No
     return PipelineRow.at(t, kernel_series(stats), bytes_each_kernel_must_move(t), copy_bytes_per_s)
 
 
-def copy_bandwidth(reply: dict) -> float | None:
+def copy_bandwidth(reply: dict[str, Any]) -> float | None:
     """Bytes per second of the device copy timed in the same worker, counting each byte read and
     written (a copy of N bytes moves 2N); None where the reply has none."""
     copy = reply.get("copy")
     if not copy:
         return None
-    return 2 * copy["bytes"] / (copy["stats"]["median_ms"] * 1e-3)
+    return float(2 * copy["bytes"] / (copy["stats"]["median_ms"] * 1e-3))
 
 
-def _common(first: dict, last: dict) -> Conditions:
+def _common(first: dict[str, Any], last: dict[str, Any]) -> Conditions:
     """What every timing reports about its conditions: from the first reply's start to the last reply's end."""
     before, after = first["state_before"], last["state_after"]
     drop = clock_drop_warning(before.get("sm_clock_mhz"), after.get("sm_clock_mhz"))
@@ -687,58 +735,57 @@ class TimingAsk:
             **given,
         )
 
+    @property
+    def sampling(self) -> Sampling:
+        """The seed, the sampling's options and the references: what every timing takes of the ask."""
+        return Sampling(self.seed, self.options, self.references)
+
 
 def run_lab_timing(run: GradingRun, result: RunResult, ask: TimingAsk) -> None:
-    """Time a correct kernel as its lab's timing strategy says: the whole call at fixed sizes, or against a
-    baseline kernel (or the lab's peer) at one shape, the catalogue's unless the ask's `chunk` and `prefix`
-    say."""
-    lab, submission, worker, reporter = run.lab, run.submission, run.worker, run.reporter
-    strategy = lab.timing_strategy
-    shapes = strategy.shapes(lab.catalogue.timing, ask.chunk, ask.prefix)
-    options, seed, peer, references = ask.options, ask.seed, ask.peer, ask.references
-    timing: Timing | None
-    if strategy.kind is TimingKind.PIPELINE:
-        sizes = [rows for rows, _ in shapes]
+    """Time a correct kernel as its lab's timing strategy says (`TimingStrategy.time`): the whole call at
+    fixed sizes, or against a baseline kernel (or the lab's peer) at one shape, the catalogue's unless the
+    ask's `chunk` and `prefix` say."""
+    lab = run.lab
+    lab.timing_strategy.time(LabTimings(run, result, ask), lab.catalogue.timing, ask.chunk, ask.prefix)
+
+
+@dataclass(frozen=True)
+class LabTimings:
+    """The driver's two timings of one run, as a lab's timing strategy picks them (`labs.timing_strategy.
+    Timings`): each checks the lab's peer where the ask names one, says what it times, times, and records
+    the timing (or the failure) in `result`."""
+
+    run: GradingRun
+    result: RunResult
+    ask: TimingAsk
+
+    def whole_call(self, sizes: list[int]) -> None:
+        run, ask = self.run, self.ask
         checked = peer_checked(run, sizes[0], 0, ask)
-        reporter.note(
+        run.reporter.note(
             "timing the pipeline at "
-            + ", ".join(strategy.shape_label(t, 0) for t in sizes)
+            + ", ".join(run.lab.timing_strategy.shape_label(t, 0) for t in sizes)
             + (f", interleaved with {checked['label']}" if ready(checked) else "")
         )
-        timing, failure = time_pipeline(
-            lab,
-            worker,
-            submission.constants,
-            sizes,
-            seed,
-            options,
-            peer=peer if ready(checked) else None,
-            references=references,
-        )
-    else:
-        ((rows, cached),) = shapes
-        checked = peer_checked(run, rows, cached, ask)
-        if ready(checked):
-            rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-            reporter.note(
+        call = WholeCall(run.submission.constants, ask.peer if ready(checked) else None)
+        timing, failure = time_pipeline(run.lab, run.worker, call, sizes, ask.sampling)
+        finish_timing(run, self.result, timing, failure, checked)
+
+    def against_baseline(self, rows: int, prefix: int) -> None:
+        run, ask = self.run, self.ask
+        lab, submission, options = run.lab, run.submission, ask.options
+        shape = TimedShape(rows, prefix)
+        checked = peer_checked(run, rows, prefix, ask)
+        rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
+        student = Contender(submission.label, submission.constants)
+        if ready(checked) and ask.peer is not None:
+            run.reporter.note(
                 f"timing {submission.label} against {checked['label']} at "
-                f"{strategy.shape_in_note(rows, cached)}, interleaved{rounds}"
+                f"{lab.timing_strategy.shape_in_note(rows, prefix)}, interleaved{rounds}"
             )
-            timing, failure = time_speedup(
-                lab,
-                worker,
-                submission.constants,
-                None,
-                rows,
-                cached,
-                seed,
-                options,
-                submission.label,
-                checked["label"],
-                references=references,
-                baseline_peer=peer,
-            )
-            finish_timing(run, result, timing, failure, checked)
+            peer = PeerContender(ask.peer, checked["label"])
+            timing, failure = time_speedup(lab, run.worker, Contenders(student, peer), shape, ask.sampling)
+            finish_timing(run, self.result, timing, failure, checked)
             return
         baseline = ask.baseline or lab.starter_path  # a peer that cannot be timed leaves the starter in its place
         with phase("compile starter"):
@@ -746,26 +793,14 @@ def run_lab_timing(run: GradingRun, result: RunResult, ask: TimingAsk) -> None:
                 base = ask.starter.result()  # compiled while the cases ran (`compile_starter_ahead`)
             else:
                 base = compile_baseline(lab, baseline, ask.arch, ask.limits)
-        load_module(worker, lab, "baseline", base)
-        rounds = f", {options.rounds} rounds in fresh worker processes" if options.rounds > 1 else ""
-        shape = strategy.shape_in_note(rows, cached)
-        reporter.note(f"timing {submission.label} against {base.label} at {shape}, interleaved{rounds}")
-        timing, failure = time_speedup(
-            lab,
-            worker,
-            submission.constants,
-            base.constants,
-            rows,
-            cached,
-            seed,
-            options,
-            submission.label,
-            base.label,
-            references=references,
-        )
-        if isinstance(timing, SpeedupTiming):
-            timing = timing.with_required_fraction(lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION))
-    finish_timing(run, result, timing, failure, checked)
+        load_module(run.worker, lab, "baseline", base)
+        note_shape = lab.timing_strategy.shape_in_note(rows, prefix)
+        run.reporter.note(f"timing {submission.label} against {base.label} at {note_shape}, interleaved{rounds}")
+        contenders = Contenders(student, Contender(base.label, base.constants))
+        speedup, failure = time_speedup(lab, run.worker, contenders, shape, ask.sampling)
+        if speedup is not None:
+            speedup = speedup.with_required_fraction(lab.catalogue.timing.get("copy_fraction", DEFAULT_COPY_FRACTION))
+        finish_timing(run, self.result, speedup, failure, checked)
 
 
 def compile_starter_ahead(lab: Lab, arch: str, limits: CompileLimits = CompileLimits()) -> Future[Submission]:
