@@ -6,6 +6,9 @@ A CI job branches on these numbers, so they never change meaning. README.md list
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 
 class ExitCode(enum.IntEnum):
@@ -41,3 +44,8 @@ class Terminated(BaseException):
     """SIGTERM, raised where the driver is, so a cancelled run unwinds as Ctrl-C does: the worker is
     closed, the cases finished so far are reported. A BaseException, like KeyboardInterrupt, so that
     no `except Exception` on the way up mistakes it for an error of its own."""
+
+
+# A signal's disposition as `signal.signal` takes and returns it: a handler, SIG_DFL or SIG_IGN (ints), or
+# None (one not set from Python). How a command and a batch put back the handlers they replaced while they ran.
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None

@@ -10,13 +10,16 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import NoReturn
 
 import click
 
 from labrunner.cli.options import SHOW_TIMINGS
 from labrunner.compile.source import submission_sha256
-from labrunner.exit_codes import AttnlabError, ExitCode, Terminated
+from labrunner.exit_codes import AttnlabError, ExitCode, SignalHandler, Terminated
 from labrunner.phases import CLOCK
 from labrunner.pipeline.outputs import unwritable
 from labrunner.report import terminal
@@ -29,8 +32,13 @@ from labrunner.truth.verdict import Status
 # `--json -`: the JSON on standard output, as a pipe into jq expects.
 STANDARD_OUTPUT = Path("-")
 
+# What a command does once its result is whole, before the reports are written (the annotations, Gradescope's file).
+After = Callable[[RunResult], object]
 
-def finish(result: RunResult, json_path: Path | None, junit_path: Path | None, after, started: float) -> None:
+
+def finish(
+    result: RunResult, json_path: Path | None, junit_path: Path | None, after: After | None, started: float
+) -> None:
     """Render what is there, write --json and --junit, exit with the result's code. Never a traceback."""
     with CLOCK.phase("reports"):
         if result.error:
@@ -65,10 +73,10 @@ def reporter_for(result: RunResult, verbose: bool = False) -> Reporter:
 def guarded(
     result: RunResult,
     json_path: Path | None,
-    body,
+    body: Callable[[], object],
     junit_path: Path | None = None,
     also_writes: tuple[tuple[str, Path], ...] = (),
-    after=None,
+    after: After | None = None,
 ) -> None:
     if json_path == STANDARD_OUTPUT:
         # the report a person reads goes to standard error, so standard output holds the JSON alone
@@ -84,10 +92,10 @@ def guarded(
 def _guarded(
     result: RunResult,
     json_path: Path | None,
-    body,
+    body: Callable[[], object],
     junit_path: Path | None,
     also_writes: tuple[tuple[str, Path], ...],
-    after,
+    after: After | None,
 ) -> None:
     for option, path in (("--json", json_path), ("--junit", junit_path), *also_writes):
         problem = path and not (option == "--json" and path == STANDARD_OUTPUT) and unwritable(path)
@@ -139,7 +147,8 @@ def show_timings() -> bool:
     return bool(context is not None and context.meta.get(SHOW_TIMINGS))
 
 
-def plain_option(value):
+def plain_option(value: object) -> object:
+    """An option's value as the JSON holds it: a path as its text, a tuple as a list."""
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, (tuple, list)):
@@ -147,11 +156,11 @@ def plain_option(value):
     return value
 
 
-def _terminate(signum, frame):
+def _terminate(signum: int, frame: FrameType | None) -> NoReturn:
     raise Terminated()
 
 
-def _on_sigterm(handler):
+def _on_sigterm(handler: SignalHandler) -> SignalHandler:
     """Installs a SIGTERM handler and returns the previous one (only the main thread may; elsewhere, none)."""
     if handler is None:
         return None

@@ -7,6 +7,8 @@ listed in the first, so one added later is never left out of the help.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 # grade's groups, in the order --help shows them.
@@ -57,7 +59,9 @@ GRADE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 class GroupedHelp(click.Command):
     """A command whose --help lists its options under `groups`' headings (see the module's docstring)."""
 
-    def __init__(self, *args, groups: tuple[tuple[str, tuple[str, ...]], ...] = GRADE_GROUPS, **kwargs) -> None:
+    def __init__(
+        self, *args: Any, groups: tuple[tuple[str, tuple[str, ...]], ...] = GRADE_GROUPS, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.groups = groups
 

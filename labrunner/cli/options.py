@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -151,14 +151,24 @@ run_options = stacked(
 )
 
 
-class JobsType(click.ParamType):
+if TYPE_CHECKING:
+    # click's ParamType is generic in the value it converts to from click 8.4 on; at run time the base is
+    # the plain class, which every click from 8.1 (the oldest taken) has.
+    JobsBase = click.ParamType[int | str]
+else:
+    JobsBase = click.ParamType
+
+
+class JobsType(JobsBase):
     """--jobs: a whole number of at least 1, or auto."""
 
     name = "N|auto"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int) or value == "auto":
+        if isinstance(value, int):
             return value
+        if value == "auto":
+            return "auto"
         try:
             number = int(value)
         except (TypeError, ValueError):

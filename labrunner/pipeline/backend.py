@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from labrunner import box as boxes
 from labrunner.compile.backend import Backend
@@ -144,14 +146,14 @@ def gpu_box_notes() -> list[str]:
     return [f"the GPU worker and the compiler run unboxed: {unboxed}"] if unboxed else []
 
 
-def device_facts(worker_backend: str) -> DeviceFacts:
+def device_facts(worker_backend: Backend) -> DeviceFacts:
     if worker_backend != Backend.GPU:
         return DeviceFacts.cpu()
     return DeviceFacts.of_gpu(device_state.read_device_state())
 
 
 @contextmanager
-def gpu_share(backend: str, phase: str):
+def gpu_share(backend: Backend, phase: Literal["checking", "timing"]) -> Iterator[None]:
     """On the GPU: checking shares it with other graders, timing has it alone (see measure/gpu_lock.py)."""
     if backend != Backend.GPU:
         yield

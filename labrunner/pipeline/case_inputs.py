@@ -39,7 +39,7 @@ class CaseInputs:
 
     def __init__(self, seed: int, oracle: Oracle | None, cases: Sequence[Case] = (), ahead: bool = False):
         self.seed, self.oracle = seed, oracle
-        self._made: dict[str, tuple[Future, Future]] = {}
+        self._made: dict[str, tuple[Future[Inputs], Future[np.ndarray]]] = {}
         self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="attnlab-inputs") if ahead else None
         if self._pool is None or not cases:
             return

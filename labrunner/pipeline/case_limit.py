@@ -53,7 +53,10 @@ def case_work(case: Case) -> int:
     whole page, plus a page's worth for each sequence's own block."""
     if case.lengths:
         return sum(PAGE * math.ceil(int(n) / PAGE) + TILE for n in case.lengths)
-    padded = lambda n: TILE * math.ceil(n / TILE)  # noqa: E731
+
+    def padded(n: int) -> int:
+        return TILE * math.ceil(n / TILE)
+
     return padded(case.rows) * padded(case.keys)
 
 
@@ -115,7 +118,7 @@ class CaseLimit:
         )
 
 
-def case_limit(lab: Lab, backend: str, case: Case, given_s: float | None, interpreted: bool = False) -> CaseLimit:
+def case_limit(lab: Lab, backend: Backend, case: Case, given_s: float | None, interpreted: bool = False) -> CaseLimit:
     """The limit of one case: `--timeout` where given, else the GPU's fixed one, else the CPU's derived one
     (`interpreted`: a Triton file's, priced as Triton's interpreter runs it)."""
     if given_s is not None:

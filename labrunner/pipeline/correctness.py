@@ -6,6 +6,7 @@ Correctness gates timing: nothing is timed (`timing.py`) until every case passed
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,12 +23,13 @@ from labrunner.pipeline.schedules import FIRST_SCHEDULE, RACE_SCHEDULES, RERUN_W
 from labrunner.report.results import CaseResult
 from labrunner.run.diagnose import ReplayPayload, replay_under_sanitizer
 from labrunner.run.racecheck import find_hazard
-from labrunner.run.worker import WorkerFailure
+from labrunner.run.worker import CaseRun, WorkerFailure
 from labrunner.truth.cases import (
     Case,
     geometry_case,
     make_inputs,
 )
+from labrunner.truth.catalogue import Catalogue
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.hints import Evidence
 from labrunner.truth.judge import Judgement, SanitizerReport, judge, judge_failure
@@ -38,7 +40,7 @@ EXPLAINED_FAILURES = 3
 
 
 def select_cases(
-    lab: Lab, backend: str, options: CaseOptions, constants: dict[str, int] | None = None
+    lab: Lab, backend: Backend, options: CaseOptions, constants: dict[str, int] | None = None
 ) -> tuple[list[Case], list[tuple[Case, str]]]:
     """The cases to run, and those skipped with the reason (the CPU backend's time budget).
 
@@ -64,14 +66,14 @@ def select_cases(
     return [c for c in cases if c.cpu], skipped
 
 
-def resolved_cases(lab: Lab, catalogue, constants: dict[str, int] | None) -> list[Case]:
+def resolved_cases(lab: Lab, catalogue: Catalogue, constants: dict[str, int] | None) -> list[Case]:
     """The catalogue's cases with a decode case's lengths written out for the file's own partition size
     (the catalogue's `partition_when_whole` for a file that keeps one partition per sequence)."""
     own = lab.partition(constants if constants is not None else lab.constants({}))
     return [case.resolved(own or catalogue.geometry.get("partition_when_whole", 0), own) for case in catalogue.cases]
 
 
-def inputs_ahead(lab: Lab, submission: Submission, backend: str, options: CaseOptions) -> CaseInputs:
+def inputs_ahead(lab: Lab, submission: Submission, backend: Backend, options: CaseOptions) -> CaseInputs:
     """Every case's inputs and reference, started now: the grade starts them before the student's module
     loads (a second on the CPU backend), and `run_cases` takes them."""
     cases, _ = select_cases(lab, backend, options, submission.constants)
@@ -141,7 +143,7 @@ RACE_CHECKED = (Status.PASS, Status.WRONG, Status.NEVER_WRITTEN)
 
 
 def race_check_words(
-    lab: Lab, backend: str, options: CaseOptions, constants: dict[str, int], results: list[CaseResult]
+    lab: Lab, backend: Backend, options: CaseOptions, constants: dict[str, int], results: list[CaseResult]
 ) -> str | None:
     """What --race-check ran and that it found nothing, for a grade it found no race in (None otherwise):
     on the CPU every checked case under each other schedule, on the GPU the small cases under
@@ -168,7 +170,10 @@ def race_check_words(
 def size_in_words(case: Case) -> str:
     """A case's size as its lab speaks of it: `3 sequences, the longest 2049 keys` (decode), `17 rows,
     prefix 31` (a prefill chunk), `1 row` (a whole prompt)."""
-    counted = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+
+    def counted(n: int, word: str) -> str:
+        return f"{n} {word}{'s' if n != 1 else ''}"
+
     if case.decode:
         return f"{counted(len(case.lengths), 'sequence')}, the longest {counted(case.prefix, 'key')}"
     rows = counted(case.rows, "row")
@@ -226,7 +231,7 @@ def judged_case(
     reruns = () if run.interpreted else reruns
     tried: list[tuple[int, str]] = []
 
-    def under_other_schedules(schedules: tuple[tuple[int, str], ...]):
+    def under_other_schedules(schedules: tuple[tuple[int, str], ...]) -> Iterator[tuple[str, CaseRun]]:
         # Run one at a time, as the judge asks: the first schedule that disagrees ends the search.
         # The worker's reverse_threads carries the CPU schedule's number (True and False keep their meaning).
         for number, label in schedules:
@@ -324,7 +329,7 @@ def case_payload(lab: Lab, submission: Submission, case: Case, options: CaseOpti
 
 
 def bench_check_case(
-    lab: Lab, constants: dict | None = None, chunk: int | None = None, prefix: int | None = None
+    lab: Lab, constants: dict[str, int] | None = None, chunk: int | None = None, prefix: int | None = None
 ) -> Case:
     """The one correctness check before timing, as the lab's timing strategy picks it: the timed shape
     itself, a decode batch's longest sequence, or the catalogue's longest case."""

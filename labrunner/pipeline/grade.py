@@ -20,6 +20,7 @@ from labrunner.compile.gate import Submission
 from labrunner.compile.includes import code_tokens
 from labrunner.labs import get_lab
 from labrunner.measure.gates import (
+    Gates,
     apply_bandwidth_gate,
     apply_gate,
     load_gates,
@@ -140,7 +141,7 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
         reporter.advice(advice)
 
 
-def facts_ahead(backend: str) -> Future[DeviceFacts]:
+def facts_ahead(backend: Backend) -> Future[DeviceFacts]:
     """The device's facts (NVML's and CUDA's: a tenth of a second or two on a GPU host), read in a thread
     while the grade goes on; the cases' report, whose title names the device, waits for them."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-device")
@@ -160,7 +161,7 @@ def facts_kept(result: RunResult, facts: Future[DeviceFacts]) -> Iterator[None]:
             result.device = facts.result()
 
 
-def race_check_advice(backend: str, race_check: bool, result: RunResult, submission: Submission) -> str | None:
+def race_check_advice(backend: Backend, race_check: bool, result: RunResult, submission: Submission) -> str | None:
     """On a GPU, a wrong grade of a file that uses shared memory ends by suggesting --race-check.
 
     A GPU's warps interleave differently from run to run, so a missing __syncthreads() can look like
@@ -190,7 +191,7 @@ def close_report(run: GradingRun, result: RunResult, request: RunRequest, seed: 
     run.reporter.verdict(result, why_on_the_cpu(result.notes))
 
 
-def load_gates_where_timed(path: Path | None, backend: str, reporter: Reporter) -> dict | None:
+def load_gates_where_timed(path: Path | None, backend: Backend, reporter: Reporter) -> Gates | None:
     """Gates apply only where a GPU times; on the CPU a gates file is noted and left unread, so one course
     command runs on GPU and CPU runners alike."""
     if path is None:
@@ -201,7 +202,7 @@ def load_gates_where_timed(path: Path | None, backend: str, reporter: Reporter) 
     return load_gates(path)
 
 
-def gates_not_applied(path, backend: str) -> str:
+def gates_not_applied(path: Path | str, backend: Backend) -> str:
     """The note of a gates file a backend without timings leaves unread; one that is not there is named as
     missing, since the same command on a GPU refuses it."""
     if Path(path).is_file():

@@ -36,7 +36,7 @@ from labrunner.labs import get_lab
 from labrunner.labs.definition import Lab
 from labrunner.report.gradescope import gradescope_results
 from labrunner.report.reporter import Reporter
-from labrunner.report.results import RunResult
+from labrunner.report.results import ResultJson, RunResult
 from labrunner.run.untrusted_text import shown_path
 
 # More than a student uploads by hand, and few enough to list at once (a repository with its history
@@ -132,7 +132,7 @@ class GradescopeFolder:
         return sorted(candidates), sorted(others)
 
 
-def listed(folder: Path, relative: PurePosixPath) -> list[os.DirEntry]:
+def listed(folder: Path, relative: PurePosixPath) -> list[os.DirEntry[str]]:
     """A folder's entries. The submission folder itself not listable is the grader's; a folder inside it
     the student's upload made unreadable is left out, like any entry that is not a kernel file."""
     try:
@@ -170,7 +170,7 @@ def names(paths: list[str]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def write_results(data: dict, path: Path) -> None:
+def write_results(data: ResultJson, path: Path) -> None:
     """Gradescope's results.json for one grade's JSON result, written whole or not at all: a run stopped
     mid-write leaves no half file for Gradescope to read."""
     text = json.dumps(gradescope_results(data), indent=2, allow_nan=False) + "\n"

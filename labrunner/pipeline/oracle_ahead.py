@@ -38,7 +38,7 @@ def on_the_gpu_oracle(inputs: Inputs) -> bool:
     """Whether a case is large enough for the GPU oracle (GPU_CASE_SCORES, GPU_CASE_KEYS)."""
     if inputs.block_table is not None:
         return sum(inputs.lengths) >= GPU_CASE_KEYS
-    rows = inputs.q.shape[0]
+    rows: int = inputs.q.shape[0]
     return rows * (inputs.prefix + rows) >= GPU_CASE_SCORES
 
 
@@ -48,7 +48,7 @@ class OracleAhead:
     def __init__(self, requested_device: str, decode: bool = True):
         """`decode`: the lab judges decode batches (its decode oracle is proven too; lab 3 only, since
         on a fresh machine that proof is a second of CuPy compiling kernels the other labs never use)."""
-        self._future: Future | None = None
+        self._future: Future[References] | None = None
         if requested_device != Backend.CPU and gpu_may_be_here():
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-oracle")
             self._future = pool.submit(proven_gpu_references, decode)

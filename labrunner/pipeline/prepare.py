@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from labrunner.compile.backend import Backend
 from labrunner.compile.gate import Submission, load_submission
@@ -54,13 +55,15 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict | None = None) -> None:
+def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict[str, Any] | None = None) -> None:
     """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
     its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
     load_module(worker, lab, "student", submission, options)
 
 
-def load_module(worker: Worker, lab: Lab, role: str, submission: Submission, options: dict | None = None) -> None:
+def load_module(
+    worker: Worker, lab: Lab, role: str, submission: Submission, options: dict[str, Any] | None = None
+) -> None:
     """`submission`'s module loaded in the worker as `role`: the machine code the gate built (a `.cu`
     file's cubin, or a Triton file's kernels with their launch facts) and the text a CPU build reads."""
     worker.load(

@@ -30,6 +30,7 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ from labrunner.report.results import RunResult
 from labrunner.report.roofline_plot import plot_roofline, require_matplotlib
 from labrunner.report.trace_events import write_trace
 from labrunner.run.sandbox import scrubbed_environment
+from labrunner.run.wire import Message
 from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import random_inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
@@ -85,7 +87,7 @@ TRACE_TIMEOUT_S = 300.0
 PROFILE_KEY_WORD = 0x70F11E
 
 
-def profile_inputs(seed: int, rows: int, prefix: int) -> dict:
+def profile_inputs(seed: int, rows: int, prefix: int) -> dict[str, np.ndarray]:
     """Seeded inputs at a timing shape. A profile reports what a kernel costs, not a verdict, so
     these need none of the timed calls' secrecy; they are never a correctness case's own."""
     inputs = random_inputs(np.random.default_rng([seed, rows, prefix, PROFILE_KEY_WORD]), rows, prefix)
@@ -232,7 +234,7 @@ def profile_submission(request: ProfileRequest, result: RunResult, reporter: Rep
     reporter.verdict(result)
 
 
-def take_trace(worker: Worker, trace_request: dict) -> dict:
+def take_trace(worker: Worker, trace_request: Message) -> Message:
     """The worker's trace; if it dies with CUPTI on, once more with events (a CUPTI library that does not
     match the driver can take a process down), and said so. A second death is the kernel's."""
     try:
@@ -399,9 +401,11 @@ def range_pass(
     )
 
 
-def sum_or_none(values) -> float | None:
-    values = list(values)
-    return None if any(v is None for v in values) else float(sum(values))
+def sum_or_none(values: Iterable[float | None]) -> float | None:
+    """The sum, or None where any value is unknown."""
+    listed = list(values)
+    known = [v for v in listed if v is not None]
+    return float(sum(known)) if len(known) == len(listed) else None
 
 
 def roofline_point(
@@ -425,9 +429,9 @@ def trace_vs_ncu(slices: list[KernelSlice], label: str, report: RangeReport) -> 
     return rows
 
 
-def roofline_points(report: RangeReport | None) -> list[dict]:
+def roofline_points(report: RangeReport | None) -> list[dict[str, Any]]:
     """Every contender's whole call, and each kernel of a several-kernel lab, as labelled points."""
-    points = []
+    points: list[dict[str, Any]] = []
     for contender in report.contenders if report else []:
         if contender.point:
             points.append({"label": contender.label, **contender.point.to_json()})

@@ -24,13 +24,13 @@ from labrunner.run.worker import Worker
 
 
 class WorkerAhead:
-    def __init__(self, device: str, arch: str, make: Callable[[str], Worker] = Worker):
+    def __init__(self, device: str, arch: str, make: Callable[[Backend], Worker] = Worker):
         self.arch, self.make = arch, make
         self.backend = (
             Backend.CPU if device == Backend.CPU or (device == "auto" and not gpu_may_be_here()) else Backend.GPU
         )
         self._worker: Worker | None = self._new(self.backend)
-        self._started: Future = Future()
+        self._started: Future[None] = Future()
         self._over = threading.Event()
         threading.Thread(target=self._start_and_stay, args=(self._worker,), name="attnlab-worker", daemon=True).start()
 
@@ -43,7 +43,7 @@ class WorkerAhead:
             self._started.set_result(None)
         self._over.wait()  # the box lives as long as the thread that made it
 
-    def take(self, backend: str) -> Worker:
+    def take(self, backend: Backend) -> Worker:
         """The worker for `backend`: the one started ahead where it is for that backend and it started."""
         worker, self._worker = self._worker, None
         if worker is not None and backend == self.backend and self._started.exception() is None:
@@ -52,7 +52,7 @@ class WorkerAhead:
             worker.close()
         return self._new(backend)  # starts at its first request, and says why it cannot
 
-    def _new(self, backend: str) -> Worker:
+    def _new(self, backend: Backend) -> Worker:
         worker = self.make(backend)
         worker.cpu_arch = self.arch  # the CPU parts its box is given are made for the gate's architecture
         return worker

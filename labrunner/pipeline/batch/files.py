@@ -96,7 +96,7 @@ def folder_submissions(folder: Path, suffixes: tuple[str, ...] = CU_ONLY) -> tup
     return found, skipped
 
 
-def is_submission(entry: os.DirEntry, suffixes: tuple[str, ...] = CU_ONLY) -> bool:
+def is_submission(entry: os.DirEntry[str], suffixes: tuple[str, ...] = CU_ONLY) -> bool:
     """A `.cu` (or `.py`) entry that is not a folder and not hidden (`._flash.cu` is the copy macOS's
     archiver leaves)."""
     return (
@@ -106,7 +106,7 @@ def is_submission(entry: os.DirEntry, suffixes: tuple[str, ...] = CU_ONLY) -> bo
     )
 
 
-def listed(folder: Path) -> list[os.DirEntry]:
+def listed(folder: Path) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(folder) as entries:
             return list(entries)
@@ -114,7 +114,7 @@ def listed(folder: Path) -> list[os.DirEntry]:
         raise usage_error(f"{shown_path(folder)}: cannot list it ({exc.strerror}); check its permissions") from None
 
 
-def why_not_graded(entry: os.DirEntry, in_student_folder: bool, suffixes: tuple[str, ...] = CU_ONLY) -> str:
+def why_not_graded(entry: os.DirEntry[str], in_student_folder: bool, suffixes: tuple[str, ...] = CU_ONLY) -> str:
     suffix = Path(entry.name).suffix
     if entry.is_dir(follow_symlinks=False):
         if in_student_folder:

@@ -26,7 +26,7 @@ from labrunner.compile.backend import Backend
 from labrunner.compile.source import submission_sha256
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
-from labrunner.report.results import attnlab_version
+from labrunner.report.results import ResultJson, attnlab_version
 from labrunner.truth.cases import environment_seed
 
 RECORD_NAME = "attnlab-reuse.keys"  # JSON, named so that a `*.json` over --out-dir finds the reports alone
@@ -132,7 +132,7 @@ class ReuseRecord:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.salt, self.keys = os.urandom(16).hex(), {}
 
-    def reusable(self, task: SubmissionTask, machine: str, seed: str) -> dict | None:
+    def reusable(self, task: SubmissionTask, machine: str, seed: str) -> ResultJson | None:
         """The report to reuse for `task`, or None where it must be graded."""
         name = Path(task.json_path).name
         if name not in self.keys:

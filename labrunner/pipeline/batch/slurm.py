@@ -22,9 +22,11 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from types import FrameType
+from typing import Any, TypedDict
 
 from labrunner.compile.backend import Backend
 from labrunner.exit_codes import environment_error, usage_error
@@ -43,6 +45,13 @@ from labrunner.pipeline.batch.submission import (
     write_json_file,
 )
 
+# submitit's executor (a SlurmExecutor or its LocalExecutor) and the jobs it returns. submitit is imported only
+# where --executor names it, and the tests give a stand-in for a cluster's: both are used by what they do.
+SubmititExecutor = Any
+SubmititJob = Any
+# What an array task runs: `graded_on_node` with the batch's grading job bound.
+NodeJob = Callable[[SubmissionTask], Outcome]
+
 JOB_NAME = "attnlab-grade"
 # How long a task may be unknown to squeue and sacct alike, with no result, before it is taken as
 # removed by the cluster (sacct's record of a task that just ended can lag squeue by a second or two).
@@ -59,7 +68,7 @@ NODE_GRACE_S = 3.0
 NODE_LOCAL = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path(tempfile.gettempdir()))
 
 
-def submitit_executor(options: BatchOptions, folder: Path, count: int):
+def submitit_executor(options: BatchOptions, folder: Path, count: int) -> SubmititExecutor:
     """The submitit executor for `slurm` or `submitit-local`; Slurm's specifics stay in its parameters."""
     try:
         import submitit
@@ -190,7 +199,7 @@ def graded_on_node(job: Callable[..., Outcome], task: SubmissionTask) -> Outcome
     running = RunningProcesses()
     ended: list[str] = []
 
-    def end(signum, frame):
+    def end(signum: int, frame: FrameType | None) -> None:
         ended.append(signal.Signals(signum).name)
         threading.Thread(target=running.end_all, args=(signal.Signals(signum), NODE_GRACE_S), daemon=True).start()
 
@@ -206,22 +215,24 @@ def graded_on_node(job: Callable[..., Outcome], task: SubmissionTask) -> Outcome
 
 
 def run_submitit(
-    tasks: list[SubmissionTask], executor, grading: Grading = Grading(), poll_s: float = 0.5
+    tasks: list[SubmissionTask], executor: SubmititExecutor, grading: Grading = Grading(), poll_s: float = 0.5
 ) -> list[Outcome]:
     """Every task graded through submitit; each result gathered as it ends, `finished` called with it.
     A stop (a signal, --batch-timeout) cancels what was submitted and reports the rest interrupted."""
-    node_job = functools.partial(graded_on_node, grading.job)
+    node_job: NodeJob = functools.partial(graded_on_node, grading.job)
     if executor_name(executor) == "slurm":
         return SlurmBatch(tasks, executor, node_job, grading, poll_s).run()
     return run_elsewhere(tasks, executor, node_job, grading, poll_s)
 
 
-def executor_name(executor) -> str:
+def executor_name(executor: SubmititExecutor) -> str:
     name = getattr(executor, "name", None)
     return name() if callable(name) else ""
 
 
-def run_elsewhere(tasks, executor, node_job, grading: Grading, poll_s: float) -> list[Outcome]:
+def run_elsewhere(
+    tasks: list[SubmissionTask], executor: SubmititExecutor, node_job: NodeJob, grading: Grading, poll_s: float
+) -> list[Outcome]:
     """Another submitit executor (submitit-local): one map_array, each task's end read from submitit."""
     stop, finished = grading.stop, grading.finished
     with environment_for_submission(seed_environment()):
@@ -253,7 +264,7 @@ def one_line(text: str, limit: int = 400) -> str:
     return " ".join(text.split())[:limit]
 
 
-def dead(task: SubmissionTask, reason: str, seconds: float = 0.0, cluster: dict | None = None) -> Outcome:
+def dead(task: SubmissionTask, reason: str, seconds: float = 0.0, cluster: ClusterRecord | None = None) -> Outcome:
     """A row the driver writes for a task with no result of its own: environment-missing (exit 6)."""
     result = dead_result(task, reason)
     if cluster is not None:
@@ -262,7 +273,7 @@ def dead(task: SubmissionTask, reason: str, seconds: float = 0.0, cluster: dict 
     return Outcome(task, result, seconds)
 
 
-def interrupted(task: SubmissionTask, stop: BatchStop, cluster: dict | None = None) -> Outcome:
+def interrupted(task: SubmissionTask, stop: BatchStop, cluster: ClusterRecord | None = None) -> Outcome:
     result = interrupted_result(task, stop.reason, stop.exit_code)
     if cluster is not None:
         result["cluster"] = cluster
@@ -275,7 +286,7 @@ class Array:
     """One submitted job array (or, for a chunk of one task, one job): its tasks' places in the batch."""
 
     places: list[int]
-    handles: list[Any]
+    handles: list[SubmititJob]
     parallelism: int
 
     @property
@@ -297,7 +308,14 @@ class SlurmBatch:
     """A batch on a Slurm cluster: its arrays submitted (at most --jobs tasks running at once, each
     array at most MaxArraySize tasks), watched, and ended."""
 
-    def __init__(self, tasks, executor, node_job, grading: Grading, poll_s: float):
+    def __init__(
+        self,
+        tasks: list[SubmissionTask],
+        executor: SubmititExecutor,
+        node_job: NodeJob,
+        grading: Grading,
+        poll_s: float,
+    ) -> None:
         self.tasks = tasks
         self.executor = executor
         self.finished = grading.finished
@@ -308,7 +326,7 @@ class SlurmBatch:
         self.outcomes: dict[int, Outcome] = {}
         self.watch = {i: Watch() for i in range(len(tasks))}
         self.arrays: list[Array] = []
-        self.handles: dict[int, Any] = {}  # each submitted task's submitit job, by its place in the batch
+        self.handles: dict[int, SubmititJob] = {}  # each submitted task's submitit job, by its place in the batch
         size = slurm_queue.max_array_size()
         self.pending = [list(range(start, min(start + size, len(tasks)))) for start in range(0, len(tasks), size)]
         self.capacity = int(executor.parameters.get("array_parallelism") or len(tasks))
@@ -316,7 +334,7 @@ class SlurmBatch:
 
     # what each task is and where it stands
 
-    def handle(self, place: int):
+    def handle(self, place: int) -> SubmititJob:
         return self.handles[place]
 
     def submitted(self) -> list[int]:
@@ -514,7 +532,7 @@ class SlurmBatch:
 
 
 @contextlib.contextmanager
-def signals_held():
+def signals_held() -> Iterator[None]:
     """SIGINT and SIGTERM held back while sbatch runs: sbatch is in this terminal's process group, and a
     Ctrl-C reaching it would kill it mid-submission, leaving an array Slurm took that this batch never
     heard of, so never cancels. The signal is delivered (and the batch stopped) as soon as sbatch is done."""
@@ -566,7 +584,7 @@ def cluster_reason(state: slurm_queue.TaskState, ran: bool = False) -> str:
     return f"ended by the cluster ({state.state})"
 
 
-def cluster_detail(state: slurm_queue.TaskState, handle, ran: bool = False) -> str:
+def cluster_detail(state: slurm_queue.TaskState, handle: SubmititJob, ran: bool = False) -> str:
     """What happened, in Slurm's words, and where to look."""
     job = f"Slurm job {handle.job_id}"
     after = f"after {state.elapsed_s} s" if state.elapsed_s else ""
@@ -589,7 +607,19 @@ def cluster_detail(state: slurm_queue.TaskState, handle, ran: bool = False) -> s
     return f"{job} ended {state.state} {after}{requeued}; its log is under {handle.paths.folder}"
 
 
-def cluster_record(state: slurm_queue.TaskState, reason: str | None) -> dict[str, Any]:
+class ClusterRecord(TypedDict):
+    """result["cluster"]: what the cluster said of a task (its job id, sacct's state, elapsed seconds and
+    time limit, the attempts before its last, and why it has no verdict where the cluster ended it)."""
+
+    job_id: str
+    state: str
+    elapsed_s: int | None
+    time_limit_s: int | None
+    requeued: int
+    reason: str | None
+
+
+def cluster_record(state: slurm_queue.TaskState, reason: str | None) -> ClusterRecord:
     """result["cluster"]: what the gradebook's cluster columns read."""
     return {
         "job_id": state.job_id,
@@ -601,7 +631,7 @@ def cluster_record(state: slurm_queue.TaskState, reason: str | None) -> dict[str
     }
 
 
-def node_result(handle) -> tuple[str, Any]:
+def node_result(handle: SubmititJob) -> tuple[str, Any]:
     """What the task's result file holds: ("success", its Outcome), ("error", the last line of the
     traceback submitit carried back from the node, `RuntimeError: node lost`), or ("", None) before one."""
     from submitit.core.utils import pickle_load

@@ -40,7 +40,7 @@ class TaskState:
         return "NODE_FAIL" in self.earlier
 
 
-def run(argv: list[str], timeout_s: float = CALL_TIMEOUT_S) -> subprocess.CompletedProcess | None:
+def run(argv: list[str], timeout_s: float = CALL_TIMEOUT_S) -> subprocess.CompletedProcess[str] | None:
     """A Slurm command's outcome, or None where it could not be run or did not answer in time."""
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 
-from labrunner.exit_codes import ExitCode
+from labrunner.exit_codes import ExitCode, SignalHandler
 
 
 class BatchStop:
@@ -58,14 +60,14 @@ class BatchStop:
 
 
 @contextmanager
-def stopped_by_signals(stop: BatchStop):
+def stopped_by_signals(stop: BatchStop) -> Iterator[BatchStop]:
     """SIGINT and SIGTERM set `stop` while the batch runs (the handlers before are put back after). Only the
     main thread may install handlers; a batch driven from another thread is stopped by its deadline alone."""
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         stop.set(signal.Signals(signum).name)
 
-    previous = {}
+    previous: dict[signal.Signals, SignalHandler] = {}
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, handler)

@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labrunner.exit_codes import ExitCode
-from labrunner.report.results import RunResult
+from labrunner.report.results import ResultJson, RunResult
 from labrunner.run.sandbox import end_process_tree
 from labrunner.run.untrusted_text import shown
 from labrunner.truth.cases import SEED_ENVIRONMENT_VARIABLE, environment_seed
@@ -61,11 +62,11 @@ class SubmissionTask:
 @dataclass
 class Outcome:
     task: SubmissionTask
-    result: dict
+    result: ResultJson
     seconds: float
     exit_code: int = field(init=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.exit_code = int(self.result.get("exit_code", ExitCode.ENVIRONMENT))
 
 
@@ -77,7 +78,7 @@ def seed_environment() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def environment_for_submission(extra: dict[str, str]):
+def environment_for_submission(extra: dict[str, str]) -> Iterator[None]:
     """`extra` in this process's environment only while a cluster's jobs are submitted."""
     os.environ.update(extra)
     try:
@@ -98,18 +99,18 @@ class RunningProcesses:
 
     def __init__(self, grace_s: float = 5.0) -> None:
         self._lock = threading.Lock()
-        self._processes: set[subprocess.Popen] = set()
+        self._processes: set[subprocess.Popen[str]] = set()
         self._ending: signal.Signals | None = None
         self.grace_s = grace_s
 
-    def started(self, process: subprocess.Popen) -> None:
+    def started(self, process: subprocess.Popen[str]) -> None:
         with self._lock:
             self._processes.add(process)
             ending = self._ending
         if ending is not None:  # started as the stop came: it is ended like the rest, on a clock of its own
             threading.Thread(target=self._end, args=([process], ending), daemon=True).start()
 
-    def ended(self, process: subprocess.Popen) -> None:
+    def ended(self, process: subprocess.Popen[str]) -> None:
         with self._lock:
             self._processes.discard(process)
 
@@ -119,7 +120,7 @@ class RunningProcesses:
             processes = list(self._processes)
         self._end(processes, signum)
 
-    def _end(self, processes: list[subprocess.Popen], signum: signal.Signals) -> None:
+    def _end(self, processes: list[subprocess.Popen[str]], signum: signal.Signals) -> None:
         for process in processes:
             with contextlib.suppress(OSError):
                 process.send_signal(signum)
@@ -186,20 +187,20 @@ def ended_how(returncode: int) -> str:
     return f"exited {returncode}"
 
 
-def dead_result(task: SubmissionTask, reason: str) -> dict:
+def dead_result(task: SubmissionTask, reason: str) -> ResultJson:
     """What a submission's result says when the job grading it died: the grader's fault, not the student's
     (environment-missing, exit 6), with nothing the dead process could have said, its version included."""
     result = RunResult("grade", task.lab, task.file, error=reason, error_code=ExitCode.ENVIRONMENT, grader_died=True)
     return result.to_json()
 
 
-def interrupted_result(task: SubmissionTask, reason: str, exit_code: ExitCode) -> dict:
+def interrupted_result(task: SubmissionTask, reason: str, exit_code: ExitCode) -> ResultJson:
     """What a submission's result says when the batch stopped before it had a verdict: `interrupted`, with
     the batch's own exit code (130 or 143) and why."""
     return RunResult("grade", task.lab, task.file, error=reason, error_code=exit_code).to_json()
 
 
-def write_json_file(data: dict, path: Path) -> None:
+def write_json_file(data: ResultJson, path: Path) -> None:
     try:
         path.write_text(json.dumps(data, indent=2) + "\n")
     except OSError:
