@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,10 +165,8 @@ def describe() -> str:
     tool = bwrap_path()
     version = "bubblewrap"  # what it says where bwrap is missing, or does not answer
     if tool is not None:
-        try:
+        with suppress(OSError, subprocess.SubprocessError):
             version = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
     return f"{version} ({tool}): mount, PID, IPC, UTS, network and user namespaces, read-only toolchain, /job tmpfs"
 
 

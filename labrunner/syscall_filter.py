@@ -212,7 +212,7 @@ class SyscallFilterUnavailable(RuntimeError):
     """This machine cannot filter system calls (not Linux, no libseccomp, or the kernel refused)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _library() -> ctypes.CDLL:
     if not sys.platform.startswith("linux"):
         raise SyscallFilterUnavailable(f"seccomp needs Linux (this is {sys.platform})")

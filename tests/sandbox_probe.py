@@ -4,10 +4,11 @@ import json
 import os
 import resource
 import socket
+from pathlib import Path
 
 from labrunner.run import sandbox
 
-status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
 
 
 def reachable(address: tuple[str, int]) -> bool:

@@ -262,7 +262,7 @@ def test_a_local_job_that_fails_costs_its_submission_only(tmp_path, monkeypatch)
         Executing(job=batch_jobs.raises_on_foreign_include),
     )
     assert code == ExitCode.ENVIRONMENT
-    rows = list(csv.DictReader(open(tmp_path / "out" / "gradebook.csv", newline="")))
+    rows = list(csv.DictReader((tmp_path / "out" / "gradebook.csv").read_text().splitlines()))
     assert [(r["verdict"], r["exit_code"]) for r in rows] == [("pass", "0"), ("environment-missing", "6")]
     junit = junitparser.JUnitXml.fromfile(str(tmp_path / "out" / "junit.xml"))
     (case,) = list(list(junit)[1])
@@ -589,12 +589,18 @@ def test_report_names_are_safe_file_names():
 def test_an_unchanged_rerun_of_the_batch_reuses_every_report_in_seconds(twenty):
     """Last in this file: it grades nothing, but writes the gradebook again (the seconds from the reports)."""
     fixtures, first, out, csv_path = twenty["lab2"]
-    before = {r["file"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(open(csv_path))}
+    before = {
+        r["file"]: {k: v for k, v in r.items() if k != "seconds"}
+        for r in csv.DictReader(csv_path.read_text().splitlines())
+    }
     started = time.monotonic()
     again = attnlab(*twenty_command("lab2", fixtures, out, csv_path), cwd=out.parents[2])
     seconds = time.monotonic() - started
     assert again.returncode == first.returncode
     assert f"note: reused {len(fixtures)} of {len(fixtures)} reports" in " ".join(again.stderr.split())
     assert seconds < 10, f"{seconds:.1f} s"
-    after = {r["file"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(open(csv_path))}
+    after = {
+        r["file"]: {k: v for k, v in r.items() if k != "seconds"}
+        for r in csv.DictReader(csv_path.read_text().splitlines())
+    }
     assert after == before

@@ -55,7 +55,7 @@ def test_the_timing_layout_is_seeded_with_one_sequence_of_the_longest_length():
     lengths, table = timing_batch(64, 32768, seed=20261129)
     again, same_table = timing_batch(64, 32768, seed=20261129)
     assert lengths == again and np.array_equal(table, same_table)
-    assert lengths[0] == 32768 and len(lengths) == 64 and 1 <= min(lengths) and max(lengths) == 32768
+    assert lengths[0] == 32768 and len(lengths) == 64 and min(lengths) >= 1 and max(lengths) == 32768
     used = table[table >= 0]
     pages = sum(-(-n // 16) for n in lengths)
     assert sorted(used.tolist()) == list(range(pages))  # every page used once, none spare

@@ -260,7 +260,7 @@ class FakeJob:
 def fake_queue(monkeypatch):
     """The cluster's answers: MaxArraySize 5; every task ended COMPLETED after 1 s."""
     monkeypatch.setattr(slurm_queue, "max_array_size", lambda: 5)
-    monkeypatch.setattr(slurm_queue, "queued", lambda: {})
+    monkeypatch.setattr(slurm_queue, "queued", dict)
     monkeypatch.setattr(
         slurm_queue, "poll", lambda ids: {i: slurm_queue.TaskState(i, "COMPLETED", 1, 3600) for i in ids}
     )

@@ -371,7 +371,7 @@ def test_no_students_name_reaches_an_output_raw(hostile_batch):
             assert raw not in text, (where, raw)
         for line in text.split("\n"):
             if line.lstrip().startswith("::"):
-                ours = line.startswith("::error file=") or line.startswith("::notice title=attnlab lab1::")
+                ours = line.startswith(("::error file=", "::notice title=attnlab lab1::"))
                 assert where == "stdout" and ours, (where, line)
 
 

@@ -76,7 +76,7 @@ def test_the_case_statuses_most_severe_first_with_their_exit_codes():
         ("speed-gate", 5),
         ("pass", 0),
     ]
-    assert SEVERITY == tuple(CASE_EXIT_CODES)
+    assert tuple(CASE_EXIT_CODES) == SEVERITY
     assert NOT_RUN == ("not-run", "skipped")
 
 
@@ -103,7 +103,7 @@ def test_a_batch_orders_exit_codes_worst_first_and_names_each():
         (5, "speed gate missed"),
         (0, "pass"),
     ]
-    assert WORST_FIRST == tuple(BATCH_EXIT_CODES)
+    assert tuple(BATCH_EXIT_CODES) == WORST_FIRST
 
 
 # --- the documents ----------------------------------------------------------------------------

@@ -135,7 +135,8 @@ class _Reader:
             if t.kind == "directive" and t.text == "define" and tokens[i + 1].kind == "word"
         }
 
-    def first_problem(self) -> tuple[int, str] | None:
+    # Complex by design: the attribute policy, one rule a branch, in the order a reader checks them.
+    def first_problem(self) -> tuple[int, str] | None:  # noqa: C901
         tokens = self.tokens
         directive: str | None = None  # the directive the tokens are in, if any
         directive_at = 0
@@ -277,9 +278,12 @@ class _Reader:
             )
         items, _ = self._items(i + 3, 2)
         for item in items:
-            if item and item[0].kind == "word":
-                if problem := self._name_problem(item[0], "__attribute__(({}))", parameters):
-                    return problem
+            if (
+                item
+                and item[0].kind == "word"
+                and (problem := self._name_problem(item[0], "__attribute__(({}))", parameters))
+            ):
+                return problem
         return None
 
     def _standard_attributes(self, i: int, parameters: set[str]) -> tuple[int, str] | None:

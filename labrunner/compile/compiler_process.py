@@ -271,10 +271,8 @@ def _capped_exchange(process: subprocess.Popen[bytes], request: bytes, deadline_
 
 def _end_group(process: subprocess.Popen[bytes]) -> None:
     """Kill the child's whole session; a group already gone is fine."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _parse(out: bytes) -> Reply | None:

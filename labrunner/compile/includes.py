@@ -287,7 +287,7 @@ class _Lexer:
                         self._emit("raw", start, i)
                         previous_word = ""
                         continue
-                    elif not word.isascii() or "$" in word or "\\" in word:
+                    if not word.isascii() or "$" in word or "\\" in word:
                         raise self.fail(
                             i,
                             f"`{word}` right before a quote: NVRTC and g++ split it differently "

@@ -63,7 +63,7 @@ class _OnlyPreloaded(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
         if name in sys.builtin_module_names:
-            return None  # compiled into the interpreter (gc, time): importing it opens no file
+            return  # compiled into the interpreter (gc, time): importing it opens no file
         raise ImportError(
             f"No module named {name!r} here: a Triton file may import only what its kernels use "
             "(triton, triton.language, math, numpy and the standard modules already loaded)"

@@ -12,6 +12,7 @@ missing thermometer must never stop a grading run.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import ModuleType
@@ -76,14 +77,10 @@ def read_cuda_facts(state: DeviceState, device_index: int) -> None:
         state.driver = cuda_version_text(driver_version) if driver_version > 0 else None
     except Exception:
         pass
-    try:
+    with contextlib.suppress(Exception):
         state.cuda_runtime = cuda_version_text(cupy.cuda.runtime.runtimeGetVersion())
-    except Exception:
-        pass
-    try:
+    with contextlib.suppress(Exception):
         state.pci_bus_id = cupy.cuda.Device(device_index).pci_bus_id
-    except Exception:
-        pass
 
 
 def read_nvml_facts(state: DeviceState, device_index: int) -> None:
@@ -105,10 +102,8 @@ def read_nvml_facts(state: DeviceState, device_index: int) -> None:
             lambda: int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
         )
     finally:
-        try:
+        with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def nvml_handle(pynvml: ModuleType, pci_bus_id: str | None, device_index: int) -> object:

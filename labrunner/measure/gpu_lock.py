@@ -19,6 +19,7 @@ folder is the node's own temporary folder, which is what a per-node GPU needs.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -34,10 +35,8 @@ def lock_folder() -> Path:
     folder = Path(os.environ.get(LOCK_FOLDER_VARIABLE) or tempfile.gettempdir()) / "attnlab-gpu-locks"
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
-        try:
+        with contextlib.suppress(OSError):  # a folder another user made: theirs to open up
             folder.chmod(0o1777)  # like /tmp: every user of the node shares its GPUs' locks
-        except OSError:
-            pass
     return folder
 
 

@@ -21,7 +21,8 @@ gap between them and a kernel, is what `overhead_ms` reports.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from labrunner.measure.sampling import TimingOptions, measure
 from labrunner.records.timing import Stats

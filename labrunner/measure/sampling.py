@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 import numpy as np
 import numpy.typing as npt

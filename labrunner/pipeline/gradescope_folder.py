@@ -25,6 +25,7 @@ Names are shown escaped (`shown_path`), relative to the folder, as the student n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -62,10 +63,8 @@ class GradescopeFolder:
 
     def withdraw_stale(self) -> None:
         """Remove a results.json an earlier run left, so a run that publishes nothing leaves nothing."""
-        try:
+        with contextlib.suppress(OSError):  # a folder, or no permission: the check of every output path names it next
             self.results_path.unlink(missing_ok=True)
-        except OSError:  # a folder, or no permission: the check of every output path names it next
-            pass
 
     def submission(self) -> Path:
         """The one file to grade, or an AttnlabError: the student's (recorded in `refused`) or the grader's."""

@@ -519,10 +519,7 @@ def cases_table(cases: list[dict[str, Any]]) -> str:
         quiet = ' class="quiet"' if status in (Status.SKIPPED, Status.NOT_RUN) else ""
         message = shown_text(str(case.get("message") or ""))
         diagnosis = case.get("diagnosis")
-        if diagnosis:
-            message_html = f"{esc(message)}<pre>{esc(shown_text(str(diagnosis)))}</pre>"
-        else:
-            message_html = esc(message)
+        message_html = f"{esc(message)}<pre>{esc(shown_text(str(diagnosis)))}</pre>" if diagnosis else esc(message)
         body.append(
             f'<tr{quiet}><td>{esc(case.get("name"))}</td><td class="num">{esc(case.get("rows"))}</td>'
             f'<td class="num">{esc(case.get("prefix"))}</td><td class="status">{chip(status)}</td>'

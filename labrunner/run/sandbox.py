@@ -26,6 +26,7 @@ refuses to grade unless `--unsafe-cpu` (see `pipeline/backend.py`); the GPU path
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -323,10 +324,8 @@ def descendants(root: int) -> list[int]:
 
 
 def _signal(send: Callable[[], object]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         send()
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # -- inside the boxed process --------------------------------------------------------------------

@@ -31,14 +31,16 @@ Requests (driver to worker) use the same format; launches travel as tagged recor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import select
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -381,7 +383,5 @@ class Channel:
 
     def close(self) -> None:
         for fd in (self.request_fd, self.reply_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass

@@ -19,6 +19,7 @@ worker ends, every process it started ends with it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -177,7 +178,7 @@ class Worker:
             os.close(self._launch_marks)
             self._launch_marks = None
 
-    def __enter__(self) -> "Worker":
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -403,10 +404,8 @@ def code_words(code: bytes) -> CodeWords:
 
 def widen_pipe(fd: int) -> None:
     """Give a pipe PIPE_BYTES of buffer where the system allows it; where not, it keeps its own."""
-    try:
+    with contextlib.suppress(OSError):
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except OSError:
-        pass
 
 
 def load_failure(filename: str, backend: str, failure: WorkerFailure, triton: bool = False) -> AttnlabError:

@@ -128,10 +128,8 @@ def kernel_printf_silenced(quiet: bool) -> Iterator[None]:
 def mark_launch(fd: int, index: int) -> None:
     """One byte, the launch's index, for the driver to read if the case hangs. The pipe is non-blocking and
     drained before every case: a mark that does not fit is lost, never waited for."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(fd, bytes([index & 0xFF]))
-    except OSError:
-        pass
 
 
 def launch_schedules(request: Message) -> list[int]:
@@ -238,10 +236,8 @@ def main(backend: str, request_fd: int, reply_fd: int, launch_fd: int | None = N
         write_message(reply_fd, encode(body, cookie))
 
     reply({"ok": True, "landlock": sandbox.LANDLOCK_ABI, "pid_namespace": sandbox.PID_NAMESPACE})
-    try:
+    with contextlib.suppress(OSError):
         _DEV_NULL.append(os.open(os.devnull, os.O_WRONLY))
-    except OSError:
-        pass
     device: WorkerDevice | None = None
     kernels: dict[str, Kernels] = {}
     while True:

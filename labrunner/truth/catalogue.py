@@ -72,7 +72,7 @@ class Case:
         keys = self.keys * KV_HEADS * HEAD_DIM * 4
         return {"q": self.rows * row, "k": keys, "v": keys, "out": self.rows * row}
 
-    def resolved(self, partition: int, own: int | None = None) -> "Case":
+    def resolved(self, partition: int, own: int | None = None) -> Case:
         """The decode case with `p` = partition: numbers for lengths and plants, rows and prefix set.
         `own`: the file's own partition size where it differs (0: one partition per sequence, whose
         cases are written against the catalogue's `partition_when_whole`)."""

@@ -167,7 +167,8 @@ def add_stage_evidence(
         stage_evidence(evidence, inputs, case.rows, stages, output_kernel, out)
 
 
-def derive_hints(evidence: list[Evidence]) -> list[Hint]:
+# Complex by design: one rule a branch, in the order the hints are given.
+def derive_hints(evidence: list[Evidence]) -> list[Hint]:  # noqa: C901
     """At most two hints for a grade, from the evidence of its failing cases (`gather_evidence`)."""
     failing = [e for e in evidence if e.get("status") in (Status.WRONG, Status.NEVER_WRITTEN, Status.RACE)]
     if not failing:

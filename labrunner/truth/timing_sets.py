@@ -171,7 +171,7 @@ def _hex(value: np.float32) -> str:
 
 # The twin. Without __CUDA_ARCH__ it is plain C++ (compiled with -ffp-contract=off), which is how
 # the CPU tests hold it to the numpy definition; with it, every float operation is an intrinsic.
-CUDA_SOURCE = r"""
+CUDA_SOURCE = rf"""
 #ifdef __CUDA_ARCH__
 #define ADD(a, b) __fadd_rn((a), (b))
 #define SUB(a, b) __fsub_rn((a), (b))
@@ -193,95 +193,83 @@ CUDA_SOURCE = r"""
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
-DEVICE const float A[4] = {%(A)s};
-DEVICE const float B[4] = {%(B)s};
-DEVICE const float C[4] = {%(C)s};
-DEVICE const float D[3] = {%(D)s};
-DEVICE const float ATANH[6] = {%(ATANH)s};
+DEVICE const float A[4] = {{{_hex_list(_A)}}};
+DEVICE const float B[4] = {{{_hex_list(_B)}}};
+DEVICE const float C[4] = {{{_hex_list(_C)}}};
+DEVICE const float D[3] = {{{_hex_list(_D)}}};
+DEVICE const float ATANH[6] = {{{_hex_list(_ATANH)}}};
 
-DEVICE float horner(const float* c, int n, float x) {
+DEVICE float horner(const float* c, int n, float x) {{
     float value = c[n - 1];
     for (int i = n - 2; i >= 0; --i) value = ADD(MUL(value, x), c[i]);
     return value;
-}
+}}
 
-DEVICE float exact_log(float x) {
+DEVICE float exact_log(float x) {{
     int e;
     float m = frexpf(x, &e);
-    if (m < %(SQRT_HALF)s) { m = MUL(m, 2.0f); e -= 1; }
+    if (m < {_hex(_SQRT_HALF)}) {{ m = MUL(m, 2.0f); e -= 1; }}
     const float f = SUB(m, 1.0f);
     const float s = DIV(f, ADD(f, 2.0f));
     const float z = MUL(s, s);
-    return ADD(MUL((float)e, %(LN2)s), MUL(ADD(s, s), horner(ATANH, 6, z)));
-}
+    return ADD(MUL((float)e, {_hex(_LN2)}), MUL(ADD(s, s), horner(ATANH, 6, z)));
+}}
 
-DEVICE float normal(u32 bits) {
-    const float u = MUL(ADD((float)(bits >> 9), 0.5f), %(ULP)s);
+DEVICE float normal(u32 bits) {{
+    const float u = MUL(ADD((float)(bits >> 9), 0.5f), {_hex(_ULP)});
     const float q = SUB(u, 0.5f);
-    if (fabsf(q) <= %(CENTRE)s) {
-        const float r = SUB(%(CENTRE_R)s, MUL(q, q));
+    if (fabsf(q) <= {_hex(_CENTRE)}) {{
+        const float r = SUB({_hex(_CENTRE_R)}, MUL(q, q));
         return DIV(MUL(q, horner(A, 4, r)), horner(B, 4, r));
-    }
-    const float r = SUB(SQRT(-exact_log(q < 0 ? u : SUB(1.0f, u))), %(SPLIT)s);
+    }}
+    const float r = SUB(SQRT(-exact_log(q < 0 ? u : SUB(1.0f, u))), {_hex(_SPLIT)});
     const float value = DIV(horner(C, 4, r), horner(D, 3, r));
     return q < 0 ? -value : value;
-}
+}}
 
 // Philox4x32-10 on counter (c0, c1, c2, c3), as Random123 defines it.
-DEVICE void philox(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1, u32* out) {
+DEVICE void philox(u32 c0, u32 c1, u32 c2, u32 c3, u32 k0, u32 k1, u32* out) {{
     u32 v0 = c0, v1 = c1, v2 = c2, v3 = c3;
-    for (int round = 0; round < 10; ++round) {
-        if (round > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    for (int round = 0; round < 10; ++round) {{
+        if (round > 0) {{ k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }}
         const u32 hi0 = MULHI(0xD2511F53u, v0), lo0 = 0xD2511F53u * v0;
         const u32 hi1 = MULHI(0xCD9E8D57u, v2), lo1 = 0xCD9E8D57u * v2;
         v0 = hi1 ^ v1 ^ k0;
         v1 = lo1;
         v2 = hi0 ^ v3 ^ k1;
         v3 = lo0;
-    }
+    }}
     out[0] = v0; out[1] = v1; out[2] = v2; out[3] = v3;
-}
+}}
 
 // One thread per Philox block: elements 4*block .. 4*block + 3 of the set, Q's then K's then V's
 // (each tensor's length is a multiple of 4, so a block never straddles two).
 DEVICE void fill_block(u64 block, float* q, float* k, float* v, u64 q_count, u64 kv_count,
-                       u64 key0, u64 key1, u64 number) {
+                       u64 key0, u64 key1, u64 number) {{
     u32 bits[4];
     philox((u32)block, (u32)(block >> 32), (u32)number, (u32)(number >> 32), (u32)key0, (u32)key1, bits);
     u64 at = 4 * block;
     float* target = q;
-    if (at >= q_count + kv_count) { target = v; at -= q_count + kv_count; }
-    else if (at >= q_count) { target = k; at -= q_count; }
+    if (at >= q_count + kv_count) {{ target = v; at -= q_count + kv_count; }}
+    else if (at >= q_count) {{ target = k; at -= q_count; }}
     float values[4];
     for (int w = 0; w < 4; ++w) values[w] = normal(bits[w]);
     for (int w = 0; w < 4; ++w) target[at + w] = values[w];
-}
+}}
 
 #ifdef __CUDA_ARCH__
 extern "C" __global__ void attnlab_timing_set(float* q, float* k, float* v, u64 q_count, u64 kv_count,
-                                              u64 key0, u64 key1, u64 number) {
+                                              u64 key0, u64 key1, u64 number) {{
     const u64 blocks = (q_count + 2 * kv_count) / 4;
     for (u64 b = (u64)blockIdx.x * blockDim.x + threadIdx.x; b < blocks; b += (u64)gridDim.x * blockDim.x)
         fill_block(b, q, k, v, q_count, kv_count, key0, key1, number);
-}
+}}
 #else
 extern "C" void attnlab_timing_set(float* q, float* k, float* v, u64 q_count, u64 kv_count,
-                                   u64 key0, u64 key1, u64 number) {
+                                   u64 key0, u64 key1, u64 number) {{
     for (u64 b = 0; b < (q_count + 2 * kv_count) / 4; ++b)
         fill_block(b, q, k, v, q_count, kv_count, key0, key1, number);
-}
+}}
 #endif
-""" % {
-    "A": _hex_list(_A),
-    "B": _hex_list(_B),
-    "C": _hex_list(_C),
-    "D": _hex_list(_D),
-    "ATANH": _hex_list(_ATANH),
-    "SQRT_HALF": _hex(_SQRT_HALF),
-    "LN2": _hex(_LN2),
-    "ULP": _hex(_ULP),
-    "CENTRE": _hex(_CENTRE),
-    "CENTRE_R": _hex(_CENTRE_R),
-    "SPLIT": _hex(_SPLIT),
-}
+"""
 CUDA_KERNEL = "attnlab_timing_set"

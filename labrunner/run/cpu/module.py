@@ -7,6 +7,7 @@ See README.md in this directory for how it works and what it does not do.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -160,7 +161,7 @@ def _cxx() -> str:
     return os.environ.get("CXX") or "g++"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiler_identity(cxx: str) -> str | None:
     path = shutil.which(cxx)
     if path is None:
@@ -505,10 +506,8 @@ def run_compiler(
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     """Kill the compiler's whole session. Called before the leader is reaped, so its id (the group's)
     cannot have been given to another process yet."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.communicate()
 
 
@@ -686,7 +685,7 @@ def _nvrtc_view(arch: str, cxx: str, cache: Path) -> str:
     return view
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _baseline_facts(cache_key: str, cache_dir: str | None, timeout_s: float) -> ElfFacts:
     shared = shared_part(baseline_name(cache_key))
     if shared is not None:
@@ -775,7 +774,7 @@ class CpuModule:
         cache_dir: Path | None = None,
         arch: str = DEFAULT_ARCH,
         timeout_s: float = BUILD_TIMEOUT_S,
-    ) -> "CpuModule":
+    ) -> CpuModule:
         """Build, check and load in this process (tests and tools; the worker seals itself in between,
         see `labrunner.run.cpu_device.CpuDevice.compile`)."""
         so_path = build_object(source, filename, entry_points, cache_dir, arch, timeout_s)
@@ -783,7 +782,7 @@ class CpuModule:
         return cls.load(so_path, filename, entry_points)
 
     @classmethod
-    def load(cls, so_path: Path, filename: str, entry_points: dict[str, list[str]]) -> "CpuModule":
+    def load(cls, so_path: Path, filename: str, entry_points: dict[str, list[str]]) -> CpuModule:
         """dlopen a built and checked module. Its loading runs no code of the file's (the object check
         saw to that); the worker calls this with its syscall filter already in place."""
         try:
@@ -848,7 +847,7 @@ class CpuModule:
                 cell = ctypes.c_void_p(addr)
             else:
                 ctype = _SCALARS[kind][1]
-                if isinstance(a, np.ndarray) or isinstance(a, bool):
+                if isinstance(a, (np.ndarray, bool)):
                     raise CpuKernelError(f"kernel {name} argument {k}: expected {kind}, got {type(a).__name__}")
                 cell = ctype(a)
                 if kind in ("int", "unsigned", "long long") and cell.value != int(a):
@@ -858,10 +857,8 @@ class CpuModule:
         gi = (ctypes.c_int * 3)(*g)
         bi = (ctypes.c_int * 3)(*b)
         err = ctypes.create_string_buffer(1024)
-        try:
+        with contextlib.suppress(Exception):
             sys.stdout.flush()
-        except Exception:
-            pass
         stack_kb = os.environ.get("ATTNLAB_CPU_STACK_KB", "")
         with _LAUNCH_LOCK:
             self._set_options(

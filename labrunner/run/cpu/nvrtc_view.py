@@ -88,7 +88,7 @@ STUDENT_PREPROCESS_FLAGS = ("-undef", "-nostdinc", "-nostdinc++")
 _FEATURE = "__CUDA_ARCH_HAS_FEATURE__"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gxx_predefined(cxx: str, flags: tuple[str, ...]) -> dict[str, str]:
     """Every macro g++ predefines with these flags: name -> definition (after the name)."""
     out = subprocess.run(
@@ -118,7 +118,7 @@ def _probe_source(names: list[str], feature: str) -> str:
 _PTX_STRING = re.compile(r"\.global \.align 1 \.b8 attnlab_probe_(\d+)\[\d+\](?: = \{([^}]*)\})?;")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvrtc_predefined(arch: str, candidates: tuple[str, ...]) -> tuple[dict[str, str], bool]:
     """Which candidates NVRTC predefines for `arch` and their expansions, and whether the arch's
     own feature set (`__CUDA_ARCH_HAS_FEATURE__(SM90_ALL)` for sm_90a) is on."""

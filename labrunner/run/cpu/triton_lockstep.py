@@ -240,7 +240,8 @@ def _reductions(interpreter: Any, m: _Machinery) -> tuple[type, type]:
 # --------------------------------------------------------------------------------------- the operations
 
 
-def _ops(m: _Machinery) -> dict[str, Callable[..., Any]]:
+# Complex by design: a table of the interpreter's operations, built once.
+def _ops(m: _Machinery) -> dict[str, Callable[..., Any]]:  # noqa: C901
     """The builder's operations for a lockstep run, by name (set on the builder instance for the run)."""
     builder, interpreter, tl = m.builder, m.interpreter, m.tl
     cls = type(builder)
