@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+
+# The recipes are read as YAML with ruamel.yaml, which the dev extra brings (through check-jsonschema); a GPU
+# host that runs only `pytest -m gpu` may lack it, and these tests are no GPU tests.
+pytest.importorskip("ruamel.yaml", reason="ruamel.yaml comes with the dev extra (pip install -e '.[dev]')")
 from ci_runners import load_recipe, run_github_job, run_gitlab_job
 from package_source import copy_source, outside_environment
 from result_schema import validate_file
