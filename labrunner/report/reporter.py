@@ -134,19 +134,13 @@ class Reporter:
         with ExitStack() as stack:
             shown = [stack.enter_context(listener.cases(description, total)) for listener in self.listeners]
 
-            def start(what: str, count: int) -> None:
-                for progress in shown:
-                    progress.start(what, count)
-
+            # each listener's display was started with the description and count already: the cases
+            # only say which one starts
             def advance(what: str) -> None:
                 for progress in shown:
                     progress.advance(what)
 
-            def done() -> None:
-                for progress in shown:
-                    progress.done()
-
-            yield Progress(start=start, advance=advance, done=done)
+            yield Progress(advance=advance)
 
     @contextmanager
     def submissions(self, total: int) -> Iterator[Callable[[str], None]]:
