@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -231,8 +232,18 @@ def test_a_cpu_grade_says_where_its_time_went_and_makes_the_shared_parts_once(tm
     rows = json.loads((tmp_path / "second.json").read_text())["timings"]
     names = [row["phase"] for row in rows]
     assert names[0] == "imports" and names[-1] == "other"
-    for expected in ("golden proof", "compile student", "box start (ahead)", "load student", "case C1-P31", "reports"):
-        assert expected in names
+    expected = (
+        "golden proof",
+        "compile student",
+        "box start (ahead)",
+        "load student (ahead)",
+        "case C1-P31",
+        "reports",
+    )
+    for name in expected:
+        assert name in names
+    # the CPU build ran beside the gate's compile, and the grade waited for what was left of it
+    assert "waiting for the early load" in names and "load student" not in names
     assert all(row["seconds"] >= 0 for row in rows)
     kinds = sorted(name.split("_")[1] for name in made)
     assert (kinds.count("runtime"), kinds.count("baseline"), kinds.count("view")) == (1, 1, 1)
@@ -304,3 +315,55 @@ def test_code_in_a_cpu_box_cannot_plant_anything_in_the_shared_parts(tmp_path):
     assert done.stdout.split() == ["attnlab_runtime_x.ii", "30", "attnlab_baseline_y.so", "30"]  # EROFS, both
     assert sorted(p.name for p in parts.iterdir()) == ["attnlab_runtime_x.ii"]
     assert (parts / "attnlab_runtime_x.ii").read_text() == "the grader's own"
+
+
+def test_on_the_cpu_the_file_s_build_starts_in_the_early_worker_and_its_failure_is_raised_where_the_load_is(
+    monkeypatch,
+):
+    monkeypatch.setattr(worker_ahead, "gpu_may_be_here", lambda: False)
+    made: list[StartedWorker] = []
+    ahead = WorkerAhead("cpu", "sm_90", lambda backend: StartedWorker(backend, made))  # type: ignore[arg-type,return-value]
+    loads: list[object] = []
+
+    def refused(worker: object) -> None:
+        loads.append(worker)
+        raise RuntimeError("g++ refused the file")
+
+    ahead.load_ahead(refused)  # as the gate's NVRTC compile starts
+    taken = ahead.take("cpu")
+    with pytest.raises(RuntimeError, match="g\\+\\+ refused the file"):
+        ahead.loaded(taken, lambda: loads.append("loaded again"))  # type: ignore[arg-type]
+    ahead.close()
+    assert loads == [made[0]] and (made[0].started, made[0].closed) == (1, 0)
+
+
+def test_on_a_gpu_nothing_loads_early_and_the_grade_loads_the_gate_s_machine_code(monkeypatch):
+    monkeypatch.setattr(worker_ahead, "gpu_may_be_here", lambda: True)
+    made: list[StartedWorker] = []
+    ahead = WorkerAhead("gpu", "sm_90", lambda backend: StartedWorker(backend, made))  # type: ignore[arg-type,return-value]
+    loads: list[str] = []
+    ahead.load_ahead(lambda worker: loads.append("early"))
+    taken = ahead.take("gpu")
+    ahead.loaded(taken, lambda: loads.append("after the gate"))  # type: ignore[arg-type]
+    ahead.close()
+    assert loads == ["after the gate"]
+
+
+def test_an_early_load_of_a_file_the_gate_then_refused_is_waited_for_and_its_worker_closed(monkeypatch):
+    monkeypatch.setattr(worker_ahead, "gpu_may_be_here", lambda: False)
+    made: list[StartedWorker] = []
+    ahead = WorkerAhead("cpu", "sm_90", lambda backend: StartedWorker(backend, made))  # type: ignore[arg-type,return-value]
+    building = threading.Event()
+    finished: list[str] = []
+
+    def slow_build(worker: object) -> None:
+        building.set()
+        time.sleep(0.2)
+        finished.append("built")
+
+    ahead.load_ahead(slow_build)
+    assert building.wait(5)
+    ahead.close()  # NVRTC refused the file: the grade never takes the worker
+    # the build's thread ended before close returned, and the worker was closed again after it, so a box
+    # the load started after the first close is gone too
+    assert finished == ["built"] and made[0].closed == 2

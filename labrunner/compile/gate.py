@@ -18,6 +18,7 @@ starts:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +52,12 @@ def load_submission(
     arch: str = DEFAULT_ARCH,
     limits: CompileLimits = CompileLimits(),
     target: Backend = Backend.GPU,
+    policy_passed: Callable[[str, str], None] | None = None,
 ) -> Submission:
     """The file compiled and checked; `target` is the backend that will run it ("cpu" leaves out a Triton
-    file's cubins, which its interpreter never runs)."""
+    file's cubins, which its interpreter never runs). `policy_passed(composed_source, label)` is told of a
+    `.cu` file once it has passed every check that comes before a compiler may read it, as NVRTC starts:
+    the CPU worker's own build starts then (`pipeline/worker_ahead.py`)."""
     label = label or str(path)
     if is_triton_file(path):
         return load_triton_submission(lab, path, label, arch, limits, target)
@@ -64,6 +68,8 @@ def load_submission(
             ExitCode.COMPILE_ERROR,
         )
     refuse_before_compiling(source, label)
+    if policy_passed is not None:
+        policy_passed(compose_source(source, label), label)
     # The signature probe's compile needs only the text, so it runs beside the file's own (each in its
     # own box): the gate then costs the longer of the two, not their sum. Its answer counts only once
     # the file itself compiled and has its entry points; a failed compile waits for it, which fails as

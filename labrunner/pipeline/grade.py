@@ -30,7 +30,7 @@ from labrunner.pipeline.backend import device_facts, gpu_share, why_on_the_cpu
 from labrunner.pipeline.correctness import inputs_ahead, race_check_words, run_cases
 from labrunner.pipeline.grading_run import CaseOptions, GradingRun
 from labrunner.pipeline.oracle_ahead import OracleAhead
-from labrunner.pipeline.prepare import load_student, prepare
+from labrunner.pipeline.prepare import load_student, load_text, prepare
 from labrunner.pipeline.profile import append_range_summary
 from labrunner.pipeline.requests import GradeRequest, RunRequest, refuse_speedup_options, refuse_triton_options
 from labrunner.pipeline.timing_stage import TimingAsk, compile_starter_ahead, run_lab_timing
@@ -73,7 +73,13 @@ class Ahead:
 def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
     request = ahead.request
     assert request.file is not None
-    prepared = prepare(request, request.file, result, reporter)
+    lab = get_lab(request.lab)
+    options_of_load = request.load_options
+
+    def load_early(composed_source: str, label: str) -> None:
+        ahead.worker.load_ahead(lambda worker: load_text(worker, lab, composed_source, label, options_of_load))
+
+    prepared = prepare(request, request.file, result, reporter, load_early)
     lab, submission, backend, seed = prepared.lab, prepared.submission, prepared.backend, prepared.seed
     if backend == Backend.CPU and submission.module.triton:
         reporter.note(
@@ -100,7 +106,7 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
     made = inputs_ahead(lab, submission, backend, options)  # while the module loads
     # the worker is closed on every way out (its whole process group), Ctrl-C and SIGTERM included
     with made, ahead.worker.take(backend) as worker, facts_kept(result, facts):
-        load_student(worker, lab, submission, request.load_options)
+        ahead.worker.loaded(worker, lambda: load_student(worker, lab, submission, request.load_options))
         run = prepared.with_worker(worker, options, reporter)
         with gpu_share(backend, "checking"):
             run_cases(run, results=result.cases, made=made)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,16 @@ from labrunner.truth.cases import resolve_seed
 from labrunner.truth.golden import require_proven_oracle
 
 
-def prepare(request: RunRequest | ProfileRequest, path: Path, result: RunResult, reporter: Reporter) -> Prepared:
+def prepare(
+    request: RunRequest | ProfileRequest,
+    path: Path,
+    result: RunResult,
+    reporter: Reporter,
+    policy_passed: Callable[[str, str], None] | None = None,
+) -> Prepared:
     """Oracle proof, compile gate, backend, seed: everything before the first kernel runs. `path`: the
-    file to grade (bench's default is the lab's solution, which the request does not name)."""
+    file to grade (bench's default is the lab's solution, which the request does not name);
+    `policy_passed`: told of a `.cu` file's composed source once a compiler may read it (`load_submission`)."""
     lab = get_lab(request.lab)
     with phase("golden proof"):
         result.oracle_proof = require_proven_oracle().to_json()
@@ -35,7 +43,9 @@ def prepare(request: RunRequest | ProfileRequest, path: Path, result: RunResult,
     with phase("compile student"):
         target = chosen_backend[0] if chosen_backend else Backend.GPU
         # the name as every message shows it
-        submission = load_submission(lab, path, shown_path(path), request.arch, request.compile_limits, target)
+        submission = load_submission(
+            lab, path, shown_path(path), request.arch, request.compile_limits, target, policy_passed
+        )
     reporter.notes(take_notes())  # what reading the file set right (a byte-order mark removed)
     backend, notes = chosen_backend or resolve_backend(request.device, request.unsafe_cpu)
     reporter.notes(notes)
@@ -59,6 +69,12 @@ def load_student(worker: Worker, lab: Lab, submission: Submission, options: dict
     """Load the file in the worker; the backend's own build refusing it (the CPU's g++, its limits,
     its object check) is a compile error like NVRTC's, and a load that crashes is a verdict too."""
     load_module(worker, lab, "student", submission, options)
+
+
+def load_text(worker: Worker, lab: Lab, composed_source: str, label: str, options: dict[str, Any] | None) -> None:
+    """A `.cu` file's composed text loaded as the student's module where no gate's machine code is needed:
+    the CPU worker builds it with g++ (the early load, `WorkerAhead.load_ahead`)."""
+    worker.load("student", composed_source, label, lab.entry_point_types(), options)
 
 
 def load_module(
