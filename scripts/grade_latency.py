@@ -3,13 +3,20 @@
 A benchmark, never a test: it prints figures. Each grade is a fresh process, as a student's is.
 
 - cold: the first grade with every cache empty (a new HOME, so attnlab's cache, CuPy's kernel cache and
-  the CUDA driver's JIT cache all start empty), as on a fresh machine;
+  the CUDA driver's JIT cache all start empty), as on a fresh machine; with --warm-up, after the install's
+  warm-up step (`attnlab doctor --warm`, timed and printed on its own) in that same new HOME, where the
+  tree has one;
+- NVRTC alone: the same compile of the solution as the gate's (its options, its library), in one process
+  with nothing around it, beside the grade's "compile student" phase;
 - warm: the median of --runs grades after it, with those caches kept;
 - where the time went: the phases (`--json`'s `timings`) of the cold grade and of the median warm one;
 - --batch N: a folder of N files of one lab (the solution, the starter and wrong fixtures, mixed), graded
-  as one batch with --jobs (default auto), warm: submissions per GPU-hour (per CPU-hour on the CPU).
+  as one batch with --jobs (default auto), warm: submissions per GPU-hour (per CPU-hour on the CPU), and
+  its fraction of the timing lock's limit: 3,600 over the mean seconds a submission held the GPU alone
+  (its "timing" phase; a file that fails a case is never timed), the most a GPU could grade if nothing
+  but the timing waited.
 
-    python scripts/grade_latency.py [--labs lab1,lab2,lab3] [--runs 5] [--device gpu|cpu]
+    python scripts/grade_latency.py [--labs lab1,lab2,lab3] [--runs 5] [--device gpu|cpu] [--warm-up]
                                     [--against OTHER_CHECKOUT] [--batch 40 --batch-lab lab2 --jobs auto]
 
 --against: another checkout (an earlier commit, unpacked) timed the same way in the same run, for a table
@@ -82,14 +89,63 @@ def one_grade(tree: Path, env: dict[str, str], lab: str, path: str, device: str,
     }
 
 
-def lab_latency(tree: Path, lab: str, device: str, runs: int) -> dict:
+def warm_up(tree: Path, env: dict[str, str], device: str) -> float | None:
+    """`attnlab doctor --warm` in this environment: its seconds, or None where the tree has no such step."""
+    completed, seconds = timed_attnlab(tree, env, "doctor", "--warm", "--device", device)
+    if completed.returncode == 2 and "--warm" in completed.stderr:  # an older tree: no warm-up step
+        return None
+    if completed.returncode != 0:
+        print(f"  doctor --warm: exit {completed.returncode}: {completed.stderr.strip()[-400:]}", file=sys.stderr)
+    return seconds
+
+
+NVRTC_ALONE = """
+import json, sys, time
+from pathlib import Path
+from labrunner.compile import nvrtc, nvrtc_child
+from labrunner.compile.compiler_process import nvrtc_library
+lab, arch = sys.argv[1], "sm_90"
+label = f"kernels/{lab}/solution.cu"
+options = [f"--gpu-architecture={arch}", "--std=c++17", "--no-source-include", *nvrtc.NVRTC_INCLUDE_OPTIONS,
+           "--ptxas-options=-v", "-lineinfo"]
+request = {"source": nvrtc.compose_source(Path(label).read_text(), label), "name": label, "options": options}
+library = nvrtc_child.load_nvrtc(nvrtc_library())
+seconds = []
+for _ in range(4):
+    started = time.perf_counter()
+    reply = nvrtc_child.compile_once(library, request)
+    seconds.append(time.perf_counter() - started)
+assert reply["result"] == "NVRTC_SUCCESS", reply["result"]
+print(json.dumps(sorted(seconds[1:])[1]))
+"""
+
+
+def nvrtc_alone(tree: Path, lab: str) -> float | None:
+    """The median of three warm NVRTC compiles of the lab's solution, in one bare process (the gate's options)."""
+    completed = subprocess.run(
+        [sys.executable, "-c", NVRTC_ALONE, lab], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    try:
+        return float(completed.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def lab_latency(tree: Path, lab: str, device: str, runs: int, with_warm_up: bool) -> dict:
     with tempfile.TemporaryDirectory(prefix="attnlab-latency-") as scratch:
         env = fresh_home(Path(scratch))
         path = f"kernels/{lab}/solution.cu"
+        warm_up_s = warm_up(tree, env, device) if with_warm_up else None
         grades = [one_grade(tree, env, lab, path, device, Path(scratch) / f"run{i}.json") for i in range(runs + 1)]
     warm = sorted(grades[1:], key=lambda g: g["seconds"])
     median = warm[len(warm) // 2]
+    compile_phases = [phase_seconds(g["phases"], "compile student") for g in warm]
+    known = [c for c in compile_phases if c is not None]
     return {
+        "warm_up": warm_up_s,
+        "nvrtc_alone": nvrtc_alone(tree, lab),
+        "compile_phase_median": statistics.median(known) if known else None,
         "cold": grades[0],
         "warm_median": statistics.median(g["seconds"] for g in warm),
         "warm_min": warm[0]["seconds"],
@@ -98,6 +154,13 @@ def lab_latency(tree: Path, lab: str, device: str, runs: int) -> dict:
         "exits": sorted({g["exit"] for g in grades}),
         "speedups": [g["speedup"] for g in grades if g["speedup"] is not None],
     }
+
+
+def phase_seconds(table: list | None, name: str) -> float | None:
+    for row in table or []:
+        if row["phase"] == name:
+            return float(row["seconds"])
+    return None
 
 
 def phase_rows(cold: list | None, warm: list | None) -> list[tuple[str, str, str]]:
@@ -128,6 +191,7 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
         one_grade(tree, env, lab, f"kernels/{lab}/solution.cu", device, root / "warmup.json")  # fills the caches
         folder = batch_folder(root, lab, count)
         gradebook = root / "gradebook.csv"
+        results = root / "results"
         completed, seconds = timed_attnlab(
             tree,
             env,
@@ -140,9 +204,17 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
             jobs,
             "--csv",
             str(gradebook),
+            "--out-dir",
+            str(results),
             "--public-seed",
         )
         rows = list(csv.DictReader(gradebook.open())) if gradebook.exists() else []
+        timed_s = []  # each submission's seconds holding the GPU alone (0 for one never timed)
+        for report in sorted(results.glob("*.json")):
+            try:
+                timed_s.append(phase_seconds(json.loads(report.read_text()).get("timings"), "timing") or 0.0)
+            except (OSError, ValueError, AttributeError):
+                continue
         # each timed file graded alone too, once, in the same environment: its SPEEDUP beside the batch's
         alone = {
             stem: one_grade(tree, env, lab, f"kernels/{lab}/{stem}.cu", device, root / f"alone-{stem}.json")["speedup"]
@@ -158,12 +230,17 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
             deviations[stem] = max(deviations.get(stem, 0.0), gap)
     return {
         "seconds": seconds,
+        "mean_timed_s": statistics.mean(timed_s) if timed_s else None,
         "rows": len(rows),
         "exit": completed.returncode,
         "verdicts": verdicts,
         "alone": alone,
         "largest_gap_from_alone": deviations,
     }
+
+
+def seconds_or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
 
 
 def main() -> int:
@@ -177,6 +254,7 @@ def main() -> int:
     parser.add_argument("--batch-lab", default="lab2")
     parser.add_argument("--jobs", default="auto")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
+    parser.add_argument("--warm-up", action="store_true", help="run `attnlab doctor --warm` before the first grade")
     arguments = parser.parse_args()
     trees = [("this tree", REPO, arguments.labs.split(","))]
     if arguments.against:
@@ -186,12 +264,15 @@ def main() -> int:
     figures: dict = {"device": arguments.device, "runs": arguments.runs, "latency": [], "batch": None}
     for name, tree, labs in trees:
         for lab in labs:
-            measured = lab_latency(tree, lab, arguments.device, arguments.runs)
+            measured = lab_latency(tree, lab, arguments.device, arguments.runs, arguments.warm_up)
             figures["latency"].append({"tree": name, "lab": lab, **measured})
+            warmed = "" if measured["warm_up"] is None else f"doctor --warm {measured['warm_up']:.1f} s, then "
             print(
-                f"{name}: grade {lab} solution --device {arguments.device}: cold {measured['cold']['seconds']:.2f} s, "
-                f"warm median {measured['warm_median']:.2f} s (min {measured['warm_min']:.2f}, max "
-                f"{measured['warm_max']:.2f}), exits {measured['exits']}",
+                f"{name}: grade {lab} solution --device {arguments.device}: {warmed}first grade "
+                f"{measured['cold']['seconds']:.2f} s, warm median {measured['warm_median']:.2f} s (min "
+                f"{measured['warm_min']:.2f}, max {measured['warm_max']:.2f}), exits {measured['exits']}; "
+                f"compile student {seconds_or_dash(measured['compile_phase_median'])} beside NVRTC alone "
+                f"{seconds_or_dash(measured['nvrtc_alone'])}",
                 flush=True,
             )
     for entry in figures["latency"]:
@@ -210,6 +291,13 @@ def main() -> int:
             f"\nbatch: {batch['rows']} {arguments.batch_lab} files, --jobs {arguments.jobs}: {batch['seconds']:.1f} s, "
             f"{per_hour:.0f} submissions per {unit}-hour; verdicts {batch['verdicts']}; exit {batch['exit']}"
         )
+        if batch["mean_timed_s"]:
+            limit = 3600 / batch["mean_timed_s"]
+            figures["batch"]["timing_lock_limit_per_hour"] = limit
+            print(
+                f"  the timing lock's limit: {batch['mean_timed_s']:.3f} s timed per submission on average, "
+                f"{limit:.0f} per hour; the batch ran at {per_hour / limit:.0%} of it"
+            )
         for stem, gap in batch["largest_gap_from_alone"].items():
             print(f"  {stem}: SPEEDUP alone {batch['alone'][stem]:.3f}x; largest gap of a batch row from it {gap:.2%}")
     # SPEEDUP over every grade of the lab (each a fresh process), and its spread: largest over smallest, less 1

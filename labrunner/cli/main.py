@@ -140,11 +140,17 @@ def check(json_path: Path | None, junit_path: Path | None, **options: Any) -> No
     show_default=True,
     help="The backend you mean to grade on: exit 6 when it is unusable here (auto: either one).",
 )
+@click.option(
+    "--warm",
+    is_flag=True,
+    help="Then build what a first grade would (the oracle's and the worker's kernels, the starters, the CPU "
+    "build's parts) by grading each lab's solution once: run it after installing.",
+)
 @report_options
-def doctor(device: str, json_path: Path | None, junit_path: Path | None) -> None:
+def doctor(device: str, warm: bool, json_path: Path | None, junit_path: Path | None) -> None:
     """Check this machine: GPU and driver, CuPy, NVRTC, a C++ compiler, and the oracle's golden proof."""
     result = RunResult("doctor")
-    guarded(result, json_path, lambda: doctor_machine(device, result, reporter_for(result)), junit_path)
+    guarded(result, json_path, lambda: doctor_machine(device, result, reporter_for(result), warm), junit_path)
 
 
 def batch_options_given(options: dict[str, Any]) -> bool:

@@ -79,15 +79,26 @@ def require_backend(device: str, rows: list[tuple[str, bool, str]]) -> str:
     )
 
 
-def doctor_machine(device: str, result: RunResult, reporter: Reporter) -> None:
-    """The rows, the oracle's own proof, and exit 6 where the backend asked for is unusable here."""
+def doctor_machine(device: str, result: RunResult, reporter: Reporter, warm: bool = False) -> None:
+    """The rows, the oracle's own proof, and exit 6 where the backend asked for is unusable here.
+    `warm`: then build what a first grade would build (`pipeline/warm.py`), a row per step."""
     rows = diagnose()
     result.notes = [f"{name}: {'ok' if ok else 'missing'}: {words}" for name, ok, words in rows]
     result.oracle_proof = prove_oracle().to_json()
     reporter.doctor(rows)
     if not result.oracle_proof["passed"]:
         raise AttnlabError("the oracle failed its golden proof", ExitCode.ENVIRONMENT)
-    require_backend(device, rows)
+    chosen = require_backend(device, rows)
+    if not warm:
+        return
+    from labrunner.pipeline.warm import warm_machine
+
+    built = warm_machine(Backend(chosen))
+    result.notes += [f"--warm: {name}: {'ok' if ok else 'failed'}: {words}" for name, ok, words in built]
+    reporter.doctor(built)
+    failed = [name for name, ok, _ in built if not ok]
+    if failed:
+        raise environment_error(f"--warm: {', '.join(failed)} failed (its row says why)")
 
 
 # The system calls that would let a process outlive, multiply or leave its box: what a seal is judged by.

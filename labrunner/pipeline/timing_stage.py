@@ -26,6 +26,7 @@ import numpy as np
 
 from labrunner.compile.compiler_process import CompileLimits
 from labrunner.compile.gate import Submission, load_submission
+from labrunner.compile.module_cache import compiled_grader_file
 from labrunner.exit_codes import AttnlabError, environment_error
 from labrunner.labs.definition import Lab, Launch
 from labrunner.labs.timing_strategy import TimingLayout
@@ -820,8 +821,21 @@ def compile_starter_ahead(lab: Lab, arch: str, limits: CompileLimits = CompileLi
 
 
 def compile_baseline(lab: Lab, path: Path, arch: str, limits: CompileLimits) -> Submission:
-    """A baseline file through the compile gate, named in messages as the user would write it."""
-    return load_submission(lab, path, shown_path(display_path(path)), arch, limits)
+    """A baseline file through the compile gate, named in messages as the user would write it. A `.cu`
+    file the lab ships (its starter, the usual baseline) is compiled once and kept in the grader's cache
+    (`compile/module_cache.py`); any other is compiled every time."""
+    label = shown_path(display_path(path))
+    if not is_shipped_kernel(lab, path):
+        return load_submission(lab, path, label, arch, limits)
+    return compiled_grader_file(path, label, arch, lambda: load_submission(lab, path, label, arch, limits))
+
+
+def is_shipped_kernel(lab: Lab, path: Path) -> bool:
+    """Whether `path` is a `.cu` file of the lab's own kernel folder (never a student's file)."""
+    try:
+        return path.suffix == ".cu" and path.resolve().parent == lab.kernel_folder.resolve() and path.is_file()
+    except OSError:
+        return False
 
 
 def peer_checked(run: GradingRun, rows: int, prefix: int, ask: TimingAsk) -> dict[str, Any] | None:
