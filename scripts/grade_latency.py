@@ -210,11 +210,21 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
         )
         rows = list(csv.DictReader(gradebook.open())) if gradebook.exists() else []
         timed_s = []  # each submission's seconds holding the GPU alone (0 for one never timed)
+        slowest = []  # (seconds, file, verdict, its three longest phases)
         for report in sorted(results.glob("*.json")):
             try:
-                timed_s.append(phase_seconds(json.loads(report.read_text()).get("timings"), "timing") or 0.0)
-            except (OSError, ValueError, AttributeError):
+                data = json.loads(report.read_text())
+            except (OSError, ValueError):
                 continue
+            if not isinstance(data, dict):
+                continue
+            phases = data.get("timings") or []
+            timed_s.append(phase_seconds(phases, "timing") or 0.0)
+            total = sum(row["seconds"] for row in phases if "(ahead)" not in row["phase"])
+            top = sorted(phases, key=lambda row: -row["seconds"])[:3]
+            slowest.append(
+                (total, report.stem, data.get("verdict"), ", ".join(f"{r['phase']} {r['seconds']:.2f}" for r in top))
+            )
         # each timed file graded alone too, once, in the same environment: its SPEEDUP beside the batch's
         alone = {
             stem: one_grade(tree, env, lab, f"kernels/{lab}/{stem}.cu", device, root / f"alone-{stem}.json")["speedup"]
@@ -231,6 +241,7 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
     return {
         "seconds": seconds,
         "mean_timed_s": statistics.mean(timed_s) if timed_s else None,
+        "slowest": sorted(slowest, reverse=True)[:6],
         "rows": len(rows),
         "exit": completed.returncode,
         "verdicts": verdicts,
@@ -298,6 +309,8 @@ def main() -> int:
                 f"  the timing lock's limit: {batch['mean_timed_s']:.3f} s timed per submission on average, "
                 f"{limit:.0f} per hour; the batch ran at {per_hour / limit:.0%} of it"
             )
+        for total, name, verdict, top in batch["slowest"]:
+            print(f"  slow: {name} ({verdict}) {total:.1f} s: {top}")
         for stem, gap in batch["largest_gap_from_alone"].items():
             print(f"  {stem}: SPEEDUP alone {batch['alone'][stem]:.3f}x; largest gap of a batch row from it {gap:.2%}")
     # SPEEDUP over every grade of the lab (each a fresh process), and its spread: largest over smallest, less 1
