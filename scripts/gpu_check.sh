@@ -74,7 +74,9 @@ step triton-bench-lab2-vs-sdpa 0 python3 -m labrunner bench lab2 kernels/lab2/so
 step triton-grade-lab2 0 python3 -m labrunner grade lab2 kernels/lab2/solution.py
 step triton-grade-lab3 0 python3 -m labrunner grade lab3 kernels/lab3/solution.py
 step grade-lab3-cu 0 python3 -m labrunner grade lab3 kernels/lab3/solution.cu
-step grade-latency 0 python3 scripts/grade_latency.py --runs 5 --batch 40 --jobs auto --json "$out/latency.json"
+# LATENCY_AGAINST: an earlier checkout (unpacked from git archive) timed beside this tree in the same run
+step grade-latency 0 python3 scripts/grade_latency.py --runs 5 --warm-up --batch 40 --batch-lab lab2 --jobs auto \
+    ${LATENCY_AGAINST:+--against "$LATENCY_AGAINST"} --json "$out/latency.json"
 step race-check-flood 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_printf_flood.cu --race-check --no-timing
 step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_slow_under_sanitizer.cu --race-check --no-timing --timeout 2
 step bench-lab1-physics 1 python3 -m labrunner bench lab1 tests/fixtures/lab1/hostile/softmax_left_to_wsum.cu --budget 0.5

@@ -132,12 +132,43 @@ def nvrtc_alone(tree: Path, lab: str) -> float | None:
         return None
 
 
-def lab_latency(tree: Path, lab: str, device: str, runs: int, with_warm_up: bool) -> dict:
-    with tempfile.TemporaryDirectory(prefix="attnlab-latency-") as scratch:
-        env = fresh_home(Path(scratch))
+class Machine:
+    """A fresh machine for one tree: a new HOME whose caches start empty. With the warm-up, one HOME for
+    every lab (`doctor --warm` builds for all labs at once, as after an install); without it, a new HOME
+    for each lab, so that each lab's first grade starts from nothing."""
+
+    def __init__(self, tree: Path, device: str, with_warm_up: bool) -> None:
+        self.tree, self.device, self.with_warm_up = tree, device, with_warm_up
+        self.shared: tempfile.TemporaryDirectory | None = None
+        self.warm_up_s: float | None = None
+
+    def home(self) -> tuple[Path, dict[str, str], tempfile.TemporaryDirectory | None]:
+        """A scratch folder and its environment; the folder to remove afterwards, where it is the lab's own."""
+        if not self.with_warm_up:
+            own = tempfile.TemporaryDirectory(prefix="attnlab-latency-")
+            return Path(own.name), fresh_home(Path(own.name)), own
+        if self.shared is None:
+            self.shared = tempfile.TemporaryDirectory(prefix="attnlab-latency-")
+            self.warm_up_s = warm_up(self.tree, fresh_home(Path(self.shared.name)), self.device)
+            if self.warm_up_s is None:  # an older tree without the step: a new HOME for each lab after all
+                self.shared.cleanup()
+                self.shared, self.with_warm_up = None, False
+                return self.home()
+        return Path(self.shared.name), fresh_home(Path(self.shared.name)), None
+
+
+def lab_latency(machine: Machine, lab: str, runs: int) -> dict:
+    tree, device = machine.tree, machine.device
+    root, env, own = machine.home()
+    scratch = root / lab
+    scratch.mkdir(exist_ok=True)
+    try:
         path = f"kernels/{lab}/solution.cu"
-        warm_up_s = warm_up(tree, env, device) if with_warm_up else None
-        grades = [one_grade(tree, env, lab, path, device, Path(scratch) / f"run{i}.json") for i in range(runs + 1)]
+        warm_up_s = machine.warm_up_s
+        grades = [one_grade(tree, env, lab, path, device, scratch / f"run{i}.json") for i in range(runs + 1)]
+    finally:
+        if own is not None:
+            own.cleanup()
     warm = sorted(grades[1:], key=lambda g: g["seconds"])
     median = warm[len(warm) // 2]
     compile_phases = [phase_seconds(g["phases"], "compile student") for g in warm]
@@ -274,8 +305,9 @@ def main() -> int:
         )
     figures: dict = {"device": arguments.device, "runs": arguments.runs, "latency": [], "batch": None}
     for name, tree, labs in trees:
+        machine = Machine(tree, arguments.device, arguments.warm_up)
         for lab in labs:
-            measured = lab_latency(tree, lab, arguments.device, arguments.runs, arguments.warm_up)
+            measured = lab_latency(machine, lab, arguments.runs)
             figures["latency"].append({"tree": name, "lab": lab, **measured})
             warmed = "" if measured["warm_up"] is None else f"doctor --warm {measured['warm_up']:.1f} s, then "
             print(
