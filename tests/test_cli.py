@@ -688,9 +688,14 @@ def test_ci_runs_the_two_commands_at_the_top_of_the_readme():
     setup_and_grade, tests = commands
     ci = (REPO / ".ci/run").read_text()
     assert tests in ci.splitlines()
-    grade = setup_and_grade.split(" && ")[-1]
-    assert grade == ".venv/bin/attnlab grade lab2 kernels/lab2/solution.cu --device auto"
-    assert grade in ci.splitlines()
+    *_, warm, grade = setup_and_grade.split(" && ")
+    assert (warm, grade) == (
+        ".venv/bin/attnlab doctor --warm",
+        ".venv/bin/attnlab grade lab2 kernels/lab2/solution.cu --device auto",
+    )
+    # the warm-up step, then the main job, as the README runs them
+    lines = ci.splitlines()
+    assert lines.index(warm) + 1 == lines.index(grade)
 
 
 def test_json_to_a_dash_is_the_json_alone_on_standard_output(runner, tmp_path):
