@@ -251,3 +251,34 @@ def test_a_reply_nested_past_the_parsers_depth_is_no_reply():
         "log": "",
         "ptx": "p",
     }
+
+
+def test_a_yielding_compiler_runs_under_nice_and_its_children_inherit_it(tmp_path):
+    # the command as run_limited_child starts it: `nice -n 10` before the box, so bwrap and the compiler both yield
+    probe = [sys.executable, "-c", "import os; print(os.nice(0))"]
+    assert compiler_process.yielding(probe, 0) == probe
+    yielding = compiler_process.yielding(probe, 10)
+    assert yielding[1:3] == ["-n", "10"] and yielding[3:] == probe
+    before = os.nice(0)
+    niceness = subprocess.run(yielding, capture_output=True, text=True, check=True).stdout.strip()
+    assert int(niceness) == min(before + 10, 19)
+
+
+def test_on_the_cpu_the_gate_yields_to_the_worker_s_build_and_nowhere_else(monkeypatch):
+    from labrunner.pipeline import prepare as preparing
+    from labrunner.pipeline.requests import GradeRequest
+    from labrunner.report.reporter import silent
+    from labrunner.report.results import RunResult
+
+    seen: list[int] = []
+
+    def gate(lab, path, label, arch, limits, target, policy_passed):  # type: ignore[no-untyped-def]
+        seen.append(limits.niceness)
+        raise AttnlabError("stop here", ExitCode.COMPILE_ERROR)
+
+    monkeypatch.setattr(preparing, "load_submission", gate)
+    request = GradeRequest(lab="lab2", file=Path("kernels/lab2/solution.cu"), device="cpu")
+    for early in (lambda source, label: None, None):
+        with pytest.raises(AttnlabError):
+            preparing.prepare(request, request.file, RunResult("grade"), silent(), early)
+    assert seen == [preparing.GATE_NICENESS, 0]

@@ -79,7 +79,8 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
     def load_early(composed_source: str, label: str) -> None:
         ahead.worker.load_ahead(lambda worker: load_text(worker, lab, composed_source, label, options_of_load))
 
-    prepared = prepare(request, request.file, result, reporter, load_early)
+    early = load_early if ahead.worker.backend == Backend.CPU else None  # a GPU worker loads the gate's cubin
+    prepared = prepare(request, request.file, result, reporter, early)
     lab, submission, backend, seed = prepared.lab, prepared.submission, prepared.backend, prepared.seed
     if backend == Backend.CPU and submission.module.triton:
         reporter.note(

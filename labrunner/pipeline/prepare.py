@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,10 @@ from labrunner.run.worker import Worker
 from labrunner.truth.cases import resolve_seed
 from labrunner.truth.golden import require_proven_oracle
 
+# The gate's compile beside the CPU worker's build: it takes what the build and the worker's start leave of
+# the cores (on two, the grade's time is the build's, which nicing the gate shortened by a fifth).
+GATE_NICENESS = 10
+
 
 def prepare(
     request: RunRequest | ProfileRequest,
@@ -33,19 +38,22 @@ def prepare(
 ) -> Prepared:
     """Oracle proof, compile gate, backend, seed: everything before the first kernel runs. `path`: the
     file to grade (bench's default is the lab's solution, which the request does not name);
-    `policy_passed`: told of a `.cu` file's composed source once a compiler may read it (`load_submission`)."""
+    `policy_passed`: told of a `.cu` file's composed source once a compiler may read it (`load_submission`);
+    given only where the CPU worker builds the file then, so the gate's own compile yields the CPU to it."""
     lab = get_lab(request.lab)
     with phase("golden proof"):
         result.oracle_proof = require_proven_oracle().to_json()
     # A Triton file is built for the backend that runs it (the CPU's interpreter needs no cubin), so its
     # backend is chosen first; a .cu file's compile comes first, so its errors come before the backend's.
     chosen_backend = resolve_backend(request.device, request.unsafe_cpu) if is_triton_file(path) else None
+    limits = request.compile_limits
+    if policy_passed is not None and chosen_backend is None:
+        # the CPU worker builds the .cu file beside the gate, and the grade waits for that build: the gate yields
+        limits = dataclasses.replace(limits, niceness=GATE_NICENESS)
     with phase("compile student"):
         target = chosen_backend[0] if chosen_backend else Backend.GPU
         # the name as every message shows it
-        submission = load_submission(
-            lab, path, shown_path(path), request.arch, request.compile_limits, target, policy_passed
-        )
+        submission = load_submission(lab, path, shown_path(path), request.arch, limits, target, policy_passed)
     reporter.notes(take_notes())  # what reading the file set right (a byte-order mark removed)
     backend, notes = chosen_backend or resolve_backend(request.device, request.unsafe_cpu)
     reporter.notes(notes)
