@@ -65,3 +65,100 @@ def test_grading_locks_the_gpu_it_runs_on_and_nothing_on_the_cpu(lock_dir, monke
         assert probe("shared") == "held"
     with backend_module.gpu_share("cpu", "timing"):
         assert probe("exclusive") == "free"
+
+
+def test_within_one_process_a_second_check_is_covered_and_the_lock_lasts_until_the_last_leaves(lock_dir):
+    import threading
+
+    key = "bus-0000_01_00.0"
+    inner_done = threading.Event()
+    with shared_checking(key):
+        # the driver's GPU oracle, in its thread, while the cases hold the GPU
+        def oracle() -> None:
+            with shared_checking(key):
+                inner_done.set()
+
+        thread = threading.Thread(target=oracle)
+        thread.start()
+        thread.join(5)
+        assert inner_done.is_set()
+        assert probe("exclusive") == "held"  # the oracle leaving did not unlock what the cases still hold
+    assert probe("exclusive") == "free"
+
+
+def test_a_check_inside_this_process_s_timing_is_granted_and_the_gpu_stays_exclusive(lock_dir):
+    key = "bus-0000_01_00.0"
+    with exclusive_timing(key):
+        with shared_checking(key):  # the oracle checking the timed calls
+            assert probe("shared") == "held"
+        assert probe("shared") == "held"
+    assert probe("shared") == "free"
+
+
+def test_a_timer_waits_for_its_own_process_s_checks_and_then_has_the_gpu_alone(lock_dir):
+    import threading
+    import time
+
+    key = "bus-0000_01_00.0"
+    order: list[str] = []
+    release = threading.Event()
+
+    def oracle() -> None:
+        with shared_checking(key):
+            order.append("oracle holds")
+            release.wait(5)
+            order.append("oracle leaves")
+
+    thread = threading.Thread(target=oracle)
+    thread.start()
+    while not order:
+        time.sleep(0.01)
+    timer_started = threading.Event()
+
+    def timer() -> None:
+        timer_started.set()
+        with exclusive_timing(key):
+            order.append("timing")
+            assert probe("shared") == "held"
+
+    timing = threading.Thread(target=timer)
+    timing.start()
+    timer_started.wait(5)
+    time.sleep(0.2)
+    assert order == ["oracle holds"]  # the timer waits: the process's own check still runs
+    release.set()
+    thread.join(5)
+    timing.join(5)
+    assert order == ["oracle holds", "oracle leaves", "timing"]
+    assert probe("exclusive") == "free"
+
+
+def test_a_check_covered_by_the_process_does_not_queue_behind_another_process_s_waiting_timer(lock_dir):
+    # process B's timer waits at the turnstile for this process's check; the oracle's second request must
+    # not queue behind it (it would wait for B, and B for this process: neither would end)
+    import threading
+
+    key = "bus-0000_01_00.0"
+    waiting_timer = textwrap.dedent("""
+        import sys
+        from labrunner.measure.gpu_lock import exclusive_timing
+        with exclusive_timing(sys.argv[1]):
+            print("timed")
+    """)
+    with shared_checking(key):
+        other = subprocess.Popen([sys.executable, "-c", waiting_timer, key], stdout=subprocess.PIPE, text=True)
+        import time
+
+        time.sleep(0.5)  # the other process holds the turnstile now, waiting for this check
+        granted = threading.Event()
+
+        def oracle() -> None:
+            with shared_checking(key):
+                granted.set()
+
+        thread = threading.Thread(target=oracle, daemon=True)
+        thread.start()
+        assert granted.wait(5)
+        assert other.poll() is None  # and the other timer still waits for this process's check
+    out, _ = other.communicate(timeout=10)
+    assert out.strip() == "timed"

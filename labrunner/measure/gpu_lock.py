@@ -12,6 +12,15 @@ second file works as a turnstile: a timer holds it while it waits, and a check p
 before taking its shared lock. Locks belong to the process that took them, and the kernel drops
 them when that process ends, however it ends: a crashed grader never leaves a GPU locked.
 
+Within one process the lock is held once: the grade's cases hold it shared while the driver's own GPU
+oracle (its proof, started ahead in a thread, and the references it makes) asks for it too, and the
+timing holds it exclusive while that oracle checks the timed calls. flock knows no such nesting (a
+second descriptor of the same file would wait for the first, a thread for its own process), so the
+process counts its holders per GPU: a request the process already covers (shared under shared or
+exclusive, or anything under exclusive) is granted at once, and the file is unlocked when the last
+holder leaves. The driver's GPU oracle must hold it: its kernels running while another grader times
+would be part of that grader's time.
+
 The GPU is named by its PCI bus id, as the process sees it, so two processes given the same GPU
 under different CUDA_VISIBLE_DEVICES numbers still take the same lock. On a cluster the lock
 folder is the node's own temporary folder, which is what a per-node GPU needs.
@@ -24,8 +33,10 @@ import fcntl
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_FOLDER_VARIABLE = "ATTNLAB_LOCK_DIR"
@@ -69,24 +80,69 @@ def _flock(path: Path, mode: int) -> Iterator[None]:
         os.close(handle)  # closing the descriptor releases its lock
 
 
+@dataclass
+class Held:
+    """This process's hold on one GPU's lock: its descriptor, its mode and how many hold it now."""
+
+    handle: int
+    exclusive: bool
+    holders: int = 0
+
+
+_HELD: dict[str, Held] = {}
+_HOLDING = threading.Condition()  # guards _HELD; a thread that must wait for the process's own holders waits here
+
+
 @contextmanager
 def exclusive_timing(key: str) -> Iterator[None]:
     """Hold the GPU alone while timing: wait for running checks, keep new ones out."""
-    folder = lock_folder()
-    handle = open_lock_file(folder / f"{key}.lock")
-    try:
-        with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
-            fcntl.flock(handle, fcntl.LOCK_EX)
+    with _hold(key, exclusive=True):
         yield
-    finally:
-        os.close(handle)
 
 
 @contextmanager
 def shared_checking(key: str) -> Iterator[None]:
     """Run correctness cases beside other checks, but never while a kernel is being timed."""
-    folder = lock_folder()
-    with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
-        pass  # a timer that is waiting holds the turnstile: queue behind it
-    with _flock(folder / f"{key}.lock", fcntl.LOCK_SH):
+    with _hold(key, exclusive=False):
         yield
+
+
+@contextmanager
+def _hold(key: str, exclusive: bool) -> Iterator[None]:
+    with _HOLDING:
+        # a shared hold of this process's own cannot become exclusive: wait until its holders have left
+        while key in _HELD and exclusive and not _HELD[key].exclusive:
+            _HOLDING.wait()
+        held = _HELD.get(key)
+        if held is not None:  # covered by what the process holds already
+            held.holders += 1
+        else:
+            held = _HELD[key] = Held(_take(key, exclusive), exclusive, 1)
+    try:
+        yield
+    finally:
+        with _HOLDING:
+            held.holders -= 1
+            if held.holders == 0:
+                del _HELD[key]
+                os.close(held.handle)  # closing the descriptor releases its lock
+                _HOLDING.notify_all()
+
+
+def _take(key: str, exclusive: bool) -> int:
+    """The lock file's descriptor, locked: exclusive through the turnstile (held while it waits, so new checks
+    queue behind it), shared after passing the turnstile (so a waiting timer is not starved)."""
+    folder = lock_folder()
+    handle = open_lock_file(folder / f"{key}.lock")
+    try:
+        if exclusive:
+            with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        else:
+            with _flock(folder / f"{key}.turnstile", fcntl.LOCK_EX):
+                pass  # a timer that is waiting holds the turnstile: queue behind it
+            fcntl.flock(handle, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(handle)
+        raise
+    return handle

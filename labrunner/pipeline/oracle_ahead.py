@@ -22,7 +22,7 @@ import numpy as np
 
 from labrunner.compile.backend import Backend
 from labrunner.phases import phase
-from labrunner.pipeline.backend import gpu_may_be_here
+from labrunner.pipeline.backend import gpu_may_be_here, gpu_share
 from labrunner.pipeline.timing_stage import References, proven_gpu_references
 from labrunner.truth.cases import Inputs
 
@@ -42,6 +42,13 @@ def on_the_gpu_oracle(inputs: Inputs) -> bool:
     return rows * (inputs.prefix + rows) >= GPU_CASE_SCORES
 
 
+def proven_sharing_the_gpu(decode: bool) -> References:
+    """The GPU oracle made and proven while holding the GPU as a check does (`measure/gpu_lock.py`): in a
+    batch its proof's kernels would otherwise run while another grader times, and be part of that time."""
+    with gpu_share(Backend.GPU, "checking"):
+        return proven_gpu_references(decode)
+
+
 class OracleAhead:
     """A GPU oracle being made in the background where a GPU may grade; nothing for `--device cpu`."""
 
@@ -51,7 +58,7 @@ class OracleAhead:
         self._future: Future[References] | None = None
         if requested_device != Backend.CPU and gpu_may_be_here():
             pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnlab-oracle")
-            self._future = pool.submit(proven_gpu_references, decode)
+            self._future = pool.submit(proven_sharing_the_gpu, decode)
             pool.shutdown(wait=False)
 
     def _ready(self) -> References | None:
@@ -78,7 +85,11 @@ class OracleAhead:
             if not on_the_gpu_oracle(inputs):
                 return inputs.reference()
             made = getattr(self._ready(), "case_reference", None)
-            return made(inputs) if callable(made) else inputs.reference()
+            if not callable(made):
+                return inputs.reference()
+            with gpu_share(Backend.GPU, "checking"):  # its kernels never run while another grader times
+                reference: np.ndarray = made(inputs)
+            return reference
 
         return case_reference
 
