@@ -162,3 +162,24 @@ def test_a_check_covered_by_the_process_does_not_queue_behind_another_process_s_
         assert other.poll() is None  # and the other timer still waits for this process's check
     out, _ = other.communicate(timeout=10)
     assert out.strip() == "timed"
+
+
+def test_a_grade_s_cases_hold_the_gpu_run_by_run_and_not_between_runs(lock_dir, monkeypatch):
+    from labrunner.pipeline import backend as backend_module
+    from labrunner.pipeline.grade import checks_share_the_gpu
+    from labrunner.run.worker import Worker
+
+    monkeypatch.setattr(backend_module, "gpu_key", lambda: "bus-0000_01_00.0")
+    worker = Worker("gpu")  # never started: only its hold around runs is used here
+    seen: list[str] = []
+    with checks_share_the_gpu(worker, "gpu"):  # type: ignore[arg-type]
+        seen.append(probe("exclusive"))  # between runs: a timer elsewhere may take the GPU
+        with worker.runs_held():  # a case's run
+            seen.append(probe("exclusive"))
+            seen.append(probe("shared"))
+        seen.append(probe("exclusive"))
+    with worker.runs_held():  # after the cases: no hold (the timing holds it exclusive on its own)
+        seen.append(probe("exclusive"))
+    assert seen == ["free", "held", "free", "free", "free"]
+    with checks_share_the_gpu(worker, "cpu"), worker.runs_held():  # type: ignore[arg-type]
+        assert probe("exclusive") == "free"  # the CPU backend shares no GPU

@@ -3,9 +3,10 @@
 A batch runs several submissions on one GPU. Their correctness cases may share it (a wrong
 answer is wrong however busy the GPU is), but a time taken while another kernel runs is not the
 kernel's time. So each GPU has a lock file with two modes (flock's shared and exclusive locks):
-checking cases holds it shared, timing holds it exclusive. A timer then waits for the checks
-already running to finish and runs alone, and a SPEEDUP graded in a batch is the SPEEDUP the same
-file gets graded alone.
+each case's run holds it shared (`Worker.runs_held`; not the host's work between runs, such as
+explaining a failure, which a timer elsewhere need not wait for), timing holds it exclusive. A
+timer then waits for the runs already under way to finish and runs alone, and a SPEEDUP graded in a
+batch is the SPEEDUP the same file gets graded alone.
 
 A waiting timer must not starve behind a stream of checks that keep overlapping one another, so a
 second file works as a turnstile: a timer holds it while it waits, and a check passes through it

@@ -246,7 +246,8 @@ def judged_case(
     def under_sanitizer() -> SanitizerReport:
         # Asked by the judge only once the guards, the inputs and the output showed no race.
         run.progress.advance(f"{case.name}: racecheck and synccheck under compute-sanitizer")
-        return find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
+        with worker.runs_held():  # the sanitizer runs the case's kernels on the GPU, as a case does
+            return find_hazard(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
 
     try:
         output = worker.run_case(
@@ -270,7 +271,10 @@ def judged_case(
             message = limit.timed_out(failure.running)
         if checks.diagnose and judgement.status == Status.CRASH:
             run.progress.advance(f"{case.name}: replaying under compute-sanitizer")
-            diagnosis = replay_under_sanitizer(case_payload(lab, submission, case, options), case_timeout_s=timeout_s)
+            with worker.runs_held():
+                diagnosis = replay_under_sanitizer(
+                    case_payload(lab, submission, case, options), case_timeout_s=timeout_s
+                )
             if diagnosis:
                 message += "; compute-sanitizer: " + " | ".join(line.strip() for line in diagnosis.splitlines())
         return CaseResult(case.name, judgement.status, message, case.rows, case.prefix, diagnosis=diagnosis), judgement

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -109,7 +109,7 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
     with made, ahead.worker.take(backend) as worker, facts_kept(result, facts):
         ahead.worker.loaded(worker, lambda: load_student(worker, lab, submission, request.load_options))
         run = prepared.with_worker(worker, options, reporter)
-        with gpu_share(backend, "checking"):
+        with checks_share_the_gpu(worker, backend):
             run_cases(run, results=result.cases, made=made)
         with phase("hints"):
             result.hints = derive_hints([c.evidence for c in result.cases if gathered(c.evidence)])
@@ -146,6 +146,17 @@ def grade_with(ahead: Ahead, result: RunResult, reporter: Reporter) -> None:
         close_report(run, result, request, seed.value)
     if advice:
         reporter.advice(advice)
+
+
+@contextmanager
+def checks_share_the_gpu(worker: Worker, backend: Backend) -> Iterator[None]:
+    """The cases hold the GPU shared run by run (`Worker.runs_held`): between runs (judging, explaining a
+    failure on the host) a grader waiting to time is not kept waiting, nor every check queued behind it."""
+    worker.runs_held = lambda: gpu_share(backend, "checking")
+    try:
+        yield
+    finally:
+        worker.runs_held = nullcontext
 
 
 def facts_ahead(backend: Backend) -> Future[DeviceFacts]:

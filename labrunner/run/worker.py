@@ -25,6 +25,8 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -99,6 +101,9 @@ class Worker:
         self._launch_marks: int | None = None  # the read end of the pipe each launch's index arrives on
         self._loaded: list[Message] = []
         self.cpu_arch = cpu_arch  # the CPU build's architecture: the parts its box is given are made for it
+        # Held around each case's run (and each sanitizer replay of one): on a GPU a batch's checks share it,
+        # run by run, so that a grader waiting to time waits for kernels, not for a case's explanation.
+        self.runs_held: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -338,20 +343,21 @@ class Worker:
         where the worker marked one of this case's launches (`WorkerFailure.running`)."""
         self._last_launch_mark()  # a mark left from an earlier request is not this case's
         try:
-            reply = self._call(
-                {
-                    "op": "run",
-                    "role": role,
-                    "launches": launches,
-                    "inputs": inputs,
-                    "writable": writable,
-                    "returned": list(returned),
-                    "reverse_threads": reverse_threads,
-                    "quiet": quiet,
-                },
-                timeout_s,
-                replies.case_reply(inputs, writable, returned),
-            )
+            with self.runs_held():
+                reply = self._call(
+                    {
+                        "op": "run",
+                        "role": role,
+                        "launches": launches,
+                        "inputs": inputs,
+                        "writable": writable,
+                        "returned": list(returned),
+                        "reverse_threads": reverse_threads,
+                        "quiet": quiet,
+                    },
+                    timeout_s,
+                    replies.case_reply(inputs, writable, returned),
+                )
         except WorkerFailure as failure:
             if failure.kind == "timeout" and failure.launch is not None and failure.launch < len(launches):
                 failure.running = running_launch(launches, failure.launch)
