@@ -367,3 +367,29 @@ def test_an_early_load_of_a_file_the_gate_then_refused_is_waited_for_and_its_wor
     # the build's thread ended before close returned, and the worker was closed again after it, so a box
     # the load started after the first close is gone too
     assert finished == ["built"] and made[0].closed == 2
+
+
+@pytest.mark.parametrize("cores, jobs, share", [(16, 8, "2"), (16, 3, "5"), (2, 4, "1")])
+def test_a_batch_gives_each_grading_process_its_share_of_the_cores_for_its_blas_threads(
+    monkeypatch, tmp_path, cores, jobs, share
+):
+    from labrunner.pipeline.batch import local_executor
+    from labrunner.pipeline.batch.grading import Grading
+    from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
+
+    monkeypatch.setattr(local_executor, "default_jobs", lambda backend: cores)
+    for name in local_executor.BLAS_THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "7")  # set by the user: left as it is
+    seen: list[dict[str, str]] = []
+
+    def job(task: SubmissionTask, running: object) -> Outcome:
+        seen.append(dict(task.environment))
+        return Outcome(task, {"exit_code": 0}, 0.0)
+
+    task = SubmissionTask("lab2", "a.cu", (), str(tmp_path / "a.json"), str(tmp_path / "a.xml"), None, str(tmp_path))
+    local_executor.run_local([task, task], jobs, ["0", "1"], Grading(job=job))
+    assert [e["OPENBLAS_NUM_THREADS"] for e in seen] == [share, share]
+    assert [e["OMP_NUM_THREADS"] for e in seen] == [share, share]
+    assert all("MKL_NUM_THREADS" not in e for e in seen)
+    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in seen) in (["0", "1"], ["0", "0"], ["1", "1"])
