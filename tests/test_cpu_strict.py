@@ -244,7 +244,7 @@ def test_the_page_table_kernel_gets_one_verdict_in_five_grades(tmp_path):
         "verdict": "out-of-bounds",
         "case": "lengths-around-p",
         # the first block to fault is the grid's last that reads past k: every case runs its blocks last first
-        "message": "out-of-bounds read of k in kernel decode_partial, block (2,7,9), thread 0: its byte 3213056 "
-        "(element 803264), past the end of its 1277952 bytes (319488 elements of float32); on a GPU such an access "
+        "message": "out-of-bounds read of k in kernel decode_partial, block (2,7,9), thread 0: its byte 3213060 "
+        "(element 803265), past the end of its 1277952 bytes (319488 elements of float32); on a GPU such an access "
         "reads or writes another allocation's memory, or faults",
     }
