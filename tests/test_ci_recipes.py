@@ -356,7 +356,7 @@ def test_the_readme_shows_a_cpu_only_install_that_pulls_no_cupy():
 
 def test_the_licence_file_matches_the_package():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["license"] == {"text": "MIT"}
+    assert (project["license"], project["license-files"]) == ("MIT", ["LICENSE"])  # SPDX, as setuptools wants
     text = (REPO / "LICENSE").read_text()
     assert text.startswith("MIT License\n")
     assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
