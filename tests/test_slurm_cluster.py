@@ -168,26 +168,26 @@ def time_used(test: str) -> dict[str, int]:
     return {job: slurm_queue.seconds(used) or 0 for job, used in (line.split("|") for line in out.stdout.split())}
 
 
-def node_failures(job_ids: list[str]) -> int:
-    """How many attempts of these jobs sacct has recorded as ended by a node failure."""
-    out = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "--duplicates", "-j", ",".join(job_ids), "-o", "State"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    return sum(line.split()[0] == "NODE_FAIL" for line in out.stdout.splitlines() if line.strip())
-
-
-def sacct_states(job_ids: list[str]) -> str:
-    """Every attempt of these jobs as sacct records it (job id and state), for a failure's message."""
+def sacct_attempts(job_ids: list[str]) -> list[tuple[str, str]]:
+    """Every attempt of these jobs as sacct records it: (job id, state)."""
     out = subprocess.run(
         ["sacct", "-n", "-X", "-P", "--duplicates", "-j", ",".join(job_ids), "-o", "JobID,State"],
         capture_output=True,
         text=True,
         timeout=30,
     )
-    return "; ".join(line.strip() for line in out.stdout.splitlines() if line.strip()) or "(nothing)"
+    lines = [line.strip().split("|") for line in out.stdout.splitlines() if line.strip()]
+    return [(fields[0], fields[-1].split()[0] if fields[-1].split() else "") for fields in lines]
+
+
+def node_failures(job_ids: list[str]) -> int:
+    """How many attempts of these jobs sacct has recorded as ended by a node failure."""
+    return sum(state == "NODE_FAIL" for _, state in sacct_attempts(job_ids))
+
+
+def sacct_states(job_ids: list[str]) -> str:
+    """Every attempt of these jobs as sacct records it, for a failure's message."""
+    return "; ".join(f"{job} {state}" for job, state in sacct_attempts(job_ids)) or "(nothing)"
 
 
 def task_states(test: str) -> dict[str, str]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ from labrunner.grader_cache import grader_cache_dir
 COMPILE_CODE = Path(__file__).resolve().parent  # the gate's own code: a change to it is a new entry
 
 
+@functools.cache  # the grader's own files: read once a process, not at every grade's key
 def _tree_digest(folder: Path, suffixes: tuple[str, ...] = ()) -> bytes:
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and (not suffixes or p.suffix in suffixes)):
