@@ -603,3 +603,39 @@ def test_a_decode_batch_s_last_sequences_failing_are_said_as_sequences():
         "only the last sequences fail (from sequence 15 on in case skewed): check the bounds of your sequence "
         "loops and how each block finds its first sequence",
     )
+
+
+def test_an_explanation_makes_each_score_matrix_once_and_finds_what_it_found_before():
+    from labrunner.truth import hints_prefill
+
+    case = lab_case("lab2", "C17-P31")
+    inputs = make_inputs(case, SEED)
+    heads = np.arange(QUERY_HEADS)
+    out = np.empty((case.rows, QUERY_HEADS, HEAD_DIM), dtype=np.float32)
+    for h in heads:  # K from h % 8: every variant family is compared, the K-only and V-only ones too
+        out[:, h] = variant_attention(inputs.q, inputs.k, inputs.v, case.prefix, k_head=h % KV_HEADS)[:, h]
+    reference = inputs.reference()
+    failing = check_output(out, reference).failing_rows
+    made = []
+    original = hints_prefill._kept
+
+    def counted(kind, sources, heads, make):
+        return original(kind, sources, heads, lambda: made.append(kind) or make())
+
+    fresh = gather_evidence(case, inputs, out, reference, "wrong", failing)
+    hints_prefill._kept = counted
+    try:
+        with hints_prefill.scores_kept():
+            kept = gather_evidence(case, inputs, out, reference, "wrong", failing)
+            own = np.arange(QUERY_HEADS) // GROUP
+            scores = hints_prefill.head_scores(inputs.q, inputs.k, own)
+            assert hints_prefill.head_scores(inputs.q, inputs.k, own) is scores
+            assert not scores.flags.writeable  # a caller that changes it must copy
+    finally:
+        hints_prefill._kept = original
+    assert kept == fresh
+    assert kept["k_heads_read"] == {h: h % KV_HEADS for h in kept["heads_wrong"]}
+    # each query head's own KV head and each KV head for all: 9 score and 9 value matrices, made once each
+    assert (made.count("scores"), made.count("values")) == (9, 9)
+    # outside it nothing is kept: a matrix is made, and may be changed, each time
+    assert hints_prefill.head_scores(inputs.q, inputs.k, np.arange(QUERY_HEADS) // GROUP).flags.writeable

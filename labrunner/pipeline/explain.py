@@ -19,6 +19,7 @@ from labrunner.run.worker import Worker, WorkerFailure
 from labrunner.truth.cases import Case, Inputs
 from labrunner.truth.contract import HEAD_DIM, QUERY_HEADS
 from labrunner.truth.hints import Evidence, add_stage_evidence, factor_words, gather_evidence, stages_wanted
+from labrunner.truth.hints_prefill import scores_kept
 from labrunner.truth.judge import same_values
 from labrunner.truth.poison import SHARED_POISON_BITS, carries
 from labrunner.truth.verdict import Status
@@ -76,8 +77,14 @@ def explain_failure(studied: CaseStudied, failed: FailedRun, asked: Explaining =
     first wrong stage.
 
     A diagnosis only: nothing here changes a verdict. A kernel that misbehaves while being
-    explained (it passed once, so it should not) leaves the words out.
+    explained (it passed once, so it should not) leaves the words out. The score matrices are made once
+    for all of it (`scores_kept`).
     """
+    with scores_kept():
+        return _explained(studied, failed, asked)
+
+
+def _explained(studied: CaseStudied, failed: FailedRun, asked: Explaining) -> tuple[Evidence, str]:
     lab, case, submission = studied.lab, studied.case, studied.submission
     out = failed.output.outputs["out"].reshape(case.rows, QUERY_HEADS, HEAD_DIM)
     evidence = gather_evidence(

@@ -7,6 +7,10 @@ the pass rule is that mistake's evidence (`truth/hints.py` turns it into words).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from labrunner.truth.cases import Case, Inputs
@@ -72,6 +76,37 @@ def record_kv_heads_read(
                 break
 
 
+# The matrices one explanation has made (`scores_kept`), by what they were made of.
+_KEPT = threading.local()
+
+
+@contextmanager
+def scores_kept() -> Iterator[None]:
+    """Within it, `head_scores` and `head_values` make each matrix once: one failed case's variants,
+    zero-key rows and stage checks read the same few (each query head's own KV head, or one KV head for
+    all), and made anew each time they were most of an explanation's time. Dropped on leaving."""
+    _KEPT.made = {}
+    try:
+        yield
+    finally:
+        _KEPT.made = None
+
+
+def _kept(kind: str, sources: tuple[np.ndarray, ...], heads: np.ndarray, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """`make()`, or the read-only matrix made of these very arrays and heads before, inside `scores_kept`."""
+    made = getattr(_KEPT, "made", None)
+    if made is None:
+        return make()
+    key = (kind, *map(id, sources), np.asarray(heads).tobytes())
+    entry = made.get(key)
+    # the arrays are kept beside the matrix: their ids cannot be reused while it is, and are checked
+    if entry is None or any(kept is not given for kept, given in zip(entry[0], sources)):
+        entry = made[key] = (sources, make())
+        entry[1].setflags(write=False)
+    kept: np.ndarray = entry[1]
+    return kept
+
+
 def variant_attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -97,17 +132,29 @@ def variant_attention(
         scores -= scores.max(axis=-1, keepdims=True)
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
-    value_heads = heads if v_head is None else np.full(QUERY_HEADS, v_head)
-    vh = np.ascontiguousarray(v.astype(np.float64)[:, value_heads, :].transpose(1, 0, 2))  # [32][keys][64]
+    vh = head_values(v, heads if v_head is None else np.full(QUERY_HEADS, v_head))
     attended: np.ndarray = np.matmul(weights, vh).transpose(1, 0, 2)
     return attended
 
 
 def head_scores(q: np.ndarray, k: np.ndarray, heads: np.ndarray) -> np.ndarray:
-    """[32][rows][keys] float64 q.k / 8, query head h against KV head heads[h]."""
-    kh = np.ascontiguousarray(k.astype(np.float64)[:, heads, :].transpose(1, 2, 0))  # [32][64][keys]
-    scores: np.ndarray = np.matmul(np.ascontiguousarray(q.astype(np.float64).transpose(1, 0, 2)), kh) * SCALE
-    return scores
+    """[32][rows][keys] float64 q.k / 8, query head h against KV head heads[h]. Read-only inside
+    `scores_kept`: a caller that changes it works on a copy."""
+
+    def made() -> np.ndarray:
+        kh = np.ascontiguousarray(k.astype(np.float64)[:, heads, :].transpose(1, 2, 0))  # [32][64][keys]
+        scores: np.ndarray = np.matmul(np.ascontiguousarray(q.astype(np.float64).transpose(1, 0, 2)), kh) * SCALE
+        return scores
+
+    return _kept("scores", (q, k), heads, made)
+
+
+def head_values(v: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """[32][keys][64] float64: the values query head h reads, those of KV head heads[h]. Read-only inside
+    `scores_kept`."""
+    return _kept(
+        "values", (v,), heads, lambda: np.ascontiguousarray(v.astype(np.float64)[:, heads, :].transpose(1, 0, 2))
+    )
 
 
 def online_without_rescale(
@@ -117,8 +164,8 @@ def online_without_rescale(
     softmax) by exp(m_old - m_new) when a tile raises the max: what a kernel that forgot the other computes."""
     rows, keys = q.shape[0], k.shape[0]
     heads = np.arange(QUERY_HEADS) // GROUP
-    vh = np.ascontiguousarray(v.astype(np.float64)[:, heads, :].transpose(1, 0, 2))  # [32][keys][64]
-    scores = head_scores(q, k, heads)
+    vh = head_values(v, heads)  # [32][keys][64]
+    scores = head_scores(q, k, heads).copy()
     scores[:, np.arange(keys)[None, :] > (prefix + np.arange(rows))[:, None]] = -np.inf
     m = np.full(scores.shape[:2], -np.inf)
     row_sum = np.zeros(scores.shape[:2])  # the softmax's running denominator, l

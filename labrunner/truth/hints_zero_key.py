@@ -17,7 +17,7 @@ import numpy as np
 
 from labrunner.truth.cases import Case, Inputs
 from labrunner.truth.contract import GROUP, QUERY_HEADS, within_tolerance
-from labrunner.truth.hints_prefill import head_scores, variant_attention
+from labrunner.truth.hints_prefill import head_scores, head_values, variant_attention
 from labrunner.truth.hints_records import Evidence
 
 
@@ -26,12 +26,12 @@ def zero_key_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, prefix: int)
     carries a zero value. float64 `[rows][32][64]`."""
     rows, keys = q.shape[0], k.shape[0]
     heads = np.arange(QUERY_HEADS) // GROUP
-    scores = head_scores(q, k, heads)  # [32][rows][keys]
+    scores = head_scores(q, k, heads).copy()  # [32][rows][keys]
     scores[:, np.arange(keys)[None, :] > (prefix + np.arange(rows))[:, None]] = -np.inf
     top = np.maximum(scores.max(axis=-1, keepdims=True), 0.0)  # the zero key's score takes part in the max
     weights = np.exp(scores - top)
     total = weights.sum(axis=-1) + np.exp(-top[..., 0])
-    vh = np.ascontiguousarray(v.astype(np.float64)[:, heads, :].transpose(1, 0, 2))  # [32][keys][64]
+    vh = head_values(v, heads)  # [32][keys][64]
     attended: np.ndarray = (np.matmul(weights, vh) / total[..., None]).transpose(1, 0, 2)
     return attended
 
