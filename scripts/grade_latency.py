@@ -14,10 +14,13 @@ A benchmark, never a test: it prints figures. Each grade is a fresh process, as 
   as one batch with --jobs (default auto), warm: submissions per GPU-hour (per CPU-hour on the CPU), and
   its fraction of the timing lock's limit: 3,600 over the mean seconds a submission held the GPU alone
   (its "timing" phase and the phases inside it, `TIMING_PHASES`; a file that fails a case is never
-  timed), the most a GPU could grade if nothing but the timing waited.
+  timed), the most a GPU could grade if nothing but the timing waited. On several GPUs (--gpus, as grade
+  takes it; default all): submissions per hour for the host and for each GPU (by the PCI bus id each
+  report names), and per GPU-hour the host's over the GPUs used.
 
     python scripts/grade_latency.py [--labs lab1,lab2,lab3] [--runs 5] [--device gpu|cpu] [--warm-up]
-                                    [--against OTHER_CHECKOUT] [--batch 40 --batch-lab lab2 --jobs auto]
+                                    [--against OTHER_CHECKOUT] [--batch 40 --batch-lab lab2 --jobs auto
+                                    --gpus 0,1]
 
 --against: another checkout (an earlier commit, unpacked) timed the same way in the same run, for a table
 before and after; an older tree may write no `timings`, and its phases are then left out.
@@ -221,7 +224,7 @@ def batch_folder(root: Path, lab: str, count: int) -> Path:
     return folder
 
 
-def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -> dict:
+def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str, gpus: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="attnlab-batch-latency-") as scratch:
         root = Path(scratch)
         env = fresh_home(root)
@@ -239,6 +242,7 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
             device,
             "--jobs",
             jobs,
+            *(("--gpus", gpus) if gpus else ()),
             "--csv",
             str(gradebook),
             "--out-dir",
@@ -248,6 +252,7 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
         rows = list(csv.DictReader(gradebook.open())) if gradebook.exists() else []
         timed_s = []  # each submission's seconds holding the GPU alone (0 for one never timed)
         slowest = []  # (seconds, file, verdict, its three longest phases)
+        by_gpu: dict[str, int] = {}  # submissions graded on each GPU, by its PCI bus id
         for report in sorted(results.glob("*.json")):
             try:
                 data = json.loads(report.read_text())
@@ -256,6 +261,8 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
             if not isinstance(data, dict):
                 continue
             phases = data.get("timings") or []
+            on = (data.get("gpu") or {}).get("pci_bus_id") or "(no GPU named)"
+            by_gpu[on] = by_gpu.get(on, 0) + 1
             timed_s.append(sum(phase_seconds(phases, name) or 0.0 for name in TIMING_PHASES))
             total = sum(row["seconds"] for row in phases if "(ahead)" not in row["phase"])
             top = sorted(phases, key=lambda row: -row["seconds"])[:3]
@@ -284,6 +291,7 @@ def batch_throughput(tree: Path, lab: str, count: int, jobs: str, device: str) -
         "verdicts": verdicts,
         "alone": alone,
         "largest_gap_from_alone": deviations,
+        "by_gpu": by_gpu,
     }
 
 
@@ -301,6 +309,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=0, help="files in the throughput batch (0: none)")
     parser.add_argument("--batch-lab", default="lab2")
     parser.add_argument("--jobs", default="auto")
+    parser.add_argument("--gpus", default=None, help="the batch's GPUs, as grade's --gpus takes them (default: all)")
     parser.add_argument("--json", type=Path, default=None, help="also write every figure here")
     parser.add_argument("--warm-up", action="store_true", help="run `attnlab doctor --warm` before the first grade")
     arguments = parser.parse_args()
@@ -332,14 +341,22 @@ def main() -> int:
             for phase, cold, warm in rows:
                 print(f"  {phase:28} {cold:>8} {warm:>8}")
     if arguments.batch:
-        batch = batch_throughput(REPO, arguments.batch_lab, arguments.batch, arguments.jobs, arguments.device)
-        per_hour = 3600 * batch["rows"] / batch["seconds"] if batch["seconds"] else 0.0
-        figures["batch"] = {**batch, "per_hour": per_hour}
+        batch = batch_throughput(
+            REPO, arguments.batch_lab, arguments.batch, arguments.jobs, arguments.device, arguments.gpus
+        )
+        host_per_hour = 3600 * batch["rows"] / batch["seconds"] if batch["seconds"] else 0.0
+        gpus_used = len(batch["by_gpu"]) if arguments.device == "gpu" else 1
+        per_hour = host_per_hour / max(1, gpus_used)
+        figures["batch"] = {**batch, "per_hour": per_hour, "host_per_hour": host_per_hour}
         unit = "GPU" if arguments.device == "gpu" else "CPU"
         print(
             f"\nbatch: {batch['rows']} {arguments.batch_lab} files, --jobs {arguments.jobs}: {batch['seconds']:.1f} s, "
             f"{per_hour:.0f} submissions per {unit}-hour; verdicts {batch['verdicts']}; exit {batch['exit']}"
         )
+        if arguments.device == "gpu":
+            print(f"  the host: {host_per_hour:.0f} submissions per hour on {gpus_used} GPU(s)")
+            for bus_id, count in sorted(batch["by_gpu"].items()):
+                print(f"  GPU {bus_id}: {count} submissions, {3600 * count / batch['seconds']:.0f} per hour")
         if batch["mean_timed_s"]:
             limit = 3600 / batch["mean_timed_s"]
             figures["batch"]["timing_lock_limit_per_hour"] = limit

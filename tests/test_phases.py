@@ -254,19 +254,21 @@ def test_a_cpu_grade_says_where_its_time_went_and_makes_the_shared_parts_once(tm
 @pytest.mark.parametrize(
     "cores, gpus, free_gib, expected",
     [
-        (16, ["0"], 139, 8),  # an H200 host: half its 16 cores keep 8 grades busy, its memory holds 17
-        (16, ["0"], 20, 2),  # a GPU with 20 GiB free holds two grades of 8 GiB
-        (64, ["0", "1", "2", "3"], 139, 32),  # four GPUs: 8 per GPU
-        (2, ["0"], 139, 1),  # two cores: one grade at a time
-        (2, [], 0, 2),  # the CPU backend: one per core
+        (16, ["0"], [139], 8),  # an H200 host: half its 16 cores keep 8 grades busy, its memory holds 17
+        (16, ["0"], [20], 2),  # a GPU with 20 GiB free holds two grades of 8 GiB
+        (64, ["0", "1", "2", "3"], [139] * 4, 32),  # four GPUs: 8 per GPU
+        (64, ["0", "1"], [139, 20], 18),  # two GPUs: 16 cores each keep 16 busy, the second's memory holds 2
+        (2, ["0"], [139], 1),  # two cores: one grade at a time
+        (2, [], [], 2),  # the CPU backend: one per core
     ],
 )
-def test_jobs_auto_follows_the_gpus_memory_and_the_cores(monkeypatch, cores, gpus, free_gib, expected):
+def test_jobs_auto_follows_each_gpus_memory_and_the_cores(monkeypatch, cores, gpus, free_gib, expected):
     from labrunner.pipeline.batch import local_executor
 
     monkeypatch.setattr(local_executor, "default_jobs", lambda backend: cores)
-    monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda: free_gib << 30)
-    assert local_executor.auto_jobs("gpu" if gpus else "cpu", gpus) == expected
+    monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda index: free_gib[index] << 30)
+    batch = local_executor.batch_gpus(gpus, gpus, measured=True)
+    assert local_executor.auto_jobs("gpu" if gpus else "cpu", batch) == expected
 
 
 def test_jobs_takes_a_number_or_auto_and_refuses_anything_else():
@@ -374,6 +376,7 @@ def test_a_batch_gives_each_grading_process_its_share_of_the_cores_for_its_blas_
     monkeypatch, tmp_path, cores, jobs, share
 ):
     from labrunner.pipeline.batch import local_executor
+    from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool
     from labrunner.pipeline.batch.grading import Grading
     from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
 
@@ -388,7 +391,8 @@ def test_a_batch_gives_each_grading_process_its_share_of_the_cores_for_its_blas_
         return Outcome(task, {"exit_code": 0}, 0.0)
 
     task = SubmissionTask("lab2", "a.cu", (), str(tmp_path / "a.json"), str(tmp_path / "a.xml"), None, str(tmp_path))
-    local_executor.run_local([task, task], jobs, ["0", "1"], Grading(job=job))
+    pool = GpuPool([BatchGpu("0"), BatchGpu("1")])
+    local_executor.run_local([task, task], jobs, pool, Grading(job=job))
     assert [e["OPENBLAS_NUM_THREADS"] for e in seen] == [share, share]
     assert [e["OMP_NUM_THREADS"] for e in seen] == [share, share]
     assert all("MKL_NUM_THREADS" not in e for e in seen)

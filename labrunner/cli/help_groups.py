@@ -21,6 +21,7 @@ GRADE_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "Batch (several files, a folder of them, or a folder per student)",
         (
             "jobs",
+            "gpus",
             "out_dir",
             "csv_path",
             "regrade",

@@ -158,6 +158,7 @@ def batch_options_given(options: dict[str, Any]) -> bool:
         options[name] not in (None, "local")
         for name in (
             "jobs",
+            "gpus",
             "executor",
             "out_dir",
             "csv_path",

@@ -8,6 +8,7 @@ an option added here reaches the pipeline without being spelled again.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,8 +156,9 @@ if TYPE_CHECKING:
     # click's ParamType is generic in the value it converts to from click 8.4 on; at run time the base is
     # the plain class, which every click from 8.1 (the oldest taken) has.
     JobsBase = click.ParamType[int | str]
+    GpusBase = click.ParamType[tuple[str, ...]]
 else:
-    JobsBase = click.ParamType
+    JobsBase = GpusBase = click.ParamType
 
 
 class JobsType(JobsBase):
@@ -178,6 +180,22 @@ class JobsType(JobsBase):
         return number
 
 
+class GpusType(GpusBase):
+    """--gpus: GPU names separated by commas (indices or UUIDs, as CUDA_VISIBLE_DEVICES takes them), each once."""
+
+    name = "LIST"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, ...]:
+        if isinstance(value, tuple):
+            return value
+        names = [name.strip() for name in str(value).split(",")]
+        if not all(re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z/-]*", name) for name in names):
+            self.fail(f"{value!r} is not a list of GPUs such as 0,2 (indices or UUIDs, by commas)", param, ctx)
+        if len(set(names)) != len(names):
+            self.fail(f"{value!r} names a GPU twice", param, ctx)
+        return tuple(names)
+
+
 # grade's options for many submissions (see pipeline/batch/grade_many.py).
 batch_options = stacked(
     click.option(
@@ -188,6 +206,14 @@ batch_options = stacked(
         "per core). auto: on a GPU as many per GPU as its free memory holds (8 GiB each) and half the cores "
         "keep busy (their cases share the GPU, their timing takes turns); on the CPU one per core; on Slurm "
         "as many as the scheduler runs.",
+    ),
+    click.option(
+        "--gpus",
+        type=GpusType(),
+        default=None,
+        help="The GPUs a local batch grades on, such as 0,2 (as CUDA_VISIBLE_DEVICES names them; default: "
+        "every visible GPU). Each grading process gets one, spread by free memory; a GPU that fails a health "
+        "check after a crash is taken out and that submission graded again on another.",
     ),
     click.option(
         "--executor",
@@ -316,6 +342,7 @@ batch_options = stacked(
 # The batch options a single submission's own process never sees.
 BATCH_ONLY = (
     "jobs",
+    "gpus",
     "executor",
     "out_dir",
     "csv_path",

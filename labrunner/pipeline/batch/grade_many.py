@@ -26,8 +26,9 @@ from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
 from labrunner.pipeline.batch.course import CourseEntry, Graded, ReportNames, course_entries, course_order
 from labrunner.pipeline.batch.files import CU_ONLY, WITH_TRITON, expand_submissions, report_names
+from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, chosen_gpus
 from labrunner.pipeline.batch.grading import Executing, Grading
-from labrunner.pipeline.batch.local_executor import auto_jobs, default_jobs, run_local, visible_gpus
+from labrunner.pipeline.batch.local_executor import batch_gpus, batch_jobs, run_local, visible_gpus
 from labrunner.pipeline.batch.reuse import ReuseRecord, grading_machine, seed_hash
 from labrunner.pipeline.batch.roster import read_roster
 from labrunner.pipeline.batch.settings import BatchOptions
@@ -82,14 +83,27 @@ def grade_batch(
     prepare_outputs(batch)
     for skipped in not_graded:
         reporter.note(f"not graded: {shown_path(skipped.path)}: {skipped.reason}")
-    backend, gpus = (Backend.GPU if device == Backend.GPU else device), []
+    backend, gpus = (Backend.GPU if device == Backend.GPU else device), list[BatchGpu]()
     if batch.executor == "local":
         backend, notes = resolve_backend(device)
         if "--gates" in options and backend != Backend.GPU:
             notes.append(gates_not_applied(options[options.index("--gates") + 1], backend))
         reporter.notes(notes)
-        gpus = visible_gpus() if backend == Backend.GPU else []
-    jobs = auto_jobs(backend, gpus) if batch.jobs == "auto" else int(batch.jobs or default_jobs(backend))
+        if batch.gpus is not None and backend != Backend.GPU:
+            raise usage_error(
+                f"--gpus {','.join(batch.gpus)}: this batch grades on the {backend} backend, and --gpus chooses "
+                "the GPUs of a batch on the GPU; leave it out, or grade with --device gpu"
+            )
+        if backend == Backend.GPU:
+            visible = visible_gpus()
+            asked = chosen_gpus(batch.gpus, visible)
+            gpus = batch_gpus(asked, visible, measured=batch.jobs == "auto" or len(asked) > 1)
+    elif batch.gpus is not None:
+        raise usage_error(
+            f"--gpus {','.join(batch.gpus)}: chooses this machine's GPUs for a local batch; a cluster's tasks "
+            "ask for theirs with --gpus-per-job or --gres"
+        )
+    jobs = batch_jobs(batch.jobs, backend, gpus)
     stop = BatchStop(batch.batch_timeout_s)
     with tempfile.TemporaryDirectory(prefix="attnlab-batch-") as scratch, stopped_by_signals(stop):
         reports = Path(batch.out_dir or scratch).resolve()
@@ -134,7 +148,7 @@ def grade_batch(
             if not to_grade:
                 graded: list[Outcome] = []
             elif batch.executor == "local":
-                graded = run_local(to_grade, jobs, gpus, grading)
+                graded = run_local(to_grade, jobs, GpuPool(gpus) if gpus else None, grading)
             else:
                 folder = (batch.out_dir.resolve() / "submitit") if batch.out_dir else Path(scratch) / "submitit"
                 chosen = executing.executor or submitit_executor(batch, folder, len(to_grade))

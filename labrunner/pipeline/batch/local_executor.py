@@ -1,5 +1,6 @@
 """The `local` executor: a pool of `--jobs N` on this machine (default: one per GPU, or one per core on
-the CPU backend). With several GPUs, each job is given one (`CUDA_VISIBLE_DEVICES`), round robin."""
+the CPU backend). On the GPU each grading process is given one GPU (`CUDA_VISIBLE_DEVICES`), by the
+batch's GPU pool (`gpu_pool.py`: spread by free memory, a failed GPU taken out)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
+from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, may_have_failed_its_gpu
 from labrunner.pipeline.batch.grading import Grading
 from labrunner.pipeline.batch.submission import (
     Outcome,
@@ -37,23 +39,44 @@ GRADE_GPU_BYTES = 8 << 30
 CORES_PER_GRADE = 2
 
 
-def auto_jobs(backend: str, gpus: list[str]) -> int:
-    """`--jobs auto`: on the GPU, per GPU as many grading processes as its free memory holds and the cores
-    keep busy (their cases share the GPU; their timing takes it one at a time); on the CPU, one per core."""
+def auto_jobs(backend: str, gpus: list[BatchGpu]) -> int:
+    """`--jobs auto`: on the GPU, per GPU as many grading processes as its free memory holds (its weight)
+    and its share of the cores keeps busy (their cases share the GPU; their timing takes it one at a time);
+    on the CPU, one per core."""
     cores = default_jobs(Backend.CPU)
     if backend != Backend.GPU or not gpus:
         return cores
-    per_gpu = min(free_gpu_bytes() // GRADE_GPU_BYTES, max(1, cores // len(gpus) // CORES_PER_GRADE))
-    return max(1, per_gpu) * len(gpus)
+    per_gpu_cores = max(1, cores // len(gpus) // CORES_PER_GRADE)
+    return sum(max(1, min(gpu.weight, per_gpu_cores)) for gpu in gpus)
 
 
-def free_gpu_bytes() -> int:
-    """The free memory of the first visible GPU (the smallest figure is what limits; they are alike here)."""
+def batch_jobs(asked: int | str | None, backend: str, gpus: list[BatchGpu]) -> int:
+    """How many submissions a local batch grades at once: `--jobs` (a number, or auto); by default one per
+    GPU of the batch (on the CPU backend, one per core)."""
+    if asked == "auto":
+        return auto_jobs(backend, gpus)
+    if asked:
+        return int(asked)
+    return len(gpus) if gpus else default_jobs(backend)
+
+
+def batch_gpus(names: list[str], visible: list[str], measured: bool) -> list[BatchGpu]:
+    """The batch's GPUs, each weighted by the grades its free memory holds where `measured` (several GPUs
+    to share the batch by it, or --jobs auto): that opens a CUDA context on each, so not otherwise."""
+    return [
+        BatchGpu(name, max(1, free_gpu_bytes(visible.index(name)) // GRADE_GPU_BYTES) if measured else 1)
+        for name in names
+    ]
+
+
+def free_gpu_bytes(index: int = 0) -> int:
+    """The free memory of visible GPU `index`, as this process numbers them."""
     try:
         import cupy
 
-        return int(cupy.cuda.runtime.memGetInfo()[0])
-    except Exception:  # no usable GPU in the driver: one grade at a time per GPU, as without auto
+        with cupy.cuda.Device(index):
+            return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:  # no usable GPU in the driver: one grade at a time on it, as without auto
         return GRADE_GPU_BYTES
 
 
@@ -61,7 +84,7 @@ def visible_gpus() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for a child."""
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
     if given is not None:
-        return [g for g in given.split(",") if g.strip()]
+        return [g.strip() for g in given.split(",") if g.strip()]
     try:
         import cupy
 
@@ -84,9 +107,10 @@ def thread_shares(jobs: int) -> tuple[tuple[str, str], ...]:
     return tuple((name, share) for name in BLAS_THREAD_VARIABLES if name not in os.environ)
 
 
-def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], grading: Grading) -> list[Outcome]:
-    """A pool of `jobs` slots; each slot grades one submission at a time in its own process. Slots are
-    spread over the GPUs, so with one job per GPU every GPU grades one submission at a time.
+def run_local(tasks: list[SubmissionTask], jobs: int, pool: GpuPool | None, grading: Grading) -> list[Outcome]:
+    """A pool of `jobs` slots; each slot grades one submission at a time in its own process, on the GPU
+    `pool` gives it (`gpu_pool.py`; None on the CPU backend). A submission whose GPU then fails its health
+    check is graded again on another, and that GPU is out of the batch.
 
     Once `stop` is set, no submission starts, the running grading processes are ended (each is given the
     batch's signal, then killed with its group), and every submission without a verdict is `interrupted`."""
@@ -101,19 +125,41 @@ def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], grading: 
         write_json_file(outcome.result, Path(outcome.task.json_path))
         return outcome
 
+    def graded(task: SubmissionTask, environment: tuple[tuple[str, str], ...]) -> Outcome:
+        task = SubmissionTask(**{**task.__dict__, "environment": task.environment + environment})
+        try:
+            return job(task, running)
+        except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
+            return written(Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0))
+
+    def on_a_gpu(task: SubmissionTask, pool: GpuPool) -> Outcome:
+        """Graded on the GPU the pool gives; again on another while the one it ran on fails its check."""
+        while True:
+            gpu = pool.take()
+            if gpu is None:
+                return written(Outcome(task, dead_result(task, f"not graded: {pool.why_none_left()}"), 0.0))
+            try:
+                outcome = graded(task, (*thread_shares(jobs), ("CUDA_VISIBLE_DEVICES", gpu.name)))
+            finally:
+                pool.give_back(gpu)
+            if stop.is_set() or not may_have_failed_its_gpu(outcome):
+                return outcome
+            why = pool.check(gpu.name)
+            if why is None:  # the GPU works: the verdict is the kernel's
+                return outcome
+            if pool.take_out(gpu, why):
+                left = ", ".join(pool.left()) or "none"
+                grading.reporter.note(
+                    f"GPU {gpu.name} is out of the batch: {why}; GPUs left: {left}. "
+                    f"{task.file} is graded again on another GPU"
+                )
+
     def one(task: SubmissionTask) -> Outcome:
         slot = slots.get()
         try:
             if stop.is_set():
                 return written(Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), 0.0))
-            environment = thread_shares(jobs)
-            if len(gpus) > 1:
-                environment += (("CUDA_VISIBLE_DEVICES", gpus[slot % len(gpus)]),)
-            task = SubmissionTask(**{**task.__dict__, "environment": task.environment + environment})
-            try:
-                outcome = job(task, running)
-            except Exception as exc:  # the job itself failed: that submission is ungraded, the rest go on
-                outcome = written(Outcome(task, dead_result(task, f"the grading job failed: {exc}"), 0.0))
+            outcome = on_a_gpu(task, pool) if pool is not None else graded(task, thread_shares(jobs))
             if stop.is_set() and outcome.result.get("grader_died"):  # ended by the stop, not dead of its own
                 outcome = written(Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), outcome.seconds))
             return outcome
@@ -122,8 +168,8 @@ def run_local(tasks: list[SubmissionTask], jobs: int, gpus: list[str], grading: 
 
     outcomes: dict[int, Outcome] = {}
     ending: threading.Thread | None = None
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(one, task): i for i, task in enumerate(tasks)}
+    with ThreadPoolExecutor(max_workers=jobs) as pool_of_slots:
+        futures = {pool_of_slots.submit(one, task): i for i, task in enumerate(tasks)}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)

@@ -12,6 +12,7 @@ from pathlib import Path
 class BatchOptions:
     jobs: int | str | None = None  # a number, "auto" (from the GPUs' memory and the cores), or None (the default)
     executor: str = "local"
+    gpus: tuple[str, ...] | None = None  # --gpus: the GPUs of a local batch (CUDA_VISIBLE_DEVICES names); None: all
     out_dir: Path | None = None
     csv_path: Path | None = None
     junit_path: Path | None = None  # the aggregated JUnit, where --junit is given to a batch
