@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,10 @@ READ_ONLY_ROOTS = (
 # Device nodes a GPU purpose maps in (the driver's control node, the GPUs, unified memory, the
 # capability nodes of MIG): nothing else of the host's /dev.
 GPU_DEVICE_PATTERNS = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/renderD*")
+# The driver's record of each GPU: its UUID and the minor number of its /dev/nvidiaN.
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+# One GPU's own nodes: a box given one GPU maps that GPU's alone, beside the driver's shared ones.
+_ONE_GPU_NODE = re.compile(r"/nvidia(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -207,7 +212,7 @@ def wrap(
     line += _root(purpose, readable)
     line += ["--proc", "/proc", "--dev", "/dev"]
     if purpose.gpu:
-        for node in sorted({node for pattern in GPU_DEVICE_PATTERNS for node in glob.glob(pattern)}):
+        for node in gpu_device_nodes(environment.get("CUDA_VISIBLE_DEVICES")):
             line += ["--dev-bind", node, node]
     if purpose.host_private:
         if private_source is None:
@@ -223,6 +228,33 @@ def wrap(
     # fill the host's memory with files there (only /job is writable, and it has its --size).
     line += ["--remount-ro", "/", "--chdir", PRIVATE, "--", *command]
     return line
+
+
+def gpu_device_nodes(visible: str | None) -> list[str]:
+    """The device nodes a GPU box maps. Given one GPU by its UUID (`CUDA_VISIBLE_DEVICES=GPU-...`, as a
+    batch over several GPUs gives each grading process its own), that GPU's /dev/nvidiaN alone beside the
+    driver's shared nodes (nvidiactl, nvidia-uvm, the capability nodes), and no render node: the box
+    cannot open another GPU. Otherwise, or where the driver does not list that UUID, every GPU's."""
+    nodes = sorted({node for pattern in GPU_DEVICE_PATTERNS for node in glob.glob(pattern)})
+    minor = gpu_minor(visible) if visible and visible.startswith("GPU-") and "," not in visible else None
+    if minor is None:
+        return nodes
+    return [
+        node
+        for node in nodes
+        if Path(node).parent.name != "dri"
+        and ((own := _ONE_GPU_NODE.search(node)) is None or int(own.group(1)) == minor)
+    ]
+
+
+def gpu_minor(uuid: str) -> int | None:
+    """The minor number of the GPU with this UUID, from the driver's record (/proc/driver/nvidia/gpus)."""
+    for record in sorted(NVIDIA_GPUS.glob("*/information")):
+        with suppress(OSError, ValueError):
+            fields = dict(line.split(":", 1) for line in record.read_text().splitlines() if ":" in line)
+            if fields.get("GPU UUID", "").strip().lower() == uuid.lower():
+                return int(fields["Device Minor"].strip())
+    return None
 
 
 def _root(purpose: Purpose, readable: tuple[str, ...]) -> list[str]:

@@ -187,3 +187,70 @@ def test_gpus_on_the_cpu_backend_is_a_usage_error(tmp_path):
 def test_the_health_check_of_a_gpu_that_is_not_there_says_why_it_failed():
     said = gpu_answers("0", timeout_s=120)
     assert said is not None and said.startswith("it failed a health check (") and said.endswith(")")
+
+
+def fake_host(tmp_path, monkeypatch, gpus: dict[int, str]) -> None:
+    """A host's /dev nodes and the driver's record for GPUs {minor: uuid}, where box.py looks for them."""
+    from labrunner import box
+
+    dev = tmp_path / "dev"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    (dev / "dri").mkdir()
+    for name in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps/nvidia-cap1"):
+        (dev / name).touch()
+    records = tmp_path / "proc-gpus"
+    for minor, uuid in gpus.items():
+        (dev / f"nvidia{minor}").touch()
+        (dev / "dri" / f"renderD{128 + minor}").touch()
+        record = records / f"0000:{0x19 + minor:02x}:00.0"
+        record.mkdir(parents=True)
+        (record / "information").write_text(
+            f"Model: \t\t NVIDIA H200\nGPU UUID: \t {uuid}\nBus Location: \t 0000:{0x19 + minor:02x}:00.0\n"
+            f"Device Minor: \t {minor}\nGPU Excluded:\t No\n"
+        )
+    monkeypatch.setattr(box, "GPU_DEVICE_PATTERNS", (f"{dev}/nvidia*", f"{dev}/nvidia-caps/*", f"{dev}/dri/renderD*"))
+    monkeypatch.setattr(box, "NVIDIA_GPUS", records)
+
+
+UUIDS = {0: "GPU-11111111-2222-3333-4444-555555555555", 2: "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"}
+
+
+def test_a_box_given_one_gpu_by_its_uuid_maps_that_gpus_node_alone(tmp_path, monkeypatch):
+    from labrunner import box
+
+    fake_host(tmp_path, monkeypatch, UUIDS)
+    dev = tmp_path / "dev"
+    shared = [f"{dev}/nvidia-caps", f"{dev}/nvidia-caps/nvidia-cap1", f"{dev}/nvidia-uvm", f"{dev}/nvidia-uvm-tools"]
+    shared.append(f"{dev}/nvidiactl")
+    assert sorted(box.gpu_device_nodes(UUIDS[2].upper())) == sorted([f"{dev}/nvidia2", *shared])
+    assert sorted(box.gpu_device_nodes(UUIDS[0])) == sorted([f"{dev}/nvidia0", *shared])
+    every = sorted([f"{dev}/nvidia0", f"{dev}/nvidia2", f"{dev}/dri/renderD128", f"{dev}/dri/renderD130", *shared])
+    # an index, several GPUs, a UUID the driver does not list, or none: every GPU's nodes, as before
+    for visible in ("2", f"{UUIDS[0]},{UUIDS[2]}", "GPU-00000000-0000-0000-0000-000000000000", None):
+        assert sorted(box.gpu_device_nodes(visible)) == every, visible
+    line = box.wrap(box.GPU_RUN, ["true"], {"CUDA_VISIBLE_DEVICES": UUIDS[2]})
+    bound = [line[i + 1] for i, word in enumerate(line) if word == "--dev-bind"]
+    assert sorted(bound) == sorted([f"{dev}/nvidia2", *shared])
+
+
+def test_a_gpus_uuid_is_named_as_cuda_visible_devices_takes_it():
+    raw = bytes.fromhex("aaaaaaaabbbbccccddddeeeeeeeeeeee")
+    assert local_executor.uuid_name(raw) == UUIDS[2]
+    assert local_executor.uuid_name(b"short") is None
+
+
+def test_several_gpus_are_given_to_their_processes_by_uuid_and_checked_by_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda index: [40 << 30, 9 << 30][index])
+    monkeypatch.setattr(local_executor, "gpu_uuid", lambda index: [UUIDS[0], UUIDS[2]][index])
+    gpus = local_executor.batch_gpus(["0", "1"], ["0", "1"], measured=True)
+    assert [(g.name, g.weight, g.uuid) for g in gpus] == [("0", 5, UUIDS[0]), ("1", 1, UUIDS[2])]
+    given: list[str] = []
+
+    def job(task: SubmissionTask, running: object) -> Outcome:
+        given.append(dict(task.environment)["CUDA_VISIBLE_DEVICES"])
+        return Outcome(task, result("crash", 4), 0.1)
+
+    checked: list[str] = []
+    pool = GpuPool(gpus, check=lambda name: checked.append(name))
+    local_executor.run_local([task(tmp_path, "a.cu")], 1, pool, Grading(job=job))
+    assert given == [UUIDS[0]] and checked == [UUIDS[0]]

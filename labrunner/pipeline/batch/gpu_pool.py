@@ -41,11 +41,14 @@ GpuCheck = Callable[[str], str | None]
 
 @dataclass
 class BatchGpu:
-    """One GPU of the batch: its name for a child's CUDA_VISIBLE_DEVICES, how many grades its free memory
-    holds (at least 1), how many run on it now, and, once it failed, why it was taken out."""
+    """One GPU of the batch: its name as the user and the notes know it (a CUDA_VISIBLE_DEVICES entry), how
+    many grades its free memory holds (at least 1), its UUID, how many run on it now, and, once it failed,
+    why it was taken out."""
 
     name: str
     weight: int = 1
+    # how its grading processes are given it, where known: its box then maps this GPU alone
+    uuid: str | None = None
     running: int = 0
     out: str | None = None
 

@@ -61,10 +61,18 @@ def batch_jobs(asked: int | str | None, backend: str, gpus: list[BatchGpu]) -> i
 
 
 def batch_gpus(names: list[str], visible: list[str], measured: bool) -> list[BatchGpu]:
-    """The batch's GPUs, each weighted by the grades its free memory holds where `measured` (several GPUs
-    to share the batch by it, or --jobs auto): that opens a CUDA context on each, so not otherwise."""
+    """The batch's GPUs, each weighted by the grades its free memory holds, and named for its grading
+    processes by its UUID (so that each one's box maps that GPU alone, `box.gpu_device_nodes`), where
+    `measured` (several GPUs to share the batch, or --jobs auto): that opens a CUDA context on each, so
+    not otherwise."""
+    if not measured:
+        return [BatchGpu(name) for name in names]
     return [
-        BatchGpu(name, max(1, free_gpu_bytes(visible.index(name)) // GRADE_GPU_BYTES) if measured else 1)
+        BatchGpu(
+            name,
+            max(1, free_gpu_bytes(visible.index(name)) // GRADE_GPU_BYTES),
+            uuid=name if name.startswith("GPU-") else gpu_uuid(visible.index(name)),
+        )
         for name in names
     ]
 
@@ -78,6 +86,25 @@ def free_gpu_bytes(index: int = 0) -> int:
             return int(cupy.cuda.runtime.memGetInfo()[0])
     except Exception:  # no usable GPU in the driver: one grade at a time on it, as without auto
         return GRADE_GPU_BYTES
+
+
+def gpu_uuid(index: int) -> str | None:
+    """Visible GPU `index`'s UUID as CUDA_VISIBLE_DEVICES takes it (GPU-8-4-4-4-12 hex digits); None
+    where CUDA does not say."""
+    try:
+        import cupy
+
+        raw = bytes(cupy.cuda.runtime.getDeviceProperties(index)["uuid"])
+    except Exception:
+        return None
+    return uuid_name(raw)
+
+
+def uuid_name(raw: bytes) -> str | None:
+    if len(raw) != 16:
+        return None
+    digits = raw.hex()
+    return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def visible_gpus() -> list[str]:
@@ -139,12 +166,12 @@ def run_local(tasks: list[SubmissionTask], jobs: int, pool: GpuPool | None, grad
             if gpu is None:
                 return written(Outcome(task, dead_result(task, f"not graded: {pool.why_none_left()}"), 0.0))
             try:
-                outcome = graded(task, (*thread_shares(jobs), ("CUDA_VISIBLE_DEVICES", gpu.name)))
+                outcome = graded(task, (*thread_shares(jobs), ("CUDA_VISIBLE_DEVICES", gpu.uuid or gpu.name)))
             finally:
                 pool.give_back(gpu)
             if stop.is_set() or not may_have_failed_its_gpu(outcome):
                 return outcome
-            why = pool.check(gpu.name)
+            why = pool.check(gpu.uuid or gpu.name)
             if why is None:  # the GPU works: the verdict is the kernel's
                 return outcome
             if pool.take_out(gpu, why):
