@@ -77,6 +77,10 @@ step grade-lab3-cu 0 python3 -m labrunner grade lab3 kernels/lab3/solution.cu
 # LATENCY_AGAINST: an earlier checkout (unpacked from git archive) timed beside this tree in the same run
 step grade-latency 0 python3 scripts/grade_latency.py --runs 5 --warm-up --batch 40 --batch-lab lab2 --jobs auto \
     ${LATENCY_AGAINST:+--against "$LATENCY_AGAINST"} --json "$out/latency.json"
+# On a host of several GPUs: an 80-file batch over all of them, per GPU and for the host, each SPEEDUP beside
+# the file alone (issue of the multi-GPU batch); on one GPU it grades on that one, which says nothing new
+step grade-latency-gpus 0 python3 scripts/grade_latency.py --labs lab2 --runs 1 --batch 80 --batch-lab lab2 --jobs auto \
+    --json "$out/latency-gpus.json"
 step race-check-flood 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_printf_flood.cu --race-check --no-timing
 step race-check-slow 4 python3 -m labrunner grade lab2 tests/fixtures/lab2/hostile/race_slow_under_sanitizer.cu --race-check --no-timing --timeout 2
 step bench-lab1-physics 1 python3 -m labrunner bench lab1 tests/fixtures/lab1/hostile/softmax_left_to_wsum.cu --budget 0.5
