@@ -371,29 +371,33 @@ def test_an_early_load_of_a_file_the_gate_then_refused_is_waited_for_and_its_wor
     assert finished == ["built"] and made[0].closed == 2
 
 
-@pytest.mark.parametrize("cores, jobs, share", [(16, 8, "2"), (16, 3, "5"), (2, 4, "1")])
-def test_a_batch_gives_each_grading_process_its_share_of_the_cores_for_its_blas_threads(
-    monkeypatch, tmp_path, cores, jobs, share
-):
-    from labrunner.pipeline.batch import local_executor
-    from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool
-    from labrunner.pipeline.batch.grading import Grading
-    from labrunner.pipeline.batch.submission import Outcome, SubmissionTask
+BLAS_PROBE = """
+import ctypes, glob, os, sys
+import labrunner.cli
+from labrunner.cli.blas import BLAS_THREAD_VARIABLES
+import numpy
+# pip's numpy bundles OpenBLAS: the threads it took, which only an environment set before it loaded decides
+found = glob.glob(os.path.join(os.path.dirname(numpy.__file__), os.pardir, "numpy.libs", "libscipy_openblas*.so"))
+threads = ctypes.CDLL(found[0]).scipy_openblas_get_num_threads64_() if found else "unknown"
+print(threads, *(os.environ.get(name) for name in BLAS_THREAD_VARIABLES))
+"""
 
-    monkeypatch.setattr(local_executor, "default_jobs", lambda backend: cores)
-    for name in local_executor.BLAS_THREAD_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MKL_NUM_THREADS", "7")  # set by the user: left as it is
-    seen: list[dict[str, str]] = []
 
-    def job(task: SubmissionTask, running: object) -> Outcome:
-        seen.append(dict(task.environment))
-        return Outcome(task, {"exit_code": 0}, 0.0)
-
-    task = SubmissionTask("lab2", "a.cu", (), str(tmp_path / "a.json"), str(tmp_path / "a.xml"), None, str(tmp_path))
-    pool = GpuPool([BatchGpu("0"), BatchGpu("1")])
-    local_executor.run_local([task, task], jobs, pool, Grading(job=job))
-    assert [e["OPENBLAS_NUM_THREADS"] for e in seen] == [share, share]
-    assert [e["OMP_NUM_THREADS"] for e in seen] == [share, share]
-    assert all("MKL_NUM_THREADS" not in e for e in seen)
-    assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in seen) in (["0", "1"], ["0", "0"], ["1", "1"])
+def test_the_command_runs_numpy_on_one_blas_thread_unless_the_user_set_another_number():
+    """Set as the command line is imported, before numpy loads: a grading process of a batch inherits it."""
+    environment = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    environment["PYTHONPATH"] = str(REPO)
+    plain = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE], env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert plain.stdout.split()[1:] == ["1", "1", "1"], plain.stderr
+    assert plain.stdout.split()[0] in ("1", "unknown")  # OpenBLAS started one thread, where it says
+    chosen = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE],
+        env={**environment, "MKL_NUM_THREADS": "7", "OPENBLAS_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert chosen.stdout.split()[1:] == ["2", "1", "7"], chosen.stderr  # the user's own numbers are kept
+    assert chosen.stdout.split()[0] in ("2", "unknown")

@@ -120,20 +120,6 @@ def visible_gpus() -> list[str]:
         return []
 
 
-# The thread pools a grading process's numpy may start (OpenBLAS, OpenMP, MKL): the oracle's float64 products.
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def thread_shares(jobs: int) -> tuple[tuple[str, str], ...]:
-    """Each of `jobs` grading processes' share of the cores for its BLAS threads, where the user set none.
-
-    Alone, a grade's CPU oracle multiplies with a thread per core; `jobs` of them side by side would ask
-    for `jobs` times the cores. In a batch of 40 lab-2 files with 8 jobs on a 16-core GPU host, the wrong
-    files' references and explanations (the CPU oracle's work) took 30 to 56 s each."""
-    share = str(max(1, default_jobs(Backend.CPU) // max(1, jobs)))
-    return tuple((name, share) for name in BLAS_THREAD_VARIABLES if name not in os.environ)
-
-
 def run_local(tasks: list[SubmissionTask], jobs: int, pool: GpuPool | None, grading: Grading) -> list[Outcome]:
     """A pool of `jobs` slots; each slot grades one submission at a time in its own process, on the GPU
     `pool` gives it (`gpu_pool.py`; None on the CPU backend). A submission whose GPU then fails its health
@@ -166,7 +152,7 @@ def run_local(tasks: list[SubmissionTask], jobs: int, pool: GpuPool | None, grad
             if gpu is None:
                 return written(Outcome(task, dead_result(task, f"not graded: {pool.why_none_left()}"), 0.0))
             try:
-                outcome = graded(task, (*thread_shares(jobs), ("CUDA_VISIBLE_DEVICES", gpu.uuid or gpu.name)))
+                outcome = graded(task, (("CUDA_VISIBLE_DEVICES", gpu.uuid or gpu.name),))
             finally:
                 pool.give_back(gpu)
             if stop.is_set() or not may_have_failed_its_gpu(outcome):
@@ -186,7 +172,7 @@ def run_local(tasks: list[SubmissionTask], jobs: int, pool: GpuPool | None, grad
         try:
             if stop.is_set():
                 return written(Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), 0.0))
-            outcome = on_a_gpu(task, pool) if pool is not None else graded(task, thread_shares(jobs))
+            outcome = on_a_gpu(task, pool) if pool is not None else graded(task, ())
             if stop.is_set() and outcome.result.get("grader_died"):  # ended by the stop, not dead of its own
                 outcome = written(Outcome(task, interrupted_result(task, stop.reason, stop.exit_code), outcome.seconds))
             return outcome
