@@ -249,12 +249,26 @@ def gpu_device_nodes(visible: str | None) -> list[str]:
 
 def gpu_minor(uuid: str) -> int | None:
     """The minor number of the GPU with this UUID, from the driver's record (/proc/driver/nvidia/gpus)."""
+    for fields in _gpu_records():
+        if fields.get("GPU UUID", "").lower() == uuid.lower():
+            with suppress(KeyError, ValueError):
+                return int(fields["Device Minor"])
+    return None
+
+
+def gpu_uuid_at(pci_bus_id: str) -> str | None:
+    """The UUID of the GPU at this PCI bus id (as CUDA gives it: 0000:19:00.0), from the driver's record."""
+    for fields in _gpu_records():
+        if fields.get("Bus Location", "").lower() == pci_bus_id.lower() and fields.get("GPU UUID"):
+            return fields["GPU UUID"]
+    return None
+
+
+def _gpu_records() -> Iterator[dict[str, str]]:
     for record in sorted(NVIDIA_GPUS.glob("*/information")):
         with suppress(OSError, ValueError):
-            fields = dict(line.split(":", 1) for line in record.read_text().splitlines() if ":" in line)
-            if fields.get("GPU UUID", "").strip().lower() == uuid.lower():
-                return int(fields["Device Minor"].strip())
-    return None
+            lines = record.read_text().splitlines()
+            yield {name.strip(): value.strip() for name, value in (line.split(":", 1) for line in lines if ":" in line)}
 
 
 def _root(purpose: Purpose, readable: tuple[str, ...]) -> list[str]:

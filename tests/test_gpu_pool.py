@@ -233,6 +233,15 @@ def test_a_box_given_one_gpu_by_its_uuid_maps_that_gpus_node_alone(tmp_path, mon
     assert sorted(bound) == sorted([f"{dev}/nvidia2", *shared])
 
 
+def test_a_gpus_uuid_is_read_from_the_drivers_record_at_its_bus_id(tmp_path, monkeypatch):
+    from labrunner import box
+
+    fake_host(tmp_path, monkeypatch, UUIDS)
+    assert box.gpu_uuid_at("0000:1B:00.0") == UUIDS[2]  # CUDA writes the bus id in capitals
+    assert box.gpu_uuid_at("0000:19:00.0") == UUIDS[0]
+    assert box.gpu_uuid_at("0000:80:00.0") is None
+
+
 def test_a_gpus_uuid_is_named_as_cuda_visible_devices_takes_it():
     raw = bytes.fromhex("aaaaaaaabbbbccccddddeeeeeeeeeeee")
     assert local_executor.uuid_name(raw) == UUIDS[2]

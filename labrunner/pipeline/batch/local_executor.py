@@ -11,6 +11,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from labrunner.box import gpu_uuid_at
 from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
 from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, may_have_failed_its_gpu
@@ -89,15 +90,16 @@ def free_gpu_bytes(index: int = 0) -> int:
 
 
 def gpu_uuid(index: int) -> str | None:
-    """Visible GPU `index`'s UUID as CUDA_VISIBLE_DEVICES takes it (GPU-8-4-4-4-12 hex digits); None
-    where CUDA does not say."""
+    """Visible GPU `index`'s UUID as CUDA_VISIBLE_DEVICES takes it (GPU-8-4-4-4-12 hex digits): the driver's
+    record of the GPU at its PCI bus id, else CUDA's 16 bytes (which CuPy cuts at a zero byte); None where
+    neither says."""
     try:
         import cupy
 
-        raw = bytes(cupy.cuda.runtime.getDeviceProperties(index)["uuid"])
+        recorded = gpu_uuid_at(cupy.cuda.Device(index).pci_bus_id)
+        return recorded or uuid_name(bytes(cupy.cuda.runtime.getDeviceProperties(index)["uuid"]))
     except Exception:
         return None
-    return uuid_name(raw)
 
 
 def uuid_name(raw: bytes) -> str | None:
