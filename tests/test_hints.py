@@ -639,3 +639,31 @@ def test_an_explanation_makes_each_score_matrix_once_and_finds_what_it_found_bef
     assert (made.count("scores"), made.count("values")) == (9, 9)
     # outside it nothing is kept: a matrix is made, and may be changed, each time
     assert hints_prefill.head_scores(inputs.q, inputs.k, np.arange(QUERY_HEADS) // GROUP).flags.writeable
+
+
+def test_the_online_variant_a_key_at_a_time_has_the_bits_of_one_product_per_key():
+    """Tile 1 multiplies each key's weight and values directly: the same bits as the matmul per key it replaced."""
+    from labrunner.truth.hints_prefill import head_scores, head_values
+
+    case = lab_case("lab2", "C17-P31")
+    inputs = make_inputs(case, SEED)
+    heads = np.arange(QUERY_HEADS) // GROUP
+    vh = head_values(inputs.v, heads)
+    scores = head_scores(inputs.q, inputs.k, heads).copy()
+    keys = case.keys
+    scores[:, np.arange(keys)[None, :] > (case.prefix + np.arange(case.rows))[:, None]] = -np.inf
+    m = np.full(scores.shape[:2], -np.inf)
+    row_sum = np.zeros(scores.shape[:2])
+    acc = np.zeros((*scores.shape[:2], HEAD_DIM))
+    with np.errstate(invalid="ignore"):
+        for key in range(keys):  # the loop as it was, a matmul per key, rescaling l only
+            s = scores[:, :, key : key + 1]
+            m_new = np.maximum(m, s.max(axis=-1))
+            alpha = np.where(np.isneginf(m_new), 1.0, np.exp(m - m_new))
+            p = np.where(np.isneginf(s), 0.0, np.exp(s - m_new[..., None]))
+            row_sum = alpha * row_sum + p.sum(axis=-1)
+            acc = acc + np.matmul(p, vh[:, key : key + 1])
+            m = m_new
+    expected = (acc / row_sum[..., None]).transpose(1, 0, 2)
+    made = online_without_rescale(inputs.q, inputs.k, inputs.v, case.prefix, 1, "l")
+    assert np.array_equal(made, expected)

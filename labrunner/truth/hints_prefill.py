@@ -177,9 +177,10 @@ def online_without_rescale(
             alpha = np.where(np.isneginf(m_new), 1.0, np.exp(m - m_new))
             p = np.where(np.isneginf(s), 0.0, np.exp(s - m_new[..., None]))
             row_sum = (alpha * row_sum if rescaled in ("l", "both") else row_sum) + p.sum(axis=-1)
-            acc = (alpha[..., None] * acc if rescaled in ("acc", "both") else acc) + np.matmul(
-                p, vh[:, start : start + tile]
-            )
+            values = vh[:, start : start + tile]
+            # one key: its product is the one multiply the matmul would make, without a BLAS call per key
+            products = p * values if tile == 1 else np.matmul(p, values)
+            acc = (alpha[..., None] * acc if rescaled in ("acc", "both") else acc) + products
             m = m_new
     return (acc / row_sum[..., None]).transpose(1, 0, 2)
 
