@@ -253,6 +253,9 @@ def test_several_gpus_are_given_to_their_processes_by_uuid_and_checked_by_it(tmp
     monkeypatch.setattr(local_executor, "gpu_uuid", lambda index: [UUIDS[0], UUIDS[2]][index])
     gpus = local_executor.batch_gpus(["0", "1"], ["0", "1"], measured=True)
     assert [(g.name, g.weight, g.uuid) for g in gpus] == [("0", 5, UUIDS[0]), ("1", 1, UUIDS[2])]
+    # one GPU of the host's, chosen alone: measured (--jobs auto) but given by its index, its box as before
+    alone = local_executor.batch_gpus(["1"], ["0", "1"], measured=True)
+    assert [(g.name, g.weight, g.uuid) for g in alone] == [("1", 1, None)]
     given: list[str] = []
 
     def job(task: SubmissionTask, running: object) -> Outcome:

@@ -62,17 +62,17 @@ def batch_jobs(asked: int | str | None, backend: str, gpus: list[BatchGpu]) -> i
 
 
 def batch_gpus(names: list[str], visible: list[str], measured: bool) -> list[BatchGpu]:
-    """The batch's GPUs, each weighted by the grades its free memory holds, and named for its grading
-    processes by its UUID (so that each one's box maps that GPU alone, `box.gpu_device_nodes`), where
-    `measured` (several GPUs to share the batch, or --jobs auto): that opens a CUDA context on each, so
-    not otherwise."""
+    """The batch's GPUs, each weighted by the grades its free memory holds where `measured` (several GPUs
+    to share the batch, or --jobs auto: that opens a CUDA context on each, so not otherwise); with several,
+    each named for its grading processes by its UUID, so that each one's box maps that GPU alone
+    (`box.gpu_device_nodes`). A batch on one GPU gives its processes that GPU as before."""
     if not measured:
         return [BatchGpu(name) for name in names]
     return [
         BatchGpu(
             name,
             max(1, free_gpu_bytes(visible.index(name)) // GRADE_GPU_BYTES),
-            uuid=name if name.startswith("GPU-") else gpu_uuid(visible.index(name)),
+            uuid=(name if name.startswith("GPU-") else gpu_uuid(visible.index(name))) if len(names) > 1 else None,
         )
         for name in names
     ]
