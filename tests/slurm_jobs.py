@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from labrunner.pipeline.batch.submission import Outcome, RunningProcesses, SubmissionTask, dead_result, grade_in_process
 
@@ -15,11 +14,8 @@ def graded_once_requeued(task: SubmissionTask, running: RunningProcesses | None 
     """The first attempt waits, as a long grading does, for the test to fail its node; an attempt the
     cluster requeued (SLURM_RESTART_COUNT 1 or more) grades the file. The wait outlasts every wait of the
     test, so that only the node's failure ends it: an attempt that ended by itself first, on a loaded
-    machine where the controller is slow to declare the node down, would be recorded FAILED, not NODE_FAIL.
-    It leaves `<json>.waiting` once it waits: the test fails the node only then, since a slurmd stopped
-    while it is still launching the batch script ends the job as FAILED (exit 233), not NODE_FAIL."""
+    machine where the controller is slow to declare the node down, would be recorded FAILED, not NODE_FAIL."""
     if int(os.environ.get("SLURM_RESTART_COUNT") or 0) == 0:
-        Path(task.json_path).with_suffix(".waiting").touch()
         time.sleep(900)
         raise RuntimeError("the node was never failed")
     return grade_in_process(task, running)

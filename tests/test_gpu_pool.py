@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from labrunner.cli import main
 from labrunner.exit_codes import AttnlabError
-from labrunner.pipeline.batch import local_executor
+from labrunner.pipeline.batch import gpu_pool, local_executor
 from labrunner.pipeline.batch.gpu_pool import (
     BatchGpu,
     GpuPool,
@@ -244,17 +244,17 @@ def test_a_gpus_uuid_is_read_from_the_drivers_record_at_its_bus_id(tmp_path, mon
 
 def test_a_gpus_uuid_is_named_as_cuda_visible_devices_takes_it():
     raw = bytes.fromhex("aaaaaaaabbbbccccddddeeeeeeeeeeee")
-    assert local_executor.uuid_name(raw) == UUIDS[2]
-    assert local_executor.uuid_name(b"short") is None
+    assert gpu_pool.uuid_name(raw) == UUIDS[2]
+    assert gpu_pool.uuid_name(b"short") is None
 
 
 def test_several_gpus_are_given_to_their_processes_by_uuid_and_checked_by_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda index: [40 << 30, 9 << 30][index])
-    monkeypatch.setattr(local_executor, "gpu_uuid", lambda index: [UUIDS[0], UUIDS[2]][index])
-    gpus = local_executor.batch_gpus(["0", "1"], ["0", "1"], measured=True)
+    monkeypatch.setattr(gpu_pool, "free_gpu_bytes", lambda index: [40 << 30, 9 << 30][index])
+    monkeypatch.setattr(gpu_pool, "gpu_uuid", lambda index: [UUIDS[0], UUIDS[2]][index])
+    gpus = gpu_pool.batch_gpus(["0", "1"], ["0", "1"], measured=True)
     assert [(g.name, g.weight, g.uuid) for g in gpus] == [("0", 5, UUIDS[0]), ("1", 1, UUIDS[2])]
     # one GPU of the host's, chosen alone: measured (--jobs auto) but given by its index, its box as before
-    alone = local_executor.batch_gpus(["1"], ["0", "1"], measured=True)
+    alone = gpu_pool.batch_gpus(["1"], ["0", "1"], measured=True)
     assert [(g.name, g.weight, g.uuid) for g in alone] == [("1", 1, None)]
     given: list[str] = []
 

@@ -263,11 +263,11 @@ def test_a_cpu_grade_says_where_its_time_went_and_makes_the_shared_parts_once(tm
     ],
 )
 def test_jobs_auto_follows_each_gpus_memory_and_the_cores(monkeypatch, cores, gpus, free_gib, expected):
-    from labrunner.pipeline.batch import local_executor
+    from labrunner.pipeline.batch import gpu_pool, local_executor
 
     monkeypatch.setattr(local_executor, "default_jobs", lambda backend: cores)
-    monkeypatch.setattr(local_executor, "free_gpu_bytes", lambda index: free_gib[index] << 30)
-    batch = local_executor.batch_gpus(gpus, gpus, measured=True)
+    monkeypatch.setattr(gpu_pool, "free_gpu_bytes", lambda index: free_gib[index] << 30)
+    batch = gpu_pool.batch_gpus(gpus, gpus, measured=True)
     assert local_executor.auto_jobs("gpu" if gpus else "cpu", batch) == expected
 
 

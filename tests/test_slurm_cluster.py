@@ -604,9 +604,9 @@ def test_a_node_failure_requeues_the_task_or_says_it_was_lost(cluster, time_limi
         "both tasks running",
     )
     # RUNNING is the controller's word at allocation; the node may still be launching the batch script, and
-    # a slurmd stopped then ends the job as FAILED (exit 233). Each first attempt says when it is waiting.
-    waiting = [tmp_path / name / "0.waiting" for name in ("requeued", "lost")]
-    wait_until(lambda: all(path.exists() for path in waiting), 180, "both first attempts waiting")
+    # a slurmd stopped then ends the job as FAILED (exit 233): the node fails once both gradings are up on it
+    for name in ("requeued", "lost"):
+        grading_on_the_node("node", tmp_path / name, seconds=1)
     subprocess.run([str(SCRIPT), "node-down"], check=True, timeout=60)
     wait_until(
         lambda: "down" in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout,

@@ -21,9 +21,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from labrunner.box import gpu_uuid_at
 from labrunner.exit_codes import ExitCode, usage_error
 from labrunner.pipeline.batch.submission import Outcome
 
+# What one grading process may hold of a GPU at once: its worker's buffers (lab 2's largest case and
+# the timing's input pool), the driver's GPU oracle and two CUDA contexts, with room to spare.
+GRADE_GPU_BYTES = 8 << 30
 # A GPU asked whether it still works: it allocates, adds and synchronizes, and says the sum.
 HEALTH_PROBE = (
     "import cupy\n"
@@ -142,3 +146,64 @@ def gpu_answers(name: str, timeout_s: float = HEALTH_PROBE_TIMEOUT_S) -> str | N
     said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
     last = said[-1][:300] if said else f"exit status {done.returncode}"
     return f"it failed a health check ({last})"
+
+
+def batch_gpus(names: list[str], visible: list[str], measured: bool) -> list[BatchGpu]:
+    """The batch's GPUs, each weighted by the grades its free memory holds where `measured` (several GPUs
+    to share the batch, or --jobs auto: that opens a CUDA context on each, so not otherwise); with several,
+    each named for its grading processes by its UUID, so that each one's box maps that GPU alone
+    (`box.gpu_device_nodes`). A batch on one GPU gives its processes that GPU as before."""
+    if not measured:
+        return [BatchGpu(name) for name in names]
+    return [
+        BatchGpu(
+            name,
+            max(1, free_gpu_bytes(visible.index(name)) // GRADE_GPU_BYTES),
+            uuid=(name if name.startswith("GPU-") else gpu_uuid(visible.index(name))) if len(names) > 1 else None,
+        )
+        for name in names
+    ]
+
+
+def free_gpu_bytes(index: int = 0) -> int:
+    """The free memory of visible GPU `index`, as this process numbers them."""
+    try:
+        import cupy
+
+        with cupy.cuda.Device(index):
+            return int(cupy.cuda.runtime.memGetInfo()[0])
+    except Exception:  # no usable GPU in the driver: one grade at a time on it, as without auto
+        return GRADE_GPU_BYTES
+
+
+def gpu_uuid(index: int) -> str | None:
+    """Visible GPU `index`'s UUID as CUDA_VISIBLE_DEVICES takes it (GPU-8-4-4-4-12 hex digits): the driver's
+    record of the GPU at its PCI bus id, else CUDA's 16 bytes (which CuPy cuts at a zero byte); None where
+    neither says."""
+    try:
+        import cupy
+
+        recorded = gpu_uuid_at(cupy.cuda.Device(index).pci_bus_id)
+        return recorded or uuid_name(bytes(cupy.cuda.runtime.getDeviceProperties(index)["uuid"]))
+    except Exception:
+        return None
+
+
+def uuid_name(raw: bytes) -> str | None:
+    if len(raw) != 16:
+        return None
+    digits = raw.hex()
+    return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for a child."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip()]
+    try:
+        import cupy
+
+        return [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())]
+    except Exception:
+        return []

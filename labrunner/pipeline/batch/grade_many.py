@@ -26,9 +26,9 @@ from labrunner.labs import get_lab
 from labrunner.pipeline.backend import resolve_backend
 from labrunner.pipeline.batch.course import CourseEntry, Graded, ReportNames, course_entries, course_order
 from labrunner.pipeline.batch.files import CU_ONLY, WITH_TRITON, expand_submissions, report_names
-from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, chosen_gpus
+from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, batch_gpus, chosen_gpus, visible_gpus
 from labrunner.pipeline.batch.grading import Executing, Grading
-from labrunner.pipeline.batch.local_executor import batch_gpus, batch_jobs, run_local, visible_gpus
+from labrunner.pipeline.batch.local_executor import batch_jobs, run_local
 from labrunner.pipeline.batch.reuse import ReuseRecord, grading_machine, seed_hash
 from labrunner.pipeline.batch.roster import read_roster
 from labrunner.pipeline.batch.settings import BatchOptions

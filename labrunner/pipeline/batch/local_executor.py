@@ -11,10 +11,9 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from labrunner.box import gpu_uuid_at
 from labrunner.compile.backend import Backend
 from labrunner.exit_codes import ExitCode
-from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, may_have_failed_its_gpu
+from labrunner.pipeline.batch.gpu_pool import BatchGpu, GpuPool, may_have_failed_its_gpu, visible_gpus
 from labrunner.pipeline.batch.grading import Grading
 from labrunner.pipeline.batch.submission import (
     Outcome,
@@ -32,9 +31,6 @@ def default_jobs(backend: str) -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-# What one grading process may hold of a GPU at once: its worker's buffers (lab 2's largest case and
-# the timing's input pool), the driver's GPU oracle and two CUDA contexts, with room to spare.
-GRADE_GPU_BYTES = 8 << 30
 # Each grading process keeps about two cores busy while it compiles (the driver, the compiler's box
 # or the worker's): more processes than half the cores only queue for them.
 CORES_PER_GRADE = 2
@@ -59,67 +55,6 @@ def batch_jobs(asked: int | str | None, backend: str, gpus: list[BatchGpu]) -> i
     if asked:
         return int(asked)
     return len(gpus) if gpus else default_jobs(backend)
-
-
-def batch_gpus(names: list[str], visible: list[str], measured: bool) -> list[BatchGpu]:
-    """The batch's GPUs, each weighted by the grades its free memory holds where `measured` (several GPUs
-    to share the batch, or --jobs auto: that opens a CUDA context on each, so not otherwise); with several,
-    each named for its grading processes by its UUID, so that each one's box maps that GPU alone
-    (`box.gpu_device_nodes`). A batch on one GPU gives its processes that GPU as before."""
-    if not measured:
-        return [BatchGpu(name) for name in names]
-    return [
-        BatchGpu(
-            name,
-            max(1, free_gpu_bytes(visible.index(name)) // GRADE_GPU_BYTES),
-            uuid=(name if name.startswith("GPU-") else gpu_uuid(visible.index(name))) if len(names) > 1 else None,
-        )
-        for name in names
-    ]
-
-
-def free_gpu_bytes(index: int = 0) -> int:
-    """The free memory of visible GPU `index`, as this process numbers them."""
-    try:
-        import cupy
-
-        with cupy.cuda.Device(index):
-            return int(cupy.cuda.runtime.memGetInfo()[0])
-    except Exception:  # no usable GPU in the driver: one grade at a time on it, as without auto
-        return GRADE_GPU_BYTES
-
-
-def gpu_uuid(index: int) -> str | None:
-    """Visible GPU `index`'s UUID as CUDA_VISIBLE_DEVICES takes it (GPU-8-4-4-4-12 hex digits): the driver's
-    record of the GPU at its PCI bus id, else CUDA's 16 bytes (which CuPy cuts at a zero byte); None where
-    neither says."""
-    try:
-        import cupy
-
-        recorded = gpu_uuid_at(cupy.cuda.Device(index).pci_bus_id)
-        return recorded or uuid_name(bytes(cupy.cuda.runtime.getDeviceProperties(index)["uuid"]))
-    except Exception:
-        return None
-
-
-def uuid_name(raw: bytes) -> str | None:
-    if len(raw) != 16:
-        return None
-    digits = raw.hex()
-    return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them for a child."""
-    given = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if given is not None:
-        return [g.strip() for g in given.split(",") if g.strip()]
-    try:
-        import cupy
-
-        return [str(i) for i in range(cupy.cuda.runtime.getDeviceCount())]
-    except Exception:
-        return []
 
 
 def run_local(tasks: list[SubmissionTask], jobs: int, pool: GpuPool | None, grading: Grading) -> list[Outcome]:
